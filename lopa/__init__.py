@@ -1,0 +1,26 @@
+"""LoPA: Lookahead Parallel Decoding for masked diffusion language models.
+
+The engine decodes D2F-style pipelined blocks and, each round, verifies an anchor branch and
+``k`` lookahead branches in one batched forward (Xu et al., arXiv 2512.16229; the method as we
+implement it is restated in ``docs/method.md``). Every round yields a :class:`RoundRecord`.
+
+Shape notation, used in every shape comment of the package:
+
+    B   branches verified together in one forward (k + 1)
+    W   window length: generated positions not yet in the prefix cache
+    L   length of a forward's input (W, plus the prompt in the first round)
+    P   prefix length: prompt + cached blocks, stored once in the KV cache
+    V   vocabulary size
+    N   block size
+    H   attention heads, Hkv key/value heads, G = H // Hkv, D head dim
+    M   masked positions under consideration
+"""
+
+from lopa.settings import DecodeSettings, ModelSpec, decoder_settings, PAPER_PRESETS, DECODERS
+from lopa.trace import RoundRecord, RunResult
+from lopa.engine import Decoder, decode
+
+__all__ = [
+    "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",
+    "RoundRecord", "RunResult", "Decoder", "decode",
+]
