@@ -192,7 +192,8 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
 # ---------------------------------------------------------------- built-in greedy decoder
 
 @torch.no_grad()
-def greedy_decode(model, tok, questions: list[str], max_blocks: int = 4, threshold: float = 0.9):
+def greedy_decode(model, tok, questions: list[str], max_blocks: int = 3, threshold: float = 0.9,
+                  bf16: bool = False):
     """One block at a time: commit every masked position with max_prob > threshold, at least the
     most confident one per round (Fast-dLLM style). Returns (texts, rounds, committed tokens)."""
     spec = model.config.lopa
@@ -221,8 +222,12 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 4, thresho
             todo = in_block & (ids == mask_id) & ~done[:, None]
             if not todo.any():
                 break
-            h = hidden_states(model, ids[:, :width], block_id[:, :width], valid[:, :width])
-            probs = model.lm_head(h).float().softmax(-1)  # [B, width, V]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                h = hidden_states(model, ids[:, :width], block_id[:, :width], valid[:, :width])
+                logits = model.lm_head(h).float()  # [B, width, V]
+            # never "commit" the mask or pad token, or a position could stay masked forever
+            logits[..., [mask_id, tok.pad_token_id]] = float("-inf")
+            probs = logits.softmax(-1)
             conf, tokens = probs.max(-1)  # [B, width]
             # shift: position j is predicted by the output at j-1
             conf, tokens = F.pad(conf[:, :-1], (1, 0)), F.pad(tokens[:, :-1], (1, 0))
@@ -247,10 +252,10 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 4, thresho
     return texts, rounds, committed
 
 
-def evaluate(model, tok, problems: list[dict]) -> dict:
+def evaluate(model, tok, problems: list[dict], bf16: bool = True) -> dict:
     model.eval()
     t0 = time.time()
-    texts, rounds, committed = greedy_decode(model, tok, [p["question"] for p in problems])
+    texts, rounds, committed = greedy_decode(model, tok, [p["question"] for p in problems], bf16=bf16)
     model.train()
     hits = [final_answer(t) == final_answer(p["answer"]) for t, p in zip(texts, problems)]
     by_steps = {}
@@ -333,7 +338,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe)
         export(model, tok, export_dir)
         if n_eval:
-            r = evaluate(model, tok, heldout)
+            r = evaluate(model, tok, heldout, recipe.bf16)
             log(f"EVAL step {step} min {elapsed / 60:.1f} acc {r['acc']:.3f} by_steps {r['by_steps']} "
                 f"tok/round {r['tokens_per_round_per_sample']:.2f} ({r['eval_s']:.0f}s) ex {r['example']!r}")
 
@@ -356,7 +361,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         bar.update(1)
         bar.set_postfix(ce=f"{ema:.3f}", min=f"{elapsed / 60:.1f}", refresh=False)
         if step % 50 == 0:
-            log(f"step {step} min {elapsed / 60:.1f} ce {ema:.4f} loss {float(loss):.4f} "
+            log(f"step {step} min {elapsed / 60:.1f} ce {ema:.4f} loss {loss.item():.4f} "
                 f"lr {opt.param_groups[0]['lr']:.2e} tok/s {step * recipe.batch * ids.shape[1] / max(elapsed, 1):.0f}")
         if elapsed - last_ckpt >= 60 * ckpt_minutes:
             checkpoint()

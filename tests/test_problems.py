@@ -1,0 +1,72 @@
+import random
+import re
+
+import pytest
+
+from lopa.problems import final_answer, is_heldout, make_problem, read_jsonl, split, write_jsonl
+
+ANNOTATION = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
+
+
+def test_make_problem_is_deterministic_per_seed():
+    a = [make_problem(random.Random(7), s) for s in (1, 2, 3)]
+    b = [make_problem(random.Random(7), s) for s in (1, 2, 3)]
+    assert a == b
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 4])
+def test_annotations_are_correct_and_chained(steps):
+    rng = random.Random(steps)
+    for _ in range(200):
+        p = make_problem(rng, steps, max_value=200)
+        found = ANNOTATION.findall(p["answer"])
+        assert len(found) == steps
+        prev = None
+        for a, op, b, c, shown in found:
+            a, b, c = int(a), int(b), int(c)
+            expected = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+            assert c == expected and shown == str(c)
+            if op == "/":
+                assert a % b == 0
+            assert 0 <= c < 200
+            if prev is not None:  # each step acts on the previous result
+                assert a == prev
+            prev = c
+        assert final_answer(p["answer"]) == str(prev)
+        assert p["answer"].splitlines()[-1] == f"#### {prev}"
+
+
+def test_final_answer_parsing():
+    assert final_answer("so 3+4=<<3+4=7>>7\n#### 7") == "7"
+    assert final_answer("#### 1,234") == "1234"
+    assert final_answer("#### -5") == "-5"
+    assert final_answer("#### 2.5") == "2.5"
+    assert final_answer("a #### 3 then #### 4") == "4"
+    assert final_answer("no answer here") is None
+
+
+def test_splits_are_disjoint_and_deterministic():
+    train = split("train", 2000, seed=0)
+    held = split("heldout", 300, seed=0)
+    assert split("heldout", 300, seed=0) == held
+    tq, hq = {p["question"] for p in train}, {p["question"] for p in held}
+    assert len(hq) == 300 and not tq & hq
+    assert all(is_heldout(q) for q in hq) and not any(is_heldout(q) for q in tq)
+    assert split("heldout", 50, seed=0) == held[:50]  # the in-training eval set is a prefix
+
+
+def test_bundled_heldout_file_matches_generator(tmp_path):
+    from pathlib import Path
+
+    bundled = Path(__file__).resolve().parents[1] / "assets" / "data" / "synthetic" / "heldout.jsonl"
+    rows = read_jsonl(bundled)
+    assert len(rows) == 500 and rows[:20] == split("heldout", 20, seed=0)
+    write_jsonl(tmp_path / "x.jsonl", rows[:3])
+    assert read_jsonl(tmp_path / "x.jsonl") == rows[:3]
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError):
+        make_problem(random.Random(0), 0)
+    with pytest.raises(ValueError):
+        split("test", 3)
