@@ -89,6 +89,9 @@ class Decoder:
         yield self._record(0, "prefill", [self.state], verified, None, scores, 0, start)
 
         for r in count(1):
+            # Every round commits at least one token (the first unfinished block is always fully
+            # activated), so this bound is never reached unless a rule is broken.
+            assert r <= s.max_new_tokens + 1, "decoding made no progress"
             start = time.perf_counter()
             # 1. anchor: the commit rule on the winner's predictions from the last forward
             anchor_pos = self._anchor(self.state, predictions)

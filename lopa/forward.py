@@ -80,6 +80,9 @@ class Executor:
         t0 = time.perf_counter()
         inputs, segments, q0, start = self._inputs(branches)      # [B, L], [B, L]
         logits = self._logits(inputs, segments, start)             # [B, L, V]
+        # A prediction is never the mask token: committing it would leave the position masked
+        # forever (random and undertrained models do rank it first).
+        logits[..., self.spec.mask_token_id] = float("-inf")
         rows = summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
         rows = tuple(r.cpu() for r in rows)                        # 3 x [B, L]
         self._last = (rows, q0)

@@ -1,0 +1,91 @@
+"""Loading a local Hugging Face directory, the command line, and bad input."""
+
+import json
+
+import pytest
+import torch
+
+from lopa import DecodeSettings, Decoder
+from lopa.cli import main
+from lopa.loading import load_model
+from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+def test_load_reads_the_spec_from_the_checkpoint(model_dir):
+    loaded = load_model(model_dir, device="cpu")
+    assert loaded.spec.mask_token_id == MASK_ID and loaded.spec.eos_token_ids == (EOS_ID,)
+    assert loaded.spec.logit_shift and loaded.spec.block_size == 8
+    assert loaded.spec.prompt_template == "Question : {prompt} Answer :"
+    result = loaded.decoder(DecodeSettings(k=2, block_size=8, max_new_tokens=16)).run("how many apples")
+    assert result.records[0].kind == "prefill" and len(result.tokens) >= 8
+    assert isinstance(result.text, str)
+
+
+def test_cli_generate_prints_answer_metrics_and_writes_trace(model_dir, tmp_path, capsys):
+    trace = tmp_path / "run.json"
+    code = main(["generate", "--model", str(model_dir), "--prompt", "how many apples does Tom have ?",
+                 "--k", "3", "--max-new-tokens", "16", "--trace", str(trace)])
+    out = capsys.readouterr().out
+    assert code == 0 and "tpf_useful" in out and "tpf_paper" in out and "forwards" in out
+    assert json.loads(trace.read_text())["format"] == "lopa-trace/1"
+
+
+def test_cli_help_lists_the_settings(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", "--help"])
+    assert stop.value.code == 0
+    assert "--tau-conf" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tau-conf", "0"], "tau_conf must be in (0, 1]"),
+    (["--tau-add", "1.5"], "tau_add must be in (0, 1]"),
+    (["--k", "-1"], "k (lookahead branches) must be an integer in 0..32"),
+    (["--k", "33"], "0..32"),
+    (["--block-size", "12", "--max-new-tokens", "32"], "multiple of block_size"),
+])
+def test_cli_refuses_bad_settings_with_a_clear_message(model_dir, capsys, flags, message):
+    code = main(["generate", "--model", str(model_dir), "--prompt", "hi", *flags])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_refuses_missing_model(tmp_path, capsys):
+    assert main(["generate", "--model", str(tmp_path / "nope"), "--prompt", "hi"]) == 2
+    assert "no model at" in capsys.readouterr().err
+
+
+def test_empty_and_oversized_prompts_are_refused(model_dir):
+    loaded = load_model(model_dir)
+    decoder = loaded.decoder(DecodeSettings(block_size=8, max_new_tokens=16))
+    with pytest.raises(ValueError, match="prompt is empty"):
+        next(decoder.stream("   "))
+    with pytest.raises(ValueError, match="exceeds|context"):
+        next(decoder.stream(" ".join(["apples"] * 600)))
+
+
+def test_model_without_mask_token_is_refused(tmp_path):
+    path = save_tiny_model_dir(tmp_path / "nomask", with_spec=False, with_mask=False)
+    with pytest.raises(ValueError, match="no mask token"):
+        load_model(path)
+
+
+def test_settings_validation_messages():
+    with pytest.raises(ValueError, match="block_size"):
+        DecodeSettings(block_size=64, max_new_tokens=32)
+    with pytest.raises(ValueError, match="confidence"):
+        DecodeSettings(confidence="vibes")
+    with pytest.raises(ValueError, match="temperature"):
+        DecodeSettings(temperature=-1)
+    with pytest.raises(ValueError, match="mask token"):
+        tiny_spec(mask_token_id=-1)
+
+
+def test_prompt_ids_longer_than_context_are_refused():
+    decoder = Decoder(tiny_qwen2(), tiny_spec(max_context=64), DecodeSettings(block_size=8, max_new_tokens=32))
+    with pytest.raises(ValueError, match="Shorten the prompt to at most 32 tokens"):
+        next(decoder.stream(torch.arange(40) % 10 + 3))

@@ -1,0 +1,145 @@
+"""Real tiny Qwen2 models with random weights: fast paths against reference paths."""
+
+import pytest
+import torch
+
+from lopa import DecodeSettings, Decoder, decoder_settings
+from lopa.blocks import Branch
+from lopa.forward import BatchedExecutor, PerBranchExecutor
+from tiny import tiny_qwen2, tiny_spec
+
+PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
+# Low thresholds so that a random model commits several tokens per round and lookahead matters.
+LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
+
+
+def decisions(run):
+    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
+             r.block_states, r.branch_positions) for r in run.records]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen2(seed=1)
+
+
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+@pytest.mark.parametrize("k", [0, 3, 6])
+def test_batched_equals_one_branch_at_a_time(model, attention, k):
+    settings = DecodeSettings(k=k, attention=attention, **LIVELY)
+    fast = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
+    ref = Decoder(model, tiny_spec(), settings, executor="per_branch").run(PROMPT)
+    assert fast.tokens == ref.tokens
+    assert decisions(fast) == decisions(ref)
+    for a, b in zip(fast.records, ref.records):
+        assert a.branch_scores == pytest.approx(b.branch_scores, rel=1e-4, abs=1e-5)
+    assert any(r.winner > 0 for r in fast.records) or k == 0
+
+
+@pytest.mark.parametrize("k", [0, 4])
+def test_cached_matches_uncached_in_block_causal_mode(model, k):
+    settings = DecodeSettings(k=k, attention="block_causal", **LIVELY)
+    cached = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
+    uncached = Decoder(model, tiny_spec(), settings, executor="uncached").run(PROMPT)
+    assert cached.tokens == uncached.tokens
+    assert decisions(cached) == decisions(uncached)
+    for a, b in zip(cached.records, uncached.records):
+        for pa, pb in zip(a.branch_max_prob, b.branch_max_prob):
+            assert pa == pytest.approx(pb, rel=1e-4, abs=1e-5)
+    assert cached.records[-1].n_cached_blocks > 0 or len(cached.tokens) <= 8
+
+
+@torch.no_grad()
+def reference_d2f(model, spec, s, prompt):
+    """An independent, deliberately naive D2F vanilla decoder: recompute everything, commit by the
+    note's rules block by block. Returns the per-round commit lists and the tokens."""
+    N, mask = s.block_size, spec.mask_token_id
+    gen = [mask] * N
+    rounds = []
+    for _ in range(s.max_new_tokens + 1):
+        seq = torch.tensor([list(prompt.tolist()) + gen])
+        P, L = len(prompt), seq.shape[1]
+        blk = [-1] * P + [i // N for i in range(len(gen))]
+        allowed = torch.tensor([[(blk[kk] == -1) if blk[q] == -1 else (blk[kk] <= blk[q]) for kk in range(L)]
+                                for q in range(L)])
+        logits = model(input_ids=seq, attention_mask=allowed[None, None], position_ids=torch.arange(L)[None]).logits[0]
+        logits[:, mask] = float("-inf")                                             # never predict the mask
+        probs = torch.softmax(logits.float(), -1)[P - 1:P - 1 + len(gen)]          # the logit shift
+        commits = []
+        fracs = [sum(t != mask for t in gen[b * N:(b + 1) * N]) / N for b in range(len(gen) // N)]
+        for b in range(len(fracs)):
+            idx = [i for i in range(b * N, (b + 1) * N) if gen[i] == mask]
+            if not idx:
+                continue
+            chosen = [i for i in idx if probs[i].max() > s.tau_conf]
+            full = b == 0 or fracs[b - 1] >= s.tau_act
+            if not chosen and full:
+                chosen = [max(idx, key=lambda i: float(probs[i].max()))]
+            commits += chosen
+        for i in commits:
+            gen[i] = int(probs[i].argmax())
+        rounds.append(sorted(commits))
+        done = mask not in gen
+        eos = any(t in spec.eos_token_ids for t in gen)
+        last = sum(t != mask for t in gen[-N:]) / N
+        if done and (eos or len(gen) // N >= s.max_blocks):
+            return rounds, gen
+        if last >= s.tau_add and len(gen) // N < s.max_blocks and not eos:
+            gen += [mask] * N
+    raise AssertionError("reference decoder made no progress")
+
+
+def test_k0_equals_an_independent_vanilla_d2f(model):
+    settings = decoder_settings("d2f", DecodeSettings(**LIVELY))
+    ours = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
+    rounds, tokens = reference_d2f(model, tiny_spec(), settings, PROMPT)
+    assert ours.tokens == tokens
+    assert [sorted(r.anchor_positions) for r in ours.records[1:]] == rounds
+
+
+def test_stored_prefix_does_not_grow_with_k(model):
+    sizes, pending = {}, {}
+    for k in (0, 8):
+        settings = DecodeSettings(k=k, **LIVELY)
+        ex = BatchedExecutor(model, tiny_spec(), settings)
+        ex.start(PROMPT)
+        branch = Branch.start(settings, tiny_spec())
+        ex.verify([branch])
+        ex.commit(0, 0)
+        branches = [branch] * (k + 1)
+        ex.verify(branches)
+        sizes[k] = ex.cache_nbytes()
+        key = ex.kv.pending[0][0]                         # [B, Hkv, L, D]: per-branch memory is the window only
+        assert key.shape[0] == k + 1 and key.shape[2] == branch.window().numel()
+        pending[k] = key
+    assert sizes[0] == sizes[8] > 0
+    # the reference path, by contrast, holds one prefix copy per branch
+    ex = PerBranchExecutor(model, tiny_spec(), DecodeSettings(k=8, **LIVELY))
+    ex.start(PROMPT)
+    branch = Branch.start(DecodeSettings(**LIVELY), tiny_spec())
+    ex.verify([branch]); ex.commit(0, 0)
+    ex.verify([branch] * 9)
+    assert len(ex.copies) == 9
+
+
+def test_greedy_is_deterministic(model):
+    settings = DecodeSettings(k=4, **LIVELY)
+    a = Decoder(model, tiny_spec(), settings).run(PROMPT)
+    b = Decoder(model, tiny_spec(), settings).run(PROMPT)
+    assert a.tokens == b.tokens and decisions(a) == decisions(b)
+
+
+def test_sampling_is_seeded(model):
+    settings = DecodeSettings(k=2, temperature=1.0, seed=5, **LIVELY)
+    a = Decoder(model, tiny_spec(), settings).run(PROMPT)
+    b = Decoder(model, tiny_spec(), settings).run(PROMPT)
+    assert a.tokens == b.tokens
+
+
+def test_stream_can_be_stopped_after_one_round(model):
+    decoder = Decoder(model, tiny_spec(), DecodeSettings(k=2, **LIVELY))
+    stream = decoder.stream(PROMPT)
+    next(stream), next(stream)
+    stream.close()
+    result = decoder.result()
+    assert result.stopped and len(result.records) == 2

@@ -1,0 +1,125 @@
+"""Each rule of the method, checked through the whole engine on a scripted fake model."""
+
+import numpy as np
+import pytest
+import torch
+
+from fake_model import EOS, MASK, FakeDLLM, table_script
+from lopa import DecodeSettings, Decoder, ModelSpec
+from lopa.rules import summarize
+
+PROMPT = torch.tensor([7, 8, 9])
+SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)
+
+
+def run(table, shift=True, spec=SPEC, **settings):
+    model = FakeDLLM(len(PROMPT), table_script(table), shift=shift)
+    decoder = Decoder(model, spec, DecodeSettings(**settings), executor="uncached")
+    return decoder.run(PROMPT)
+
+
+def max_prob_of(p):
+    """The max_prob the engine computes for a fake position scripted with probability p."""
+    probs = torch.full((16,), (1 - p) / 15, dtype=torch.float64)
+    probs[5] = p
+    return float(summarize(probs.log(), "max_prob", 0.0)[1])
+
+
+def test_commit_threshold_is_strict():
+    exact = max_prob_of(0.6)
+    table = {0: (5, 0.6), 1: (6, 0.9), 2: (7, 0.3), 3: (8, 0.3)}
+    strict = run(table, k=0, tau_conf=exact, block_size=4, max_new_tokens=4)
+    assert strict.records[1].anchor_positions == [1]            # 0.6 is not > 0.6
+    below = run(table, k=0, tau_conf=float(np.nextafter(np.float32(exact), np.float32(0))), block_size=4,
+                max_new_tokens=4)
+    assert below.records[1].anchor_positions == [0, 1]
+
+
+def test_fallback_only_for_fully_activated_blocks():
+    table = {0: (5, 0.95), 1: (6, 0.3), 2: (7, 0.4), 3: (8, 0.35), 4: (9, 0.5), 5: (9, 0.3), 6: (9, 0.3), 7: (9, 0.3)}
+    res = run(table, k=0, tau_conf=0.9, tau_add=0.25, tau_act=1.0, block_size=4, max_new_tokens=8,
+              confidence="max_prob")
+    r1, r2 = res.records[1], res.records[2]
+    assert r1.anchor_positions == [0] and r1.block_states == ["active_full", "active_semi"]
+    assert r2.anchor_positions == [2]                  # fallback in block 0 (highest Conf); none in semi block 1
+    assert res.records[3].anchor_positions == [3]
+    assert res.records[4].anchor_positions == [1]      # block 0 completes
+    assert res.records[5].anchor_positions == [4]      # block 1 is now fully activated: its own fallback
+
+
+def test_lookahead_top_k_by_conf_excluding_anchor_commits():
+    table = {0: (5, 0.95), 1: (6, 0.5), 2: (7, 0.7), 3: (8, 0.6), 4: (9, 0.8), 5: (10, 0.4), 6: (2, 0.3), 7: (2, 0.3)}
+    res = run(table, k=2, tau_conf=0.9, block_size=8, max_new_tokens=8, confidence="max_prob")
+    r1 = res.records[1]
+    assert r1.anchor_positions == [0]
+    assert r1.lookahead_positions == [4, 2] and r1.lookahead_tokens == [9, 7]
+    assert len(r1.branch_tokens) == 3
+    assert r1.branch_tokens[1][4] == 9 and r1.branch_tokens[2][2] == 7 and r1.branch_tokens[0][4] == MASK
+
+
+def test_branch_score_is_mean_over_all_masked_positions_of_all_active_blocks():
+    # Filling position 2 makes positions 3..5 certain: the branch that fills it must win.
+    dep = lambda visible: (3, 0.85) if 2 in visible else (3, 0.2)
+    table = {0: (5, 0.95), 1: (6, 0.5), 2: (7, 0.7), 3: dep, 4: dep, 5: dep, 6: (2, 0.6), 7: (2, 0.6)}
+    res = run(table, k=2, tau_conf=0.9, tau_add=0.1, block_size=4, max_new_tokens=8, confidence="max_prob")
+    r1 = res.records[1]
+    assert r1.lookahead_positions == [2, 1]
+    for j in range(3):
+        # every still-masked position of both blocks (block 1 was just added) enters the mean
+        assert set(r1.branch_positions[j]) >= {4, 5, 6, 7}
+        assert r1.branch_scores[j] == pytest.approx(float(np.mean(r1.branch_conf[j])))
+    assert r1.winner == 1 and r1.committed == 2
+
+
+def test_ties_prefer_lookahead_branches_in_rank_order():
+    table = {g: (4 + g, 0.5) for g in range(8)}     # nothing depends on anything: every branch scores 0.5
+    res = run(table, k=3, tau_conf=0.9, block_size=8, max_new_tokens=8, confidence="max_prob")
+    r1 = res.records[1]
+    assert len(set(r1.branch_scores)) == 1 and r1.winner == 1
+
+
+def test_add_and_activation_thresholds():
+    table = {g: (4 + g, 0.3 + 0.01 * (10 - g)) for g in range(8)}   # one fallback commit per block per round
+    res = run(table, k=0, tau_conf=0.9, tau_add=0.5, tau_act=0.75, block_size=4, max_new_tokens=8,
+              confidence="max_prob")
+    states = [r.block_states for r in res.records[:5]]
+    assert states[0] == ["active_full"]                  # prefill
+    assert states[1] == ["active_full"]                  # 1/4 decoded < tau_add
+    assert states[2] == ["active_full", "active_semi"]   # 2/4 >= tau_add: block added, 2/4 < tau_act
+    assert states[3] == ["active_full", "active_full"]   # 3/4 >= tau_act: fully activated
+    assert res.records[3].anchor_positions == [2]        # block 1 was semi when this anchor ran
+    assert res.records[4].anchor_positions == [3, 4]     # both blocks fully activated: one fallback each
+
+
+def test_stops_at_eos_and_adds_no_block_after_it():
+    table = {0: (5, 0.99), 1: (6, 0.99), 2: (EOS, 0.99), 3: (EOS, 0.99)}
+    res = run(table, k=0, tau_conf=0.9, tau_add=0.1, block_size=4, max_new_tokens=16)
+    assert res.tokens == [5, 6, EOS, EOS]
+    assert res.records[-1].kind == "final"
+    assert res.metrics()["tokens_useful"] == 3 and res.metrics()["tokens_paper"] == 4
+
+
+def test_appended_blocks_are_finished_after_eos():
+    table = {0: (5, 0.95), 1: (6, 0.5), 2: (EOS, 0.5), 3: (EOS, 0.5)}   # default: EOS at 0.99
+    res = run(table, k=0, tau_conf=0.9, tau_add=0.25, block_size=4, max_new_tokens=16)
+    assert len(res.tokens) == 8 and MASK not in res.tokens            # block 1 was appended before EOS
+    assert res.useful_tokens == [5, 6, EOS]
+
+
+def test_logit_shift():
+    table = {g: (2 + g, 0.99) for g in range(8)}
+    shifted = run(table, shift=True, k=0, block_size=8, max_new_tokens=8)
+    assert shifted.tokens == [2, 3, 4, 5, 6, 7, 8, 9]
+    unshifted = run(table, shift=False, spec=ModelSpec(MASK, (EOS,), logit_shift=False, max_context=4096),
+                    k=0, block_size=8, max_new_tokens=8)
+    assert unshifted.tokens == [2, 3, 4, 5, 6, 7, 8, 9]
+    mismatched = run(table, shift=True, spec=ModelSpec(MASK, (EOS,), logit_shift=False, max_context=4096),
+                     k=0, block_size=8, max_new_tokens=8)
+    assert mismatched.tokens != shifted.tokens
+
+
+def test_one_token_per_round_baseline_has_tpf_one():
+    table = {g: (2 + g, 0.99) for g in range(8)}
+    res = run(table, k=0, tau_add=1.0, commit="top1", block_size=4, max_new_tokens=8)
+    assert all(r.committed == 1 for r in res.records[1:])
+    assert res.tokens == [2, 3, 4, 5, 6, 7, 8, 9]

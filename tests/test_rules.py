@@ -1,0 +1,83 @@
+"""The pure decision helpers, on hand-made values with exact expected results."""
+
+import math
+
+import pytest
+import torch
+
+from lopa.rules import (branch_score, confidence, lookahead_positions, select_winner, summarize,
+                        threshold_commit, top1_commit)
+
+
+def test_confidence_metrics():
+    probs = torch.tensor([[0.5, 0.25, 0.25], [1.0, 0.0, 0.0]])
+    assert confidence(probs, "max_prob").tolist() == [0.5, 1.0]
+    assert confidence(probs, "margin").tolist() == [0.25, 1.0]
+    ent = confidence(probs, "neg_entropy")
+    assert ent[0].item() == pytest.approx(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+    assert ent[1].item() == pytest.approx(0.0)
+
+
+def test_summarize_greedy_is_argmax():
+    logits = torch.tensor([[0.0, 2.0, 1.0]])
+    token, max_prob, conf = summarize(logits, "max_prob", 0.0)
+    assert token.tolist() == [1]
+    assert max_prob.item() == pytest.approx(torch.softmax(logits, -1).max().item())
+    assert conf.item() == max_prob.item()
+
+
+def test_summarize_sampling_is_seeded():
+    logits = torch.randn(50, 7)
+    a = summarize(logits, "max_prob", 1.0, torch.Generator().manual_seed(3))[0]
+    b = summarize(logits, "max_prob", 1.0, torch.Generator().manual_seed(3))[0]
+    assert torch.equal(a, b)
+
+
+def test_commit_threshold_is_strict():
+    max_prob = torch.tensor([0.9, 0.9000001, 0.95, 0.2])
+    chosen = threshold_commit(max_prob, max_prob, 0.9, fully_activated=True)
+    assert chosen.tolist() == [False, True, True, False]
+
+
+def test_fallback_only_in_fully_activated_blocks():
+    max_prob = torch.tensor([0.3, 0.5, 0.4])
+    conf = torch.tensor([-2.0, -1.0, -1.5])
+    assert threshold_commit(max_prob, conf, 0.9, fully_activated=True).tolist() == [False, True, False]
+    assert threshold_commit(max_prob, conf, 0.9, fully_activated=False).tolist() == [False, False, False]
+
+
+def test_fallback_not_used_when_something_qualifies():
+    max_prob = torch.tensor([0.3, 0.95])
+    conf = torch.tensor([5.0, 0.0])    # the fallback would pick index 0
+    assert threshold_commit(max_prob, conf, 0.9, fully_activated=True).tolist() == [False, True]
+
+
+def test_top1_commits_exactly_one_in_fully_activated_block():
+    max_prob = torch.tensor([0.99, 0.98, 0.1])
+    conf = torch.tensor([0.1, 0.9, 0.2])
+    assert top1_commit(max_prob, conf, 0.5, fully_activated=True).tolist() == [False, True, False]
+    assert top1_commit(max_prob, conf, 0.5, fully_activated=False).tolist() == [False, False, False]
+
+
+def test_lookahead_takes_top_k_candidates_in_conf_order():
+    conf = torch.tensor([0.9, 0.2, 0.7, 0.8, 0.7])
+    candidate = torch.tensor([False, True, True, True, True])   # index 0 was committed by the anchor
+    assert lookahead_positions(conf, candidate, 3).tolist() == [3, 2, 4]    # tie 2/4: earlier first
+    assert lookahead_positions(conf, candidate, 10).tolist() == [3, 2, 4, 1]
+    assert lookahead_positions(conf, candidate, 0).tolist() == []
+
+
+def test_branch_score_is_mean_and_inf_when_done():
+    assert branch_score(torch.tensor([-1.0, -3.0])).item() == -2.0
+    assert branch_score(torch.zeros(0)).item() == float("inf")
+
+
+def test_select_winner_highest_score():
+    assert select_winner(torch.tensor([0.5, 0.4, 0.7, 0.6])).item() == 2
+
+
+def test_select_winner_ties_prefer_lookahead_in_rank_order():
+    assert select_winner(torch.tensor([0.7, 0.5, 0.7, 0.7])).item() == 2
+    assert select_winner(torch.tensor([0.7, 0.7, 0.7])).item() == 1
+    assert select_winner(torch.tensor([0.7])).item() == 0
+    assert select_winner(torch.tensor([0.9, 0.7])).item() == 0

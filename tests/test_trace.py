@@ -1,0 +1,89 @@
+"""The trace: round-trips, metrics, and re-deriving every decision without the model."""
+
+import json
+
+import pytest
+import torch
+
+from lopa import DecodeSettings, Decoder, RunResult
+from lopa.rules import COMMIT_RULES, branch_score, lookahead_positions, select_winner
+from tiny import tiny_qwen2, tiny_spec
+
+PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
+SETTINGS = DecodeSettings(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32,
+                          confidence="max_prob")
+
+
+@pytest.fixture(scope="module")
+def run():
+    return Decoder(tiny_qwen2(seed=1), tiny_spec(), SETTINGS).run(PROMPT)
+
+
+def test_json_round_trip(run):
+    back = RunResult.from_json(run.to_json())
+    assert back.records == run.records and back.tokens == run.tokens and back.settings == run.settings
+
+
+@pytest.mark.parametrize("suffix", [".json", ".parquet"])
+def test_file_round_trip(run, tmp_path, suffix):
+    back = RunResult.load(run.save(tmp_path / f"trace{suffix}"))
+    assert back.records == run.records and back.prompt_ids == run.prompt_ids and back.spec == run.spec
+
+
+def test_dataframe_round_trip(run):
+    df = run.to_dataframe()
+    assert len(df) == len(run.records) and "branch_scores" in df.columns
+    assert RunResult.from_dataframe(df).records == run.records
+
+
+def test_corrupt_and_foreign_files_are_refused(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a JSON trace"):
+        RunResult.load(bad)
+    bad.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="not a LoPA trace"):
+        RunResult.load(bad)
+    pq = tmp_path / "bad.parquet"
+    pq.write_bytes(b"PAR1garbage")
+    with pytest.raises(ValueError):
+        RunResult.load(pq)
+    with pytest.raises(ValueError, match=".json or .parquet"):
+        RunResult.load(tmp_path / "x.txt")
+
+
+def test_metrics(run):
+    m = run.metrics()
+    forwards = sum(r.kind != "final" for r in run.records)
+    assert m["forwards"] == forwards
+    assert m["tpf_paper"] == pytest.approx(len(run.tokens) / forwards)
+    assert m["tokens_useful"] <= m["tokens_paper"]
+    assert m["tps_excl_first"] >= m["tps"] > 0
+    assert sum(r.committed for r in run.records) == len(run.tokens)
+
+
+def test_every_decision_can_be_rederived_from_the_trace(run):
+    """Round r's anchor comes from round r-1's winner predictions; its scores and winner from
+    its own branch predictions. No model needed."""
+    s, spec = SETTINGS, tiny_spec()
+    rule = COMMIT_RULES[s.commit]
+    for prev, rec in zip(run.records, run.records[1:]):
+        w = prev.winner
+        pos = torch.tensor(prev.branch_positions[w])
+        max_prob, conf = torch.tensor(prev.branch_max_prob[w]), torch.tensor(prev.branch_conf[w])
+        argmax = torch.tensor(prev.branch_argmax[w])
+        anchor = []
+        for b, state in enumerate(prev.block_states):
+            in_block = (pos // s.block_size) == b
+            if in_block.any():
+                chosen = rule(max_prob[in_block], conf[in_block], s.tau_conf, state == "active_full")
+                anchor += pos[in_block][chosen].tolist()
+        assert rec.anchor_positions == anchor
+        assert rec.anchor_tokens == [int(argmax[pos == p]) for p in anchor]
+        left = torch.tensor([p not in anchor for p in pos.tolist()])
+        look = lookahead_positions(conf, left, s.k)
+        assert rec.lookahead_positions == pos[look].tolist()
+        if rec.kind == "round":
+            scores = torch.stack([branch_score(torch.tensor(c)) for c in rec.branch_conf])
+            assert scores.tolist() == pytest.approx(rec.branch_scores)
+            assert int(select_winner(torch.tensor(rec.branch_scores))) == rec.winner

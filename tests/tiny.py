@@ -1,0 +1,47 @@
+"""Tiny real models built inside tests: a random Qwen2 and a word-level tokenizer, saved in
+the same on-disk format as the bundled model (config.json with `lopa`, safetensors, tokenizer)."""
+
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from lopa import ModelSpec
+
+WORDS = ["<|mask|>", "<|endoftext|>", "<|pad|>"] + [str(d) for d in range(10)] + \
+        "Question : Answer how many apples does Tom have ? he buys gives + - = #### and".split()
+MASK_ID, EOS_ID, PAD_ID = 0, 1, 2
+
+
+def tiny_qwen2(seed=0, layers=2, vocab=len(WORDS)):
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=EOS_ID, pad_token_id=PAD_ID, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def tiny_spec(**changes):
+    base = dict(mask_token_id=MASK_ID, eos_token_ids=(EOS_ID,), logit_shift=True, max_context=512)
+    return ModelSpec(**{**base, **changes})
+
+
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="?"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Digits(individual_digits=True)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token="<|mask|>", eos_token="<|endoftext|>",
+                                   pad_token="<|pad|>", unk_token="?")
+
+
+def save_tiny_model_dir(path, with_spec=True, with_mask=True):
+    model = tiny_qwen2()
+    if with_spec:
+        model.config.lopa = {"mask_token_id": MASK_ID, "eos_token_ids": [EOS_ID], "pad_token_id": PAD_ID,
+                             "logit_shift": True, "block_size": 8, "attention": "block_causal",
+                             "prompt_template": "Question : {prompt} Answer :"}
+    model.save_pretrained(path)
+    tok = tiny_tokenizer()
+    if not with_mask:
+        tok = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|endoftext|>", unk_token="?")
+    tok.save_pretrained(path)
+    return path
