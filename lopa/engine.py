@@ -165,10 +165,10 @@ class Decoder:
             branch_tokens=per_branch["tokens"], branch_positions=per_branch["positions"],
             branch_max_prob=per_branch["max_prob"], branch_conf=per_branch["conf"], branch_argmax=per_branch["argmax"],
             branch_scores=scores,
-            branch_rank=getattr(verified, "ranks", None) or [0] * len(branches),
+            branch_rank=verified.ranks or [0] * len(branches),
             winner=winner, block_states=self.state.states(self.settings), committed=committed,
             n_cached_blocks=self.state.n_cached, forward_seconds=verified.seconds,
-            round_seconds=time.perf_counter() - start, extra=dict(getattr(verified, "extra", {}) or {}))
+            round_seconds=time.perf_counter() - start, extra=dict(verified.extra))
 
     def _final(self, r, anchor: Branch, anchor_pos, start) -> RoundRecord:
         """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""

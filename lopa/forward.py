@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +35,8 @@ class Verified:
     conf: torch.Tensor       # [B, W]
     lengths: list[int]
     seconds: float
+    ranks: list[int] | None = None   # process rank that computed each branch (branch-parallel backends)
+    extra: dict = field(default_factory=dict)   # backend timings and traffic, copied into the trace
 
     def branch(self, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = self.lengths[j]

@@ -133,8 +133,9 @@ def encode(tok, problem: dict) -> tuple[list[int], list[int]]:
 def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
     """Clean sequences: ids [B, L], answer-block id per position (0 = prompt), valid mask."""
     rows = []
+    steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
-        p = make_problem(rng, steps_for(rng, progress, recipe), recipe.max_value)
+        p = make_problem(rng, steps, recipe.max_value)
         if is_heldout(p["question"]):
             continue
         prompt, answer = encode(tok, p)
