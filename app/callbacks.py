@@ -1,0 +1,229 @@
+"""Callbacks of the round-by-round view: plain functions of (session, UI values) -> output tuples.
+
+Each returns (or yields) values in the order of a module constant (LIVE_OUTPUTS, VIEW_OUTPUTS),
+which the wiring maps to components by name; tests call these directly, without a browser.
+Errors the user can cause (bad prompt, settings, files, model directory) become a message in
+the status panel and a toast; the app keeps serving.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from lopa import PAPER_PRESETS, RunResult
+from app.gpu import gpu
+from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
+from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
+from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, token_canvas,
+                            tokens_per_round_chart)
+
+VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation")
+LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
+HEAVY_INTERVAL_S = 0.25      # heavy figures at most ~4 times a second while streaming
+PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() if k != "max_new_tokens"},
+           **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
+
+
+def error_message(err: Exception | str) -> str:
+    """Status-panel Markdown for a problem the user can fix; also raised as a toast."""
+    text = str(err)
+    gr.Warning(text)
+    return f"**⚠ Error:** {text}"
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def view(session: Session, r: int | None = None) -> tuple:
+    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest)."""
+    run = session.run
+    if run is None:
+        return (token_canvas(_empty()), branches_table(_empty()), confidence_heatmap(_empty(), 0),
+                tokens_per_round_chart(_empty()), explain_round(_empty(), 0))
+    r = session.n_rounds - 1 if r is None else max(0, min(int(r), session.n_rounds - 1))
+    return (token_canvas(run, r, session.names), branches_table(run, r, session.names),
+            confidence_heatmap(run, r, session.names), tokens_per_round_chart(run, r), explain_round(run, r, session.names))
+
+
+def _empty() -> RunResult:
+    return RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
+
+
+def _slider(session: Session):
+    last = max(session.n_rounds - 1, 0)
+    return gr.update(maximum=max(last, 1), value=last)
+
+
+def live_outputs(session: Session, status: str, heavy: bool = True) -> tuple:
+    """LIVE_OUTPUTS for the latest round; heavy figures replaced by gr.skip() when not `heavy`."""
+    answer = session.run.text if session.run is not None else ""
+    counters = counters_html(session.run, session.elapsed, session.status())
+    heavy_part = view(session) if heavy else tuple(gr.skip() for _ in VIEW_OUTPUTS)
+    if heavy:
+        session.last_heavy = time.perf_counter()
+    return (status, counters, _slider(session), answer) + heavy_part
+
+
+def _start_or_continue(session: Session, prompt: str, values) -> None:
+    """Begin a new decode unless a paused one of the same prompt and settings can continue."""
+    settings = settings_from_ui(*values)
+    if not session.matches(prompt, settings):
+        session.begin(MODELS.get(), prompt, settings)
+
+
+def _describe(session: Session) -> str:
+    r = session.run
+    if r is None:
+        return ""
+    m = r.metrics()
+    state = "stopped (cancelled)" if r.stopped else "finished"
+    return f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
+
+
+# -- Run / Step / Stop / Reset ------------------------------------------------------------------
+@gpu
+def run_stream(session: Session, prompt: str, *values):
+    """Stream the decode live: one yield per round as the engine computes it (not a replay).
+    Counters every round; heavy figures at most every HEAVY_INTERVAL_S, and always at the end."""
+    session.stop_requested = False
+    session.start_clock()
+    try:
+        _start_or_continue(session, prompt, values)
+        session.streaming = True
+        yield live_outputs(session, "Running…", heavy=False)
+        while True:
+            record = session.pull()
+            if record is None:
+                break
+            if session.stop_requested:
+                session.cancel()
+                break
+            heavy = time.perf_counter() - session.last_heavy >= HEAVY_INTERVAL_S
+            yield live_outputs(session, f"Running… round {record.round}", heavy=heavy)
+    except ValueError as err:
+        session.streaming = False
+        session.stop_clock()
+        yield (error_message(err),) + live_outputs(session, "")[1:]
+        return
+    session.streaming = False
+    session.stop_clock()
+    yield live_outputs(session, f"Done: {_describe(session)}")
+
+
+@gpu
+def step_once(session: Session, prompt: str, *values) -> tuple:
+    """Advance exactly one round (starting a decode if none is live for this prompt and settings)."""
+    session.start_clock()
+    try:
+        _start_or_continue(session, prompt, values)
+        record = session.pull()
+    except ValueError as err:
+        session.stop_clock()
+        return (error_message(err),) + live_outputs(session, "")[1:]
+    session.stop_clock()
+    if record is None:
+        return live_outputs(session, f"Done: {_describe(session)} Step again to start a new decode.")
+    return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
+                                 "Run to continue to the end.")
+
+
+def stop_run(session: Session) -> tuple:
+    """(status, counters). A streaming Run stops after its current round; a paused decode stops now."""
+    if session.streaming:
+        session.stop_requested = True
+        return "Stopping after the current round…", gr.skip()
+    if session.stream is not None:
+        session.cancel()
+        return f"Stopped: {_describe(session)}", counters_html(session.run, session.elapsed, session.status())
+    return "Nothing is running.", gr.skip()
+
+
+def reset_session(session: Session) -> tuple:
+    """Drop the decode and clear the view (LIVE_OUTPUTS)."""
+    session.close()
+    session.run, session.names, session.source, session.elapsed_before = None, {}, "idle", 0.0
+    return live_outputs(session, "Reset. Press Run or Step to start.")
+
+
+# -- scrub / play -------------------------------------------------------------------------------
+def show_round(session: Session, r) -> tuple:
+    """Heavy view of a recorded round (the slider)."""
+    return view(session, r)
+
+
+def toggle_play(session: Session, playing: bool, r) -> tuple:
+    """(timer, play button, playing). Play from the current round; from the start if at the end."""
+    if playing or session.n_rounds < 2:
+        return gr.Timer(active=False), gr.update(value="▶ Play"), False
+    return gr.Timer(active=True), gr.update(value="⏸ Pause"), True
+
+
+def play_tick(session: Session, r) -> tuple:
+    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS for the next round."""
+    n = session.n_rounds
+    nxt = 0 if r is None or int(r) >= n - 1 else int(r) + 1
+    done = nxt >= n - 1
+    controls = (gr.update(value=nxt), gr.Timer(active=not done), gr.update(value="▶ Play" if done else "⏸ Pause"),
+                not done)
+    return controls + view(session, nxt)
+
+
+# -- traces -------------------------------------------------------------------------------------
+def export_trace(session: Session, fmt: str) -> tuple:
+    """(file, status): the current trace written as JSON or Parquet for download."""
+    if session.run is None:
+        return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
+    suffix = ".parquet" if str(fmt).lower().startswith("parquet") else ".json"
+    folder = Path(tempfile.mkdtemp(prefix="lopa-trace-"))
+    path = session.run.save(folder / f"lopa-trace-{time.strftime('%Y%m%d-%H%M%S')}{suffix}")
+    return gr.update(value=str(path), visible=True), f"Exported {session.n_rounds} rounds to `{path.name}`."
+
+
+def load_trace(session: Session, file) -> tuple:
+    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load)."""
+    path = getattr(file, "name", file)
+    if not path:
+        return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
+    try:
+        run = RunResult.load(path)
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+    if not run.records:
+        return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
+    tokenizer = tokenizer_for_trace(run.spec)
+    names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
+    session.replay(run, names)
+    where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
+    k = run.settings.get("k", "?")
+    return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "
+                                 f"with {where}. Prompt: “{run.prompt[:120]}”")
+
+
+# -- model and settings -------------------------------------------------------------------------
+@gpu
+def warm_model() -> str:
+    """Load the shared model on first page view so the first Run starts at once (never at import)."""
+    try:
+        MODELS.warm_up()
+    except ValueError as err:
+        return MODELS.describe() + f"\n\n**⚠ Error:** {err}"
+    return MODELS.describe()
+
+
+@gpu
+def load_model_dir(path: str) -> tuple:
+    """(model info, status): switch every session to another local model; on failure keep the old one."""
+    try:
+        MODELS.load(path)
+    except ValueError as err:
+        kept = MODELS.loaded.spec.name if MODELS.loaded is not None else MODELS.default.name
+        return MODELS.describe(), error_message(f"{err} — still using `{kept}`.")
+    return MODELS.describe(), f"Loaded `{MODELS.loaded.spec.name}`; it is now shared by every session."
+
+
+def apply_preset(name: str) -> tuple:
+    """Values for the settings inputs (SETTING_NAMES order); settings a preset leaves open are skipped."""
+    preset = PRESETS.get(name, {})
+    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES)

@@ -1,0 +1,113 @@
+"""Side-by-side run: a vanilla baseline and LoPA on the same prompt and settings, streamed live.
+
+The two decodes alternate round by round in one callback, so both counters move together on a
+shared machine; each side's time is its own engine time (sum of its rounds), not the other's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from lopa import decoder_settings
+from app.callbacks import HEAVY_INTERVAL_S, error_message
+from app.gpu import gpu
+from app.models import MODELS, token_names
+from app.session import Session, settings_from_ui
+from visualizations import comparison_summary, counters_html, tfo_map
+
+COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
+                   "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary")
+BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "single_block",
+             "one token per round": "one_token"}
+
+
+class Side:
+    """One decode of the comparison: its stream, latest snapshot and engine time."""
+
+    def __init__(self, loaded, prompt: str, settings, title: str):
+        self.decoder = loaded.decoder(settings)
+        self.stream = self.decoder.stream(prompt)
+        self.tokenizer, self.title, self.run, self.names, self.done = loaded.tokenizer, title, None, {}, False
+
+    def advance(self) -> None:
+        """One round, or mark done."""
+        try:
+            record = next(self.stream)
+        except StopIteration:
+            self.done = True
+            return
+        self.run = self.decoder.result()
+        new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)
+        self.names.update(token_names(self.tokenizer, new - self.names.keys()))
+
+    def stop(self) -> None:
+        if not self.done:
+            self.stream.close()
+            self.done = True
+            if self.decoder.records:
+                self.run = self.decoder.result()
+
+    def counters(self) -> str:
+        latency = sum(r.round_seconds for r in self.run.records) if self.run else 0.0
+        status = "running" if not self.done else ("stopped" if self.run is not None and self.run.stopped else "done")
+        return counters_html(self.run, latency, status, title=self.title)
+
+
+def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
+    """COMPARE_OUTPUTS; the TFO maps (heavy) are skipped unless `heavy`, and share one colour scale."""
+    if heavy:
+        top = max((len(s.run.records) for s in (base, lopa) if s.run is not None), default=1)
+        maps = [tfo_map(s.run, s.names, title=f"TFO — {s.title}", zmax=top) if s.run else gr.skip() for s in (base, lopa)]
+    else:
+        maps = [gr.skip(), gr.skip()]
+    text = [s.run.text if s.run is not None else "" for s in (base, lopa)]
+    return (status, base.counters(), text[0], maps[0], lopa.counters(), text[1], maps[1], summary)
+
+
+@gpu
+def compare_stream(session: Session, prompt: str, baseline: str, *values):
+    """Yield COMPARE_OUTPUTS after every pair of rounds; the summary once both finish."""
+    session.stop_requested = False
+    try:
+        lopa_settings = settings_from_ui(*values)
+        if lopa_settings.k == 0:
+            raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
+        name = BASELINES.get(baseline, baseline)
+        base_settings = decoder_settings(name, lopa_settings)
+        loaded = MODELS.get()
+        base = Side(loaded, prompt, base_settings, f"{baseline}")
+        lopa = Side(loaded, prompt, lopa_settings, f"LoPA (k = {lopa_settings.k})")
+        session.streaming = True
+        last_heavy = 0.0
+        while not (base.done and lopa.done):
+            for side in (base, lopa):
+                if not side.done:
+                    side.advance()       # ValueError here: empty or over-long prompt (first round)
+            if session.stop_requested:
+                base.stop(), lopa.stop()
+                break
+            heavy = time.perf_counter() - last_heavy >= HEAVY_INTERVAL_S
+            last_heavy = time.perf_counter() if heavy else last_heavy
+            rounds = [len(s.run.records) if s.run else 0 for s in (base, lopa)]
+            yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)
+    except ValueError as err:
+        session.streaming = False
+        yield (error_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
+        return
+    session.streaming = False
+    if base.run is None or lopa.run is None:
+        yield _outputs("Stopped before the first round.", base, lopa, True)
+        return
+    session.compare = (base.run, lopa.run)
+    stopped = " (stopped early)" if base.run.stopped or lopa.run.stopped else ""
+    yield _outputs(f"Done{stopped}.", base, lopa, True, comparison_summary(base.run, lopa.run, baseline))
+
+
+def stop_compare(session: Session) -> str:
+    """Ask a running comparison to stop after its current pair of rounds."""
+    if session.streaming:
+        session.stop_requested = True
+        return "Stopping after the current rounds…"
+    return "Nothing is running."

@@ -1,0 +1,14 @@
+"""Pure functions from a trace (lopa.RunResult) to plotly Figures or HTML/Markdown strings.
+
+Nothing here runs the model or imports gradio: the app calls these with a live snapshot or a
+loaded trace file, and the tests call them with a trace made by the engine.
+"""
+
+from visualizations.branches import branches_table, explain_round
+from visualizations.canvas import token_canvas
+from visualizations.charts import tfo_map, tokens_per_round_chart
+from visualizations.counters import comparison_summary, counters_html
+from visualizations.heatmap import confidence_heatmap
+
+__all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
+           "comparison_summary", "counters_html", "confidence_heatmap"]

@@ -1,0 +1,95 @@
+"""Facts re-derived from a trace without the model: who filled which position, when, how sure.
+
+Every figure reads a RunResult (live snapshot or loaded file) through these helpers, so the
+bookkeeping of "round r's anchor was decided from round r-1's winner predictions" lives in one
+place. Positions are generated-sequence indices (0 = first position after the prompt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ANCHOR, LOOKAHEAD = "anchor", "lookahead"
+
+
+@dataclass(frozen=True)
+class Fill:
+    """How one generated position got its token."""
+    round: int          # round whose decisions committed it
+    token: int
+    how: str            # ANCHOR or LOOKAHEAD (the winning branch's extra token)
+    max_prob: float     # probability of the token when it was chosen (nan if unknown)
+    conf: float         # Conf of the position when it was chosen (nan if unknown)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one forward predicted at a still-masked position."""
+    token: int
+    max_prob: float
+    conf: float
+
+
+def predictions(record, branch: int | None = None) -> dict[int, Prediction]:
+    """Position -> prediction of `branch` (default: the winner) in this record's forward."""
+    j = record.winner if branch is None else branch
+    if j >= len(record.branch_positions):
+        return {}
+    return {p: Prediction(t, mp, c) for p, t, mp, c in zip(record.branch_positions[j], record.branch_argmax[j],
+                                                          record.branch_max_prob[j], record.branch_conf[j])}
+
+
+def commits(record) -> list[tuple[int, int, str]]:
+    """(position, token, how) committed by this round: the anchor's, then the winning lookahead."""
+    out = [(p, t, ANCHOR) for p, t in zip(record.anchor_positions, record.anchor_tokens)]
+    if record.winner > 0 and record.winner - 1 < len(record.lookahead_positions):
+        out.append((record.lookahead_positions[record.winner - 1], record.lookahead_tokens[record.winner - 1], LOOKAHEAD))
+    return out
+
+
+def fills(records, upto: int | None = None) -> dict[int, Fill]:
+    """Position -> Fill for every position committed in rounds 0..upto (default: all)."""
+    out: dict[int, Fill] = {}
+    last = len(records) - 1 if upto is None else min(upto, len(records) - 1)
+    for r in range(1, last + 1):
+        # Round r's anchor and lookahead were chosen from round r-1's winner predictions.
+        before = predictions(records[r - 1])
+        for pos, token, how in commits(records[r]):
+            seen = before.get(pos)
+            out[pos] = Fill(r, token, how, seen.max_prob if seen else float("nan"), seen.conf if seen else float("nan"))
+    return out
+
+
+def n_positions(record, block_size: int) -> int:
+    """Generated positions appended so far (all blocks, cached or not) after this record."""
+    return len(record.block_states) * block_size
+
+
+def committed_per_round(records) -> list[tuple[int, int]]:
+    """(anchor commits, lookahead commits) per round."""
+    return [(len(r.anchor_positions), int(r.winner > 0 and r.kind == "round")) for r in records]
+
+
+def window_tokens(records, upto: int, block_size: int, mask_id: int) -> list[int]:
+    """Every generated position's token after round `upto` (mask id where still masked)."""
+    n = n_positions(records[upto], block_size)
+    tokens = [mask_id] * n
+    for pos, fill in fills(records, upto).items():
+        if pos < n:
+            tokens[pos] = fill.token
+    return tokens
+
+
+def partial_metrics(run) -> dict:
+    """RunResult.metrics() that also works before the first round (run None or without records)."""
+    if run is None or not run.records:
+        return {"rounds": 0, "forwards": 0, "tokens_useful": 0, "tokens_paper": 0, "tpf_useful": 0.0,
+                "tpf_paper": 0.0, "latency_s": 0.0, "tps": 0.0, "tps_excl_first": 0.0, "forward_s": 0.0}
+    return run.metrics()
+
+
+def committed_tokens(records, upto: int, eos_ids, mask_id: int) -> int:
+    """Tokens committed up to round `upto`, not counting positions after the first EOS."""
+    done = fills(records, upto)
+    eos = sorted(p for p, f in done.items() if f.token in eos_ids)
+    return sum(1 for p, f in done.items() if f.token != mask_id and (not eos or p <= eos[0]))
