@@ -12,19 +12,21 @@ from lopa.settings import (ATTENTION_MODES, COMMIT_RULES, CONFIDENCE_METRICS, DE
 DEFAULTS = DecodeSettings()
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """Decoding settings as flags; shared by `generate` and the benchmarks."""
+def add_settings_arguments(parser: argparse.ArgumentParser, choose_decoder: bool = True) -> None:
+    """Decoding settings as flags; shared by `generate` and the benchmarks (which choose the
+    decoder, k and commit rule per row themselves: choose_decoder=False)."""
     g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
-    g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
-                   help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
-    g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
-    g.add_argument("--k", type=int, help=f"lookahead branches per round (default {DEFAULTS.k}; lopa preset 14)")
+    if choose_decoder:
+        g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
+                       help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
+        g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
+        g.add_argument("--k", type=int, help="lookahead branches per round (default 4 for lopa; gsm8k preset 14)")
+        g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
     g.add_argument("--tau-conf", type=float, help=f"commit threshold on max prob (default {DEFAULTS.tau_conf})")
     g.add_argument("--tau-add", type=float, help=f"block add threshold (default {DEFAULTS.tau_add})")
     g.add_argument("--tau-act", type=float, help=f"block activation threshold (default {DEFAULTS.tau_act})")
     g.add_argument("--block-size", type=int, help=f"block size N (default {DEFAULTS.block_size})")
     g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {DEFAULTS.max_new_tokens})")
-    g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
     g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {DEFAULTS.confidence})")
     g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default)")

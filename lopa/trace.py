@@ -94,6 +94,7 @@ class RunResult:
             "tps": useful / latency if latency > 0 else 0.0,
             "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
             "forward_s": sum(r.forward_seconds for r in self.records),
+            "first_round_s": first,
         }
 
     # -- serialisation -----------------------------------------------------------------------
