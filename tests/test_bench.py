@@ -1,0 +1,31 @@
+"""The benchmarks run end to end on a tiny model and write what they promise."""
+
+import csv
+import json
+
+from lopa import bench, bench_round
+from tiny import save_tiny_model_dir
+
+
+def test_bench_writes_summary_details_and_plot(tmp_path, capsys):
+    model = save_tiny_model_dir(tmp_path / "model")
+    data = tmp_path / "p.jsonl"
+    data.write_text("\n".join(json.dumps({"question": q, "answer": f"he buys = 3\n#### {a}"})
+                              for q, a in [("Tom has 3 apples ?", 3), ("how many apples ?", 4)]))
+    out = tmp_path / "out"
+    code = bench.main(["--model", str(model), "--data", str(data), "--n", "2", "--decoders", "one_token,d2f,lopa-k2",
+                       "--block-size", "8", "--max-new-tokens", "16", "--out", str(out)])
+    assert code == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["decoder"] for r in rows] == ["one_token", "d2f", "lopa-k2"]
+    assert float(rows[0]["tpf_useful"]) <= 1.0 + 1e-9          # one token per forward, at most
+    assert len(list(csv.DictReader((out / "problems.csv").open()))) == 6
+    assert (out / "accuracy_vs_tpf.png").stat().st_size > 1000
+    assert "acc" in capsys.readouterr().out
+
+
+def test_bench_round_prints_the_table(tmp_path, capsys):
+    model = save_tiny_model_dir(tmp_path / "model")
+    assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ms/forward" in out and "bookkeeping at k = 8" in out
