@@ -285,12 +285,37 @@ def export(model, tok, out: Path):
     tok.save_pretrained(str(out))
 
 
-def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe):
+def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=()):
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / "state.pt.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                "py_rng": rng.getstate(), "gen": gen.get_state(), "recipe": asdict(recipe)}, tmp)
+                "py_rng": rng.getstate(), "gen": gen.get_state(), "recipe": asdict(recipe),
+                "history": list(history)}, tmp)
     tmp.replace(path / "state.pt")  # atomic, so a kill mid-save keeps the previous checkpoint
+
+
+def update_model_card(path: Path, history: list[dict], n_params: int, recipe: Recipe):
+    """Rewrite the model card's marked sections from the eval history, so every export ships a
+    card whose numbers match its weights. Does nothing when the card or the markers are absent."""
+    if not path.exists():
+        return
+    text = path.read_text()
+    last = history[-1]
+    stats = (f"Parameters: {n_params / 1e6:.2f}M. Trained {last['step']} optimizer steps "
+             f"({last['step'] * recipe.batch:,} problems) in {last['minutes']:.0f} minutes of wall time "
+             f"on a 2-core CPU, no GPU (one thread, machine shared with other work).")
+    rows = ["| step | wall minutes | exact match | 1-step | 2-step | 3-step | tokens/round |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
+    for h in history:
+        by = [f"{h['by_steps'].get(k, float('nan')):.2f}" for k in (1, 2, 3)]
+        rows.append(f"| {h['step']} | {h['minutes']:.1f} | {h['acc']:.2f} | " + " | ".join(by)
+                    + f" | {h['tokens_per_round_per_sample']:.2f} |")
+    for name, body in (("stats", stats), ("eval", "\n".join(rows))):
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            text = head + start + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+    path.write_text(text)
 
 
 def lr_at(step: int, progress: float, recipe: Recipe) -> float:
@@ -312,13 +337,13 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98),
                             weight_decay=recipe.weight_decay)
     rng, gen = random.Random(f"train-{seed}"), torch.Generator().manual_seed(seed)
-    step, elapsed = 0, 0.0
+    step, elapsed, history = 0, 0.0, []
     ckpt = out / "checkpoint"
     if resume and (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt", weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        step, elapsed = state["step"], state["elapsed"]
+        step, elapsed, history = state["step"], state["elapsed"], state.get("history", [])
         rng.setstate(state["py_rng"])
         gen.set_state(state["gen"])
         log(f"resumed from step {step} ({elapsed / 60:.1f} min)")
@@ -336,12 +361,15 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         return max(parts)
 
     def checkpoint():
-        save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe)
         export(model, tok, export_dir)
         if n_eval:
             r = evaluate(model, tok, heldout, recipe.bf16)
+            history.append({"step": step, "minutes": elapsed / 60, **{k: r[k] for k in
+                            ("acc", "by_steps", "tokens_per_round_per_sample")}})
+            update_model_card(export_dir / "README.md", history, n_params, recipe)
             log(f"EVAL step {step} min {elapsed / 60:.1f} acc {r['acc']:.3f} by_steps {r['by_steps']} "
                 f"tok/round {r['tokens_per_round_per_sample']:.2f} ({r['eval_s']:.0f}s) ex {r['example']!r}")
+        save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe, history)
 
     model.train()
     bar = tqdm(total=steps, initial=step, mininterval=10, dynamic_ncols=False)

@@ -65,3 +65,13 @@ def test_greedy_decode_runs_and_stops(tmp_path):
     questions = ["Tom has 3 apples. How many apples does Tom have now?", "Mia has 4 eggs."]
     texts, rounds, committed = T.greedy_decode(model, tok, questions, max_blocks=1)
     assert len(texts) == 2 and 1 <= rounds <= 32 and committed == 64  # every position filled once
+
+
+def test_model_card_sections_are_filled(tmp_path):
+    card = tmp_path / "README.md"
+    card.write_text("a\n<!-- stats:start -->\nold\n<!-- stats:end -->\nb\n<!-- eval:start -->\nold\n<!-- eval:end -->\nc\n")
+    hist = [{"step": 10, "minutes": 1.0, "acc": 0.5, "by_steps": {1: 1.0, 2: 0.5}, "tokens_per_round_per_sample": 2.0}]
+    T.update_model_card(card, hist, 1_400_000, TINY)
+    text = card.read_text()
+    assert "old" not in text and "1.40M" in text and "| 10 | 1.0 | 0.50 | 1.00 | 0.50 | nan | 2.00 |" in text
+    assert text.startswith("a\n") and text.endswith("c\n")
