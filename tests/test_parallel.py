@@ -1,0 +1,231 @@
+"""Branch parallelism: the multi-process backend against the single-process engine (style habit 8),
+the two-phase cache's commit rule, and faults (a killed or hung rank becomes a clear, bounded error)."""
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lopa import DecodeSettings, Decoder
+from lopa.blocks import Branch
+from lopa.forward import BatchedExecutor
+from lopa.loading import load_model
+from lopa.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
+from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available")
+
+PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
+LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
+TIMEOUT_S = 5.0          # every collective; also bounds how long a hung rank goes unnoticed
+
+
+def decisions(run):
+    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
+             r.block_states, r.branch_positions) for r in run.records]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny-bp"))
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    return load_model(model_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def groups(model_dir):
+    from lopa.bp_group import BPGroup
+    made = {w: BPGroup.start(model_dir, workers=w, timeout_s=TIMEOUT_S, start_timeout_s=120) for w in (2, 3)}
+    yield made
+    for group in made.values():
+        group.close()
+
+
+def single(loaded, settings, prompt=PROMPT):
+    decoder = Decoder(loaded.model, loaded.spec, settings, executor="batched")
+    return decoder.run(prompt), decoder.executor
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# -- the commit rule, without processes ---------------------------------------------------------
+def test_commit_plan_skips_the_broadcast_only_when_every_rank_holds_the_winners_slice():
+    anchor = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 4, MASK_ID, MASK_ID, MASK_ID])    # block 0 complete
+    looks = [anchor.clone() for _ in range(3)]
+    for j, p in enumerate((9, 10, 11)):
+        looks[j][p] = 3
+    windows = [anchor] + looks
+    # block_causal: block 0 is the same in every branch, so every rank copies its own
+    assert commit_plan(windows, 2, 8, "block_causal", 3) == {"local": [0, 0, 0]}
+    # full: block 0 attended to block 1, which differs: the winner's rank broadcasts
+    assert commit_plan(windows, 2, 8, "full", 3) == {"src": 2, "index": 0}
+    # ... unless every rank computed the very same window (k + 1 < W: shadows of branch 0)
+    assert commit_plan([anchor], 0, 8, "full", 3) == {"local": [0, 0, 0]}
+    # the prompt alone (first round) attends only to itself
+    assert commit_plan(windows, 3, 0, "full", 2) == {"local": [0, 0]}
+    # block_causal, but the winning lookahead completed block 0: only its rank holds the slice
+    holey = anchor.clone()
+    holey[3] = MASK_ID
+    filled = holey.clone()
+    filled[3] = 8
+    other = holey.clone()
+    other[9] = 3
+    assert commit_plan([holey, filled, other], 1, 8, "block_causal", 2) == {"src": 1, "index": 0}
+
+
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_cached_block_kv_agrees_across_branches_exactly_when_commit_plan_says(attention):
+    """The proof behind skipping the commit phase, on real K/V: with block_causal attention the
+    pre-written K/V of a complete block is the same in every branch that has the same tokens there
+    (whatever follows); with full attention it is not; and a branch whose lookahead completed the
+    block differs from the others in either mode."""
+    model = tiny_qwen2(seed=1)
+    settings = DecodeSettings(k=3, attention=attention, **LIVELY)
+    ex = BatchedExecutor(model, tiny_spec(), settings)
+    ex.start(PROMPT)
+    ex.verify([Branch.start(settings, tiny_spec())])
+    ex.commit(0, 0)
+    tokens = torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 4, 7, MASK_ID, MASK_ID, MASK_ID, MASK_ID, MASK_ID, MASK_ID])
+    anchor = Branch(tokens, 0, 8, MASK_ID)
+    branches = [anchor] + [anchor.with_tokens(torch.tensor([p]), torch.tensor([3])) for p in (10, 12, 14)]
+
+    def block0(j):                                  # every layer's K and V of block 0, branch j
+        return torch.cat([torch.cat([k[j, :, :8], v[j, :, :8]]).flatten() for k, v in ex.kv.pending.values()])
+
+    ex.verify(branches)
+    same = all(torch.allclose(block0(0), block0(j), atol=1e-6) for j in (1, 2, 3))
+    plan = commit_plan([b.window() for b in branches], 2, 8, attention, 2)
+    assert same == (attention == "block_causal") == ("local" in plan)
+
+    holey = anchor.with_tokens(torch.tensor([3]), torch.tensor([MASK_ID]))
+    filled = holey.with_tokens(torch.tensor([3]), torch.tensor([8]))
+    ex.verify([holey, filled])
+    assert not torch.allclose(block0(0), block0(1), atol=1e-6)
+    assert "src" in commit_plan([holey.window(), filled.window()], 1, 8, attention, 2)
+
+
+def test_hccl_without_torch_npu_is_a_clear_error():
+    try:
+        import torch_npu  # noqa: F401
+        pytest.skip("torch_npu is installed")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match="needs the torch_npu package"):
+        dist_backend("npu")
+    assert dist_backend("cpu") == "gloo"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_one_rank_reproduces_the_single_process_engine_even_when_sampling(loaded, temperature):
+    settings = DecodeSettings(k=3, temperature=temperature, seed=7, **LIVELY)
+    ref, _ = single(loaded, settings)
+    bp = Decoder(None, loaded.spec, settings, executor=BPExecutor(loaded.model, loaded.spec, settings, Comm())).run(PROMPT)
+    assert bp.tokens == ref.tokens and decisions(bp) == decisions(ref)
+
+
+# -- W processes against one ----------------------------------------------------------------------
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_branch_parallel_equals_single_process(groups, loaded, world, attention):
+    settings = DecodeSettings(k=4, attention=attention, **LIVELY)
+    ref, ref_executor = single(loaded, settings)
+    group = groups[world]
+    bp = group.decoder(settings).run(PROMPT)
+
+    assert bp.tokens == ref.tokens
+    assert decisions(bp) == decisions(ref)
+    for a, b in zip(bp.records, ref.records):
+        assert a.branch_scores == pytest.approx(b.branch_scores, rel=1e-4, abs=1e-5)
+    assert any(r.winner > 0 for r in bp.records)
+    # every rank ends with the cache the single process built
+    want = kv_digest(ref_executor.kv).tolist()
+    for got in group.digests():
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
+
+    N, prev_cached, skipped = settings.block_size, 0, 0
+    for r in bp.records:
+        if r.kind == "final":
+            continue
+        assert r.branch_rank == [j % world for j in range(len(r.branch_tokens))]
+        x = r.extra
+        assert {"forward_s", "gather_s", "commit_s", "bytes", "full_logits_bytes"} <= set(x)
+        assert len(x["rank_forward_s"]) == world and 0 < x["bytes"]
+        assert x["summary_bytes"] < x["full_logits_bytes"]
+        # the commit phase is skipped exactly when the module docstring says it can be
+        cached_now = r.n_cached_blocks - prev_cached
+        if attention == "full":
+            expect = cached_now > 0 and len(r.branch_tokens) > 1
+        else:
+            look = r.lookahead_positions[r.winner - 1] if r.winner > 0 else None
+            expect = look is not None and look < r.n_cached_blocks * N and cached_now > 0
+        assert x["commit_broadcast"] == expect, r.round
+        assert x["commit_bytes"] > 0 if expect else x["commit_bytes"] == 0
+        skipped += cached_now > 0 and not expect
+        prev_cached = r.n_cached_blocks
+    assert attention == "full" or skipped > 0
+
+
+def test_sampling_is_reproducible_per_world_size(groups):
+    settings = DecodeSettings(k=3, temperature=1.0, seed=3, **LIVELY)
+    a = groups[2].decoder(settings).run(PROMPT)
+    b = groups[2].decoder(settings).run(PROMPT)
+    assert a.tokens == b.tokens and decisions(a) == decisions(b)
+
+
+# -- faults -------------------------------------------------------------------------------------
+def launcher_children() -> list[int]:
+    from lopa import bp_group
+    pid = bp_group._LAUNCHER.proc.pid
+    return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+
+
+@pytest.mark.parametrize("fault, cause, bound_s", [
+    (signal.SIGKILL, r"rank 2 \(pid \d+\) was killed by SIGKILL", 5.0),
+    (signal.SIGSTOP, r"rank 0: .*(timed out|Timed out|timeout)", 3 * TIMEOUT_S),
+])
+def test_a_killed_or_hung_rank_is_a_clear_bounded_error_and_the_next_run_works(groups, loaded, fault, cause, bound_s):
+    group = groups[3]
+    settings = DecodeSettings(k=4, **LIVELY)
+    decoder = group.decoder(settings)
+    stream = decoder.stream(PROMPT)
+    next(stream)
+    pids = dict(group.pids)
+    os.kill(pids[2 if fault == signal.SIGKILL else 1], fault)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=cause):
+        list(stream)
+    assert time.monotonic() - t0 < bound_s
+    assert not group.running and all(gone(pid) for pid in pids.values())
+    assert set(launcher_children()).isdisjoint(pids.values())
+    # the same group object starts fresh ranks for the next run
+    again = group.decoder(settings).run(PROMPT)
+    assert again.tokens == single(loaded, settings)[0].tokens
+    assert group.running and set(group.pids.values()).isdisjoint(pids.values())
+
+
+def test_close_leaves_nothing_running(model_dir):
+    from lopa.bp_group import BPGroup, stop_launcher
+    from lopa import bp_group
+    with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
+        group.decoder(DecodeSettings(k=2, **LIVELY)).run(PROMPT)
+        pids = list(group.pids.values())
+    assert all(gone(pid) for pid in pids) and not group.running
+    with pytest.raises(RuntimeError, match="closed"):
+        group.decoder(DecodeSettings(**LIVELY))
+    launcher = bp_group._LAUNCHER.proc
+    assert set(launcher_children()).isdisjoint(pids)
+    stop_launcher()
+    assert launcher.poll() is not None
