@@ -40,15 +40,12 @@ def view(session: Session, r: int | None = None) -> tuple:
     """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest)."""
     run = session.run
     if run is None:
-        return (token_canvas(_empty()), branches_table(_empty()), confidence_heatmap(_empty(), 0),
-                tokens_per_round_chart(_empty()), explain_round(_empty(), 0))
+        empty = RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
+        return (token_canvas(empty, 0), branches_table(empty, 0), confidence_heatmap(empty, 0),
+                tokens_per_round_chart(empty), explain_round(empty, 0))
     r = session.n_rounds - 1 if r is None else max(0, min(int(r), session.n_rounds - 1))
     return (token_canvas(run, r, session.names), branches_table(run, r, session.names),
             confidence_heatmap(run, r, session.names), tokens_per_round_chart(run, r), explain_round(run, r, session.names))
-
-
-def _empty() -> RunResult:
-    return RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
 
 
 def _slider(session: Session):

@@ -37,6 +37,7 @@ class Side:
             record = next(self.stream)
         except StopIteration:
             self.done = True
+            self.run = self.decoder.result()       # now marked finished, not stopped
             return
         self.run = self.decoder.result()
         new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)
@@ -80,7 +81,7 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         base = Side(loaded, prompt, base_settings, f"{baseline}")
         lopa = Side(loaded, prompt, lopa_settings, f"LoPA (k = {lopa_settings.k})")
         session.streaming = True
-        last_heavy = 0.0
+        last_heavy = float("-inf")
         while not (base.done and lopa.done):
             for side in (base, lopa):
                 if not side.done:

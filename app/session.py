@@ -62,7 +62,7 @@ class Session:
     stop_requested: bool = False
     elapsed_before: float = 0.0           # wall clock spent in earlier Run/Step calls of this decode
     active_since: float | None = None
-    last_heavy: float = 0.0               # when heavy figures were last sent (throttling)
+    last_heavy: float = float("-inf")     # when heavy figures were last sent (throttling); never yet
     compare: tuple | None = None          # (baseline RunResult, LoPA RunResult) of the last comparison
 
     # -- lifecycle of one decode -----------------------------------------------------------
@@ -72,7 +72,7 @@ class Session:
         self.decoder = loaded.decoder(settings, executor=executor)
         self.stream = self.decoder.stream(prompt)
         self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings), "live"
-        self.run, self.names, self.elapsed_before, self.last_heavy = None, {}, 0.0, 0.0
+        self.run, self.names, self.elapsed_before, self.last_heavy = None, {}, 0.0, float("-inf")
 
     def matches(self, prompt: str, settings: DecodeSettings) -> bool:
         """Is there a live decode of exactly this prompt and these settings to continue?"""
@@ -87,8 +87,9 @@ class Session:
             self.stream = None
             self.run = self.decoder.result() if self.decoder.records else self.run
             return None
-        except ValueError:
-            self.stream = None
+        except ValueError:          # raised before any round: nothing to keep
+            self.close()
+            self.source = "idle" if self.run is None else self.source
             raise
         self.run = self.decoder.result()
         new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)

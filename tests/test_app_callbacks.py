@@ -1,0 +1,227 @@
+"""The app's callbacks called as plain functions (no server, no browser) on a tiny random model."""
+
+import json
+
+import gradio as gr
+import pytest
+
+from app import callbacks as cb
+from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
+from app.models import MODELS, example_prompts, safetensors_param_count
+from app.session import SETTING_NAMES, Session, settings_from_ui
+from tiny import save_tiny_model_dir
+
+# gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+# Low thresholds so that a random model commits several tokens per round and lookahead matters.
+SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+                attention="block_causal", temperature=0.0, seed=0)
+
+
+def values(**changes):
+    return [{**SETTINGS, **changes}[n] for n in SETTING_NAMES]
+
+
+def named(outputs, names=cb.LIVE_OUTPUTS):
+    assert len(outputs) == len(names)
+    return dict(zip(names, outputs))
+
+
+def is_skip(value):
+    return value == gr.skip()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_model(tmp_path_factory):
+    """Every callback in this module decodes with a tiny random Qwen2 saved like the bundled model."""
+    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    saved = (MODELS.default, MODELS.loaded)
+    MODELS.default, MODELS.loaded = path, None
+    yield path
+    MODELS.default, MODELS.loaded = saved
+
+
+def drain(gen):
+    return [named(out) for out in gen]
+
+
+def test_settings_from_ui_validates_with_clear_messages():
+    s = settings_from_ui(*values())
+    assert s.k == 3 and s.block_size == 8 and s.confidence == "max_prob"
+    assert settings_from_ui(*values(k=3.0, seed=2.0)).seed == 2
+    for bad, message in [(dict(max_new_tokens=30), "multiple of block_size"), (dict(tau_conf=1.5), "tau_conf"),
+                         (dict(k=2.5), "whole number"), (dict(block_size=None), "empty"), (dict(k=99), "lookahead branches")]:
+        with pytest.raises(ValueError, match=message):
+            settings_from_ui(*values(**bad))
+
+
+def test_run_streams_rounds_live_and_renders_the_final_state():
+    session = Session()
+    outs = drain(cb.run_stream(session, PROMPT, *values()))
+    run = session.run
+    assert not run.stopped and session.stream is None and session.status() == "done"
+    rounds = [int(o["counters"].split('data-rounds="')[1].split('"')[0]) for o in outs]
+    assert rounds[0] == 0 and rounds[-1] == len(run.records)
+    assert rounds[1:-1] == list(range(1, len(run.records) + 1))    # one yield per round, as computed
+    last = outs[-1]
+    assert last["status"].startswith("Done") and not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS)
+    assert f'data-round="{len(run.records) - 1}"' in last["canvas"] and last["answer"] == run.text
+    assert session.names                                             # token strings from the tokenizer
+
+
+def test_heavy_figures_are_throttled_but_the_end_is_always_drawn(monkeypatch):
+    monkeypatch.setattr(cb, "HEAVY_INTERVAL_S", 3600.0)
+    outs = drain(cb.run_stream(Session(), PROMPT, *values()))
+    heavy = [not is_skip(o["heatmap"]) for o in outs]
+    assert heavy[0] is False and heavy[1] is True and not any(heavy[2:-1]) and heavy[-1] is True
+    assert all(not is_skip(o["counters"]) for o in outs)             # counters move every round
+
+
+def test_stop_cancels_within_one_round():
+    session = Session()
+    gen = cb.run_stream(session, PROMPT, *values())
+    next(gen), next(gen), next(gen)                                  # start, round 0, round 1
+    status, _ = cb.stop_run(session)
+    assert "Stopping" in status
+    rest = drain(gen)
+    assert session.run.stopped and len(session.run.records) == 3    # the round in flight, then stop
+    assert "stopped" in rest[-1]["status"] and session.status() == "stopped"
+
+
+def test_step_advances_one_round_and_run_continues_the_same_decode():
+    full = Session()
+    drain(cb.run_stream(full, PROMPT, *values()))
+    session = Session()
+    for r in range(2):
+        out = named(cb.step_once(session, PROMPT, *values()))
+        assert len(session.run.records) == r + 1 and f"round {r}" in out["status"]
+    assert session.status() == "paused"
+    drain(cb.run_stream(session, PROMPT, *values()))
+    assert session.run.tokens == full.run.tokens and len(session.run.records) == len(full.run.records)
+    assert [r.winner for r in session.run.records] == [r.winner for r in full.run.records]
+
+
+def test_step_with_changed_settings_starts_over_and_stop_while_paused_cancels_now():
+    session = Session()
+    cb.step_once(session, PROMPT, *values())
+    cb.step_once(session, PROMPT, *values())
+    cb.step_once(session, PROMPT, *values(k=1))
+    assert len(session.run.records) == 1 and session.run.settings["k"] == 1
+    status, counters = cb.stop_run(session)
+    assert status.startswith("Stopped") and session.run.stopped and 'data-status="stopped"' in counters
+    assert cb.stop_run(session)[0] == "Nothing is running."
+
+
+@pytest.mark.parametrize("prompt, settings, message", [
+    ("   ", {}, "prompt is empty"),
+    (" ".join(["apples"] * 600), {}, "context"),
+    (PROMPT, dict(max_new_tokens=20), "multiple of block_size"),
+    (PROMPT, dict(tau_add=0), "tau_add"),
+])
+def test_bad_input_shows_a_message_and_the_session_survives(prompt, settings, message):
+    session = Session()
+    out = drain(cb.run_stream(session, prompt, *values(**settings)))[-1]
+    assert "Error" in out["status"] and message in out["status"]
+    assert session.stream is None and not session.streaming
+    assert message in named(cb.step_once(session, prompt, *values(**settings)))["status"]
+    drain(cb.run_stream(session, PROMPT, *values()))                 # and it still works afterwards
+    assert session.status() == "done"
+
+
+def test_scrub_play_and_reset():
+    session = Session()
+    drain(cb.run_stream(session, PROMPT, *values()))
+    n = len(session.run.records)
+    canvas = cb.show_round(session, 1)[0]
+    assert 'data-round="1"' in canvas and 'data-round="0"' in cb.show_round(session, -5)[0]
+    assert f'data-round="{n - 1}"' in cb.show_round(session, 10_000)[0]
+    timer, button, playing = cb.toggle_play(session, False, n - 1)
+    assert playing and timer.active
+    slider, timer, _, playing, *view = cb.play_tick(session, n - 1)       # from the end: back to the start
+    assert slider["value"] == 0 and 'data-round="0"' in view[0] and timer.active
+    slider, timer, _, playing, *_ = cb.play_tick(session, n - 2)           # reaching the end stops the timer
+    assert slider["value"] == n - 1 and not timer.active and not playing
+    out = named(cb.reset_session(session))
+    assert session.run is None and "No rounds yet" in out["canvas"]
+
+
+@pytest.mark.parametrize("fmt", ["JSON", "Parquet"])
+def test_export_then_load_replays_the_same_trace(fmt, monkeypatch):
+    session = Session()
+    assert "nothing to export" in cb.export_trace(session, fmt)[1]
+    drain(cb.run_stream(session, PROMPT, *values()))
+    update, status = cb.export_trace(session, fmt)
+    assert update["value"].endswith(".parquet" if fmt == "Parquet" else ".json") and "Exported" in status
+    replay = Session()
+    out = named(cb.load_trace(replay, update["value"]))
+    assert replay.source == "replay" and replay.run.records == session.run.records
+    assert out["status"].startswith("Replaying") and replay.status() == "replay"
+    assert replay.names                                               # the trace's model is the loaded one
+    assert cb.show_round(replay, 1)[0] == cb.show_round(Session(run=session.run, names=session.names), 1)[0]
+    monkeypatch.setattr(MODELS, "loaded", None)                       # its tokenizer is nowhere: show ids
+    without = Session()
+    cb.load_trace(without, update["value"])
+    assert not without.names and "#" in cb.show_round(without, 1)[0]
+
+
+def test_corrupt_foreign_or_misnamed_trace_files_are_refused(tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "foreign.json").write_text(json.dumps({"hello": 1}))
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    (tmp_path / "trace.txt").write_text("{}")
+    session = Session()
+    for name in ("bad.json", "foreign.json", "bad.parquet", "trace.txt"):
+        out = named(cb.load_trace(session, str(tmp_path / name)))
+        assert "Error" in out["status"] and name in out["status"]
+    assert session.run is None
+
+
+def test_model_directory_errors_keep_the_previous_model(tiny_model, tmp_path):
+    first = MODELS.get()
+    info, status = cb.load_model_dir(str(tmp_path / "nowhere"))
+    assert "Error" in status and "still using" in status and MODELS.loaded is first
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{broken")
+    assert "Error" in cb.load_model_dir(str(tmp_path / "broken"))[1] and MODELS.loaded is first
+    info, status = cb.load_model_dir(str(tiny_model))
+    assert "Loaded" in status and "M parameters" in info and MODELS.loaded is not first
+    assert safetensors_param_count(tiny_model) == MODELS.loaded.n_params
+
+
+def test_comparison_streams_both_sides_and_summarises():
+    session = Session()
+    outs = [dict(zip(COMPARE_OUTPUTS, o)) for o in compare_stream(session, PROMPT, "D2F vanilla (k = 0)", *values())]
+    base, lopa = session.compare
+    assert base.settings["k"] == 0 and lopa.settings["k"] == 3 and not base.stopped and not lopa.stopped
+    assert 'data-status="done"' in outs[-1]["base_counters"] and 'data-status="done"' in outs[-1]["lopa_counters"]
+    assert "Speed-up of LoPA" in outs[-1]["compare_summary"] and outs[-1]["lopa_answer"] == lopa.text
+    assert len(outs) >= max(len(base.records), len(lopa.records))
+    one_token = list(compare_stream(Session(), PROMPT, "one token per round", *values()))[-1]
+    assert "Speed-up" in one_token[-1]
+    error = list(compare_stream(Session(), PROMPT, "D2F vanilla (k = 0)", *values(k=0)))[-1]
+    assert "Error" in error[0] and "k is 0" in error[0]
+
+
+def test_comparison_stops_on_request():
+    session = Session()
+    gen = compare_stream(session, PROMPT, "D2F vanilla (k = 0)", *values())
+    next(gen)
+    assert "Stopping" in stop_compare(session)
+    last = list(gen)[-1]
+    assert "stopped early" in last[0] and session.compare[1].stopped
+
+
+def test_presets_and_examples():
+    updates = cb.apply_preset("paper: gsm8k")
+    by_name = dict(zip(SETTING_NAMES, updates))
+    assert by_name["k"]["value"] == 14 and by_name["tau_conf"]["value"] == 0.9 and is_skip(by_name["max_new_tokens"])
+    prompts = example_prompts()
+    assert len(prompts) >= 4 and all(isinstance(p, str) and p for p in prompts)
+
+
+def test_warm_model_loads_lazily_and_describes_it():
+    MODELS.loaded = None
+    assert "not loaded yet" in MODELS.describe()
+    assert "M parameters" in cb.warm_model() and MODELS.loaded is not None

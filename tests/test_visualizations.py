@@ -1,0 +1,168 @@
+"""Figures and HTML views on a real trace made by the engine (tiny random Qwen2, word-level tokenizer).
+
+The checks tie every drawn value back to the trace: cells per state, heatmap deltas, bar heights,
+TFO rounds. Nothing here depends on the model being any good.
+"""
+
+import math
+import re
+
+import pytest
+
+from lopa import DecodeSettings, Decoder, RunResult
+from tiny import tiny_qwen2, tiny_spec, tiny_tokenizer
+from visualizations import (branches_table, comparison_summary, confidence_heatmap, counters_html, explain_round,
+                            tfo_map, token_canvas, tokens_per_round_chart)
+from visualizations.labels import token_label
+from visualizations.palette import text_on, viridis
+from visualizations.timeline import commits, fills, window_tokens
+
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+# Low thresholds so that a random model commits several tokens per round and lookahead matters.
+LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
+
+
+def decode(k: int) -> tuple[RunResult, dict]:
+    tokenizer = tiny_tokenizer()
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings(k=k, **LIVELY), tokenizer).run(PROMPT)
+    names = {i: tokenizer.decode([i]) for i in range(len(tokenizer))}
+    return run, names
+
+
+@pytest.fixture(scope="module")
+def lopa():
+    return decode(3)
+
+
+@pytest.fixture(scope="module")
+def vanilla():
+    return decode(0)
+
+
+def rounds_with_forward(run):
+    return [r for r, rec in enumerate(run.records) if rec.kind == "round"]
+
+
+def test_fills_rebuild_the_final_tokens_and_per_round_commits(lopa):
+    run, _ = lopa
+    done, mask = fills(run.records), run.spec["mask_token_id"]
+    assert {p: f.token for p, f in done.items()} == {p: t for p, t in enumerate(run.tokens) if t != mask}
+    for r, rec in enumerate(run.records):
+        assert len(commits(rec)) == rec.committed
+        assert sum(f.round == r for f in done.values()) == rec.committed
+    assert window_tokens(run.records, len(run.records) - 1, 8, mask) == run.tokens
+    assert all(0.0 <= f.max_prob <= 1.0 for f in done.values())
+
+
+def test_canvas_shows_every_position_with_its_state(lopa):
+    run, names = lopa
+    for r in range(len(run.records)):
+        html = token_canvas(run, r, names)
+        rec = run.records[r]
+        states = re.findall(r'data-state="(\w+)"', html)
+        assert len(states) == len(rec.block_states) * 8
+        assert states.count("anchor") == len(rec.anchor_positions)
+        assert states.count("lookahead") == int(rec.winner > 0)
+        committed = {p for p, f in fills(run.records, r).items()}
+        assert states.count("masked") == len(states) - len(committed)
+        assert f'data-round="{r}"' in html
+    assert "cached" in token_canvas(run, len(run.records) - 1, names)
+
+
+def test_canvas_escapes_token_strings_and_falls_back_to_ids(lopa):
+    run, _ = lopa
+    evil = {t: "<script>x</script>" for t in run.tokens}
+    assert "<script>" not in token_canvas(run, 2, evil)
+    assert "#" in token_canvas(run, 2, None)                  # replay without a tokenizer: ids
+    assert token_label(5, None) == "#5" and token_label(0, {0: " "}, mask_id=9) == "␣"
+
+
+def test_branches_table_and_explanation_name_the_winner(lopa):
+    run, names = lopa
+    for r in rounds_with_forward(run):
+        rec = run.records[r]
+        html = branches_table(run, r, names)
+        assert html.count('<tr class="lopa-branch') == len(rec.branch_scores)
+        assert re.search(rf'lopa-winner" data-branch="{rec.winner}"', html)
+        text = explain_round(run, r, names)
+        assert (f"Winner: B{rec.winner}" if rec.winner else "Winner: the anchor") in text
+    assert "prompt forward" in explain_round(run, 0, names)
+    if run.records[-1].kind == "final":
+        assert "no forward" in branches_table(run, len(run.records) - 1, names)
+
+
+def test_heatmap_shows_each_branch_minus_the_anchor_with_the_lookahead_cell_marked(lopa):
+    run, names = lopa
+    r = next(r for r in rounds_with_forward(run) if len(run.records[r].lookahead_positions) == 3)
+    rec = run.records[r]
+    fig = confidence_heatmap(run, r, names)
+    anchor, delta, marks = fig.data[0], fig.data[1], fig.data[2]
+    columns = [int(x) for x in anchor.x]
+    assert len(anchor.z) == 1 and len(delta.z) == 3 and all(len(row) == len(columns) for row in delta.z)
+    conf = [dict(zip(p, c)) for p, c in zip(rec.branch_positions, rec.branch_conf)]
+    for j in range(1, 4):
+        look = rec.lookahead_positions[j - 1]
+        for x, value in zip(columns, delta.z[j - 1]):
+            if x == look or x not in conf[j] or x not in conf[0]:
+                assert math.isnan(value)
+            else:
+                assert value == pytest.approx(conf[j][x] - conf[0][x])
+    assert sorted(int(x) for x in marks.x) == sorted(rec.lookahead_positions)
+    assert delta.zmid == 0
+    assert any(s.type == "rect" for s in fig.layout.shapes)           # the winner is outlined
+    assert "★" in (anchor.y[0] if rec.winner == 0 else delta.y[rec.winner - 1])
+
+
+def test_heatmap_of_prefill_and_final_rounds(lopa):
+    run, names = lopa
+    assert len(confidence_heatmap(run, 0, names).data) == 1              # prefill: anchor strip only
+    if run.records[-1].kind == "final":
+        fig = confidence_heatmap(run, len(run.records) - 1, names)
+        assert not fig.data and "nothing left masked" in fig.layout.annotations[0].text
+
+
+def test_tokens_per_round_chart_matches_commits(lopa):
+    run, _ = lopa
+    fig = tokens_per_round_chart(run, current=2)
+    anchor, look = fig.data
+    assert [a + b for a, b in zip(anchor.y, look.y)] == [rec.committed for rec in run.records]
+    assert len(fig.layout.shapes) == 1
+
+
+def test_tfo_maps_share_one_colour_scale(lopa, vanilla):
+    run, names = lopa
+    base, _ = vanilla
+    top = max(len(run.records), len(base.records))
+    fig = tfo_map(run, names, zmax=top)
+    z = fig.data[0].z
+    done = fills(run.records)
+    assert len(z) == len(run.tokens) // 8
+    assert all(z[p // 8][p % 8] == done[p].round for p in done)
+    assert fig.data[0].zmax == top == tfo_map(base, names, zmax=top).data[0].zmax
+
+
+def test_counters_and_comparison_summary(lopa, vanilla):
+    run, _ = lopa
+    base, _ = vanilla
+    m = run.metrics()
+    html = counters_html(run, 1.5, "done")
+    assert f'data-counter="rounds" data-value="{m["rounds"]}"' in html
+    assert f'data-value="{m["tpf_useful"]:.2f}"' in html and 'data-status="done"' in html
+    assert 'data-rounds="0"' in counters_html(None, 0.0, "idle")
+    summary = comparison_summary(base, run, "D2F")
+    speedup = base.metrics()["forwards"] / m["forwards"]
+    assert f"{speedup:.2f}× fewer forwards" in summary and "| TPF (useful) |" in summary
+
+
+def test_replayed_trace_renders_without_names(lopa, tmp_path):
+    run, _ = lopa
+    back = RunResult.load(run.save(tmp_path / "t.parquet"))
+    r = rounds_with_forward(back)[0]
+    assert token_canvas(back, r) == token_canvas(run, r)
+    assert confidence_heatmap(back, r).to_json() == confidence_heatmap(run, r).to_json()
+
+
+def test_palette_is_viridis_with_readable_text():
+    assert viridis(0.0) == "#440154" and viridis(1.0) == "#fde725" and viridis(2.0) == "#fde725"
+    assert viridis(float("nan")) == "#999999"
+    assert text_on("#440154") == "#ffffff" and text_on("#fde725") == "#000000"
