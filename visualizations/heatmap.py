@@ -47,7 +47,8 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     r = max(0, min(r, len(run.records) - 1))
     rec = run.records[r]
     if rec.kind == "final" or not rec.branch_positions or not rec.branch_positions[0]:
-        return _message_figure(f"Round {r}: nothing left masked, so there is no confidence to show.")
+        return _message_figure(f"Round {r}: nothing left masked, so no forward and no confidence to show.<br>"
+                               "Scrub back to an earlier round to see its branches.")
     mask_id, metric = int(run.spec["mask_token_id"]), run.settings["confidence"]
     conf = [dict(zip(p, c)) for p, c in zip(rec.branch_positions, rec.branch_conf)]      # per branch: pos -> Conf
     argmax = [dict(zip(p, t)) for p, t in zip(rec.branch_positions, rec.branch_argmax)]

@@ -1,0 +1,113 @@
+"""The app served in-process and driven through its API with gradio_client: a streamed run, the
+final result, a trace round trip (export, then load), per-session state and error messages."""
+
+import json
+import re
+import socket
+import time
+
+import pytest
+from gradio_client import Client, handle_file
+
+from app import build_demo
+from app.models import MODELS
+from app.session import SETTING_NAMES
+from tiny import save_tiny_model_dir
+
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+                attention="block_causal", temperature=0.0, seed=0)
+ARGS = [SETTINGS[n] for n in SETTING_NAMES]
+TIMEOUT_S = 60
+
+
+def rounds(counters_html: str) -> int:
+    return int(re.search(r'data-rounds="(\d+)"', counters_html).group(1))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    saved = (MODELS.default, MODELS.loaded)
+    MODELS.default, MODELS.loaded = path, None
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+    MODELS.default, MODELS.loaded = saved
+
+
+@pytest.fixture
+def client(url):
+    return Client(url, verbose=False)
+
+
+def stream(client, *args, api_name="/run"):
+    """Submit and collect every streamed output (each a tuple), with a deadline."""
+    job = client.submit(*args, api_name=api_name)
+    outs, deadline = [], time.monotonic() + TIMEOUT_S
+    for out in job:
+        outs.append(out)
+        assert time.monotonic() < deadline, "streaming took too long"
+    job.result(timeout=TIMEOUT_S)
+    return outs, job
+
+
+def test_streamed_run_then_final_result(client):
+    outs, job = stream(client, PROMPT, *ARGS)
+    seen = [rounds(o[1]) for o in outs]
+    assert seen == sorted(seen) and seen[-1] >= 3 and len(set(seen)) >= 3        # counters advance per round
+    final = job.result(timeout=TIMEOUT_S)
+    assert final[0].startswith("Done") and rounds(final[1]) == seen[-1]
+    assert 'data-status="done"' in final[1]
+    assert "lopa-canvas" in final[4] and "lopa-branches" in final[5]            # the final state is drawn
+    chart = final[7]
+    assert chart["type"] == "plotly" and len(json.loads(chart["plot"])["data"][0]["x"]) == seen[-1]
+
+
+def test_trace_round_trip_through_the_api(client, tmp_path):
+    run_final = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
+    for fmt in ("JSON", "Parquet"):
+        file_update, status = client.predict(fmt, api_name="/export_trace")
+        path = file_update["value"] if isinstance(file_update, dict) else file_update
+        assert "Exported" in status and path.endswith(".json" if fmt == "JSON" else ".parquet")
+        replay = Client(client.src, verbose=False)                 # another session, no model needed
+        out = replay.predict(handle_file(path), api_name="/load_trace")
+        assert out[0].startswith("Replaying") and rounds(out[1]) == rounds(run_final[1])
+        assert 'data-status="replay"' in out[1] and out[3] == run_final[3]  # same answer text
+
+
+def test_step_then_stop_and_per_session_state(client, url):
+    first = client.predict(PROMPT, *ARGS, api_name="/step")
+    second = client.predict(PROMPT, *ARGS, api_name="/step")
+    assert rounds(first[1]) == 1 and rounds(second[1]) == 2 and "Paused" in second[0]
+    other = Client(url, verbose=False)                              # a second user sees none of it
+    assert other.predict("JSON", api_name="/export_trace")[1].startswith("**⚠ Error:**")
+    status, counters = client.predict(api_name="/stop")
+    assert status.startswith("Stopped") and 'data-status="stopped"' in counters
+
+
+def test_bad_inputs_come_back_as_messages(client):
+    empty = client.predict("  ", *ARGS, api_name="/run")
+    assert "Error" in empty[0] and "prompt is empty" in empty[0]
+    bad = dict(SETTINGS, max_new_tokens=30)
+    out = client.predict(PROMPT, *[bad[n] for n in SETTING_NAMES], api_name="/run")
+    assert "multiple of block_size" in out[0]
+    info, status = client.predict("/no/such/model", api_name="/load_model")
+    assert "Error" in status and "still using" in status
+    assert stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)[0].startswith("Done")   # still serving
+
+
+def test_comparison_through_the_api(client):
+    outs, job = stream(client, PROMPT, "D2F vanilla (k = 0)", *ARGS, api_name="/compare")
+    final = job.result(timeout=TIMEOUT_S)
+    assert len(outs) >= 3 and final[0].startswith("Done")
+    assert 'data-status="done"' in final[1] and 'data-status="done"' in final[4]
+    assert "Speed-up of LoPA" in final[7]
