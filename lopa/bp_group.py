@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -96,6 +97,7 @@ class BPGroup:
         self.device, self.threads = device, threads
         self.pids: dict[int, int] = {}
         self.description = ""
+        self.last_failure = ""            # why the last group ended unasked (a rank died while idle)
         self._lock = threading.RLock()
         self._conn: Connection | None = None
         self._dir: str | None = None
@@ -113,6 +115,9 @@ class BPGroup:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this BPGroup was closed; start a new one")
+            if self._conn is not None and self._dead():    # a rank died while idle: no run to fail
+                self.last_failure = self._dead()
+                self._teardown(grace_s=0.0)
             if self._conn is None:
                 self._launch()
         return RemoteExecutor(self, settings)
@@ -199,22 +204,40 @@ class BPGroup:
             self._fail(RuntimeError(value))
         return value
 
+    def _ended(self) -> dict[int, str]:
+        """{rank: 'was killed by SIGKILL' / 'exited with code 1'} for rank processes that have ended."""
+        return {r: Path(self._path(r, "exit")).read_text() for r in self.pids if os.path.exists(self._path(r, "exit"))}
+
     def _dead(self) -> str:
-        """'rank r (pid p) killed by SIGKILL; ...' for every rank process that has ended."""
-        ended = [f"rank {r} (pid {pid}) {Path(self._path(r, 'exit')).read_text()}"
-                 for r, pid in self.pids.items() if os.path.exists(self._path(r, "exit"))]
-        if not _launcher_alive():
-            ended.append("the launcher process died")
-        return "; ".join(ended)
+        ended = [f"rank {r} {text}" for r, text in self._ended().items()]
+        return "; ".join(ended + ([] if _launcher_alive() else ["the launcher process died"]))
 
     def _fail(self, err: BaseException):
-        time.sleep(0.3)                    # let the launcher reap a crashed rank, so we can name it
-        cause, detail = self._dead(), f"{type(err).__name__}: {err}"
-        logs = "".join(self._tail(r) for r in self.pids)
+        """Name the cause, stop every rank, raise. A rank that died of a signal or of its own error is
+        a cause; ranks whose collectives then broke are consequences; when only consequences ended,
+        the ranks still alive are the ones that stopped answering (hung)."""
+        deadline = time.monotonic() + 1.0          # let the launcher reap the ranks that are ending
+        while time.monotonic() < deadline and not self._ended():
+            time.sleep(0.05)
+        time.sleep(0.2)
+        ended = self._ended()
+        causes, logs = [], ""
+        for r, text in ended.items():
+            tail = self._tail(r)
+            if "killed by" in text or not any(m in tail for m in _COLLECTIVE_ERRORS):
+                causes.append(f"rank {r} (pid {self.pids[r]}) {text}")
+                logs += "" if "killed by" in text else f"\n--- rank {r} log, last lines ---\n{tail}"
+        if not causes and ended:
+            causes = [f"rank {r} (pid {self.pids[r]}) stopped answering: its peers timed out waiting for it"
+                      for r in self.pids if r not in ended]
+        if not _launcher_alive():
+            causes.append("the launcher process died")
+        detail = _short(f"{type(err).__name__}: {err}")
         self._teardown(grace_s=0.0)
-        raise RuntimeError(f"branch-parallel group ({self.world} ranks) failed: {cause or detail}"
-                           f"{'' if not cause else f' [{detail}]'}. All ranks were stopped; the next run "
-                           f"starts fresh ones.{logs}") from (err if isinstance(err, BaseException) else None)
+        summary = "; ".join(causes) or detail
+        raise RuntimeError(f"branch-parallel group ({self.world} ranks) failed: {summary}"
+                           f"{f' ({detail})' if causes else ''}. All ranks were stopped; the next run "
+                           f"starts fresh ones.{logs}") from None
 
     def _teardown(self, grace_s: float) -> None:
         """Wait up to grace_s for the ranks to exit, SIGKILL the rest, wait until all are reaped."""
@@ -243,12 +266,21 @@ class BPGroup:
     def _path(self, rank: int, kind: str) -> str:
         return os.path.join(self._dir or "", f"rank{rank}.{kind}")
 
-    def _tail(self, rank: int, lines: int = 6) -> str:
+    def _tail(self, rank: int, lines: int = 4) -> str:
         try:
-            text = Path(self._path(rank, "log")).read_text(errors="replace").strip().splitlines()[-lines:]
+            return "\n".join(Path(self._path(rank, "log")).read_text(errors="replace").strip().splitlines()[-lines:])
         except OSError:
             return ""
-        return f"\n--- rank {rank} log (last lines) ---\n" + "\n".join(text) if text else ""
+
+
+# What a rank's log ends with when it failed only because a peer did (gloo's wording).
+_COLLECTIVE_ERRORS = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
+
+
+def _short(message: str) -> str:
+    """gloo's errors without source locations and boilerplate."""
+    message = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ", "", message)
+    return message.split(". This is typically")[0].strip()
 
 
 # -- the rank processes ---------------------------------------------------------------------------

@@ -137,7 +137,8 @@ class Comm:
         if self.world == 1:
             return flat[None]
         out = flat.new_empty(self.world * flat.numel())
-        dist.all_gather_into_tensor(out, flat.contiguous(), group=self.data_group)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor   # renamed in 2.1x
+        gather(out, flat.contiguous(), group=self.data_group)
         return out.view(self.world, -1)
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
