@@ -11,16 +11,17 @@
   others (lopa.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
   through a RemoteExecutor (a socket pair, pickled verbs), so a crashed or hung group can never
   leave the caller's own process in a broken torch.distributed state.
-- Reused across runs and settings; one run at a time (calls are serialised by a lock, so it is safe
-  to use from a Gradio worker thread).
+- Reused across runs and settings; one call at a time (a lock serialises them, so Gradio worker
+  threads may share a group; interleaving two runs' rounds is the caller's business to avoid).
 - Faults: any failure (a rank dies, a collective times out after `timeout_s`, no reply within
-  2 x timeout_s) raises RuntimeError naming the rank and cause, kills every rank process and
-  leaves the group stopped. The next `decoder()` / `executor()` call starts fresh ranks.
-- Start-up: ranks are forked from one launcher process per caller process, which imports torch and
-  transformers once (~10 s on a small CPU) and stays idle until exit (`stop_launcher()` ends it
-  earlier). Forking from it, not from the caller, is safe with threads in the caller, never re-runs
-  the caller's __main__ (multiprocessing's spawn would re-import an app.py) and makes a restart take
-  about a second plus the model load.
+  2 x timeout_s) raises RuntimeError naming the rank and the cause, kills every rank process and
+  leaves the group stopped. The next `decoder()` / `executor()` call starts fresh ranks; so does a
+  rank that died between runs (`last_failure` says why).
+- Start-up: ranks are forked from one launcher process per caller process, which imports torch,
+  transformers and the model's code once (~10 s on a small CPU) and idles until exit
+  (`stop_launcher()` ends it earlier). Forking from it rather than from the caller is safe with
+  threads in the caller, never re-runs the caller's __main__ (multiprocessing's spawn would
+  re-import an app.py), and makes a (re)start take about a second plus the model load.
 """
 
 from __future__ import annotations
@@ -49,15 +50,16 @@ from lopa.forward import Executor, Verified
 from lopa.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
+# How a rank's log ends when it failed only because a peer did (gloo's wording): a consequence.
+_PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
 
 
 class RemoteExecutor(Executor):
     """The executor verbs, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work).
-    No model here: the replicas live in the rank processes."""
+    Executor.__init__ is skipped on purpose: the model replicas live in the rank processes."""
 
-    def __init__(self, group: "BPGroup", settings: DecodeSettings):   # noqa: super().__init__ needs a model
-        self.group, self.spec, self.settings = group, group.spec, settings
-        self._extra: dict = {}
+    def __init__(self, group: "BPGroup", settings: DecodeSettings):
+        self.group, self.spec, self.settings, self._extra = group, group.spec, settings, {}
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         self.group._call(("start", self.settings.to_dict(), torch.as_tensor(prompt_ids).tolist()))
@@ -66,7 +68,7 @@ class RemoteExecutor(Executor):
         t0 = time.perf_counter()
         verified = self.group._call(("verify", list(branches)))
         verified.extra["ipc_s"] = time.perf_counter() - t0 - verified.seconds
-        self._extra = verified.extra          # commit() adds its timings before the engine records
+        self._extra = verified.extra          # commit() adds its timings before the engine records them
         return verified
 
     def commit(self, winner: int, n_positions: int) -> None:
@@ -74,10 +76,14 @@ class RemoteExecutor(Executor):
 
 
 class BPGroup:
-    """W rank processes serving branch-parallel rounds; see the module docstring."""
+    """W rank processes serving branch-parallel rounds; see the module docstring.
+    device: "cpu" (gloo), "cuda" (NCCL; rank r on cuda:r) or "npu" (HCCL, needs torch_npu).
+    threads: torch intra-op threads per rank."""
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
                  device: str = "cpu", threads: int = 1):
+        from transformers import AutoConfig
+
         from lopa.loading import DEFAULT_MODEL, load_tokenizer, spec_from_pretrained
         from lopa.parallel import dist_backend
         if not isinstance(workers, int) or workers < 1:
@@ -88,16 +94,14 @@ class BPGroup:
         self.model_dir = Path(model_dir) if model_dir else DEFAULT_MODEL
         if not (self.model_dir / "config.json").is_file():
             raise FileNotFoundError(f"no model at {self.model_dir}: expected a Hugging Face directory")
-        from transformers import AutoConfig
         config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
-        has_tok = any((self.model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-        self.tokenizer = load_tokenizer(self.model_dir) if has_tok else None
+        has_tokenizer = any((self.model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        self.tokenizer = load_tokenizer(self.model_dir) if has_tokenizer else None
         self.spec = spec_from_pretrained(config, self.tokenizer, self.model_dir.name)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
         self.device, self.threads = device, threads
         self.pids: dict[int, int] = {}
-        self.description = ""
-        self.last_failure = ""            # why the last group ended unasked (a rank died while idle)
+        self.description = self.last_failure = ""
         self._lock = threading.RLock()
         self._conn: Connection | None = None
         self._dir: str | None = None
@@ -115,7 +119,7 @@ class BPGroup:
         with self._lock:
             if self._closed:
                 raise RuntimeError("this BPGroup was closed; start a new one")
-            if self._conn is not None and self._dead():    # a rank died while idle: no run to fail
+            if self._conn is not None and self._dead():        # a rank died while idle: no run to fail
                 self.last_failure = self._dead()
                 self._teardown(grace_s=0.0)
             if self._conn is None:
@@ -126,7 +130,7 @@ class BPGroup:
         return Decoder(None, self.spec, settings, tokenizer or self.tokenizer, executor=self.executor(settings))
 
     def digests(self) -> list[list[float]]:
-        """Every rank's cache checksum after the last run (lopa.parallel.kv_digest)."""
+        """Every rank's cache checksum after the last run (lopa.parallel.kv_digest), rank order."""
         return self._call(("digest",))
 
     @property
@@ -134,7 +138,7 @@ class BPGroup:
         return self._conn is not None
 
     def close(self) -> None:
-        """Stop the rank processes (politely, then by force after a few seconds). Idempotent."""
+        """Stop the rank processes (politely, by force after 10 s). Idempotent."""
         with self._lock:
             self._closed = True
             if self._conn is not None:
@@ -150,17 +154,10 @@ class BPGroup:
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
-        if getattr(self, "_conn", None) is not None:
-            try:
-                self._teardown(grace_s=0.0)
-            except Exception:
-                pass
-
     # -- lifecycle -------------------------------------------------------------------------------
     def _launch(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="lopa-bp-")
-        launcher = _launcher(self.start_timeout_s)
+        launcher = _Launcher.get(self.start_timeout_s)
         mine, theirs = socket.socketpair()
         self._conn = Connection(mine.detach())
         try:
@@ -192,9 +189,8 @@ class BPGroup:
         deadline = time.monotonic() + timeout_s
         try:
             while not self._conn.poll(0.05):
-                dead = self._dead()
-                if dead:
-                    raise RuntimeError(dead)
+                if self._dead():
+                    raise RuntimeError(self._dead())
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no answer to {what!r} from rank 0 within {timeout_s:.0f} s")
             status, value = _recv(self._conn)
@@ -205,63 +201,54 @@ class BPGroup:
         return value
 
     def _ended(self) -> dict[int, str]:
-        """{rank: 'was killed by SIGKILL' / 'exited with code 1'} for rank processes that have ended."""
+        """{rank: 'was killed by SIGKILL' | 'exited with code 1'} for the ranks that ended (the
+        launcher writes a rank's exit file when it reaps it)."""
         return {r: Path(self._path(r, "exit")).read_text() for r in self.pids if os.path.exists(self._path(r, "exit"))}
 
     def _dead(self) -> str:
         ended = [f"rank {r} {text}" for r, text in self._ended().items()]
-        return "; ".join(ended + ([] if _launcher_alive() else ["the launcher process died"]))
+        return "; ".join(ended + ([] if _Launcher.alive() else ["the launcher process died"]))
 
     def _fail(self, err: BaseException):
         """Name the cause, stop every rank, raise. A rank that died of a signal or of its own error is
         a cause; ranks whose collectives then broke are consequences; when only consequences ended,
         the ranks still alive are the ones that stopped answering (hung)."""
-        deadline = time.monotonic() + 1.0          # let the launcher reap the ranks that are ending
+        deadline = time.monotonic() + 1.0           # give the launcher time to reap the ending ranks
         while time.monotonic() < deadline and not self._ended():
             time.sleep(0.05)
         time.sleep(0.2)
-        ended = self._ended()
-        causes, logs = [], ""
+        ended, causes, logs = self._ended(), [], ""
         for r, text in ended.items():
             tail = self._tail(r)
-            if "killed by" in text or not any(m in tail for m in _COLLECTIVE_ERRORS):
+            if "killed by" in text or not any(m in tail for m in _PEER_FAILURES):
                 causes.append(f"rank {r} (pid {self.pids[r]}) {text}")
                 logs += "" if "killed by" in text else f"\n--- rank {r} log, last lines ---\n{tail}"
         if not causes and ended:
             causes = [f"rank {r} (pid {self.pids[r]}) stopped answering: its peers timed out waiting for it"
                       for r in self.pids if r not in ended]
-        if not _launcher_alive():
-            causes.append("the launcher process died")
-        detail = _short(f"{type(err).__name__}: {err}")
+        causes += [] if _Launcher.alive() else ["the launcher process died"]
+        detail = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ", "", f"{type(err).__name__}: {err}")   # gloo's noise
+        detail = detail.split(". This is typically")[0]
         self._teardown(grace_s=0.0)
-        summary = "; ".join(causes) or detail
-        raise RuntimeError(f"branch-parallel group ({self.world} ranks) failed: {summary}"
-                           f"{f' ({detail})' if causes else ''}. All ranks were stopped; the next run "
-                           f"starts fresh ones.{logs}") from None
+        raise RuntimeError(f"branch-parallel group ({self.world} ranks) failed: {'; '.join(causes) or detail}"
+                           f"{f' ({detail})' if causes else ''}. All ranks were stopped; the next run starts "
+                           f"fresh ones.{logs}") from None
 
     def _teardown(self, grace_s: float) -> None:
-        """Wait up to grace_s for the ranks to exit, SIGKILL the rest, wait until all are reaped."""
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and not self._all_exited():
-            time.sleep(0.05)
-        for r, pid in self.pids.items():
-            if not os.path.exists(self._path(r, "exit")):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and not self._all_exited() and _launcher_alive():
-            time.sleep(0.02)
+        """Wait up to grace_s for the ranks to exit, SIGKILL the rest, wait (5 s at most) until the
+        launcher has reaped them all, so that nothing is left running."""
+        for wait_s, kill in ((grace_s, True), (5.0, False)):
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and len(self._ended()) < len(self.pids) and _Launcher.alive():
+                time.sleep(0.02)
+            for r in set(self.pids) - set(self._ended()) if kill else ():
+                _kill(self.pids[r])
         if self._conn is not None:
             self._conn.close()
         self._conn, self.pids = None, {}
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-    def _all_exited(self) -> bool:
-        return all(os.path.exists(self._path(r, "exit")) for r in self.pids)
 
     def _path(self, rank: int, kind: str) -> str:
         return os.path.join(self._dir or "", f"rank{rank}.{kind}")
@@ -273,18 +260,25 @@ class BPGroup:
             return ""
 
 
-# What a rank's log ends with when it failed only because a peer did (gloo's wording).
-_COLLECTIVE_ERRORS = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
+# Plain pickle, not Connection.send: torch registers shared-memory reductions for tensors with
+# multiprocessing's pickler, and these messages are a few KB that should simply be copied.
+def _send(conn: Connection, obj) -> None:
+    conn.send_bytes(pickle.dumps(obj))
 
 
-def _short(message: str) -> str:
-    """gloo's errors without source locations and boilerplate."""
-    message = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ", "", message)
-    return message.split(". This is typically")[0].strip()
+def _recv(conn: Connection):
+    return pickle.loads(conn.recv_bytes())
 
 
-# -- the rank processes ---------------------------------------------------------------------------
-def _rank_main(cfg: dict, conn: Connection | None) -> int:
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# -- a rank process -------------------------------------------------------------------------------
+def _rank_main(cfg: dict, conn: Connection | None) -> None:
     from lopa.loading import load_model
     from lopa.parallel import Comm, serve
 
@@ -299,8 +293,7 @@ def _rank_main(cfg: dict, conn: Connection | None) -> int:
         _drive(conn, loaded, comm, cfg["timeout_s"])
     else:
         serve(loaded.model, loaded.spec, comm)
-    comm.close()                 # only reached on a clean stop; on errors the process just exits
-    return 0
+    comm.close()                 # only reached on a clean stop; after an error the process just exits
 
 
 def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
@@ -319,48 +312,44 @@ def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
         except EOFError:              # the caller is gone
             verb = "close"
         try:
+            reply = None
             if verb == "close":
                 comm.send_control(("stop",))
                 return
-            if verb == "start":
-                settings = DecodeSettings.from_dict(args[0])
-                executor = BPExecutor(loaded.model, loaded.spec, settings, comm)
+            if verb == "start":            # settings may change from run to run: a fresh executor
+                executor = BPExecutor(loaded.model, loaded.spec, DecodeSettings.from_dict(args[0]), comm)
                 executor.start(torch.tensor(args[1], dtype=torch.long))
-                reply = None
             elif verb == "verify":
                 reply = executor.verify(args[0])
             elif verb == "commit":
                 executor.commit(*args)
-                keys = ("commit_s", "commit_bytes", "commit_broadcast", "control_bytes", "bytes")
-                reply = {k: executor._extra[k] for k in keys}
+                reply = {k: executor._extra[k] for k in ("commit_s", "commit_bytes", "commit_broadcast",
+                                                         "control_bytes", "bytes")}
             elif verb == "digest":
                 reply = executor.digests() if executor else []
-            else:
-                raise RuntimeError(f"unknown verb {verb!r}")
         except Exception as err:      # a failed collective leaves the group unusable: report, exit
             _send(conn, ("error", f"rank 0: {type(err).__name__}: {err}"))
             raise
         _send(conn, ("ok", reply))
 
 
-# Plain pickle, not Connection.send: torch registers shared-memory reductions for tensors with
-# multiprocessing's pickler, and these messages are a few KB that should simply be copied.
-def _send(conn: Connection, obj) -> None:
-    conn.send_bytes(pickle.dumps(obj))
-
-
-def _recv(conn: Connection):
-    return pickle.loads(conn.recv_bytes())
-
-
 # -- the launcher ("zygote") ----------------------------------------------------------------------
-_LAUNCHER = None
-_LAUNCHER_LOCK = threading.Lock()
-
-
 class _Launcher:
-    """A helper process that imported torch + transformers once and forks rank processes on request.
-    It reaps them and writes each one's exit cause to its `exit_file`."""
+    """A helper process that imported torch + transformers once and forks rank processes on request;
+    it reaps them and writes each one's exit cause to its exit file. One per caller process."""
+    current: "_Launcher | None" = None
+    lock = threading.Lock()
+
+    @classmethod
+    def get(cls, timeout_s: float) -> "_Launcher":
+        with cls.lock:
+            if not cls.alive():
+                cls.current = cls(timeout_s)
+            return cls.current
+
+    @classmethod
+    def alive(cls) -> bool:
+        return cls.current is not None and cls.current.proc.poll() is None
 
     def __init__(self, timeout_s: float):
         mine, theirs = socket.socketpair()
@@ -387,8 +376,7 @@ class _Launcher:
         while not self.conn.poll(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"the branch-parallel launcher did not answer {what!r} "
-                                   f"(see {self.log.name})")
+                raise RuntimeError(f"the branch-parallel launcher did not answer {what!r} (log: {self.log.name})")
         kind, value = self.conn.recv()
         assert kind == what, (kind, what)
         return value
@@ -402,48 +390,36 @@ class _Launcher:
             self.proc.wait()
 
 
-def _launcher(timeout_s: float) -> _Launcher:
-    global _LAUNCHER
-    with _LAUNCHER_LOCK:
-        if _LAUNCHER is None or _LAUNCHER.proc.poll() is not None:
-            _LAUNCHER = _Launcher(timeout_s)
-        return _LAUNCHER
-
-
-def _launcher_alive() -> bool:
-    return _LAUNCHER is not None and _LAUNCHER.proc.poll() is None
-
-
 @atexit.register
 def stop_launcher() -> None:
-    """End the launcher (and any rank it still has). Called at interpreter exit."""
-    global _LAUNCHER
-    with _LAUNCHER_LOCK:
-        if _LAUNCHER is not None:
-            _LAUNCHER.close()
-            _LAUNCHER = None
+    """End the launcher and any rank it still has (also called at interpreter exit)."""
+    with _Launcher.lock:
+        if _Launcher.current is not None:
+            _Launcher.current.close()
+            _Launcher.current = None
 
 
 def _launcher_main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the caller's to handle
     import transformers  # noqa: F401  (the slow imports, done once and shared by every fork)
     from transformers import AutoModelForCausalLM  # noqa: F401
+
     import lopa.loading  # noqa: F401
     import lopa.parallel  # noqa: F401
-
-    conn = Connection(fd)
+    conn, children, preloaded = Connection(fd), {}, set()
     conn.send(("ready", os.getpid()))
-    children: dict[int, str] = {}
     while True:
         _reap(children)
         try:
             if not conn.poll(0.05 if children else 1.0):
                 continue
-            verb, cfg = conn.recv()
+            _, cfg = conn.recv()
         except (EOFError, OSError):
             break
         rank0_fd = recv_handle(conn) if cfg["rank"] == 0 else None
-        _preload(cfg["model_dir"])
+        if cfg["model_dir"] not in preloaded:         # the model's modeling code: ~7 s per rank otherwise
+            preloaded.add(cfg["model_dir"])
+            _preload(cfg["model_dir"])
         pid = os.fork()
         if pid == 0:
             _child(cfg, rank0_fd, fd)
@@ -452,24 +428,13 @@ def _launcher_main(fd: int) -> None:
         children[pid] = cfg["exit_file"]
         conn.send(("pid", pid))
     for pid in children:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(pid)
     while children:
         _reap(children, block=True)
 
 
-_PRELOADED: set[str] = set()
-
-
 def _preload(model_dir: str) -> None:
-    """Import the model's modeling code here, once, before forking: it is the slowest part of a
-    rank's start (~7 s for Qwen2 on a small CPU). Best effort; the rank reports real errors."""
-    if model_dir in _PRELOADED:
-        return
-    _PRELOADED.add(model_dir)
-    try:
+    try:                                              # best effort: the rank reports real errors
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir, local_files_only=True))]
@@ -488,15 +453,14 @@ def _reap(children: dict[int, str], block: bool = False) -> None:
             text = f"was killed by {signal.Signals(sig).name}" if sig else f"exited with code {os.WEXITSTATUS(status)}"
             path = children.pop(pid)
             try:                                      # the group may have removed its folder already
-                with open(path + ".tmp", "w") as f:
-                    f.write(text)
+                Path(path + ".tmp").write_text(text)
                 os.replace(path + ".tmp", path)
             except OSError:
                 pass
 
 
 def _child(cfg: dict, rank0_fd: int | None, launcher_fd: int) -> None:
-    """A forked rank: own log, own stdio, never returns."""
+    """A freshly forked rank: its own stdio (a log file), then _rank_main. Never returns."""
     code = 1
     try:
         os.close(launcher_fd)
@@ -504,7 +468,8 @@ def _child(cfg: dict, rank0_fd: int | None, launcher_fd: int) -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        code = _rank_main(cfg, Connection(rank0_fd) if rank0_fd is not None else None)
+        _rank_main(cfg, Connection(rank0_fd) if rank0_fd is not None else None)
+        code = 0
     except BaseException:
         traceback.print_exc()
     finally:

@@ -188,7 +188,7 @@ def test_sampling_is_reproducible_per_world_size(groups):
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
     from lopa import bp_group
-    pid = bp_group._LAUNCHER.proc.pid
+    pid = bp_group._Launcher.current.proc.pid
     return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
 
 
@@ -236,7 +236,7 @@ def test_close_leaves_nothing_running(model_dir):
     assert all(gone(pid) for pid in pids) and not group.running
     with pytest.raises(RuntimeError, match="closed"):
         group.decoder(DecodeSettings(**LIVELY))
-    launcher = bp_group._LAUNCHER.proc
+    launcher = bp_group._Launcher.current.proc
     assert set(launcher_children()).isdisjoint(pids)
     stop_launcher()
     assert launcher.poll() is not None
