@@ -49,10 +49,18 @@ def settings_from_args(args, spec=None) -> DecodeSettings:
 
 
 def _generate(args) -> int:
-    from lopa.loading import load_model
-    loaded = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    if args.backend == "bp":
+        from lopa.parallel import generate_bp
+        return generate_bp(args, settings_from_args, _report)
+    from lopa.checkpoints import load_from_args
+    loaded = load_from_args(args)
     settings = settings_from_args(args, loaded.spec)
-    decoder = loaded.decoder(settings, executor=args.executor)
+    return _report(args, loaded.decoder(settings, executor=args.executor), loaded.describe())
+
+
+def _report(args, decoder, description: str) -> int:
+    """Decode args.prompt with `decoder`, print the answer and metrics, write the trace."""
+    settings = decoder.settings
     for record in decoder.stream(args.prompt):
         if args.verbose:
             print(f"round {record.round:3d}: committed {record.committed:2d}, winner {record.winner}, "
@@ -60,7 +68,7 @@ def _generate(args) -> int:
     result = decoder.result()
     print(result.text)
     print()
-    print(f"model: {loaded.describe()}   decoder: {args.decoder}   settings: {settings.to_dict()}")
+    print(f"model: {description}   decoder: {args.decoder}   settings: {settings.to_dict()}")
     for key, value in result.metrics().items():
         print(f"  {key:16s} {value:.3f}" if isinstance(value, float) else f"  {key:16s} {value}")
     print("  (tpf_useful counts tokens up to the first EOS; tpf_paper counts every appended position)")
@@ -70,17 +78,26 @@ def _generate(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lopa.checkpoints import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")
-    gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled tiny-gsm-dllm)")
+    gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled tiny-gsm-dllm) "
+                                     "or a D2F preset: d2f-dream-base, d2f-dream-instruct, d2f-diffucoder")
     gen.add_argument("--prompt", required=True, help="the question (the model's prompt template is applied)")
     gen.add_argument("--trace", help="write the trace to this .json or .parquet file")
-    gen.add_argument("--executor", choices=("batched", "per_branch", "uncached"), default="batched",
+    gen.add_argument("--executor", choices=("batched", "per_branch", "uncached"),
                      help="batched: all branches in one forward (default); the others are reference paths")
     gen.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
+    gen.add_argument("--backend", choices=("single", "bp"), default="single",
+                     help="single process (default) or branch-parallel: branches spread over ranks, same results; "
+                          "under torchrun each process is one rank, otherwise --workers local ranks are started")
+    gen.add_argument("--workers", type=int, default=2, help="branch-parallel ranks without torchrun (default 2)")
+    gen.add_argument("--bp-timeout", type=float, default=60.0,
+                     help="seconds any branch-parallel collective may wait before the run fails (default 60)")
     gen.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     gen.add_argument("-v", "--verbose", action="store_true", help="print one line per round")
+    add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
     return parser

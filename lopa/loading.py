@@ -2,8 +2,13 @@
 
 The spec (mask id, EOS ids, logit shift, prompt template, trained block size) comes from the
 checkpoint: our own models store it as `config.lopa`; other checkpoints fall back to the
-config's and tokenizer's special tokens. Nothing is downloaded and no remote code is trusted
+config's and tokenizer's special tokens. Dream-family and LLaDA checkpoints, D2F presets and
+LoRA adapters go through `lopa.checkpoints`. Nothing is downloaded and no remote code is trusted
 unless the caller asks for it.
+
+Hardware: CUDA, then Ascend NPU (when `torch_npu` is importable), then CPU; bf16 on accelerators.
+Attention is SDPA, or on CUDA with `flash_attn` installed a dispatcher that uses FlashAttention-2
+only for mask-free forwards (see `attention_implementation`).
 """
 
 from __future__ import annotations
@@ -36,8 +41,20 @@ class LoadedModel:
     def describe(self) -> str:
         return f"{self.spec.name} ({self.n_params / 1e6:.1f}M parameters, {next(self.model.parameters()).device})"
 
-    def decoder(self, settings: DecodeSettings, executor="batched"):
+    def decoder(self, settings: DecodeSettings, executor=None):
+        """A Decoder for this model. executor None = the model's default ("batched" unless the spec
+        restricts it: checkpoints run through remote code that ignores attention masks only support
+        "uncached" with full attention)."""
         from lopa.engine import Decoder
+        allowed = self.spec.extra.get("executors")
+        if executor is None:
+            executor = allowed[0] if allowed else "batched"
+        elif allowed and isinstance(executor, str) and executor not in allowed:
+            raise ValueError(f"{self.spec.name} runs through its own modeling code, which ignores attention masks and "
+                             f"the KV cache: only the {'/'.join(allowed)} executor works with it (got {executor!r})")
+        if self.spec.extra.get("ignores_attention_mask") and settings.attention != "full":
+            raise ValueError(f"{self.spec.name} ignores attention masks (its remote code always attends to every "
+                             f"position), so only attention='full' is honest; got {settings.attention!r}")
         return Decoder(self.model, self.spec, settings, self.tokenizer, executor)
 
 
@@ -76,28 +93,99 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False):
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
 
 
+def npu_available() -> bool:
+    """Ascend NPU through the optional `torch_npu` package (extra `.[npu]`); importing it registers
+    the "npu" device with torch."""
+    import importlib.util
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    try:
+        import torch_npu  # noqa: F401
+        return bool(torch.npu.is_available())
+    except (ImportError, RuntimeError, AttributeError):
+        return False
+
+
 def pick_device(device: str | None = None) -> torch.device:
     if device:
+        if device.startswith("npu") and not npu_available():
+            raise ValueError("device 'npu' needs torch_npu and an Ascend NPU (pip install -e '.[npu]')")
         return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("npu") if npu_available() else torch.device("cpu")
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    # bf16 on accelerators (the checkpoints are bf16); fp16 matmuls are slow on CPU, so fp32 there.
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+# No "flash" in the name: transformers treats any such name as a FlashAttention kernel to fetch and preload.
+FLASH_OR_SDPA = "lopa_fa2_or_sdpa"
+
+
+def flash_or_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """FlashAttention-2 for forwards without a mask (bidirectional: diffusion LMs are not causal),
+    SDPA for everything else. The engine always passes a 4-D block mask, which FlashAttention cannot
+    express, so its forwards (and the shared-prefix attention's fallback) take SDPA: this function
+    is safe as that fallback, where plain "flash_attention_2" would silently ignore the mask or fail.
+    query: [B, H, L, D]; key, value: [B, Hkv, L, D]. Returns ([B, L, H, D], None)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if attention_mask is not None or not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    from flash_attn import flash_attn_func
+    out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), dropout_p=dropout,
+                          softmax_scale=scaling, causal=bool(getattr(module, "is_causal", False)))
+    return out, None
+
+
+def attention_implementation(device: torch.device) -> str:
+    """"sdpa", or on CUDA with `flash_attn` importable (extra `.[cuda]`) the flash-or-SDPA dispatcher,
+    registered with transformers under FLASH_OR_SDPA. Detected at run time; no flash_attn, no change."""
+    import importlib.util
+    if device.type != "cuda" or importlib.util.find_spec("flash_attn") is None:
+        return "sdpa"
+    return register_flash_or_sdpa()
+
+
+def register_flash_or_sdpa() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    AttentionInterface.register(FLASH_OR_SDPA, flash_or_sdpa_attention)
+    # 2-D padding masks are turned into 4-D SDPA masks (-> SDPA); no mask stays None (-> flash).
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_OR_SDPA, sdpa_mask)
+    return FLASH_OR_SDPA
 
 
 def load_model(path: str | Path | None = None, device: str | None = None,
                trust_remote_code: bool = False) -> LoadedModel:
-    """Load model, tokenizer and spec from a local directory (default: the bundled model)."""
+    """Load model, tokenizer and spec from a local directory (default: the bundled model), or a
+    D2F preset name (`lopa.checkpoints.PRESETS`) whose checkpoints are already on disk."""
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from lopa import checkpoints
 
     path = Path(path) if path else DEFAULT_MODEL
     if not (path / "config.json").is_file():
+        if str(path) in checkpoints.PRESETS:
+            return checkpoints.load_preset(str(path), device=device)
+        if (path / "adapter_config.json").is_file():
+            raise ValueError(f"{path} is a LoRA adapter, not a model: pass the base model and the adapter "
+                             f"(--model BASE_DIR --lora {path})")
         raise FileNotFoundError(
             f"no model at {path}: expected a Hugging Face directory with config.json and weights "
-            f"(the bundled model lives in {DEFAULT_MODEL})")
+            f"(the bundled model lives in {DEFAULT_MODEL}), or a preset name: {', '.join(checkpoints.PRESETS)}")
+    if checkpoints.checkpoint_family(path) != "hf":
+        return checkpoints.load_checkpoint(path, device=device, trust_remote_code=trust_remote_code)
     dev = pick_device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32   # fp16 matmuls are slow on CPU
+    dtype = pick_dtype(dev)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
         tokenizer = load_tokenizer(path, trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                     attn_implementation=attention_implementation(dev),
                                                      trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load the model in {path}: {err}") from err

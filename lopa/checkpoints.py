@@ -1,0 +1,418 @@
+"""Real checkpoints: Dream-family and LLaDA directories on stock transformers classes, D2F LoRA
+adapters merged with peft, and the D2F presets the paper evaluates (Table 5).
+
+- Dream, Dream-Instruct, DiffuCoder (config `model_type: "Dream"`, remote `DreamModel`) are Qwen2
+  with bidirectional attention: same parameter names (`model.layers.N.self_attn.q_proj.weight`,
+  q/k/v with bias, `lm_head.weight`), same RoPE. We translate config.json to a `Qwen2Config` and
+  load the safetensors (single or sharded) into `Qwen2ForCausalLM`: no remote code.
+- LLaDA (`model_type: "llada"`, remote `LLaDAModelLM`, OLMo-derived) is LLaMA with other names
+  (`model.transformer.blocks.N.q_proj`, `attn_out`, `ff_proj` = gate, `up_proj`, `ff_out` = down,
+  `attn_norm`, `ff_norm`, `wte`, `ln_f`, top-level `ff_out` = lm head). The configurations of
+  LLaDA-8B-Base/Instruct map onto `LlamaForCausalLM`; any other variant loads through its remote
+  code only with trust_remote_code, restricted to what that code supports (see `_remote_llada`).
+- A D2F adapter (peft LoRA) is merged into the base weights once, at load time, so decoding runs
+  a plain model at full speed.
+
+Spec: mask id from the config, EOS ids from config + generation_config + tokenizer, logit shift
+for Dream-family (initialised from Qwen2.5, an AR model) and none for LLaDA, the chat template as
+prompt template for instruct models. Nothing is downloaded unless the caller allows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lopa.loading import (ROOT, LoadedModel, attention_implementation, load_tokenizer, pick_device, pick_dtype)
+from lopa.settings import PAPER_PRESETS, ModelSpec
+
+# Where `hf download ... --local-dir` should put checkpoints so presets find them without flags.
+CHECKPOINTS_DIR = Path(os.environ.get("LOPA_CHECKPOINTS", ROOT / "checkpoints"))
+# Instruct chat templates end a turn with one of these; a chat model stops there, not at <|endoftext|>.
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>")
+_SENTINEL = "LOPAPROMPTSENTINEL"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A paper model: base checkpoint + D2F adapter (hub ids) and its Table 5 settings per task."""
+    base: str
+    adapter: str
+    chat: bool                                      # instruct model: prompts go through the chat template
+    tasks: dict = field(default_factory=dict)       # task -> PAPER_PRESETS key
+    description: str = ""
+
+
+PRESETS = {
+    "d2f-dream-base": Preset(
+        "Dream-org/Dream-v0-Base-7B", "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora", chat=False,
+        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
+        description="D2F-Dream-Base 7B: the paper's main model (GSM8K 4-shot, MATH, HumanEval, MBPP)"),
+    "d2f-dream-instruct": Preset(
+        "Dream-org/Dream-v0-Instruct-7B", "SJTU-Deng-Lab/D2F_Dream_Instruct_7B_Lora", chat=True,
+        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
+        description="D2F-Dream-Instruct 7B (chat template)"),
+    "d2f-diffucoder": Preset(
+        "apple/DiffuCoder-7B-Instruct", "SJTU-Deng-Lab/D2F_DiffuCoder_Instruct_7B_Lora", chat=True,
+        tasks={"humaneval": "diffucoder-humaneval+", "mbpp": "diffucoder-mbpp+"},
+        description="D2F-DiffuCoder 7B (HumanEval+, MBPP+; max_prob confidence)"),
+}
+
+
+def task_settings(preset: str, task: str) -> dict:
+    """DecodeSettings fields of the paper's row for `task` with `preset` (Table 5; length 512)."""
+    tasks = PRESETS[preset].tasks
+    if task not in tasks:
+        raise ValueError(f"{preset} has no paper row for {task!r}; it has {', '.join(tasks)}")
+    return {**PAPER_PRESETS[tasks[task]], "max_new_tokens": 512}
+
+
+# -- which checkpoint family ------------------------------------------------------------------------
+def read_config(path: Path) -> dict:
+    return json.loads((Path(path) / "config.json").read_text())
+
+
+def checkpoint_family(path: Path) -> str:
+    """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada", or "hf" (a stock transformers directory)."""
+    model_type = str(read_config(path).get("model_type", "")).lower()
+    return model_type if model_type in ("dream", "llada") else "hf"
+
+
+# -- config translation ---------------------------------------------------------------------------
+_DREAM_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+_DREAM_COPIED = _DREAM_REQUIRED + ("num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps",
+                                   "tie_word_embeddings", "rope_theta", "rope_scaling", "attention_dropout",
+                                   "initializer_range", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def dream_to_qwen2_config(raw: dict):
+    """Dream config.json (dict) -> Qwen2Config. Dream's attention is bidirectional over the whole
+    sequence and never applies a sliding window, so neither does the translation."""
+    from transformers import Qwen2Config
+    missing = [k for k in _DREAM_REQUIRED if k not in raw]
+    if missing:
+        raise ValueError(f"Dream config.json lacks {', '.join(missing)}: not a Dream-family checkpoint")
+    fields = {k: raw[k] for k in _DREAM_COPIED if raw.get(k) is not None}
+    config = Qwen2Config(**fields, use_sliding_window=False)
+    config.is_causal = False       # masks built by transformers (no 4-D mask given) are bidirectional
+    return config
+
+
+# LLaDA's config must have these values for the LLaMA mapping to compute the same function.
+_LLADA_REQUIRED_VALUES = {"block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms", "rope": True,
+                          "alibi": False, "include_bias": False, "include_qkv_bias": False,
+                          "attention_layer_norm": False, "input_emb_norm": False, "scale_logits": False,
+                          "block_group_size": 1}
+LLADA_KEY_MAPPING = {   # regex on LLaDA's parameter names -> LlamaForCausalLM's
+    r"^model\.transformer\.wte\.": "model.embed_tokens.",
+    r"^model\.transformer\.ln_f\.": "model.norm.",
+    r"^model\.transformer\.ff_out\.": "lm_head.",
+    **{rf"^model\.transformer\.blocks\.(\d+)\.{src}\.": rf"model.layers.\1.{dst}." for src, dst in [
+        ("q_proj", "self_attn.q_proj"), ("k_proj", "self_attn.k_proj"), ("v_proj", "self_attn.v_proj"),
+        ("attn_out", "self_attn.o_proj"), ("ff_proj", "mlp.gate_proj"), ("up_proj", "mlp.up_proj"),
+        ("ff_out", "mlp.down_proj"), ("attn_norm", "input_layernorm"), ("ff_norm", "post_attention_layernorm")]},
+}
+
+
+def llada_unsupported(raw: dict) -> list[str]:
+    """Config values that keep this LLaDA checkpoint off the LLaMA mapping (empty = mappable)."""
+    bad = [f"{k}={raw.get(k)!r} (need {v!r})" for k, v in _LLADA_REQUIRED_VALUES.items()
+           if raw.get(k, v) is not None and raw.get(k, v) != v]
+    bad += [k for k in ("d_model", "n_heads", "n_layers") if k not in raw]
+    return bad
+
+
+def llada_to_llama_config(raw: dict):
+    """LLaDA config.json (dict) -> LlamaConfig. Identical math: RMSNorm in fp32, SwiGLU with
+    ff_proj as gate, RoPE on the two halves of each head; LLaDA applies RoPE in fp32
+    (rope_full_precision), LLaMA in the model dtype, so bf16 logits differ in the last bits."""
+    from transformers import LlamaConfig
+    bad = llada_unsupported(raw)
+    if bad:
+        raise ValueError(f"this LLaDA variant does not map onto LLaMA: {', '.join(bad)}")
+    n_kv = 1 if raw.get("multi_query_attention") else (raw.get("n_kv_heads") or raw["n_heads"])
+    config = LlamaConfig(
+        vocab_size=raw.get("embedding_size") or raw["vocab_size"], hidden_size=raw["d_model"],
+        intermediate_size=raw.get("mlp_hidden_size") or raw.get("mlp_ratio", 4) * raw["d_model"],
+        num_hidden_layers=raw["n_layers"], num_attention_heads=raw["n_heads"], num_key_value_heads=n_kv,
+        hidden_act="silu", max_position_embeddings=raw.get("max_sequence_length", 4096),
+        rms_norm_eps=raw.get("rms_norm_eps", 1e-5), rope_theta=raw.get("rope_theta", 10000.0),
+        tie_word_embeddings=bool(raw.get("weight_tying", False)), attention_bias=False, mlp_bias=False,
+        bos_token_id=raw.get("bos_token_id"), eos_token_id=raw.get("eos_token_id"), pad_token_id=raw.get("pad_token_id"))
+    config.is_causal = False
+    return config
+
+
+# -- tokenizer and spec ---------------------------------------------------------------------------
+def load_family_tokenizer(path: Path, trust_remote_code: bool = False):
+    """Dream ships a remote `DreamTokenizer` (Qwen2's BPE under another name) and LLaDA a generic
+    tokenizer.json: load them with stock classes, never through AutoTokenizer's remote-code prompt."""
+    from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
+    if (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+        return Qwen2Tokenizer.from_pretrained(path, local_files_only=True)
+    return load_tokenizer(path, trust_remote_code)
+
+
+def chat_prompt_template(tokenizer) -> str:
+    """The tokenizer's chat template for one user turn + the assistant's generation prompt, as a
+    ModelSpec prompt_template ("...{prompt}..."), so every prompt path (CLI, app, bench) applies it."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat_template, so an instruct prompt cannot be built")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
+                                         add_generation_prompt=True)
+    if text.count(_SENTINEL) != 1:
+        raise ValueError("the chat template does not place the user message verbatim; cannot build a prompt template")
+    return text.replace("{", "{{").replace("}", "}}").replace(_SENTINEL, "{prompt}")
+
+
+def _ids(value) -> list[int]:
+    return [] if value is None else [int(value)] if isinstance(value, int) else [int(v) for v in value]
+
+
+def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attention: str, chat: bool,
+                name: str | None = None, block_size: int | None = None, extra: dict | None = None) -> ModelSpec:
+    """ModelSpec of a Dream/LLaDA checkpoint from its config.json, generation_config.json and tokenizer."""
+    mask = raw.get("mask_token_id", getattr(tokenizer, "mask_token_id", None))
+    if mask is None:
+        raise ValueError(f"{path}: no mask_token_id in config.json and no tokenizer mask token")
+    tok_mask = getattr(tokenizer, "mask_token_id", None)
+    if tok_mask is not None and int(tok_mask) != int(mask):
+        raise ValueError(f"{path}: config mask_token_id {mask} != the tokenizer's mask token id {tok_mask}")
+    generation = path / "generation_config.json"
+    gen = json.loads(generation.read_text()) if generation.is_file() else {}
+    eos = _ids(raw.get("eos_token_id")) + _ids(gen.get("eos_token_id")) + _ids(getattr(tokenizer, "eos_token_id", None))
+    if chat:
+        vocab = tokenizer.get_vocab()
+        eos += [vocab[t] for t in END_OF_TURN if t in vocab]
+    chat_template = getattr(tokenizer, "chat_template", None)
+    return ModelSpec(
+        mask_token_id=int(mask), eos_token_ids=tuple(dict.fromkeys(eos)), logit_shift=logit_shift,
+        pad_token_id=raw.get("pad_token_id", gen.get("pad_token_id")), block_size=block_size,
+        prompt_template=chat_prompt_template(tokenizer) if chat else "{prompt}",
+        max_context=int(raw.get("max_position_embeddings") or raw.get("max_sequence_length") or 4096),
+        attention=attention, name=name or path.name,
+        extra={"chat_template": chat_template, "family": checkpoint_family(path), **(extra or {})})
+
+
+# -- weights --------------------------------------------------------------------------------------
+def _from_pretrained(cls, path: Path, config, device: torch.device, key_mapping=None):
+    """Load safetensors (single file or sharded with an index) into a stock class; every parameter
+    must be found, so a checkpoint in an unexpected layout fails here instead of running random weights."""
+    kwargs = dict(config=config, dtype=pick_dtype(device), attn_implementation=attention_implementation(device),
+                  local_files_only=True, output_loading_info=True)
+    if device.type != "cpu":
+        kwargs["device_map"] = {"": str(device)}     # straight to the accelerator, no fp32 copy in RAM
+    if key_mapping:
+        kwargs["key_mapping"] = key_mapping
+    try:
+        model, info = cls.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ValueError(f"could not load the weights in {path}: {err}") from err
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    missing = sorted(set(info["missing_keys"]) - tied)
+    if missing or info["mismatched_keys"]:
+        raise ValueError(f"{path}: the weights do not match a {cls.__name__} built from its config.json: "
+                         f"missing {missing[:4]}{'...' if len(missing) > 4 else ''}, "
+                         f"mismatched {sorted(info['mismatched_keys'])[:4]}")
+    if info["unexpected_keys"]:
+        raise ValueError(f"{path}: unexpected parameters {sorted(info['unexpected_keys'])[:4]}")
+    return _bidirectional(model.to(device).eval())
+
+
+def _bidirectional(model):
+    """Diffusion LMs attend in both directions: a forward without a 4-D mask must not be causal."""
+    model.config.is_causal = False
+    for module in model.modules():
+        if hasattr(module, "is_causal") and hasattr(module, "layer_idx"):
+            module.is_causal = False
+    return model
+
+
+def merge_lora(model, adapter: Path):
+    """Merge a peft LoRA adapter directory into `model` (in place) and return the plain model."""
+    from peft import PeftModel
+    adapter = Path(adapter)
+    config_file = adapter / "adapter_config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"no LoRA adapter at {adapter}: expected adapter_config.json and adapter weights")
+    peft_type = json.loads(config_file.read_text()).get("peft_type", "LORA")
+    if peft_type != "LORA":
+        raise ValueError(f"{adapter} is a {peft_type} adapter; only LoRA adapters can be merged")
+    try:
+        merged = PeftModel.from_pretrained(model, adapter, is_trainable=False).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ValueError(f"could not apply the adapter {adapter} to this model: {err}") from err
+    return _bidirectional(merged.eval())
+
+
+class MaskIgnoringModel(torch.nn.Module):
+    """Adapts a remote-code model that takes no 4-D mask and no position ids (LLaDA's remote
+    code ignores attention masks and asserts there is no KV cache) to the engine's call."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, **_):
+        return self.inner(input_ids=input_ids)
+
+
+def _remote_llada(path: Path, device: torch.device):
+    from transformers import AutoModel
+    try:
+        inner = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=pick_dtype(device), local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError) as err:
+        raise ValueError(f"could not load {path} through its remote code: {err}") from err
+    return MaskIgnoringModel(inner.to(device).eval())
+
+
+# -- loading --------------------------------------------------------------------------------------
+def load_checkpoint(path: str | Path, device: str | None = None, trust_remote_code: bool = False,
+                    lora: str | Path | None = None, chat: bool | None = None, name: str | None = None) -> LoadedModel:
+    """Load a Dream-family, LLaDA or stock directory, optionally merging a LoRA adapter.
+
+    chat: apply the tokenizer's chat template to prompts (default: when the directory name says
+    "instruct"). A D2F adapter means block-causal training (spec.attention); otherwise Dream and
+    LLaDA were trained with full bidirectional attention.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {path}: expected config.json and safetensors weights")
+    family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
+    chat = ("instruct" in path.name.lower()) if chat is None else chat
+    if family == "hf":
+        from lopa.loading import load_model
+        loaded = load_model(path, device=device, trust_remote_code=trust_remote_code)
+        if lora:
+            loaded.model = merge_lora(loaded.model, Path(lora))
+            loaded.spec = dataclasses.replace(loaded.spec, name=name or f"{path.name}+{Path(lora).name}")
+        return loaded
+    tokenizer = load_family_tokenizer(path, trust_remote_code)
+    extra = {}
+    if family == "dream":
+        from transformers import Qwen2ForCausalLM
+        model = _from_pretrained(Qwen2ForCausalLM, path, dream_to_qwen2_config(raw), dev)
+        shift = True
+    else:
+        from transformers import LlamaForCausalLM
+        bad, shift = llada_unsupported(raw), False
+        if not bad:
+            model = _from_pretrained(LlamaForCausalLM, path, llada_to_llama_config(raw), dev, LLADA_KEY_MAPPING)
+        elif not trust_remote_code:
+            raise ValueError(f"{path}: this LLaDA variant does not map onto a stock architecture ({', '.join(bad)}); "
+                             "loading it runs the checkpoint's own Python code: pass --trust-remote-code to allow it "
+                             "(it then supports only the uncached executor with full attention)")
+        else:
+            model = _remote_llada(path, dev)
+            extra = {"executors": ("uncached",), "ignores_attention_mask": True}
+    if lora:
+        if extra:
+            raise ValueError("a LoRA adapter cannot be merged into a remote-code model")
+        model = merge_lora(model, Path(lora))
+    attention = "block_causal" if lora else "full"
+    spec = family_spec(path, raw, tokenizer, logit_shift=shift, attention=attention, chat=chat,
+                       name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra)
+    return LoadedModel(model, tokenizer, spec, path)
+
+
+def _hf_cached(repo_id: str) -> Path | None:
+    """The snapshot of `repo_id` in the local Hugging Face cache, without touching the network."""
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:   # not cached (the hub raises several types for this), or hub client missing
+        return None
+
+
+def _locate(repo_id: str, explicit, marker: str, allow_download: bool) -> tuple[Path | None, str]:
+    """Path of one checkpoint: explicit path, CHECKPOINTS_DIR/<name>, HF cache, download if allowed."""
+    local = CHECKPOINTS_DIR / repo_id.split("/")[-1]
+    if explicit is not None:
+        explicit = Path(explicit)
+        ok = (explicit / marker).is_file()
+        return (explicit if ok else None), (f"{explicit} has no {marker}" if not ok else str(explicit))
+    for candidate in (local, _hf_cached(repo_id)):
+        if candidate is not None and (candidate / marker).is_file():
+            return candidate, str(candidate)
+    if allow_download:
+        from huggingface_hub import snapshot_download
+        try:
+            return Path(snapshot_download(repo_id, local_dir=local)), str(local)
+        except Exception as err:   # network, auth or disk: report it with the manual command below
+            return None, f"download of {repo_id} failed ({err}); try: hf download {repo_id} --local-dir {local}"
+    return None, f"{repo_id} is not on disk; get it with: hf download {repo_id} --local-dir {local}"
+
+
+def resolve_preset(name: str, base_path=None, lora_path=None, allow_download: bool = False) -> tuple[Path, Path]:
+    """(base dir, adapter dir) of a preset, or ValueError naming what is missing and how to get it."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    base, base_msg = _locate(preset.base, base_path, "config.json", allow_download)
+    adapter, adapter_msg = _locate(preset.adapter, lora_path, "adapter_config.json", allow_download)
+    if base is None or adapter is None:
+        missing = [m for p, m in ((base, base_msg), (adapter, adapter_msg)) if p is None]
+        raise ValueError(f"preset {name} needs base {preset.base} and adapter {preset.adapter}: " + "; ".join(missing)
+                         + f" (or pass --base-path DIR --lora-path DIR; set LOPA_CHECKPOINTS to change {CHECKPOINTS_DIR})")
+    return base, adapter
+
+
+def availability(name: str, base_path=None, lora_path=None) -> tuple[bool, str]:
+    """(ok, message) for the app's model picker: whether `name` loads offline, and if not, why and how to fix it."""
+    try:
+        base, adapter = resolve_preset(name, base_path, lora_path)
+    except ValueError as err:
+        return False, str(err)
+    return True, f"{name}: base {base}, adapter {adapter}"
+
+
+def list_presets() -> list[dict]:
+    """One row per preset for pickers: name, description, hub ids, tasks, availability."""
+    rows = []
+    for name, preset in PRESETS.items():
+        ok, message = availability(name)
+        rows.append({"name": name, "description": preset.description, "base": preset.base,
+                     "adapter": preset.adapter, "tasks": list(preset.tasks), "available": ok, "message": message})
+    return rows
+
+
+def load_preset(name: str, device: str | None = None, base_path=None, lora_path=None,
+                allow_download: bool = False) -> LoadedModel:
+    base, adapter = resolve_preset(name, base_path, lora_path, allow_download)
+    return load_checkpoint(base, device=device, lora=adapter, chat=PRESETS[name].chat, name=name)
+
+
+def load(model: str | Path | None, device: str | None = None, trust_remote_code: bool = False, lora=None,
+         base_path=None, lora_path=None, allow_download: bool = False) -> LoadedModel:
+    """What the CLI and the benchmark call: a preset name or a directory, plus an optional adapter."""
+    from lopa.loading import load_model
+    if model is not None and str(model) in PRESETS and not Path(str(model)).is_dir():
+        return load_preset(str(model), device, base_path or None, lora_path or lora, allow_download)
+    if base_path or lora_path:
+        raise ValueError("--base-path/--lora-path go with a preset name (--model d2f-dream-base); "
+                         "for a directory use --model DIR [--lora ADAPTER_DIR]")
+    if lora:
+        return load_checkpoint(model, device=device, trust_remote_code=trust_remote_code, lora=lora)
+    return load_model(model, device=device, trust_remote_code=trust_remote_code)
+
+
+def add_model_arguments(parser) -> None:
+    g = parser.add_argument_group("checkpoints (presets: " + ", ".join(PRESETS) + ")")
+    g.add_argument("--lora", help="LoRA adapter directory to merge into --model (e.g. a D2F adapter)")
+    g.add_argument("--base-path", help="local base checkpoint for a preset --model (default: look in "
+                                       f"{CHECKPOINTS_DIR} and the Hugging Face cache)")
+    g.add_argument("--lora-path", help="local adapter directory for a preset --model")
+    g.add_argument("--allow-download", action="store_true",
+                   help=f"let a preset download missing checkpoints from the Hugging Face Hub into {CHECKPOINTS_DIR}")
+
+
+def load_from_args(args) -> LoadedModel:
+    return load(args.model, device=args.device, trust_remote_code=getattr(args, "trust_remote_code", False),
+                lora=args.lora, base_path=args.base_path, lora_path=args.lora_path, allow_download=args.allow_download)
