@@ -78,28 +78,22 @@ class RemoteExecutor(Executor):
 class BPGroup:
     """W rank processes serving branch-parallel rounds; see the module docstring.
     device: "cpu" (gloo), "cuda" (NCCL; rank r on cuda:r) or "npu" (HCCL, needs torch_npu).
-    threads: torch intra-op threads per rank."""
+    threads: torch intra-op threads per rank. load_options: passed to lopa.checkpoints.load in every
+    rank (trust_remote_code, lora, base_path, lora_path, allow_download)."""
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
-                 device: str = "cpu", threads: int = 1):
-        from transformers import AutoConfig
-
-        from lopa.loading import DEFAULT_MODEL, load_tokenizer, spec_from_pretrained
+                 device: str = "cpu", threads: int = 1, **load_options):
+        from lopa.loading import DEFAULT_MODEL
         from lopa.parallel import dist_backend
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers (ranks) must be a positive integer, got {workers!r}")
         if timeout_s <= 0 or start_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
         dist_backend(torch.device(device).type)                 # a clear error now, not in W children
-        self.model_dir = Path(model_dir) if model_dir else DEFAULT_MODEL
-        if not (self.model_dir / "config.json").is_file():
-            raise FileNotFoundError(f"no model at {self.model_dir}: expected a Hugging Face directory")
-        config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
-        has_tokenizer = any((self.model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-        self.tokenizer = load_tokenizer(self.model_dir) if has_tokenizer else None
-        self.spec = spec_from_pretrained(config, self.tokenizer, self.model_dir.name)
+        self.model_dir = str(model_dir or DEFAULT_MODEL)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
-        self.device, self.threads = device, threads
+        self.device, self.threads, self.load_options = device, threads, load_options
+        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.loading.load_model), once running
         self.pids: dict[int, int] = {}
         self.description = self.last_failure = ""
         self._lock = threading.RLock()
@@ -162,13 +156,13 @@ class BPGroup:
         self._conn = Connection(mine.detach())
         try:
             for rank in range(self.world):
-                cfg = {"rank": rank, "world": self.world, "model_dir": str(self.model_dir), "device": self.device,
-                       "threads": self.threads, "timeout_s": self.timeout_s, "start_timeout_s": self.start_timeout_s,
+                cfg = {"rank": rank, "world": self.world, "model_dir": self.model_dir, "device": self.device,
+                       "threads": self.threads, "load": self.load_options, "timeout_s": self.timeout_s, "start_timeout_s": self.start_timeout_s,
                        "store": os.path.join(self._dir, "store"), "log": self._path(rank, "log"),
                        "exit_file": self._path(rank, "exit")}
                 self.pids[rank] = launcher.fork(cfg, theirs.fileno() if rank == 0 else None)
             theirs.close()
-            self.description = self._wait_reply(self.start_timeout_s, "start")
+            self.description, self.spec, self.tokenizer = self._wait_reply(self.start_timeout_s, "start")
         except BaseException as err:
             theirs.close()
             self._fail(err)
@@ -279,14 +273,14 @@ def _kill(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.loading import load_model
+    from lopa.checkpoints import load
     from lopa.parallel import Comm, serve
 
     torch.set_num_threads(cfg["threads"])
     rank, device = cfg["rank"], torch.device(cfg["device"])
     if device.type != "cpu":
         device = torch.device(device.type, rank)           # one accelerator per rank on this host
-    loaded = load_model(cfg["model_dir"], device=str(device))
+    loaded = load(cfg["model_dir"], device=str(device), **cfg["load"])
     comm = Comm.init(device, cfg["timeout_s"], cfg["start_timeout_s"], init_method=f"file://{cfg['store']}",
                      rank=rank, world=cfg["world"])
     if rank == 0:
@@ -301,7 +295,7 @@ def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
     that their waits (bounded by timeout_s) never expire between runs."""
     from lopa.parallel import BPExecutor, ping
 
-    _send(conn, ("ok", f"{loaded.describe()} x {comm.world} ranks"))
+    _send(conn, ("ok", (f"{loaded.describe()} x {comm.world} ranks", loaded.spec, loaded.tokenizer)))
     executor = None
     while True:
         if not conn.poll(timeout_s / 4):
@@ -438,6 +432,7 @@ def _preload(model_dir: str) -> None:
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir, local_files_only=True))]
+        import lopa.checkpoints  # noqa: F401  (Dream / LLaDA / preset loading, where present)
     except Exception:
         pass
 

@@ -295,6 +295,10 @@ class BPExecutor(Executor):
     which the engine copies into the round's record after committing."""
 
     def __init__(self, model, spec: ModelSpec, settings: DecodeSettings, comm: Comm):
+        allowed = spec.extra.get("executors")
+        if allowed and "batched" not in allowed:
+            raise ValueError(f"{spec.name} supports only the {'/'.join(allowed)} executor; branch parallelism "
+                             "needs the batched one (a model that takes attention masks and the prefix cache)")
         super().__init__(model, spec, settings)
         self.comm = comm
         self.shard = Shard(model, spec, comm)
@@ -353,10 +357,6 @@ class BPExecutor(Executor):
                            bytes=self._extra["bytes"] + peers * control_bytes + sent)
 
     # -- group management ----------------------------------------------------------------------
-    def ping(self) -> None:
-        self.comm.send_control(("ping",))
-        self.comm.all_gather(torch.zeros(1, device=self.comm.device))
-
     def digests(self) -> list[list[float]]:
         """Every rank's kv_digest, rank order (for tests: all ranks must hold the same cache)."""
         self.comm.send_control(("digest",))
@@ -375,9 +375,36 @@ def ping(comm: Comm) -> None:
     comm.all_gather(torch.zeros(1, device=comm.device))
 
 
-# -- torchrun ----------------------------------------------------------------------------------
-def under_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+# -- the command line: `generate --backend bp` ----------------------------------------------------
+def generate_bp(args, settings_from_args, report) -> int:
+    """Under torchrun (RANK / WORLD_SIZE set) this process is one rank: rank 0 decodes and calls
+    `report(args, decoder, description)`, the others serve. Without torchrun: a local BPGroup of
+    --workers ranks. Every rank loads the model on its own device (cuda:LOCAL_RANK, npu:LOCAL_RANK)."""
+    from lopa.checkpoints import load
+    from lopa.loading import pick_device
+    options = {name: getattr(args, name, None) for name in ("lora", "base_path", "lora_path")}
+    options.update(trust_remote_code=args.trust_remote_code, allow_download=getattr(args, "allow_download", False))
+    if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        from lopa.bp_group import BPGroup
+        with BPGroup.start(args.model, workers=args.workers, timeout_s=args.bp_timeout,
+                           device=pick_device(args.device).type, **options) as group:
+            return report(args, group.decoder(settings_from_args(args, group.spec)), group.description)
+    from lopa.engine import Decoder
+    device = torchrun_device(args.device)
+    loaded = load(args.model, device=str(device), **options)
+    comm = Comm.init(device, args.bp_timeout, start_timeout_s=max(600.0, args.bp_timeout))
+    if comm.rank != 0:
+        serve(loaded.model, loaded.spec, comm)
+        comm.close()
+        return 0
+    try:
+        settings = settings_from_args(args, loaded.spec)
+        executor = BPExecutor(loaded.model, loaded.spec, settings, comm)
+        description = f"{loaded.describe()} x {comm.world} ranks ({dist_backend(device.type)})"
+        return report(args, Decoder(loaded.model, loaded.spec, settings, loaded.tokenizer, executor), description)
+    finally:
+        comm.send_control(("stop",))       # also after an error, so that the other ranks exit now
+        comm.close()
 
 
 def torchrun_device(requested: str | None) -> torch.device:
@@ -385,10 +412,8 @@ def torchrun_device(requested: str | None) -> torch.device:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     kind = torch.device(requested).type if requested else ("cuda" if torch.cuda.is_available() else "cpu")
     dist_backend(kind)                                 # fail early and clearly (e.g. torch_npu missing)
-    if kind == "cpu":
-        return torch.device("cpu")
     if kind == "cuda":
         torch.cuda.set_device(local)
     elif kind == "npu":
         torch.npu.set_device(local)
-    return torch.device(kind, local)
+    return torch.device("cpu") if kind == "cpu" else torch.device(kind, local)

@@ -227,6 +227,37 @@ def test_a_rank_that_dies_between_runs_is_replaced_quietly(groups, loaded):
     assert "rank 1 was killed by SIGKILL" in group.last_failure and all(gone(p) for p in old.values())
 
 
+# -- the command line -----------------------------------------------------------------------------
+def cli_answer(capsys, argv):
+    from lopa.cli import main
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    return out.split("\n\nmodel: ")[0], out
+
+
+def test_cli_bp_backend_prints_the_single_process_answer(model_dir, capsys):
+    argv = ["generate", "--model", str(model_dir), "--prompt", "how many apples does Tom have ?", "--k", "3",
+            "--max-new-tokens", "16", "--device", "cpu"]
+    single_answer, _ = cli_answer(capsys, argv)
+    bp_answer, out = cli_answer(capsys, argv + ["--backend", "bp", "--workers", "2", "--bp-timeout", "20"])
+    assert bp_answer == single_answer and "x 2 ranks" in out
+
+
+@pytest.mark.skipif(not os.environ.get("LOPA_SLOW_TESTS"), reason="starts torchrun (~20 s); set LOPA_SLOW_TESTS=1")
+def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp_path):
+    import subprocess
+    import sys
+    argv = ["generate", "--model", str(model_dir), "--prompt", "how many apples does Tom have ?", "--k", "3",
+            "--max-new-tokens", "16", "--device", "cpu"]
+    single_answer, _ = cli_answer(capsys, argv)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(__import__("lopa").__path__[0] + "/.."))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                          "-m", "lopa", *argv, "--backend", "bp"], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n\nmodel: ")[0] == single_answer and "x 3 ranks (gloo)" in run.stdout
+
+
+# -- last: it also stops the shared launcher ---------------------------------------------------------
 def test_close_leaves_nothing_running(model_dir):
     from lopa.bp_group import BPGroup, stop_launcher
     from lopa import bp_group
