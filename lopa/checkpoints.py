@@ -103,11 +103,13 @@ def dream_to_qwen2_config(raw: dict):
     return config
 
 
-# LLaDA's config must have these values for the LLaMA mapping to compute the same function.
-_LLADA_REQUIRED_VALUES = {"block_type": "llama", "activation_type": "silu", "layer_norm_type": "rms", "rope": True,
-                          "alibi": False, "include_bias": False, "include_qkv_bias": False,
-                          "attention_layer_norm": False, "input_emb_norm": False, "scale_logits": False,
-                          "block_group_size": 1}
+# LLaDA's config must have these values for the LLaMA mapping to compute the same function. A key
+# missing from config.json takes the default of LLaDA's own ModelConfig (second value), not ours.
+_LLADA_REQUIRED = {"block_type": ("llama", "sequential"), "activation_type": ("silu", "swiglu"),
+                   "layer_norm_type": ("rms", "default"), "rope": (True, False), "alibi": (False, False),
+                   "include_bias": (False, False), "include_qkv_bias": (False, False),
+                   "attention_layer_norm": (False, False), "input_emb_norm": (False, False),
+                   "scale_logits": (False, False), "block_group_size": (1, 1), "layer_norm_with_affine": (True, True)}
 LLADA_KEY_MAPPING = {   # regex on LLaDA's parameter names -> LlamaForCausalLM's
     r"^model\.transformer\.wte\.": "model.embed_tokens.",
     r"^model\.transformer\.ln_f\.": "model.norm.",
@@ -121,10 +123,10 @@ LLADA_KEY_MAPPING = {   # regex on LLaDA's parameter names -> LlamaForCausalLM's
 
 def llada_unsupported(raw: dict) -> list[str]:
     """Config values that keep this LLaDA checkpoint off the LLaMA mapping (empty = mappable)."""
-    bad = [f"{k}={raw.get(k)!r} (need {v!r})" for k, v in _LLADA_REQUIRED_VALUES.items()
-           if raw.get(k, v) is not None and raw.get(k, v) != v]
-    bad += [k for k in ("d_model", "n_heads", "n_layers") if k not in raw]
-    return bad
+    value = lambda k, default: bool(raw[k]) if k == "include_qkv_bias" and raw.get(k) is None else raw.get(k, default)
+    bad = [f"{k}={value(k, default)!r} (need {need!r})" for k, (need, default) in _LLADA_REQUIRED.items()
+           if value(k, default) != need]
+    return bad + [f"{k} missing" for k in ("d_model", "n_heads", "n_layers", "vocab_size") if k not in raw]
 
 
 def llada_to_llama_config(raw: dict):
@@ -136,13 +138,13 @@ def llada_to_llama_config(raw: dict):
     if bad:
         raise ValueError(f"this LLaDA variant does not map onto LLaMA: {', '.join(bad)}")
     n_kv = 1 if raw.get("multi_query_attention") else (raw.get("n_kv_heads") or raw["n_heads"])
-    config = LlamaConfig(
-        vocab_size=raw.get("embedding_size") or raw["vocab_size"], hidden_size=raw["d_model"],
+    config = LlamaConfig(   # defaults below are LLaDA ModelConfig's, for keys its config.json leaves out
+        vocab_size=raw.get("embedding_size", 50304) or raw["vocab_size"], hidden_size=raw["d_model"],
         intermediate_size=raw.get("mlp_hidden_size") or raw.get("mlp_ratio", 4) * raw["d_model"],
         num_hidden_layers=raw["n_layers"], num_attention_heads=raw["n_heads"], num_key_value_heads=n_kv,
-        hidden_act="silu", max_position_embeddings=raw.get("max_sequence_length", 4096),
+        hidden_act="silu", max_position_embeddings=raw.get("max_sequence_length", 1024),
         rms_norm_eps=raw.get("rms_norm_eps", 1e-5), rope_theta=raw.get("rope_theta", 10000.0),
-        tie_word_embeddings=bool(raw.get("weight_tying", False)), attention_bias=False, mlp_bias=False,
+        tie_word_embeddings=bool(raw.get("weight_tying", True)), attention_bias=False, mlp_bias=False,
         bos_token_id=raw.get("bos_token_id"), eos_token_id=raw.get("eos_token_id"), pad_token_id=raw.get("pad_token_id"))
     config.is_causal = False
     return config
@@ -392,8 +394,9 @@ def load_preset(name: str, device: str | None = None, base_path=None, lora_path=
 def load(model: str | Path | None, device: str | None = None, trust_remote_code: bool = False, lora=None,
          base_path=None, lora_path=None, allow_download: bool = False) -> LoadedModel:
     """What the CLI and the benchmark call: a preset name or a directory, plus an optional adapter."""
-    from lopa.loading import load_model
-    if model is not None and str(model) in PRESETS and not Path(str(model)).is_dir():
+    from lopa.loading import DEFAULT_MODEL, load_model
+    model = model or DEFAULT_MODEL
+    if str(model) in PRESETS and not Path(str(model)).is_dir():
         return load_preset(str(model), device, base_path or None, lora_path or lora, allow_download)
     if base_path or lora_path:
         raise ValueError("--base-path/--lora-path go with a preset name (--model d2f-dream-base); "

@@ -190,6 +190,10 @@ def test_preset_resolves_local_checkpoints_and_loads_through_load_model(dream, a
     torch.testing.assert_close(logits(loaded.model, x, block_mask(12)), logits(adapter[1], x, block_mask(12)),
                                atol=1e-5, rtol=1e-5)
     assert checkpoints.task_settings("d2f-dream-base", "gsm8k")["k"] == 14
+    # the engine's fast path and its reference agree on the translated, merged model
+    settings = DecodeSettings(k=3, block_size=8, max_new_tokens=24, attention="full")
+    tokens = {ex: loaded.decoder(settings, executor=ex).run("def add(a, b):").tokens for ex in ("batched", "per_branch")}
+    assert tokens["batched"] == tokens["per_branch"]
 
 
 def test_cli_runs_a_preset_from_explicit_paths_and_explains_a_missing_one(dream, adapter, no_hf_cache, capsys):
@@ -216,7 +220,7 @@ def save_llada_dir(path, **overrides):
             f.rename(path / f.name)
     torch.manual_seed(3)
     ref = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
+                                       num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
                                        rope_theta=500000.0, tie_word_embeddings=False)).eval()
     state = {}
     for name, value in ref.state_dict().items():
@@ -233,10 +237,40 @@ def save_llada_dir(path, **overrides):
               "block_type": "llama", "d_model": 32, "embedding_size": 40, "vocab_size": 40, "include_bias": False,
               "include_qkv_bias": False, "input_emb_norm": False, "layer_norm_type": "rms", "mask_token_id": 0,
               "eos_token_id": 1, "pad_token_id": 2, "max_sequence_length": 256, "mlp_hidden_size": 48,
-              "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "rms_norm_eps": 1e-5, "rope": True,
+              "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "rms_norm_eps": 1e-5, "rope": True,
               "rope_full_precision": True, "rope_theta": 500000.0, "scale_logits": False, "weight_tying": False}
     (path / "config.json").write_text(json.dumps({**config, **overrides}))
     return path, ref
+
+
+def llada_forward(state, ids, heads=4, kv_heads=2, theta=500000.0, eps=1e-5):
+    """LLaDA's forward as its remote code computes it (LLaDALlamaBlock, written from reading that
+    code): RMSNorm in fp32; RoPE on the two halves of each head; no mask, not causal; SiLU on
+    ff_proj times up_proj; block ff_out; ln_f; top-level ff_out as the head. logits: [B, L, V]."""
+    w = lambda name: state[f"model.transformer.{name}.weight"]
+    norm = lambda x, name: w(name) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    B, L = ids.shape
+    x = w("wte")[ids]                                                      # [B, L, d]
+    hs = x.shape[-1] // heads
+    inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2).float() / hs)
+    angles = torch.arange(L).float()[:, None] * inv_freq[None]             # [L, hs/2]
+    sin, cos = torch.cat([angles, angles], -1).sin(), torch.cat([angles, angles], -1).cos()
+    def rope(t):                                                           # [B, h, L, hs]
+        t1, t2 = t.view(*t.shape[:3], 2, hs // 2).unbind(-2)
+        return t * cos + torch.cat([-t2, t1], -1) * sin
+    for i in range(2):
+        b = f"blocks.{i}"
+        h = norm(x, f"{b}.attn_norm")
+        q = (h @ w(f"{b}.q_proj").T).view(B, L, heads, hs).transpose(1, 2)
+        k = (h @ w(f"{b}.k_proj").T).view(B, L, kv_heads, hs).transpose(1, 2)
+        v = (h @ w(f"{b}.v_proj").T).view(B, L, kv_heads, hs).transpose(1, 2)
+        q, k = rope(q), rope(k)
+        k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
+        att = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False)
+        x = x + att.transpose(1, 2).reshape(B, L, -1) @ w(f"{b}.attn_out").T
+        h = norm(x, f"{b}.ff_norm")
+        x = x + (torch.nn.functional.silu(h @ w(f"{b}.ff_proj").T) * (h @ w(f"{b}.up_proj").T)) @ w(f"{b}.ff_out").T
+    return norm(x, "ln_f") @ w("ff_out").T
 
 
 def test_llada_checkpoint_maps_onto_stock_llama_without_logit_shift(tmp_path):
@@ -245,6 +279,10 @@ def test_llada_checkpoint_maps_onto_stock_llama_without_logit_shift(tmp_path):
     assert type(loaded.model) is LlamaForCausalLM
     x = torch.randint(3, 40, (1, 12))
     assert torch.equal(logits(loaded.model, x, block_mask(12, "full")), logits(reference, x, block_mask(12, "full")))
+    # the mapping computes LLaDA's own function: compare with its forward, unmasked and bidirectional
+    from safetensors.torch import load_file
+    expected = llada_forward(load_file(path / "model.safetensors"), x)
+    torch.testing.assert_close(logits(loaded.model, x), expected, atol=1e-5, rtol=1e-5)
     spec = loaded.spec
     assert spec.mask_token_id == 0 and spec.eos_token_ids == (1,) and not spec.logit_shift and spec.attention == "full"
     result = loaded.decoder(DecodeSettings(k=2, block_size=8, max_new_tokens=16)).run("how many apples")
