@@ -68,7 +68,9 @@ def install_shared_prefix_attention(model) -> None:
         return
     if not hasattr(model, "set_attn_implementation"):
         raise TypeError(f"{type(model).__name__} does not use transformers' AttentionInterface")
-    setattr(config, _FALLBACK_ATTR, current or "sdpa")
+    # The fallback serves forwards without a prefix, which still carry the engine's 4-D masks:
+    # FlashAttention cannot take those, so a flash model falls back to SDPA.
+    setattr(config, _FALLBACK_ATTR, current if current and "flash" not in current else "sdpa")
     model.set_attn_implementation(NAME)
     if model.config._attn_implementation != NAME:
         raise TypeError(f"{type(model).__name__} cannot switch attention implementation; use the per_branch executor")
