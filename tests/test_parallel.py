@@ -185,6 +185,22 @@ def test_sampling_is_reproducible_per_world_size(groups):
     assert a.tokens == b.tokens and decisions(a) == decisions(b)
 
 
+def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
+    """As from a Gradio worker thread: start, decode, close, all off the main thread."""
+    import threading
+    from lopa.bp_group import BPGroup
+    settings, out = DecodeSettings(k=3, **LIVELY), {}
+
+    def work():
+        with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
+            out["tokens"] = group.decoder(settings).run(PROMPT).tokens
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=120)
+    assert out["tokens"] == single(loaded, settings)[0].tokens
+
+
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
     from lopa import bp_group
