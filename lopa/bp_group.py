@@ -63,8 +63,10 @@ class RemoteExecutor(Executor):
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         self.group._call(("start", self.settings.to_dict(), torch.as_tensor(prompt_ids).tolist()))
+        self.group._owner = self              # the ranks' caches now belong to this run
 
     def verify(self, branches) -> Verified:
+        self._check_owner()
         t0 = time.perf_counter()
         verified = self.group._call(("verify", list(branches)))
         verified.extra["ipc_s"] = time.perf_counter() - t0 - verified.seconds
@@ -72,7 +74,13 @@ class RemoteExecutor(Executor):
         return verified
 
     def commit(self, winner: int, n_positions: int) -> None:
+        self._check_owner()
         self._extra.update(self.group._call(("commit", winner, n_positions)))
+
+    def _check_owner(self) -> None:
+        if self.group._owner is not self:
+            raise RuntimeError("another run started on this branch-parallel group since this one did (or the group "
+                               "restarted): a group decodes one prompt at a time")
 
 
 class BPGroup:
@@ -93,13 +101,14 @@ class BPGroup:
         self.model_dir = str(model_dir or DEFAULT_MODEL)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
         self.device, self.threads, self.load_options = device, threads, load_options
-        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.loading.load_model), once running
+        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.checkpoints.load), once started
         self.pids: dict[int, int] = {}
         self.description = self.last_failure = ""
         self._lock = threading.RLock()
         self._conn: Connection | None = None
         self._dir: str | None = None
         self._closed = False
+        self._owner: RemoteExecutor | None = None
 
     @classmethod
     def start(cls, model_dir=None, workers: int = 2, **options) -> "BPGroup":
@@ -121,7 +130,8 @@ class BPGroup:
         return RemoteExecutor(self, settings)
 
     def decoder(self, settings: DecodeSettings, tokenizer=None) -> Decoder:
-        return Decoder(None, self.spec, settings, tokenizer or self.tokenizer, executor=self.executor(settings))
+        executor = self.executor(settings)            # first: it (re)starts the ranks, which set spec
+        return Decoder(None, self.spec, settings, tokenizer or self.tokenizer, executor=executor)
 
     def digests(self) -> list[list[float]]:
         """Every rank's cache checksum after the last run (lopa.parallel.kv_digest), rank order."""
@@ -239,7 +249,7 @@ class BPGroup:
                 _kill(self.pids[r])
         if self._conn is not None:
             self._conn.close()
-        self._conn, self.pids = None, {}
+        self._conn, self.pids, self._owner = None, {}, None
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -185,6 +185,15 @@ def test_sampling_is_reproducible_per_world_size(groups):
     assert a.tokens == b.tokens and decisions(a) == decisions(b)
 
 
+def test_a_run_superseded_by_another_on_the_same_group_fails_clearly(groups, loaded):
+    settings = DecodeSettings(k=3, **LIVELY)
+    first = groups[2].decoder(settings).stream(PROMPT)
+    next(first)
+    assert groups[2].decoder(settings).run(PROMPT).tokens == single(loaded, settings)[0].tokens
+    with pytest.raises(RuntimeError, match="another run started"):
+        next(first)
+
+
 def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
     """As from a Gradio worker thread: start, decode, close, all off the main thread."""
     import threading
