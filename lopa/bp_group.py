@@ -11,8 +11,9 @@
   others (lopa.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
   through a RemoteExecutor (a socket pair, pickled verbs), so a crashed or hung group can never
   leave the caller's own process in a broken torch.distributed state.
-- Reused across runs and settings; one call at a time (a lock serialises them, so Gradio worker
-  threads may share a group; interleaving two runs' rounds is the caller's business to avoid).
+- Reused across runs and settings. One run at a time: calls are serialised by a lock (Gradio worker
+  threads may share a group), and starting a run supersedes the previous one, whose next round
+  then raises a RuntimeError instead of reading the new run's caches.
 - Faults: any failure (a rank dies, a collective times out after `timeout_s`, no reply within
   2 x timeout_s) raises RuntimeError naming the rank and the cause, kills every rank process and
   leaves the group stopped. The next `decoder()` / `executor()` call starts fresh ranks; so does a
