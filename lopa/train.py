@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lopa.problems import final_answer, is_heldout, make_problem, split
+from lopa.problems import DEFAULT_MAX_VALUE, final_answer, is_heldout, make_problem, split
 from lopa.tokenizer_build import EOS, MASK, PAD
 
 BLOCK_SIZE = 32
@@ -52,7 +52,7 @@ class Recipe:
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
     max_steps: int = 3           # reasoning steps per problem at the end of the curriculum
-    max_value: int = 200
+    max_value: int = DEFAULT_MAX_VALUE
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 
 
