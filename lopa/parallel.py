@@ -7,7 +7,7 @@ Who does what
   own share of the forward work.
 - Every rank holds a `Shard`: a BatchedExecutor (one batched forward over the rank's branches,
   shared-prefix attention) with its own PrefixKV. Ranks 1..W-1 run `serve()`.
-- Launch: `torchrun ... -m lopa generate --backend bp` (see `cli_decoder`), or a persistent group
+- Launch: `torchrun ... -m lopa generate --backend bp` (see `generate_bp`), or a persistent group
   for long-lived callers such as the app: `lopa.bp_group.BPGroup` (its docstring has the API).
 
 Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the group's timeout.
@@ -258,8 +258,8 @@ class Shard:
         return payload.numel() * payload.element_size()
 
     def digest(self) -> torch.Tensor:
-        return kv_digest(self.ex.kv).float().to(self.comm.device) if hasattr(self, "ex") else torch.zeros(
-            5, device=self.comm.device)
+        digest = kv_digest(self.ex.kv) if hasattr(self, "ex") else torch.zeros(5, dtype=torch.float64)
+        return digest.to(self.comm.device)
 
 
 def serve(model, spec: ModelSpec, comm: Comm) -> None:
