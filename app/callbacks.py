@@ -157,13 +157,17 @@ def toggle_play(session: Session, playing: bool, r) -> tuple:
     return gr.Timer(active=True), gr.update(value="⏸ Pause"), True
 
 
-def play_tick(session: Session, r) -> tuple:
-    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS for the next round."""
+def play_tick(session: Session, playing: bool, r) -> tuple:
+    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS for the next round.
+    A tick that arrives after Pause changes nothing; only Play, Pause and the last round switch the
+    timer, so a tick in flight cannot restart it."""
+    if not playing or session.n_rounds == 0:
+        return (gr.skip(), gr.Timer(active=False), gr.skip(), False) + tuple(gr.skip() for _ in VIEW_OUTPUTS)
     n = session.n_rounds
     nxt = 0 if r is None or int(r) >= n - 1 else int(r) + 1
     done = nxt >= n - 1
-    controls = (gr.update(value=nxt), gr.Timer(active=not done), gr.update(value="▶ Play" if done else "⏸ Pause"),
-                not done)
+    controls = (gr.update(value=nxt), gr.Timer(active=False) if done else gr.skip(),
+                gr.update(value="▶ Play") if done else gr.skip(), not done)
     return controls + view(session, nxt)
 
 
@@ -196,6 +200,11 @@ def load_trace(session: Session, file) -> tuple:
     k = run.settings.get("k", "?")
     return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "
                                  f"with {where}. Prompt: “{run.prompt[:120]}”")
+
+
+def clear_upload():
+    """Empty the upload box after a trace was read, ready for the next file."""
+    return None
 
 
 # -- model and settings -------------------------------------------------------------------------

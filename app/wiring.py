@@ -34,14 +34,17 @@ def build_demo() -> gr.Blocks:
                 c.update(build_model_panel())
                 c.update(build_input_panel())
                 c.update(build_settings_panel())
+            # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
+            # and those errors made the browser drop other components' updates.
             with gr.Column(scale=3):
-                with gr.Tabs():
-                    with gr.Tab("Round by round", id="rounds"):
-                        c.update(build_controls())
-                        c.update(build_round_view())
-                        c.update(build_trace_panel())
-                    with gr.Tab("Vanilla vs LoPA", id="compare", elem_id="compare-tab"):
-                        c.update(build_compare_panel())
+                with gr.Column(elem_id="round-view"):
+                    gr.Markdown("## Round by round")
+                    c.update(build_controls())
+                    c.update(build_round_view())
+                c.update(build_trace_panel())
+                with gr.Column(elem_id="compare-view"):
+                    gr.Markdown("## Vanilla vs LoPA")
+                    c.update(build_compare_panel())
         wire(demo, c)
     demo.queue(**QUEUE)
     return demo
@@ -76,12 +79,13 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                             trigger_mode="always_last", show_progress="hidden", **VIEW)
     c["play"].click(cb.toggle_play, [session, c["playing"], c["round_slider"]], [c["timer"], c["play"], c["playing"]],
                     api_visibility="private", **VIEW)
-    c["timer"].tick(cb.play_tick, [session, c["round_slider"]],
+    c["timer"].tick(cb.play_tick, [session, c["playing"], c["round_slider"]],
                     [c["round_slider"], c["timer"], c["play"], c["playing"], *view], api_visibility="private",
                     show_progress="hidden", **VIEW)
 
     # Traces and settings.
     c["export"].click(cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
                       api_name="export_trace", **VIEW)
-    c["trace_upload"].upload(cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW)
+    c["trace_upload"].upload(cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
+        cb.clear_upload, None, [c["trace_upload"]], api_visibility="private", **VIEW)
     c["preset"].change(cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)

@@ -139,10 +139,12 @@ def test_scrub_play_and_reset():
     assert f'data-round="{n - 1}"' in cb.show_round(session, 10_000)[0]
     timer, button, playing = cb.toggle_play(session, False, n - 1)
     assert playing and timer.active
-    slider, timer, _, playing, *view = cb.play_tick(session, n - 1)       # from the end: back to the start
-    assert slider["value"] == 0 and 'data-round="0"' in view[0] and timer.active
-    slider, timer, _, playing, *_ = cb.play_tick(session, n - 2)           # reaching the end stops the timer
+    slider, timer, _, playing, *view = cb.play_tick(session, True, n - 1)  # from the end: back to the start
+    assert slider["value"] == 0 and 'data-round="0"' in view[0] and is_skip(timer) and playing
+    slider, timer, _, playing, *_ = cb.play_tick(session, True, n - 2)     # reaching the end stops the timer
     assert slider["value"] == n - 1 and not timer.active and not playing
+    slider, timer, _, playing, *view = cb.play_tick(session, False, 3)     # a stray tick after Pause
+    assert is_skip(slider) and not timer.active and all(is_skip(v) for v in view)
     out = named(cb.reset_session(session))
     assert session.run is None and "No rounds yet" in out["canvas"]
 

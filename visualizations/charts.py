@@ -19,7 +19,7 @@ def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
                          marker_color=LOOKAHEAD_COLOUR, marker_pattern_shape="/"))
     if current is not None and run.records:
         fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="rgba(0,0,0,0.08)", line_width=0)
-    fig.update_layout(barmode="stack", height=240, margin=dict(l=10, r=10, t=36, b=36),
+    fig.update_layout(barmode="stack", height=270, margin=dict(l=10, r=10, t=36, b=36),
                       title=dict(text="Tokens committed per round" + (f" (shaded: round {current})" if current is not None
                                  and run.records else ""), font=dict(size=13)),
                       xaxis=dict(title_text="round", rangemode="tozero"), yaxis=dict(title_text="tokens"),
@@ -49,13 +49,15 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
             text[b].append(str(fill.round) if fill else "")
             hover[b].append(f"position {b * N + i}<br>filled in round {fill.round} by the {fill.how}<br>"
                             f"token {token_text(fill.token, names)!r}" if fill else f"position {b * N + i}<br>masked")
-    top = zmax or max((f.round for f in done.values()), default=1)
+    # zmin < zmax always: a colour bar over an empty range makes plotly.js throw on every relayout.
+    top = max(zmax or max((f.round for f in done.values()), default=1), 2)
     fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", textfont=dict(size=9), customdata=hover,
-                             hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS, zmin=1, zmax=max(top, 1),
-                             xgap=1, ygap=1, colorbar=dict(title=dict(text="round<br>filled"), thickness=12)))
+                             hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS, zmin=1, zmax=top,
+                             xgap=1, ygap=1, colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
     fig.update_yaxes(autorange="reversed", title_text="block", dtick=1)
     fig.update_xaxes(title_text="position in block")
     fig.update_layout(title=dict(text=title or "Token filling order (round each position was committed)",
                                  font=dict(size=13)),
-                      height=150 + 26 * n_blocks, margin=dict(l=10, r=10, t=40, b=36), plot_bgcolor="#f2f2f2")
+                      # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
+                      height=230 + 26 * n_blocks, margin=dict(l=10, r=10, t=40, b=36), plot_bgcolor="#f2f2f2")
     return fig

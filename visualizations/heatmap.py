@@ -24,8 +24,8 @@ NAN = float("nan")
 def _message_figure(text: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    fig.update_layout(height=220, xaxis=dict(visible=False), yaxis=dict(visible=False), margin=dict(l=10, r=10, t=30, b=10),
-                      plot_bgcolor="white")
+    fig.update_layout(height=220, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
+                      margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
     return fig
 
 
@@ -58,11 +58,15 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     anchor_z = [[conf[0].get(p, NAN) for p in columns]]
     anchor_hover = [[f"position {p}<br>anchor predicts {token_text(argmax[0][p], names)!r}<br>Conf {conf[0][p]:.3f}"
                      if p in conf[0] else f"position {p}<br>not in the anchor's window" for p in columns]]
+    finite = [v for v in anchor_z[0] if not math.isnan(v)]
+    # A colour bar needs zmin < zmax (plotly.js throws on an empty range): widen a single value.
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-6 else (lo, hi)
     k = len(rec.branch_scores) - 1
     rows = 2 if k else 1
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         row_heights=[1, max(k, 1)] if k else [1])
-    fig.add_trace(go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS,
+    fig.add_trace(go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS, zmin=lo, zmax=hi,
                              text=anchor_hover, hoverinfo="text", xgap=1, ygap=1, name="anchor Conf",
                              colorbar=dict(title=dict(text=f"anchor<br>{metric}", side="right"), len=0.34 if k else 0.9,
                                            y=1.0, yanchor="top", thickness=12)), row=1, col=1)

@@ -70,26 +70,21 @@ def committed_per_round(records) -> list[tuple[int, int]]:
     return [(len(r.anchor_positions), int(r.winner > 0 and r.kind == "round")) for r in records]
 
 
-def window_tokens(records, upto: int, block_size: int, mask_id: int) -> list[int]:
-    """Every generated position's token after round `upto` (mask id where still masked)."""
-    n = n_positions(records[upto], block_size)
-    tokens = [mask_id] * n
-    for pos, fill in fills(records, upto).items():
-        if pos < n:
-            tokens[pos] = fill.token
-    return tokens
-
-
 def partial_metrics(run) -> dict:
-    """RunResult.metrics() that also works before the first round (run None or without records)."""
+    """RunResult.metrics() for any snapshot: zeros before the first round (run None or no records);
+    while unfinished, only committed tokens count, not the masks still in the window."""
     if run is None or not run.records:
         return {"rounds": 0, "forwards": 0, "tokens_useful": 0, "tokens_paper": 0, "tpf_useful": 0.0,
                 "tpf_paper": 0.0, "latency_s": 0.0, "tps": 0.0, "tps_excl_first": 0.0, "forward_s": 0.0}
-    return run.metrics()
-
-
-def committed_tokens(records, upto: int, eos_ids, mask_id: int) -> int:
-    """Tokens committed up to round `upto`, not counting positions after the first EOS."""
-    done = fills(records, upto)
-    eos = sorted(p for p, f in done.items() if f.token in eos_ids)
-    return sum(1 for p, f in done.items() if f.token != mask_id and (not eos or p <= eos[0]))
+    metrics = run.metrics()
+    mask = run.spec.get("mask_token_id")
+    if mask not in run.tokens:
+        return metrics
+    # Unfinished (live or stopped): count committed tokens only, not the masks still in the window.
+    useful = sum(t != mask for t in run.useful_tokens)
+    paper = sum(t != mask for t in run.tokens)
+    forwards, latency = metrics["forwards"], metrics["latency_s"]
+    rest = latency - (run.records[0].round_seconds if run.records else 0.0)
+    return {**metrics, "tokens_useful": useful, "tokens_paper": paper,
+            "tpf_useful": useful / forwards if forwards else 0.0, "tpf_paper": paper / forwards if forwards else 0.0,
+            "tps": useful / latency if latency > 0 else 0.0, "tps_excl_first": useful / rest if rest > 0 else 0.0}

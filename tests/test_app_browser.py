@@ -1,0 +1,209 @@
+"""A real browser (Playwright + Debian's Chromium) on the app served in-process.
+
+Run LoPA on an example and watch the round counter advance and the heatmap render; step and
+scrub; run the side-by-side comparison until both sides finish; export a trace and load it
+back; trigger a bad input and read the message. Screenshots go to test-artifacts/ (and, with
+LOPA_UPDATE_SCREENSHOTS=1, the README's two go to assets/screenshots/).
+
+Uses the bundled model when it loads (its answers are not checked, only the UI), otherwise a tiny
+random one. Skips when /usr/bin/chromium is absent. Every wait has a timeout.
+"""
+
+import os
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ROOT / "assets" / "screenshots"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+WAIT_MS = 60_000
+ROUNDS_JS = "Number(document.querySelector('#counters .lopa-counters')?.dataset.rounds ?? -1)"
+# Records every value the round counter takes in the page, to check it keeps up with the server.
+OBSERVE_COUNTERS = """() => {
+  window.__rounds = [];
+  const box = document.querySelector('#counters');
+  new MutationObserver(() => {
+    const el = box.querySelector('.lopa-counters');
+    if (el) window.__rounds.push(Number(el.dataset.rounds));
+  }).observe(box, {subtree: true, childList: true, attributes: true});
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    from app import LAUNCH_KWARGS, build_demo
+    from app.models import MODELS
+    from lopa.loading import load_model
+    from tiny import save_tiny_model_dir
+
+    saved = (MODELS.default, MODELS.loaded)
+    try:
+        MODELS.loaded = load_model(MODELS.default)          # the bundled model, if it loads right now
+    except Exception:                                       # (it may be mid re-export): a tiny random one
+        MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+        MODELS.loaded = None
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+    MODELS.default, MODELS.loaded = saved
+
+
+@pytest.fixture(scope="module")
+def page(url):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        # A plotly.js exception in one figure can stop the page applying other outputs: none allowed.
+        page.errors = []
+        page.on("pageerror", lambda err: page.errors.append(str(err)))
+        page.goto(url, timeout=WAIT_MS)
+        page.wait_for_selector("#run")
+        page.wait_for_function("document.querySelector('#model-info').innerText.includes('loaded from')")
+        yield page
+        browser.close()
+
+
+def page_errors(page) -> list[str]:
+    return list(page.errors)
+
+
+def rounds(page, counters="#counters") -> int:
+    value = page.locator(f"{counters} .lopa-counters").get_attribute("data-rounds")
+    return int(value)
+
+
+def shot(page, name: str, selector: str | None = None, readme: bool = False) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    (page.locator(selector) if selector else page).screenshot(path=str(path))
+    if readme and os.environ.get("LOPA_UPDATE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, SCREENSHOTS / f"{name}.png")
+    return path
+
+
+def test_run_an_example_live(page):
+    from app.models import example_prompts
+    example = example_prompts()[1][:24]                                  # the second example prompt
+    page.get_by_text(example, exact=False).first.click()
+    page.wait_for_function("e => document.querySelector('#prompt textarea').value.startsWith(e)", arg=example)
+    page.evaluate(OBSERVE_COUNTERS)
+    start = time.monotonic()
+    page.click("#run")
+    page.wait_for_function(f"{ROUNDS_JS} >= 1", timeout=10_000)
+    first_round_s = time.monotonic() - start
+    page.wait_for_function(f"{ROUNDS_JS} >= 3")
+    page.wait_for_selector("#heatmap .js-plotly-plot")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    finished_s = time.monotonic() - start
+    n = rounds(page)
+    assert n >= 3 and "Done" in page.locator("#status").inner_text()
+    assert page.locator("#canvas .lopa-cell").count() >= 32
+    seen = page.evaluate("window.__rounds")
+    assert seen == sorted(seen) and len(set(seen)) >= n // 2          # the counter moved round by round
+    assert not page_errors(page)
+    print(f"first round shown {first_round_s:.2f} s after Run; {n} rounds done after {finished_s:.1f} s; "
+          f"counter values seen: {len(set(seen))}")
+
+
+def test_scrub_and_play_back(page):
+    n = rounds(page)
+    slider = page.locator("#round-slider input[type=range]")
+    slider.focus()
+    for _ in range(n - 1 - n // 3):
+        page.keyboard.press("ArrowLeft")
+    target = n // 3
+    page.wait_for_selector(f"#canvas .lopa-canvas[data-round='{target}']")
+    page.wait_for_selector(f"#branches .lopa-branches[data-round='{target}']")
+    page.wait_for_timeout(800)                                  # let plotly finish drawing
+    shot(page, "round_view", "#round-view", readme=True)
+    page.click("#play")
+    page.wait_for_function(f"Number(document.querySelector('#canvas .lopa-canvas').dataset.round) > {target}")
+    page.click("#play")                                          # pause
+    page.wait_for_function("document.querySelector('#play').innerText.includes('Play')")
+    page.wait_for_timeout(700)
+    paused_at = page.locator("#canvas .lopa-canvas").get_attribute("data-round")
+    page.wait_for_timeout(1500)                                  # > two timer periods: nothing moves
+    assert page.locator("#canvas .lopa-canvas").get_attribute("data-round") == paused_at
+
+
+def test_step_advances_one_round_at_a_time(page):
+    page.click("#reset")
+    page.wait_for_selector("#counters .lopa-counters[data-rounds='0']")
+    for expected in (1, 2):
+        page.click("#step")
+        page.wait_for_selector(f"#counters .lopa-counters[data-rounds='{expected}']")
+    assert "Paused after round 1" in page.locator("#status").inner_text()
+    page.click("#stop")
+    page.wait_for_selector("#counters .lopa-counters[data-status='stopped']")
+
+
+def test_side_by_side_comparison(page):
+    page.locator("#compare").scroll_into_view_if_needed()
+    page.click("#compare")
+    page.wait_for_selector("#base-counters .lopa-counters[data-status='running']", timeout=20_000)
+    page.wait_for_selector("#base-counters .lopa-counters[data-status='done']")
+    page.wait_for_selector("#lopa-counters .lopa-counters[data-status='done']")
+    page.wait_for_function("document.querySelector('#compare-summary').innerText.includes('Speed-up')")
+    page.wait_for_selector("#base-tfo .js-plotly-plot")
+    page.wait_for_selector("#lopa-tfo .js-plotly-plot")
+    assert rounds(page, "#base-counters") > 0 and rounds(page, "#lopa-counters") > 0
+    assert not page_errors(page)
+    page.wait_for_timeout(800)
+    shot(page, "comparison", "#compare-view", readme=True)
+
+
+def test_export_then_load_a_trace(page, tmp_path):
+    page.click("#run")                                           # the stepped decode is stopped: a fresh run
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    n = rounds(page)
+    page.click("#export")
+    link = page.locator("#export-file a").first
+    link.wait_for()
+    with page.expect_download() as download:
+        link.click()
+    path = tmp_path / "trace.json"
+    download.value.save_as(path)
+    page.click("#reset")
+    page.wait_for_selector("#counters .lopa-counters[data-rounds='0']")
+    page.set_input_files("#trace-upload input[type=file]", str(path))
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Replaying')")
+    assert rounds(page) == n and page.locator("#counters .lopa-counters").get_attribute("data-status") == "replay"
+    shot(page, "replay")
+    assert not page_errors(page)
+
+
+def test_bad_input_shows_a_message(page, tmp_path):
+    box = page.locator("#max-new-tokens input")
+    box.fill("100")
+    box.press("Tab")
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Error')")
+    assert re.search(r"multiple of block_size", page.locator("#status").inner_text())
+    shot(page, "bad_input")
+    box.fill("64")
+    box.press("Tab")
+    bad = tmp_path / "foreign.json"
+    bad.write_text('{"hello": 1}')
+    page.set_input_files("#trace-upload input[type=file]", str(bad))
+    page.wait_for_function("document.querySelector('#status').innerText.includes('not a LoPA trace')")
