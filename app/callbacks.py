@@ -20,6 +20,7 @@ from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
 from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, token_canvas,
                             tokens_per_round_chart)
+from visualizations.timeline import partial_metrics
 
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation")
 LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
@@ -74,7 +75,7 @@ def _describe(session: Session) -> str:
     r = session.run
     if r is None:
         return ""
-    m = r.metrics()
+    m = partial_metrics(r)
     state = "stopped (cancelled)" if r.stopped else "finished"
     return f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
 
@@ -90,23 +91,19 @@ def run_stream(session: Session, prompt: str, *values):
         _start_or_continue(session, prompt, values)
         session.streaming = True
         yield live_outputs(session, "Running…", heavy=False)
-        while True:
-            record = session.pull()
-            if record is None:
-                break
+        while (record := session.pull()) is not None:
             if session.stop_requested:
                 session.cancel()
                 break
             heavy = time.perf_counter() - session.last_heavy >= HEAVY_INTERVAL_S
             yield live_outputs(session, f"Running… round {record.round}", heavy=heavy)
+        status = f"Done: {_describe(session)}"
     except ValueError as err:
+        status = error_message(err)
+    finally:                         # also when the browser goes away mid-run (GeneratorExit)
         session.streaming = False
         session.stop_clock()
-        yield (error_message(err),) + live_outputs(session, "")[1:]
-        return
-    session.streaming = False
-    session.stop_clock()
-    yield live_outputs(session, f"Done: {_describe(session)}")
+    yield live_outputs(session, status)
 
 
 @gpu

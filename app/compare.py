@@ -75,10 +75,9 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         lopa_settings = settings_from_ui(*values)
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
-        name = BASELINES.get(baseline, baseline)
-        base_settings = decoder_settings(name, lopa_settings)
+        base_settings = decoder_settings(BASELINES.get(baseline, baseline), lopa_settings)
         loaded = MODELS.get()
-        base = Side(loaded, prompt, base_settings, f"{baseline}")
+        base = Side(loaded, prompt, base_settings, baseline)
         lopa = Side(loaded, prompt, lopa_settings, f"LoPA (k = {lopa_settings.k})")
         session.streaming = True
         last_heavy = float("-inf")
@@ -94,10 +93,10 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
             rounds = [len(s.run.records) if s.run else 0 for s in (base, lopa)]
             yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)
     except ValueError as err:
-        session.streaming = False
         yield (error_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
         return
-    session.streaming = False
+    finally:                          # also when the browser goes away mid-run (GeneratorExit)
+        session.streaming = False
     if base.run is None or lopa.run is None:
         yield _outputs("Stopped before the first round.", base, lopa, True)
         return

@@ -90,6 +90,16 @@ def test_stop_cancels_within_one_round():
     assert "stopped" in rest[-1]["status"] and session.status() == "stopped"
 
 
+def test_a_run_abandoned_by_the_browser_leaves_a_paused_decode():
+    session = Session()
+    gen = cb.run_stream(session, PROMPT, *values())
+    next(gen), next(gen)
+    gen.close()                                                      # what the server does on disconnect
+    assert not session.streaming and session.status() == "paused"
+    drain(cb.run_stream(session, PROMPT, *values()))                 # Run picks the decode up again
+    assert session.status() == "done" and session.run.records[0].kind == "prefill"
+
+
 def test_step_advances_one_round_and_run_continues_the_same_decode():
     full = Session()
     drain(cb.run_stream(full, PROMPT, *values()))

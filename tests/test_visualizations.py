@@ -4,6 +4,7 @@ The checks tie every drawn value back to the trace: cells per state, heatmap del
 TFO rounds. Nothing here depends on the model being any good.
 """
 
+import html as html_lib
 import math
 import re
 
@@ -66,6 +67,8 @@ def test_canvas_shows_every_position_with_its_state(lopa):
         assert states.count("masked") == len(states) - len(committed)
         assert f'data-round="{r}"' in html
     assert "cached" in token_canvas(run, len(run.records) - 1, names)
+    hover = html_lib.unescape(re.search(r'data-state="anchor" title="([^"]*)"', token_canvas(run, 1, names)).group(1))
+    assert "committed by this round's anchor" in hover and "max prob" in hover and "token '" in hover
 
 
 def test_canvas_escapes_token_strings_and_falls_back_to_ids(lopa):

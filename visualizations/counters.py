@@ -46,7 +46,7 @@ def comparison_summary(baseline, lopa, baseline_name: str) -> str:
     rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
             ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
             ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
-    table = [f"| | {baseline_name} | LoPA (k={lopa.settings['k']}) |", "|---|---:|---:|"]
+    table = [f"| | {baseline_name} | LoPA (k = {lopa.settings['k']}) |", "|---|---:|---:|"]
     table += [f"| {name} | {fmt.format(mb[key])} | {fmt.format(ml[key])} |" for name, key, fmt in rows]
     same = "identical" if baseline.text == lopa.text else "different"
     return "\n".join([
