@@ -24,7 +24,11 @@ from visualizations.timeline import partial_metrics
 
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation")
 LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
-HEAVY_INTERVAL_S = 0.25      # heavy figures at most ~4 times a second while streaming
+# While streaming, the least seconds between two renders of each kind of heavy output (always drawn
+# at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on
+# a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
+REFRESH_S = {"html": 0.25, "plots": 1.0}
+VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "chart": "plots", "explanation": "html"}
 PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() if k != "max_new_tokens"},
            **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
 
@@ -37,16 +41,16 @@ def error_message(err: Exception | str) -> str:
 
 
 # -- rendering ---------------------------------------------------------------------------------
-def view(session: Session, r: int | None = None) -> tuple:
-    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest)."""
-    run = session.run
-    if run is None:
-        empty = RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
-        return (token_canvas(empty, 0), branches_table(empty, 0), confidence_heatmap(empty, 0),
-                tokens_per_round_chart(empty), explain_round(empty, 0))
-    r = session.n_rounds - 1 if r is None else max(0, min(int(r), session.n_rounds - 1))
-    return (token_canvas(run, r, session.names), branches_table(run, r, session.names),
-            confidence_heatmap(run, r, session.names), tokens_per_round_chart(run, r), explain_round(run, r, session.names))
+def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tuple:
+    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest); outputs whose
+    kind (VIEW_KINDS) is not in `kinds` are gr.skip() and cost nothing."""
+    run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
+    r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
+    names = session.names
+    render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
+              "heatmap": lambda: confidence_heatmap(run, r, names), "chart": lambda: tokens_per_round_chart(run, r),
+              "explanation": lambda: explain_round(run, r, names)}
+    return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
 
 
 def _slider(session: Session):
@@ -54,14 +58,16 @@ def _slider(session: Session):
     return gr.update(maximum=max(last, 1), value=last)
 
 
-def live_outputs(session: Session, status: str, heavy: bool = True) -> tuple:
-    """LIVE_OUTPUTS for the latest round; heavy figures replaced by gr.skip() when not `heavy`."""
+def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
+    """LIVE_OUTPUTS for the latest round. Counters always; each kind of heavy output only when
+    `final` or REFRESH_S has passed since it was last sent (gr.skip() otherwise)."""
+    now = time.perf_counter()
+    due = tuple(kind for kind, every in REFRESH_S.items()
+                if final or (session.run is not None and now - session.last_render[kind] >= every))
+    session.last_render.update({kind: now for kind in due})
     answer = session.run.text if session.run is not None else ""
     counters = counters_html(session.run, session.elapsed, session.status())
-    heavy_part = view(session) if heavy else tuple(gr.skip() for _ in VIEW_OUTPUTS)
-    if heavy:
-        session.last_heavy = time.perf_counter()
-    return (status, counters, _slider(session), answer) + heavy_part
+    return (status, counters, _slider(session), answer) + view(session, kinds=due)
 
 
 def _start_or_continue(session: Session, prompt: str, values) -> None:
@@ -84,19 +90,18 @@ def _describe(session: Session) -> str:
 @gpu
 def run_stream(session: Session, prompt: str, *values):
     """Stream the decode live: one yield per round as the engine computes it (not a replay).
-    Counters every round; heavy figures at most every HEAVY_INTERVAL_S, and always at the end."""
+    Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
     session.stop_requested = False
     session.start_clock()
     try:
         _start_or_continue(session, prompt, values)
         session.streaming = True
-        yield live_outputs(session, "Running…", heavy=False)
+        yield live_outputs(session, "Running…", final=False)
         while (record := session.pull()) is not None:
             if session.stop_requested:
                 session.cancel()
                 break
-            heavy = time.perf_counter() - session.last_heavy >= HEAVY_INTERVAL_S
-            yield live_outputs(session, f"Running… round {record.round}", heavy=heavy)
+            yield live_outputs(session, f"Running… round {record.round}", final=False)
         status = f"Done: {_describe(session)}"
     except ValueError as err:
         status = error_message(err)
@@ -209,7 +214,9 @@ def clear_upload():
 def warm_model() -> str:
     """Load the shared model on first page view so the first Run starts at once (never at import)."""
     try:
-        MODELS.warm_up()
+        warm = MODELS.warm_up()
+        if warm is not None:         # plotly builds its validators on first use: a second, once
+            view(Session(run=warm))
     except ValueError as err:
         return MODELS.describe() + f"\n\n**⚠ Error:** {err}"
     return MODELS.describe()

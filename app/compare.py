@@ -11,7 +11,7 @@ import time
 import gradio as gr
 
 from lopa import decoder_settings
-from app.callbacks import HEAVY_INTERVAL_S, error_message
+from app.callbacks import REFRESH_S, error_message
 from app.gpu import gpu
 from app.models import MODELS, token_names
 from app.session import Session, settings_from_ui
@@ -57,7 +57,7 @@ class Side:
 
 
 def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
-    """COMPARE_OUTPUTS; the TFO maps (heavy) are skipped unless `heavy`, and share one colour scale."""
+    """COMPARE_OUTPUTS; the TFO maps (plots) are skipped unless `heavy`, and share one colour scale."""
     if heavy:
         top = max((len(s.run.records) for s in (base, lopa) if s.run is not None), default=1)
         maps = [tfo_map(s.run, s.names, title=f"TFO — {s.title}", zmax=top) if s.run else gr.skip() for s in (base, lopa)]
@@ -88,7 +88,7 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
             if session.stop_requested:
                 base.stop(), lopa.stop()
                 break
-            heavy = time.perf_counter() - last_heavy >= HEAVY_INTERVAL_S
+            heavy = time.perf_counter() - last_heavy >= REFRESH_S["plots"]
             last_heavy = time.perf_counter() if heavy else last_heavy
             rounds = [len(s.run.records) if s.run else 0 for s in (base, lopa)]
             yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)

@@ -46,20 +46,23 @@ class ModelCache:
             self.loaded = _load(path)
             return self.loaded
 
-    def warm_up(self) -> None:
+    def warm_up(self):
         """Two rounds of a throw-away decode on a freshly loaded model, so the first user's first round
-        does not pay for the library's lazy initialisation (about a second on a small CPU)."""
+        does not pay for lazy initialisation (about a second on a small CPU). Returns that decode's
+        RunResult (for warming the figures too), or None if this model was warmed before."""
         loaded = self.get()
         if id(loaded) in self._warmed:
-            return
+            return None
         N = loaded.spec.block_size or 32
-        stream = loaded.decoder(DecodeSettings(k=2, block_size=N, max_new_tokens=2 * N)).stream("1 + 1 = ?")
+        decoder = loaded.decoder(DecodeSettings(k=2, block_size=N, max_new_tokens=2 * N))
+        stream = decoder.stream("1 + 1 = ?")
         try:
             for _, _round in zip(stream, range(2)):
                 pass
         finally:
             stream.close()
         self._warmed.add(id(loaded))
+        return decoder.result()
 
     def describe(self) -> str:
         """Markdown line for the model panel; does not load anything."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import gradio as gr
 
 from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD
-from app.callbacks import PRESETS
+from app.callbacks import PRESETS, VIEW_OUTPUTS, view
 from app.compare import BASELINES
 from app.models import MODELS, example_prompts
-from app.session import APP_DEFAULTS
+from app.session import APP_DEFAULTS, Session
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
@@ -90,12 +90,15 @@ def build_round_view() -> dict:
                                  elem_id="round-slider")
         play = gr.Button("▶ Play", scale=1, min_width=90, elem_id="play")
     timer = gr.Timer(0.6, active=False)
-    canvas = gr.HTML(elem_id="canvas")
+    # Start with the empty views: the page then loads plotly.js (~2 s on a small CPU) when it opens,
+    # not when the first round arrives.
+    empty = dict(zip(VIEW_OUTPUTS, view(Session())))
+    canvas = gr.HTML(empty["canvas"], elem_id="canvas")
     answer = gr.Textbox(label="output so far (up to the first EOS)", lines=3, interactive=False, elem_id="answer")
-    explanation = gr.Markdown(elem_id="explanation")
-    branches = gr.HTML(elem_id="branches")
-    heatmap = gr.Plot(label="confidence: branches × masked positions", elem_id="heatmap")
-    chart = gr.Plot(label="tokens committed per round", elem_id="tokens-chart")
+    explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
+    branches = gr.HTML(empty["branches"], elem_id="branches")
+    heatmap = gr.Plot(empty["heatmap"], label="confidence: branches × masked positions", elem_id="heatmap")
+    chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
     return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
             "explanation": explanation, "branches": branches, "heatmap": heatmap, "chart": chart}
 

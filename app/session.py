@@ -62,7 +62,8 @@ class Session:
     stop_requested: bool = False
     elapsed_before: float = 0.0           # wall clock spent in earlier Run/Step calls of this decode
     active_since: float | None = None
-    last_heavy: float = float("-inf")     # when heavy figures were last sent (throttling); never yet
+    # When each kind of heavy output ("html", "plots") was last sent while streaming; never yet.
+    last_render: dict = field(default_factory=lambda: {"html": float("-inf"), "plots": float("-inf")})
     compare: tuple | None = None          # (baseline RunResult, LoPA RunResult) of the last comparison
 
     # -- lifecycle of one decode -----------------------------------------------------------
@@ -72,7 +73,8 @@ class Session:
         self.decoder = loaded.decoder(settings, executor=executor)
         self.stream = self.decoder.stream(prompt)
         self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings), "live"
-        self.run, self.names, self.elapsed_before, self.last_heavy = None, {}, 0.0, float("-inf")
+        self.run, self.names, self.elapsed_before = None, {}, 0.0
+        self.last_render = {kind: float("-inf") for kind in self.last_render}
 
     def matches(self, prompt: str, settings: DecodeSettings) -> bool:
         """Is there a live decode of exactly this prompt and these settings to continue?"""

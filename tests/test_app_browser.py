@@ -80,6 +80,7 @@ def page(url):
         page.goto(url, timeout=WAIT_MS)
         page.wait_for_selector("#run")
         page.wait_for_function("document.querySelector('#model-info').innerText.includes('loaded from')")
+        page.wait_for_selector("#tokens-chart .js-plotly-plot")          # plotly.js loaded: the page is ready
         yield page
         browser.close()
 
@@ -119,10 +120,14 @@ def test_run_an_example_live(page):
     n = rounds(page)
     assert n >= 3 and "Done" in page.locator("#status").inner_text()
     assert page.locator("#canvas .lopa-cell").count() >= 32
+    server_s = float(page.locator("#counters [data-counter='elapsed']").get_attribute("data-value").split()[0])
+    assert first_round_s < 2.0                                        # the bar on this CPU
+    assert finished_s - server_s < 1.5          # the page shows the end within ~1 s of the server finishing
     seen = page.evaluate("window.__rounds")
     assert seen == sorted(seen) and len(set(seen)) >= n // 2          # the counter moved round by round
     assert not page_errors(page)
-    print(f"first round shown {first_round_s:.2f} s after Run; {n} rounds done after {finished_s:.1f} s; "
+    print(f"first round shown {first_round_s:.2f} s after Run; {n} rounds done after {finished_s:.1f} s "
+          f"(server: {server_s:.1f} s); "
           f"counter values seen: {len(set(seen))}")
 
 

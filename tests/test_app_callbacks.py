@@ -71,11 +71,13 @@ def test_run_streams_rounds_live_and_renders_the_final_state():
     assert session.names                                             # token strings from the tokenizer
 
 
-def test_heavy_figures_are_throttled_but_the_end_is_always_drawn(monkeypatch):
-    monkeypatch.setattr(cb, "HEAVY_INTERVAL_S", 3600.0)
+def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
+    monkeypatch.setattr(cb, "REFRESH_S", {"html": 0.0, "plots": 3600.0})
     outs = drain(cb.run_stream(Session(), PROMPT, *values()))
-    heavy = [not is_skip(o["heatmap"]) for o in outs]
-    assert heavy[0] is False and heavy[1] is True and not any(heavy[2:-1]) and heavy[-1] is True
+    plots = [not is_skip(o["heatmap"]) and not is_skip(o["chart"]) for o in outs]
+    html = [not is_skip(o["canvas"]) and not is_skip(o["branches"]) for o in outs]
+    assert plots[0] is False and plots[1] is True and not any(plots[2:-1]) and plots[-1] is True
+    assert html[0] is False and all(html[1:])                       # cheap HTML views: every round
     assert all(not is_skip(o["counters"]) for o in outs)             # counters move every round
 
 
