@@ -121,8 +121,8 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         gain = "" if math.isinf(sw) or math.isinf(score0) else f" ({sw - score0:+.3f} over the anchor's {score0:.3f})"
         win = (f"**Winner: B{w}**, which adds `{token_label(tok, names, mask_id)}` at position {pos}: mean Conf of its "
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
-               f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} positions clear τ_conf "
-               f"(anchor: {_ready(rec, 0, tau)}), and they become the next round's anchor.")
+               f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
+               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.")
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")

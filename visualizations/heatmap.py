@@ -110,7 +110,9 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     if rec.winner == 0 and rec.kind == "round":
         fig.add_shape(type="rect", xref="x domain", yref="y", x0=0, x1=1, y0=-0.5, y1=0.5,
                       line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
-    fig.update_xaxes(type="category", title_text="masked window position", row=rows, col=1)
+    # Categories fill the width exactly (the marker trace would otherwise pad the range).
+    fig.update_xaxes(type="category", range=[-0.5, len(columns) - 0.5])
+    fig.update_xaxes(title_text="masked window position", row=rows, col=1)
     fig.update_layout(
         title=dict(text=f"Round {r}: top, the anchor's Conf; below, each branch's Conf minus the anchor's<br>"
                         "<sup>blue = its one extra token (✕) raised the others' Conf, red = lowered it; outline/★ = "
