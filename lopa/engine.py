@@ -39,6 +39,8 @@ class Decoder:
         self.executor = executor if isinstance(executor, Executor) else make_executor(executor, model, spec, settings)
         self.commit_rule = COMMIT_RULES[settings.commit]
         self.records: list[RoundRecord] = []
+        self.state: Branch | None = None
+        self.finished = False
 
     # -- entry points ----------------------------------------------------------------------
     def encode(self, prompt: str) -> torch.Tensor:
@@ -67,6 +69,8 @@ class Decoder:
         return self.result()
 
     def result(self) -> RunResult:
+        if self.state is None:
+            raise RuntimeError("nothing decoded yet: call stream() or run() first")
         tokens = self.state.tokens.tolist()
         run = RunResult(prompt=self.prompt, prompt_ids=self.prompt_ids.tolist(), settings=self.settings.to_dict(),
                         spec=self.spec.to_dict(), records=list(self.records), tokens=tokens,
@@ -119,6 +123,8 @@ class Decoder:
             committed = anchor_pos.numel() + int(winner > 0)
             yield self._record(r, "round", branches, verified, (anchor_pos, look_pos), scores.tolist(),
                                winner, start, committed=committed)
+            if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
+                return
 
     # -- the decisions of a round (thin wrappers over lopa.rules) --------------------------
     def _anchor(self, state: Branch, predictions: Predictions) -> torch.Tensor:

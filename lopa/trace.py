@@ -72,9 +72,11 @@ class RunResult:
 
     @property
     def useful_tokens(self) -> list[int]:
-        """Generated tokens up to and including the first EOS."""
+        """Generated tokens up to and including the first EOS (still-masked positions of a
+        stopped run are not tokens)."""
         end = _first_eos(self.tokens, self.spec["eos_token_ids"])
-        return self.tokens if end is None else self.tokens[:end + 1]
+        kept = self.tokens if end is None else self.tokens[:end + 1]
+        return [t for t in kept if t != self.spec["mask_token_id"]]
 
     def metrics(self) -> dict:
         """The design note's metrics. TPF 'useful' counts tokens up to the first EOS (headline);
@@ -82,7 +84,8 @@ class RunResult:
         forwards = sum(r.kind != "final" for r in self.records)
         latency = sum(r.round_seconds for r in self.records)
         first = self.records[0].round_seconds if self.records else 0.0
-        useful, paper = len(self.useful_tokens), len(self.tokens)
+        useful = len(self.useful_tokens)
+        paper = sum(t != self.spec["mask_token_id"] for t in self.tokens)
         return {
             "rounds": len(self.records),
             "forwards": forwards,
