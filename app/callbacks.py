@@ -17,18 +17,19 @@ import gradio as gr
 from lopa import PAPER_PRESETS, RunResult
 from app.gpu import gpu
 from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
-from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, token_canvas,
-                            tokens_per_round_chart)
+from app.session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
+from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, rank_lanes,
+                            token_canvas, tokens_per_round_chart)
 from visualizations.timeline import partial_metrics
 
-VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation")
+VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "ranks", "chart", "explanation")
 LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
 # While streaming, the least seconds between two renders of each kind of heavy output (always drawn
 # at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on
 # a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
 REFRESH_S = {"html": 0.25, "plots": 1.0}
-VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "chart": "plots", "explanation": "html"}
+VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
+              "explanation": "html"}
 PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() if k != "max_new_tokens"},
            **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
 
@@ -48,7 +49,8 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
     r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
     names = session.names
     render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
-              "heatmap": lambda: confidence_heatmap(run, r, names), "chart": lambda: tokens_per_round_chart(run, r),
+              "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
+              "chart": lambda: tokens_per_round_chart(run, r),
               "explanation": lambda: explain_round(run, r, names)}
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
 
@@ -71,10 +73,35 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
 
 
 def _start_or_continue(session: Session, prompt: str, values) -> None:
-    """Begin a new decode unless a paused one of the same prompt and settings can continue."""
-    settings = settings_from_ui(*values)
-    if not session.matches(prompt, settings):
-        session.begin(MODELS.get(), prompt, settings)
+    """Begin a new decode unless a paused one of the same prompt, settings and backend can continue.
+    `values`: the settings inputs, optionally followed by the backend inputs (app.session.parse_ui)."""
+    settings, backend = parse_ui(*values)
+    if not session.matches(prompt, settings, backend):
+        loaded = MODELS.bp_group(backend.workers) if backend.parallel else MODELS.get()
+        session.begin(loaded, prompt, settings, backend=backend)
+
+
+def bp_fault_message(err: RuntimeError) -> str:
+    """A branch-parallel fault (a rank died, a timeout, a superseded run) as a page message."""
+    return error_message(f"the branch-parallel backend failed: {err}. The decode was stopped; the next Run or "
+                         "Step starts the worker ranks again (or choose the single-process backend).")
+
+
+def _bp_fault(session: Session, err: RuntimeError, backend: Backend) -> str:
+    """Status for a RuntimeError during a branch-parallel decode; re-raises any other RuntimeError,
+    so the single-process backend behaves as before."""
+    if not backend.parallel:
+        raise err
+    session.close()          # the snapshot of the rounds before the fault stays on the page
+    return bp_fault_message(err)
+
+
+def _backend_of(values) -> Backend:
+    """The backend the inputs ask for (single process when they are not valid: parse_ui says why)."""
+    try:
+        return parse_ui(*values)[1]
+    except ValueError:
+        return Backend()
 
 
 def _describe(session: Session) -> str:
@@ -105,6 +132,8 @@ def run_stream(session: Session, prompt: str, *values):
         status = f"Done: {_describe(session)}"
     except ValueError as err:
         status = error_message(err)
+    except RuntimeError as err:
+        status = _bp_fault(session, err, _backend_of(values))
     finally:                         # also when the browser goes away mid-run (GeneratorExit)
         session.streaming = False
         session.stop_clock()
@@ -121,6 +150,9 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
     except ValueError as err:
         session.stop_clock()
         return (error_message(err),) + live_outputs(session, "")[1:]
+    except RuntimeError as err:
+        session.stop_clock()
+        return (_bp_fault(session, err, _backend_of(values)),) + live_outputs(session, "")[1:]
     session.stop_clock()
     if record is None:
         return live_outputs(session, f"Done: {_describe(session)} Step again to start a new decode.")

@@ -11,10 +11,10 @@ import time
 import gradio as gr
 
 from lopa import decoder_settings
-from app.callbacks import REFRESH_S, error_message
+from app.callbacks import REFRESH_S, bp_fault_message, error_message
 from app.gpu import gpu
 from app.models import MODELS, token_names
-from app.session import Session, settings_from_ui
+from app.session import Session, parse_ui
 from visualizations import comparison_summary, counters_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
@@ -27,6 +27,7 @@ class Side:
     """One decode of the comparison: its stream, latest snapshot and engine time."""
 
     def __init__(self, loaded, prompt: str, settings, title: str):
+        """loaded: a LoadedModel, or the branch-parallel BPGroup (same .decoder(settings), .tokenizer)."""
         self.decoder = loaded.decoder(settings)
         self.stream = self.decoder.stream(prompt)
         self.tokenizer, self.title, self.run, self.names, self.done = loaded.tokenizer, title, None, {}, False
@@ -69,16 +70,19 @@ def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
 
 @gpu
 def compare_stream(session: Session, prompt: str, baseline: str, *values):
-    """Yield COMPARE_OUTPUTS after every pair of rounds; the summary once both finish."""
+    """Yield COMPARE_OUTPUTS after every pair of rounds; the summary once both finish. `values`: the
+    settings inputs, optionally followed by the backend inputs; the backend runs the LoPA side only."""
     session.stop_requested = False
+    backend = base = lopa = None
     try:
-        lopa_settings = settings_from_ui(*values)
+        lopa_settings, backend = parse_ui(*values)
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
         base_settings = decoder_settings(BASELINES.get(baseline, baseline), lopa_settings)
         loaded = MODELS.get()
         base = Side(loaded, prompt, base_settings, baseline)
-        lopa = Side(loaded, prompt, lopa_settings, f"LoPA (k = {lopa_settings.k})")
+        lopa_title = f"LoPA (k = {lopa_settings.k}" + (f", {backend})" if backend.parallel else ")")
+        lopa = Side(MODELS.bp_group(backend.workers) if backend.parallel else loaded, prompt, lopa_settings, lopa_title)
         session.streaming = True
         last_heavy = float("-inf")
         while not (base.done and lopa.done):
@@ -94,6 +98,14 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
             yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)
     except ValueError as err:
         yield (error_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
+        return
+    except RuntimeError as err:
+        if backend is None or not backend.parallel:
+            raise                     # single process: as before
+        for side in (base, lopa):
+            if side is not None:
+                side.stream.close()
+        yield (bp_fault_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
         return
     finally:                          # also when the browser goes away mid-run (GeneratorExit)
         session.streaming = False

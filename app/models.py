@@ -3,10 +3,13 @@
 One process holds one model: loading is guarded by a lock so two first clicks do not load it
 twice, and a failed load of another directory keeps the previous model. The model's forwards are
 serialised by the queue (every model event shares one concurrency group of size 1, see wiring).
+The branch-parallel backend is one persistent lopa.bp_group.BPGroup beside it, started on first
+use, shared by every session, restarted when the worker count or model changes, closed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import re
 import struct
@@ -29,6 +32,7 @@ class ModelCache:
         self.loaded = None          # lopa.loading.LoadedModel once loaded
         self._lock = threading.Lock()
         self._warmed: set[int] = set()      # ids of LoadedModels that ran warm_up
+        self.bp = None              # lopa.bp_group.BPGroup of the branch-parallel backend, once started
 
     def get(self):
         """The current model, loading the default one the first time. Raises ValueError if it does not load."""
@@ -44,7 +48,32 @@ class ModelCache:
             raise ValueError("type a local model directory (a Hugging Face folder with config.json)")
         with self._lock:
             self.loaded = _load(path)
+            if self.bp is not None and Path(self.bp.model_dir) != Path(self.loaded.path).resolve():
+                self._close_bp()           # its ranks hold the previous model
             return self.loaded
+
+    def bp_group(self, workers: int):
+        """The shared branch-parallel group of `workers` ranks over the current model directory,
+        started (about 10 s the first time) or restarted when the worker count or directory
+        changed. Raises RuntimeError (from BPGroup) when the ranks do not start."""
+        from lopa.bp_group import BPGroup       # not at import: the app may never use it
+        with self._lock:
+            model_dir = str(Path(self.loaded.path if self.loaded is not None else self.default).resolve())
+            if self.bp is not None and (self.bp.world != workers or self.bp.model_dir != model_dir):
+                self._close_bp()
+            if self.bp is None:
+                self.bp = BPGroup.start(model_dir, workers=workers, timeout_s=60, device="cpu", threads=1)
+            return self.bp
+
+    def close_bp(self) -> None:
+        """Stop the branch-parallel ranks, if any (at exit; tests)."""
+        with self._lock:
+            self._close_bp()
+
+    def _close_bp(self) -> None:
+        group, self.bp = self.bp, None
+        if group is not None:
+            group.close()
 
     def warm_up(self):
         """Two rounds of a throw-away decode on a freshly loaded model, so the first user's first round
@@ -116,6 +145,7 @@ def safetensors_param_count(model_dir: Path) -> int:
 
 
 MODELS = ModelCache()
+atexit.register(MODELS.close_bp)
 
 
 # -- token names ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD
 from app.callbacks import PRESETS, VIEW_OUTPUTS, view
 from app.compare import BASELINES
 from app.models import MODELS, example_prompts
-from app.session import APP_DEFAULTS, Session
+from app.session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
@@ -61,16 +61,19 @@ def build_settings_panel() -> dict:
             temperature = gr.Number(value=d["temperature"], label="temperature (0 = greedy)", elem_id="temperature")
             seed = gr.Number(value=d["seed"], precision=0, label="seed", elem_id="seed")
     # ---- BACKEND SLOT --------------------------------------------------------------------------
-    # Branch-parallel (BP) backend: another engineer adds a choice here (single process / BP with
-    # N workers) and passes the executor to Session.begin / Side. Only single-process exists today.
+    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.models.ModelCache.bp_group.
     with gr.Group(elem_id="backend-slot"):
-        backend = gr.Radio(["single process (batched k+1 forward)"], value="single process (batched k+1 forward)",
-                           label="backend", interactive=False, elem_id="backend")
-        gr.Markdown("*Branch-parallel backend (N worker processes) — coming; not part of this app yet.*")
+        with gr.Row():
+            backend = gr.Radio([SINGLE, BRANCH_PARALLEL], value=SINGLE, label="backend", scale=3, elem_id="backend")
+            workers = gr.Number(value=WORKER_RANGE[0], precision=0,    # range checked by the callbacks, with a message
+                                label=f"workers (ranks, {WORKER_RANGE[0]}–{WORKER_RANGE[1]})", scale=1, elem_id="workers")
+        gr.Markdown("*Branch-parallel: the k+1 branches are spread over worker processes, each with a model replica "
+                    "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
     # ---- END BACKEND SLOT ----------------------------------------------------------------------
     return {"preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
             "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
-            "attention": attention, "temperature": temperature, "seed": seed, "backend": backend}
+            "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
+            "workers": workers}
 
 
 def build_controls() -> dict:
@@ -98,9 +101,10 @@ def build_round_view() -> dict:
     explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
     branches = gr.HTML(empty["branches"], elem_id="branches")
     heatmap = gr.Plot(empty["heatmap"], label="confidence: branches × masked positions", elem_id="heatmap")
+    ranks = gr.Plot(empty["ranks"], label="rank lanes: who computed which branch, and when", elem_id="rank-lanes")
     chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
     return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
-            "explanation": explanation, "branches": branches, "heatmap": heatmap, "chart": chart}
+            "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart}
 
 
 def build_trace_panel() -> dict:

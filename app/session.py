@@ -20,6 +20,46 @@ INT_SETTINGS = {"k", "block_size", "max_new_tokens", "seed"}
 # The app's own starting point: the paper's GSM8K row (Table 5) with k and length cut for a CPU.
 APP_DEFAULTS = dict(k=4, tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=32, max_new_tokens=64,
                     confidence="neg_entropy", attention="block_causal", temperature=0.0, seed=0)
+# The backend inputs follow the settings inputs (optional: callers that leave them out get single process).
+BACKEND_NAMES = ("backend", "workers")
+SINGLE, BRANCH_PARALLEL = "single process", "branch-parallel"
+WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a model replica)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where the LoPA decode runs: this process (workers = 1) or a branch-parallel group of W ranks."""
+    kind: str = SINGLE
+    workers: int = 1
+
+    @property
+    def parallel(self) -> bool:
+        return self.kind == BRANCH_PARALLEL
+
+    def __str__(self) -> str:
+        return f"branch-parallel, {self.workers} ranks" if self.parallel else "single process"
+
+
+def backend_from_ui(choice=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
+    """Backend from the panel's (backend, workers). Raises ValueError with a message for the page."""
+    choice = str(choice or SINGLE)
+    if choice == SINGLE:
+        return Backend()
+    if choice != BRANCH_PARALLEL:
+        raise ValueError(f"unknown backend {choice!r}: choose {SINGLE!r} or {BRANCH_PARALLEL!r}")
+    n = _as_int("workers", workers)
+    lo, hi = WORKER_RANGE
+    if not lo <= n <= hi:
+        raise ValueError(f"workers must be between {lo} and {hi} ranks for the branch-parallel backend, got {n}")
+    return Backend(BRANCH_PARALLEL, n)
+
+
+def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
+    """(settings, backend) from the settings inputs, optionally followed by the backend inputs."""
+    n = len(SETTING_NAMES)
+    if len(values) not in (n, n + len(BACKEND_NAMES)):
+        raise ValueError(f"expected {n} settings (and optionally {len(BACKEND_NAMES)} backend values), got {len(values)}")
+    return settings_from_ui(*values[:n]), backend_from_ui(*values[n:])
 
 
 def _as_int(name: str, value) -> int:
@@ -65,20 +105,24 @@ class Session:
     # When each kind of heavy output ("html", "plots") was last sent while streaming; never yet.
     last_render: dict = field(default_factory=lambda: {"html": float("-inf"), "plots": float("-inf")})
     compare: tuple | None = None          # (baseline RunResult, LoPA RunResult) of the last comparison
+    backend: Backend = field(default_factory=Backend)   # of the live decode
 
     # -- lifecycle of one decode -----------------------------------------------------------
-    def begin(self, loaded, prompt: str, settings: DecodeSettings, executor: str = "batched") -> None:
-        """Start a new decode (any previous live one is closed first)."""
+    def begin(self, loaded, prompt: str, settings: DecodeSettings, executor: str = "batched",
+              backend: Backend = Backend()) -> None:
+        """Start a new decode (any previous live one is closed first). `loaded`: a LoadedModel, or
+        for a branch-parallel backend the BPGroup (anything with .decoder(settings) and .tokenizer)."""
         self.close()
-        self.decoder = loaded.decoder(settings, executor=executor)
+        self.decoder = loaded.decoder(settings) if backend.parallel else loaded.decoder(settings, executor=executor)
         self.stream = self.decoder.stream(prompt)
-        self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings), "live"
+        self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings, backend), "live"
+        self.backend = backend
         self.run, self.names, self.elapsed_before = None, {}, 0.0
         self.last_render = {kind: float("-inf") for kind in self.last_render}
 
-    def matches(self, prompt: str, settings: DecodeSettings) -> bool:
-        """Is there a live decode of exactly this prompt and these settings to continue?"""
-        return self.stream is not None and self.key == (prompt, settings)
+    def matches(self, prompt: str, settings: DecodeSettings, backend: Backend = Backend()) -> bool:
+        """Is there a live decode of exactly this prompt, these settings and backend to continue?"""
+        return self.stream is not None and self.key == (prompt, settings, backend)
 
     def pull(self):
         """Advance the live decode by one round. Returns the new RoundRecord, or None when it is

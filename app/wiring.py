@@ -10,7 +10,7 @@ from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.panels import (INTRO, build_compare_panel, build_controls, build_input_panel, build_model_panel,
                         build_round_view, build_settings_panel, build_trace_panel)
-from app.session import SETTING_NAMES, new_session
+from app.session import BACKEND_NAMES, SETTING_NAMES, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -57,13 +57,14 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
+    backend = pick(*BACKEND_NAMES)          # after the settings: the callbacks' values are settings + backend
 
     # Model events: run, step, compare, model loading.
-    c["run"].click(cb.run_stream, [session, c["prompt"], *settings], live, api_name="run",
+    c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
-    c["step"].click(cb.step_once, [session, c["prompt"], *settings], live, api_name="step", show_progress="hidden",
-                    **MODEL)
-    c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings],
+    c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
+                    show_progress="hidden", **MODEL)
+    c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
                                        pick(*COMPARE_OUTPUTS), api_name="compare", show_progress="hidden", **MODEL)
     c["load_model"].click(cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
                           **MODEL)

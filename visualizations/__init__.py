@@ -9,6 +9,7 @@ from visualizations.canvas import token_canvas
 from visualizations.charts import tfo_map, tokens_per_round_chart
 from visualizations.counters import comparison_summary, counters_html
 from visualizations.heatmap import confidence_heatmap
+from visualizations.ranks import rank_lanes
 
 __all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
-           "comparison_summary", "counters_html", "confidence_heatmap"]
+           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes"]
