@@ -22,7 +22,8 @@ from visualizations import (branches_table, confidence_heatmap, counters_html, e
                             token_canvas, tokens_per_round_chart)
 from visualizations.timeline import partial_metrics
 
-VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "ranks", "chart", "explanation")
+# "ranks" last: API clients read the earlier outputs by position.
+VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
 LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
 # While streaming, the least seconds between two renders of each kind of heavy output (always drawn
 # at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on

@@ -66,7 +66,8 @@ def build_settings_panel() -> dict:
         with gr.Row():
             backend = gr.Radio([SINGLE, BRANCH_PARALLEL], value=SINGLE, label="backend", scale=3, elem_id="backend")
             workers = gr.Number(value=WORKER_RANGE[0], precision=0,    # range checked by the callbacks, with a message
-                                label=f"workers (ranks, {WORKER_RANGE[0]}–{WORKER_RANGE[1]})", scale=1, elem_id="workers")
+                                label=f"workers (ranks, {WORKER_RANGE[0]}–{WORKER_RANGE[1]})", scale=1,
+                                elem_id="workers")
         gr.Markdown("*Branch-parallel: the k+1 branches are spread over worker processes, each with a model replica "
                     "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
     # ---- END BACKEND SLOT ----------------------------------------------------------------------

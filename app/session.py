@@ -58,7 +58,8 @@ def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
     """(settings, backend) from the settings inputs, optionally followed by the backend inputs."""
     n = len(SETTING_NAMES)
     if len(values) not in (n, n + len(BACKEND_NAMES)):
-        raise ValueError(f"expected {n} settings (and optionally {len(BACKEND_NAMES)} backend values), got {len(values)}")
+        raise ValueError(f"expected {n} settings (and optionally {len(BACKEND_NAMES)} backend values), "
+                         f"got {len(values)}")
     return settings_from_ui(*values[:n]), backend_from_ui(*values[n:])
 
 

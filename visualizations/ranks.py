@@ -109,8 +109,8 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
         notes.append("single process")
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=lanes, title_text="")
     fig.update_xaxes(title_text="time in the round (ms)", range=[0, end * 1.35], rangemode="tozero")
-    fig.update_layout(barmode="overlay", height=170 + 46 * world, margin=dict(l=10, r=10, t=44, b=36),
+    fig.update_layout(barmode="overlay", height=210 + 46 * world, margin=dict(l=10, r=10, t=44, b=90),
                       title=dict(text=f"Rank lanes, round {record.round} ({record.kind}) — " + "; ".join(notes),
                                  font=dict(size=13)),
-                      legend=dict(orientation="h", y=-0.35, x=0), plot_bgcolor="white")
+                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0), plot_bgcolor="white")
     return fig
