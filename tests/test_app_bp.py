@@ -82,12 +82,12 @@ def test_rank_lanes_mark_the_commit_broadcast_with_its_bytes(bp_run):
     broadcasts = [i for i, rec in enumerate(bp_run.records) if rec.extra.get("commit_broadcast")]
     quiet = [i for i, rec in enumerate(bp_run.records) if "rank_forward_s" in rec.extra
              and not rec.extra.get("commit_broadcast")]
-    for i in broadcasts[:1]:
+    for i in broadcasts:
         names = [t.name for t in rank_lanes(bp_run, i).data]
         assert any(n.startswith("winner's cache broadcast (") for n in names)
     for i in quiet[:1]:
         assert not any("broadcast" in t.name for t in rank_lanes(bp_run, i).data)
-    assert broadcasts or quiet
+    assert broadcasts and quiet          # this prompt on the tiny model broadcasts once (round 12)
 
 
 def test_rank_lanes_of_a_single_process_round(single_run):
