@@ -3,7 +3,6 @@ final result, a trace round trip (export, then load), per-session state and erro
 
 import json
 import re
-import socket
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from gradio_client import Client, handle_file
 from app import build_demo
 from app.models import MODELS
 from app.session import SETTING_NAMES
+from servers import free_port
 from tiny import save_tiny_model_dir
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
@@ -23,12 +23,6 @@ TIMEOUT_S = 60
 
 def rounds(counters_html: str) -> int:
     return int(re.search(r'data-rounds="(\d+)"', counters_html).group(1))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,12 @@ random one. Skips when /usr/bin/chromium is absent. Every wait has a timeout.
 import os
 import re
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
+
+from servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
@@ -37,12 +38,6 @@ OBSERVE_COUNTERS = """() => {
     if (el) window.__rounds.push(Number(el.dataset.rounds));
   }).observe(box, {subtree: true, childList: true, attributes: true});
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ def test_metrics(run):
 def test_every_decision_can_be_rederived_from_the_trace(run):
     """Round r's anchor comes from round r-1's winner predictions; its scores and winner from
     its own branch predictions. No model needed."""
-    s, spec = SETTINGS, tiny_spec()
+    s = SETTINGS
     rule = COMMIT_RULES[s.commit]
     for prev, rec in zip(run.records, run.records[1:]):
         w = prev.winner

@@ -1,5 +1,3 @@
-import random
-from dataclasses import replace
 
 import torch
 
