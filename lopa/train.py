@@ -52,6 +52,8 @@ class Recipe:
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
     max_steps: int = 3           # reasoning steps per problem at the end of the curriculum
+    hard_bias: float = 0.0       # after the curriculum, draw s steps with weight s**hard_bias
+    digit_weight: float = 1.0    # loss weight on digit targets: operands and results carry the answer
     max_value: int = DEFAULT_MAX_VALUE
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 
@@ -121,7 +123,12 @@ def hidden_states(model, ids, block_id, valid):
 def steps_for(rng: random.Random, progress: float, recipe: Recipe) -> int:
     """Curriculum: 1-step problems first, the harder ones phased in over `curriculum`."""
     top = 1 + min(1.0, progress / max(recipe.curriculum, 1e-9)) * (recipe.max_steps - 1)
-    return rng.randint(1, max(1, min(recipe.max_steps, int(round(top)))))
+    top = max(1, min(recipe.max_steps, int(round(top))))
+    if recipe.hard_bias == 0:
+        return rng.randint(1, top)
+    # Longer problems hold the errors (the first model: 84% on 1 step, 18% on 3), so they may
+    # be drawn more often; every 3-step answer also contains 1- and 2-step prefixes.
+    return rng.choices(range(1, top + 1), weights=[s ** recipe.hard_bias for s in range(1, top + 1)])[0]
 
 
 def encode(tok, problem: dict) -> tuple[list[int], list[int]]:
@@ -173,7 +180,17 @@ def block_mask_ratios(block_id, valid, recipe: Recipe, gen: torch.Generator) -> 
     return t
 
 
-def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator):
+def digit_ids(tok) -> torch.Tensor:
+    """Bool [V]: True for tokens that are one digit (the tokenizer splits numbers into digits)."""
+    vocab = tok.get_vocab()
+    is_digit = torch.zeros(max(vocab.values()) + 1, dtype=torch.bool)
+    for i in vocab.values():
+        is_digit[i] = tok.decode([i]).strip().isdigit()
+    return is_digit
+
+
+def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
+                   is_digit: torch.Tensor | None = None):
     t = block_mask_ratios(block_id, valid, recipe, gen)  # [B, L]
     masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [B, L]
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
@@ -181,12 +198,17 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.
     sel = masked[:, 1:]  # [B, L-1]
     logits = model.lm_head(h[:, :-1][sel]).float()  # [M, V]
-    ce = F.cross_entropy(logits, ids[:, 1:][sel], reduction="none")  # [M]
+    target = ids[:, 1:][sel]  # [M]
+    ce = F.cross_entropy(logits, target, reduction="none")  # [M]
+    # A per-token weight keeps each token's optimum (the true conditional), so calibration and
+    # the confidence landscape LoPA reads are unchanged; it only moves capacity to the digits.
+    w = torch.where(is_digit[target], recipe.digit_weight, 1.0) if is_digit is not None else 1.0
+    ce_w = ce * w
     if recipe.inv_t_weight:
         n_answer = ((block_id > 0) & valid).sum().clamp(min=1)
-        loss = (ce / t[:, 1:][sel]).sum() / n_answer
+        loss = (ce_w / t[:, 1:][sel]).sum() / n_answer
     else:
-        loss = ce.mean()
+        loss = ce_w.mean()
     return loss, ce.mean().detach(), int(sel.sum())
 
 
@@ -351,6 +373,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     log(f"params {n_params / 1e6:.2f}M recipe {asdict(recipe)}")
     heldout = split("heldout", n_eval, seed=0, max_steps=recipe.max_steps, max_value=recipe.max_value)
     mask_id = tok.convert_tokens_to_ids(MASK)
+    is_digit = digit_ids(tok)
 
     def progress():
         parts = []
@@ -379,7 +402,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
             g["lr"] = lr_at(step, progress(), recipe)
         ids, block_id, valid = make_batch(tok, rng, recipe, progress())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
-            loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen)
+            loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -73,3 +73,38 @@ def test_model_card_sections_are_filled(tmp_path):
     text = card.read_text()
     assert "old" not in text and "1.40M" in text and "| 10 | 1.0 | 0.50 | 1.00 | 0.50 | nan | 2.00 |" in text
     assert text.startswith("a\n") and text.endswith("c\n")
+
+
+def test_hard_bias_draws_longer_problems_more_often():
+    import collections
+    import random
+
+    def counts(bias):
+        rng = random.Random(0)
+        return collections.Counter(T.steps_for(rng, 1.0, T.Recipe(hard_bias=bias)) for _ in range(3000))
+    flat, biased = counts(0.0), counts(1.0)
+    assert set(flat) == set(biased) == {1, 2, 3}
+    assert abs(flat[3] - flat[1]) < 300  # uniform without the bias
+    assert biased[3] > 2.4 * biased[1]  # weights 1:2:3 with it
+    assert {T.steps_for(random.Random(i), 0.0, T.Recipe(hard_bias=1.0)) for i in range(50)} == {1}
+
+
+def test_digit_weight_scales_only_digit_targets(tmp_path):
+    _, tok = _train(tmp_path, steps=1)
+    is_digit = T.digit_ids(tok)
+    assert [tok.decode([i]) for i in is_digit.nonzero().flatten().tolist()] == list("0123456789")
+
+    torch.manual_seed(0)
+    model = T.build_model(TINY, tok).eval()
+    ids = torch.tensor([tok("Question: 7 apples\nAnswer: 12 apples")["input_ids"]])
+    block_id = torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.ones(1, ids.shape[1] - 5, dtype=torch.long)], 1)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+
+    def loss(recipe):
+        gen = torch.Generator().manual_seed(0)  # the same noise for both recipes
+        with torch.no_grad():
+            return T.diffusion_loss(model, ids, block_id, valid, tok.mask_token_id, recipe, gen, is_digit)
+    (l1, ce1, m1), (l3, ce3, m3) = loss(T.Recipe(inv_t_weight=False)), loss(T.Recipe(inv_t_weight=False, digit_weight=3.0))
+    assert m1 == m3 and torch.equal(ce1, ce3)  # the reported CE is unweighted
+    has_digit_target = bool(is_digit[ids[0, 5:]].any())
+    assert has_digit_target and l3 > l1
