@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import struct
 import threading
@@ -22,6 +23,33 @@ from lopa.loading import DEFAULT_MODEL, load_model, load_tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / "assets" / "models"
 EXAMPLE_FILES = (ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl", ROOT / "assets" / "data" / "gsm8k" / "test.jsonl")
+
+
+def allowed_model_roots() -> list[Path] | None:
+    """Folders the model box may load from; None means anywhere.
+
+    `LOPA_MODEL_DIRS` (paths joined by os.pathsep, or `*`) decides when set. Otherwise a local run
+    may load any folder (it is the user's machine), while a Hugging Face Space (which sets
+    SPACE_ID) only loads the bundled models: a public page must not let visitors read the
+    server's disk or fill its memory with whatever checkpoint happens to be there.
+    """
+    env = os.environ.get("LOPA_MODEL_DIRS")
+    if env is not None and env.strip() == "*":
+        return None
+    if env is not None and env.strip():
+        return [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p.strip()]
+    return [MODELS_DIR.resolve()] if os.environ.get("SPACE_ID") else None
+
+
+def check_model_dir(path: Path) -> None:
+    """Raise ValueError when `path` is outside the folders this server may load models from."""
+    roots = allowed_model_roots()
+    if roots is None:
+        return
+    resolved = Path(path).resolve()
+    if not any(resolved == r or r in resolved.parents for r in roots):
+        names = ", ".join(f"`{_short(r)}`" for r in roots)
+        raise ValueError(f"this server only loads models from {names} (set LOPA_MODEL_DIRS to change that)")
 
 
 class ModelCache:
@@ -46,6 +74,7 @@ class ModelCache:
         path = Path(str(path).strip()).expanduser()
         if not str(path).strip():
             raise ValueError("type a local model directory (a Hugging Face folder with config.json)")
+        check_model_dir(path)
         with self._lock:
             self.loaded = _load(path)
             if self.bp is not None and Path(self.bp.model_dir) != Path(self.loaded.path).resolve():

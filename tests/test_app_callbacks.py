@@ -1,6 +1,7 @@
 """The app's callbacks called as plain functions (no server, no browser) on a tiny random model."""
 
 import json
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -202,6 +203,22 @@ def test_model_directory_errors_keep_the_previous_model(tiny_model, tmp_path):
     info, status = cb.load_model_dir(str(tiny_model))
     assert "Loaded" in status and "M parameters" in info and MODELS.loaded is not first
     assert safetensors_param_count(tiny_model) == MODELS.loaded.n_params
+
+
+def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
+    from app.models import MODELS_DIR, check_model_dir
+    monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
+    monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
+    before = MODELS.get()
+    info, status = cb.load_model_dir(str(tiny_model))
+    assert "only loads models from `assets/models`" in status and MODELS.loaded is before
+    check_model_dir(MODELS_DIR / "tiny-gsm-dllm")  # the bundled model stays loadable
+    with pytest.raises(ValueError):
+        check_model_dir(MODELS_DIR / ".." / ".." / "lopa")  # no escaping by ".."
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(tiny_model.parent))  # an operator may widen it
+    check_model_dir(tiny_model)
+    monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
+    check_model_dir(Path("/"))
 
 
 def test_comparison_streams_both_sides_and_summarises():
