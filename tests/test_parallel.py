@@ -212,8 +212,8 @@ def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
 
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
-    from lopa import bp_group
-    pid = bp_group._Launcher.current.proc.pid
+    from lopa import bp_ranks
+    pid = bp_ranks.Launcher.current.proc.pid
     return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
 
 
@@ -284,15 +284,15 @@ def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp
 
 # -- last: it also stops the shared launcher ---------------------------------------------------------
 def test_close_leaves_nothing_running(model_dir):
+    from lopa import bp_ranks
     from lopa.bp_group import BPGroup, stop_launcher
-    from lopa import bp_group
     with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
         group.decoder(DecodeSettings(k=2, **LIVELY)).run(PROMPT)
         pids = list(group.pids.values())
     assert all(gone(pid) for pid in pids) and not group.running
     with pytest.raises(RuntimeError, match="closed"):
         group.decoder(DecodeSettings(**LIVELY))
-    launcher = bp_group._Launcher.current.proc
+    launcher = bp_ranks.Launcher.current.proc
     assert set(launcher_children()).isdisjoint(pids)
     stop_launcher()
     assert launcher.poll() is not None
