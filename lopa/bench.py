@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from lopa import humaneval
-from lopa.checkpoints import add_model_arguments, load_from_args
+from lopa.presets import add_model_arguments, load_from_args
 from lopa.cli import add_settings_arguments
 from lopa.loading import DEFAULT_MODEL, ROOT
 from lopa.problems import final_answer, read_jsonl

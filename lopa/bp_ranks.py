@@ -50,7 +50,7 @@ def kill_pid(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.checkpoints import load
+    from lopa.presets import load
     from lopa.parallel import Comm, serve
 
     torch.set_num_threads(cfg["threads"])
@@ -209,7 +209,7 @@ def _preload(model_dir: str) -> None:
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir, local_files_only=True))]
-        import lopa.checkpoints  # noqa: F401  (Dream / LLaDA / preset loading, where present)
+        import lopa.presets  # noqa: F401  (Dream / LLaDA / preset loading, where present)
     except Exception:
         pass
 

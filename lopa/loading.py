@@ -162,21 +162,21 @@ def register_flash_or_sdpa() -> str:
 def load_model(path: str | Path | None = None, device: str | None = None,
                trust_remote_code: bool = False) -> LoadedModel:
     """Load model, tokenizer and spec from a local directory (default: the bundled model), or a
-    D2F preset name (`lopa.checkpoints.PRESETS`) whose checkpoints are already on disk."""
+    D2F preset name (`lopa.presets.PRESETS`) whose checkpoints are already on disk."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from lopa import checkpoints
+    from lopa import checkpoints, presets
 
     path = Path(path) if path else DEFAULT_MODEL
     if not (path / "config.json").is_file():
-        if str(path) in checkpoints.PRESETS:
-            return checkpoints.load_preset(str(path), device=device)
+        if str(path) in presets.PRESETS:
+            return presets.load_preset(str(path), device=device)
         if (path / "adapter_config.json").is_file():
             raise ValueError(f"{path} is a LoRA adapter, not a model: pass the base model and the adapter "
                              f"(--model BASE_DIR --lora {path})")
         raise FileNotFoundError(
             f"no model at {path}: expected a Hugging Face directory with config.json and weights "
-            f"(the bundled model lives in {DEFAULT_MODEL}), or a preset name: {', '.join(checkpoints.PRESETS)}")
+            f"(the bundled model lives in {DEFAULT_MODEL}), or a preset name: {', '.join(presets.PRESETS)}")
     if checkpoints.checkpoint_family(path) != "hf":
         return checkpoints.load_checkpoint(path, device=device, trust_remote_code=trust_remote_code)
     dev = pick_device(device)

@@ -380,7 +380,7 @@ def generate_bp(args, settings_from_args, report) -> int:
     """Under torchrun (RANK / WORLD_SIZE set) this process is one rank: rank 0 decodes and calls
     `report(args, decoder, description)`, the others serve. Without torchrun: a local BPGroup of
     --workers ranks. Every rank loads the model on its own device (cuda:LOCAL_RANK, npu:LOCAL_RANK)."""
-    from lopa.checkpoints import load
+    from lopa.presets import load
     from lopa.loading import pick_device
     options = {name: getattr(args, name, None) for name in ("lora", "base_path", "lora_path")}
     options.update(trust_remote_code=args.trust_remote_code, allow_download=getattr(args, "allow_download", False))

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from lopa import DecodeSettings, checkpoints
+from lopa import DecodeSettings, checkpoints, presets
 from lopa.cli import main
 from lopa.forward import attention_mask
 from lopa.loading import FLASH_OR_SDPA, load_model, register_flash_or_sdpa
@@ -112,8 +112,8 @@ def adapter(tmp_path_factory, dream):
 
 @pytest.fixture
 def no_hf_cache(monkeypatch, tmp_path):
-    monkeypatch.setattr(checkpoints, "_hf_cached", lambda repo_id: None)
-    monkeypatch.setattr(checkpoints, "CHECKPOINTS_DIR", tmp_path / "checkpoints")
+    monkeypatch.setattr(presets, "_hf_cached", lambda repo_id: None)
+    monkeypatch.setattr(presets, "CHECKPOINTS_DIR", tmp_path / "checkpoints")
     return tmp_path / "checkpoints"
 
 
@@ -166,7 +166,7 @@ def test_dream_checkpoint_with_missing_shard_or_wrong_mask_is_refused(tmp_path, 
 
 
 def test_lora_merge_equals_unmerged_peft_model(dream, adapter):
-    loaded = checkpoints.load(str(dream[0]), device="cpu", lora=str(adapter[0]))
+    loaded = presets.load(str(dream[0]), device="cpu", lora=str(adapter[0]))
     assert type(loaded.model) is Qwen2ForCausalLM and loaded.spec.attention == "block_causal"
     x = torch.randint(0, 290, (2, 12))
     mask = block_mask(12).expand(2, 1, 12, 12)
@@ -176,20 +176,20 @@ def test_lora_merge_equals_unmerged_peft_model(dream, adapter):
 
 
 def test_preset_resolves_local_checkpoints_and_loads_through_load_model(dream, adapter, no_hf_cache):
-    ok, message = checkpoints.availability("d2f-dream-base")
+    ok, message = presets.availability("d2f-dream-base")
     assert not ok and "hf download Dream-org/Dream-v0-Base-7B --local-dir" in message
     assert "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora" in message
     no_hf_cache.mkdir()
     (no_hf_cache / "Dream-v0-Base-7B").symlink_to(dream[0])
     (no_hf_cache / "D2F_Dream_Base_7B_Lora").symlink_to(adapter[0])
-    assert checkpoints.availability("d2f-dream-base")[0]
-    assert [r["available"] for r in checkpoints.list_presets()] == [True, False, False]
+    assert presets.availability("d2f-dream-base")[0]
+    assert [r["available"] for r in presets.list_presets()] == [True, False, False]
     loaded = load_model("d2f-dream-base", device="cpu")
     assert loaded.spec.name == "d2f-dream-base" and loaded.spec.prompt_template == "{prompt}"
     x = torch.randint(0, 290, (1, 12))
     torch.testing.assert_close(logits(loaded.model, x, block_mask(12)), logits(adapter[1], x, block_mask(12)),
                                atol=1e-5, rtol=1e-5)
-    assert checkpoints.task_settings("d2f-dream-base", "gsm8k")["k"] == 14
+    assert presets.task_settings("d2f-dream-base", "gsm8k")["k"] == 14
     # the engine's fast path and its reference agree on the translated, merged model
     settings = DecodeSettings(k=3, block_size=8, max_new_tokens=24, attention="full")
     tokens = {ex: loaded.decoder(settings, executor=ex).run("def add(a, b):").tokens for ex in ("batched", "per_branch")}
