@@ -2,6 +2,7 @@
 import torch
 
 from lopa import train as T
+from lopa import train_layout
 
 TINY = T.Recipe(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, batch=4, warmup=2, bf16=False)
 
@@ -10,7 +11,7 @@ def test_block_causal_mask():
     # prompt of 2, answer blocks 1 and 2, then one padding position
     block_id = torch.tensor([[0, 0, 1, 1, 2, 0]])
     valid = torch.tensor([[True] * 5 + [False]])
-    m = T.block_causal_mask(block_id, valid)[0, 0]
+    m = train_layout.block_causal_mask(block_id, valid)[0, 0]
     assert m.shape == (6, 6)
     assert m[0].tolist() == [True, True, False, False, False, False]  # prompt never sees the answer
     assert m[2].tolist() == [True, True, True, True, False, False]  # block 1 sees itself both ways
@@ -61,7 +62,7 @@ def test_smoke_train_export_and_resume(tmp_path):
 def test_greedy_decode_runs_and_stops(tmp_path):
     model, tok = _train(tmp_path, steps=1)
     questions = ["Tom has 3 apples. How many apples does Tom have now?", "Mia has 4 eggs."]
-    texts, rounds, committed = T.greedy_decode(model, tok, questions, max_blocks=1)
+    texts, rounds, committed = train_layout.greedy_decode(model, tok, questions, max_blocks=1)
     assert len(texts) == 2 and 1 <= rounds <= 32 and committed == 64  # every position filled once
 
 
