@@ -70,7 +70,8 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
             text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
             predicted, expected = final_answer(text), final_answer(problem["answer"])
             graded = {"correct": int(predicted is not None and predicted == expected),
-                      "predicted": predicted, "expected": expected}
+                      "predicted": predicted, "expected": expected,
+                      "steps": problem["answer"].count("<<")}  # calculator annotations: reasoning steps
         rows.append({"decoder": name, "problem": i, **graded, **result.metrics()})
     return rows
 
