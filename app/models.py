@@ -33,10 +33,10 @@ def allowed_model_roots() -> list[Path] | None:
     SPACE_ID) only loads the bundled models: a public page must not let visitors read the
     server's disk or fill its memory with whatever checkpoint happens to be there.
     """
-    env = os.environ.get("LOPA_MODEL_DIRS")
-    if env is not None and env.strip() == "*":
+    env = os.environ.get("LOPA_MODEL_DIRS", "").strip()
+    if env == "*":
         return None
-    if env is not None and env.strip():
+    if env:
         return [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p.strip()]
     return [MODELS_DIR.resolve()] if os.environ.get("SPACE_ID") else None
 

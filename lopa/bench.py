@@ -22,9 +22,9 @@ import torch
 from tqdm import tqdm
 
 from lopa import humaneval
-from lopa.presets import add_model_arguments, load_from_args
 from lopa.cli import add_settings_arguments
 from lopa.loading import DEFAULT_MODEL, ROOT
+from lopa.presets import add_model_arguments, load_from_args
 from lopa.problems import final_answer, read_jsonl
 from lopa.settings import DecodeSettings, decoder_settings
 

@@ -104,8 +104,6 @@ def steps_for(rng: random.Random, progress: float, recipe: Recipe) -> int:
     """Curriculum: 1-step problems first, the harder ones phased in over `curriculum`."""
     top = 1 + min(1.0, progress / max(recipe.curriculum, 1e-9)) * (recipe.max_steps - 1)
     top = max(1, min(recipe.max_steps, int(round(top))))
-    if recipe.hard_bias == 0:
-        return rng.randint(1, top)
     # Longer problems hold the errors (the first model: 84% on 1 step, 18% on 3), so they may
     # be drawn more often; every 3-step answer also contains 1- and 2-step prefixes.
     return rng.choices(range(1, top + 1), weights=[s ** recipe.hard_bias for s in range(1, top + 1)])[0]
@@ -170,7 +168,7 @@ def digit_ids(tok) -> torch.Tensor:
 
 
 def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
-                   is_digit: torch.Tensor | None = None):
+                   is_digit: torch.Tensor):
     t = block_mask_ratios(block_id, valid, recipe, gen)  # [B, L]
     masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [B, L]
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
@@ -180,9 +178,11 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     logits = model.lm_head(h[:, :-1][sel]).float()  # [M, V]
     target = ids[:, 1:][sel]  # [M]
     ce = F.cross_entropy(logits, target, reduction="none")  # [M]
-    # A per-token weight keeps each token's optimum (the true conditional), so calibration and
-    # the confidence landscape LoPA reads are unchanged; it only moves capacity to the digits.
-    w = torch.where(is_digit[target], recipe.digit_weight, 1.0) if is_digit is not None else 1.0
+    # Weighting digit targets moves capacity to operands and results. The weight depends on the
+    # target's class, so where a digit and a non-digit are both possible (does a number have one
+    # digit or two?) the optimum's odds lean digit_weight:1 toward the digit; among digits, and
+    # wherever the class is certain, it is still the true conditional that LoPA's confidence reads.
+    w = torch.where(is_digit[target], recipe.digit_weight, 1.0)  # [M]
     ce_w = ce * w
     if recipe.inv_t_weight:
         n_answer = ((block_id > 0) & valid).sum().clamp(min=1)
