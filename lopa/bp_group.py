@@ -258,5 +258,3 @@ class BPGroup:
         except OSError:
             return ""
 
-
-# Plain pickle, not Connection.send: torch registers shared-memory reductions for tensors with

@@ -32,6 +32,7 @@ from lopa.settings import DecodeSettings
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Plain pickle, not Connection.send: torch registers shared-memory reductions for tensors with
 # multiprocessing's pickler, and these messages are a few KB that should simply be copied.
 def send(conn: Connection, obj) -> None:
     conn.send_bytes(pickle.dumps(obj))
