@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lopa.settings import (ATTENTION_MODES, COMMIT_RULES, CONFIDENCE_METRICS, DECODERS, PAPER_PRESETS,
+import torch
+
+from lopa.settings import (ATTENTION_MODES, COMMIT_RULES, CONFIDENCE_METRICS, DECODERS, ORDERS, PAPER_PRESETS,
                            DecodeSettings, decoder_settings)
 
 DEFAULTS = DecodeSettings()
@@ -31,24 +33,45 @@ def add_settings_arguments(parser: argparse.ArgumentParser, choose_decoder: bool
     g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default)")
     g.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    g.add_argument("--order", choices=ORDERS,
+                   help="token filling order: confidence (the paper's, default), random (lookahead positions drawn "
+                        "uniformly from the masked window, seeded by --order-seed) or left_to_right (lowest first)")
+    g.add_argument("--order-seed", type=int, help="seed of the random order (default 0)")
 
 
 def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset, then the model's own attention and block size, then explicit flags; the decoder's
-    overrides (e.g. k = 0 for d2f) come last."""
+    """Preset (or the settings of a trace given as --script), then the model's own attention and
+    block size, then explicit flags; the decoder's overrides (e.g. k = 0 for d2f) come last."""
     fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
+    fields.update(getattr(args, "script_settings", None) or {})
     if spec is not None:
         fields.setdefault("attention", spec.attention)
         if spec.block_size:
             fields.setdefault("block_size", spec.block_size)
     flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
-                                                     "commit", "confidence", "attention", "temperature", "seed")}
+                                                     "commit", "confidence", "attention", "temperature", "seed",
+                                                     "order", "order_seed")}
     fields.update({k: v for k, v in flags.items() if v is not None})
     fields.setdefault("k", 4)
     return decoder_settings(args.decoder, DecodeSettings(**fields))
 
 
+def _read_script(args) -> None:
+    """--script: a script file or a recorded trace. A trace also supplies its settings (flags still
+    override them) and, when --prompt is absent, its prompt ids: `--script run.json` replays run.json."""
+    from lopa.order import load_script
+    args.script_rounds, args.script_settings, args.prompt_ids = None, None, None
+    if args.script:
+        args.script_rounds, trace = load_script(args.script)
+        if trace is not None:
+            args.script_settings = {k: v for k, v in trace.settings.items() if k in DecodeSettings.__dataclass_fields__}
+            args.prompt_ids = trace.prompt_ids
+    if args.prompt is None and args.prompt_ids is None:
+        raise ValueError("--prompt is required (unless --script is a recorded trace: its prompt is used)")
+
+
 def _generate(args) -> int:
+    _read_script(args)
     if args.backend == "bp":
         from lopa.parallel import generate_bp
         return generate_bp(args, settings_from_args, _report)
@@ -61,14 +84,19 @@ def _generate(args) -> int:
 def _report(args, decoder, description: str) -> int:
     """Decode args.prompt with `decoder`, print the answer and metrics, write the trace."""
     settings = decoder.settings
-    for record in decoder.stream(args.prompt):
+    if getattr(args, "script_rounds", None):
+        decoder.apply_script(args.script_rounds)
+    prompt = args.prompt if args.prompt is not None else torch.tensor(args.prompt_ids, dtype=torch.long)
+    for record in decoder.stream(prompt):
         if args.verbose:
             print(f"round {record.round:3d}: committed {record.committed:2d}, winner {record.winner}, "
                   f"forward {record.forward_seconds * 1e3:.1f} ms", file=sys.stderr)
     result = decoder.result()
     print(result.text)
     print()
-    print(f"model: {description}   decoder: {args.decoder}   settings: {settings.to_dict()}")
+    forced = sum(len(r.forced) for r in result.records)
+    print(f"model: {description}   decoder: {args.decoder}   settings: {settings.to_dict()}"
+          + (f"   script: {args.script} ({forced} forced decisions)" if getattr(args, "script", None) else ""))
     for key, value in result.metrics().items():
         print(f"  {key:16s} {value:.3f}" if isinstance(value, float) else f"  {key:16s} {value}")
     print("  (tpf_useful counts tokens up to the first EOS; tpf_paper counts every appended position)")
@@ -84,7 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")
     gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled tiny-gsm-dllm) "
                                      "or a D2F preset: d2f-dream-base, d2f-dream-instruct, d2f-diffucoder")
-    gen.add_argument("--prompt", required=True, help="the question (the model's prompt template is applied)")
+    gen.add_argument("--prompt", help="the question (the model's prompt template is applied); "
+                                      "optional with --script TRACE, which brings its own")
+    gen.add_argument("--script", metavar="FILE.json",
+                     help="forced decisions per round, on top of --order: a script {\"rounds\": [{\"round\": 3, "
+                          "\"commit\": {\"12\": 57, \"13\": null}, \"hold\": [14]}]} (commit position 12 as token "
+                          "57 and 13 as the model's top token in round 3; keep 14 masked), or a recorded trace "
+                          "(.json/.parquet), whose every decision is replayed: --script run.json reproduces run.json")
     gen.add_argument("--trace", help="write the trace to this .json or .parquet file")
     gen.add_argument("--executor", choices=("batched", "per_branch", "uncached"),
                      help="batched: all branches in one forward (default); the others are reference paths")

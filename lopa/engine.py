@@ -4,21 +4,26 @@ One round, as in the paper (Sec. 3; design note "One LoPA round"):
     anchor -> lookahead -> block management -> verify (one batched forward) -> score -> select
     -> commit -> record.
 The winner's predictions from the verify forward feed the next round's anchor, so there is
-exactly one forward per round. The loop yields a RoundRecord per round; everything else (CLI,
+exactly one forward per round. Which positions the anchor and the lookahead take (the token
+filling order) is an order policy's decision (lopa/order.py); forks resume from saved states. The loop yields a RoundRecord per round; everything else (CLI,
 benchmarks, app) consumes those.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+import uuid
+from dataclasses import dataclass
 from itertools import count
 from typing import Iterator
 
 import torch
 
 from lopa.blocks import Branch
-from lopa.forward import Executor, Verified, make_executor
-from lopa.rules import COMMIT_RULES, branch_score, lookahead_positions, select_winner
+from lopa.forward import EXECUTORS, Executor, Verified, make_executor
+from lopa.order import Commits, Forced, OrderPolicy, RoundView, ScriptedOrder, make_order, script_from_trace
+from lopa.rules import branch_score, select_winner
 from lopa.settings import DecodeSettings, ModelSpec
 from lopa.trace import RoundRecord, RunResult
 
@@ -31,16 +36,27 @@ class Decoder:
     executor: "batched" (all branches in one forward; default), "per_branch" (the reference:
     one forward per branch, each on its own cache copy) or "uncached" (recompute everything).
     Any Executor instance is accepted too (the branch-parallel backend passes its own).
+    order: the token filling order policy (default: the one settings.order names).
+    script: {round: lopa.order.Forced} decisions forced on top of the policy.
+    keep_states: save a resumable state after every round, so forks of this run start at their
+    round instead of replaying the run (a copy of the prefix cache per round: small models only).
     """
 
     def __init__(self, model, spec: ModelSpec, settings: DecodeSettings, tokenizer=None,
-                 executor: str | Executor = "batched"):
+                 executor: str | Executor = "batched", order: OrderPolicy | None = None,
+                 script: dict[int, Forced] | None = None, keep_states: bool = False):
         self.spec, self.settings, self.tokenizer = spec, settings, tokenizer
         self.executor = executor if isinstance(executor, Executor) else make_executor(executor, model, spec, settings)
-        self.commit_rule = COMMIT_RULES[settings.commit]
+        self.base_order = order if order is not None else make_order(settings)
+        self.apply_script(script)
+        self.keep_states = keep_states
+        self.states: dict[int, Saved] = {}
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None
         self.finished = False
+        self.run_id, self.forked_from = "", None
+        config = getattr(getattr(self.executor, "model", None), "config", None)
+        self.vocab_size = getattr(config, "vocab_size", None)
 
     # -- entry points ----------------------------------------------------------------------
     def encode(self, prompt: str) -> torch.Tensor:
@@ -57,11 +73,43 @@ class Decoder:
         self.prompt = prompt if isinstance(prompt, str) else ""
         ids = self.encode(prompt) if isinstance(prompt, str) else torch.as_tensor(prompt, dtype=torch.long)
         self._check_prompt(ids)
-        self.prompt_ids, self.records, self.finished = ids, [], False
+        self.prompt_ids, self.records, self.finished, self.states = ids, [], False, {}
+        self.run_id, self.forked_from = uuid.uuid4().hex[:12], None
         for record in self._rounds(ids):
             self.records.append(record)
             yield record
         self.finished = True
+
+    def stream_fork(self, parent: RunResult, at_round: int, commit: dict | None = None,
+                    hold=()) -> Iterator[RoundRecord]:
+        """Decode a fork of `parent`: identical through round `at_round`, then the forced decisions
+        applied in round at_round + 1 (commit: {position: token id, or None for the model's top
+        token}; hold: positions kept masked), then this decoder's own policy. Yields the new rounds;
+        `result()` holds the whole fork. Resumes from the parent's saved state after `at_round`
+        when it has one (decoded in this process with keep_states); otherwise replays the parent's
+        recorded decisions through `at_round` first (same result, at_round more forwards)."""
+        if not 0 <= at_round < len(parent.records) or parent.records[at_round].kind == "final":
+            last = max((r.round for r in parent.records if r.kind != "final"), default=0)
+            raise ValueError(f"cannot fork at round {at_round}: choose a round with a forward, 0..{last}")
+        source = parent.decoder.states if parent.decoder is not None else {}
+        saved = source.get(at_round) if type(self.executor) in EXECUTORS.values() else None
+        script = {at_round + 1: Forced(commit=dict(commit or {}), hold=tuple(hold))}
+        if saved is None:
+            script.update(script_from_trace(parent, upto=at_round))
+        self.order = ScriptedOrder(self.base_order, script)
+        self.prompt, self.prompt_ids = parent.prompt, torch.tensor(parent.prompt_ids, dtype=torch.long)
+        self.records, self.finished = list(parent.records[:at_round + 1]), False
+        self.states = {r: s for r, s in source.items() if r <= at_round} if saved is not None else {}
+        self.run_id, self.forked_from = uuid.uuid4().hex[:12], {"run_id": parent.run_id, "round": at_round}
+        for record in self._rounds(self.prompt_ids, resume=saved):
+            if record.round > at_round:      # replayed rounds: the parent's own records stand for them
+                self.records.append(record)
+                yield record
+        self.finished = True
+
+    def apply_script(self, script: dict[int, Forced]) -> None:
+        """Force these decisions ({round: Forced}) on top of the policy in the next decode."""
+        self.order = ScriptedOrder(self.base_order, script) if script else self.base_order
 
     def run(self, prompt: str | torch.Tensor) -> RunResult:
         for _ in self.stream(prompt):
@@ -74,38 +122,35 @@ class Decoder:
         tokens = self.state.tokens.tolist()
         run = RunResult(prompt=self.prompt, prompt_ids=self.prompt_ids.tolist(), settings=self.settings.to_dict(),
                         spec=self.spec.to_dict(), records=list(self.records), tokens=tokens,
-                        stopped=not self.finished)
+                        stopped=not self.finished, run_id=self.run_id, forked_from=self.forked_from, decoder=self)
         if self.tokenizer is not None:
             answer = [t for t in run.useful_tokens if t not in self.spec.eos_token_ids and t != self.spec.mask_token_id]
             run.text = self.tokenizer.decode(answer, skip_special_tokens=True)
         return run
 
     # -- the loop --------------------------------------------------------------------------
-    def _rounds(self, prompt_ids: torch.Tensor) -> Iterator[RoundRecord]:
-        s, N, ex = self.settings, self.settings.block_size, self.executor
-        start = time.perf_counter()
-        self.state = Branch.start(s, self.spec)
-        ex.start(prompt_ids)
-        verified = ex.verify([self.state])                       # round 0: the prompt forward
-        ex.commit(0, 0)                                           # caches the prompt
-        predictions = verified.branch(0)
-        scores = [float(branch_score(self._masked_conf(self.state, verified, 0)))]
-        yield self._record(0, "prefill", [self.state], verified, None, scores, 0, start)
-
-        for r in count(1):
+    def _rounds(self, prompt_ids: torch.Tensor, resume: "Saved | None" = None) -> Iterator[RoundRecord]:
+        if resume is None:
+            predictions = yield from self._prefill(prompt_ids)          # round 0: the prompt forward
+        else:
+            predictions = self._restore(resume)                         # the state after round resume.round
+        s, N, ex, order = self.settings, self.settings.block_size, self.executor, self.order
+        for r in count(1 if resume is None else resume.round + 1):
             # Every round commits at least one token (the first unfinished block is always fully
-            # activated), so this bound is never reached unless a rule is broken.
-            assert r <= s.max_new_tokens + 1, "decoding made no progress"
+            # activated) unless a script holds every candidate back, so this bound is never reached.
+            assert r <= s.max_new_tokens + 1 + len(getattr(order, "script", ())), "decoding made no progress"
             start = time.perf_counter()
-            # 1. anchor: the commit rule on the winner's predictions from the last forward
-            anchor_pos = self._anchor(self.state, predictions)
-            anchor = self.state.with_tokens(self.state.window_start + anchor_pos, predictions[0][anchor_pos])
+            # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
+            view = self._view(r, predictions)
+            commits = order.anchor(view)
+            anchor_pos = commits.positions
+            anchor = self.state.with_tokens(self.state.window_start + anchor_pos, commits.tokens)
             if anchor.finished(s, self.spec):
                 self.state = anchor
-                yield self._final(r, anchor, anchor_pos, start)
+                yield self._final(r, anchor, commits, start)
                 return
-            # 2. lookahead: the k most confident remaining positions, one extra token each
-            look_pos = self._lookahead(anchor, predictions)
+            # 2. lookahead: the policy's k positions (paper: highest Conf), one extra token each
+            look_pos = order.lookahead(view, anchor.window() == anchor.mask_id)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
@@ -119,38 +164,53 @@ class Decoder:
             ex.commit(winner, n_cache * N)
             self.state = branches[winner].with_cached(n_cache)
             predictions = tuple(x[n_cache * N:] for x in verified.branch(winner))
-            # 8. record
+            # 8. record (and save a resumable state for forks)
             committed = anchor_pos.numel() + int(winner > 0)
-            yield self._record(r, "round", branches, verified, (anchor_pos, look_pos), scores.tolist(),
-                               winner, start, committed=committed)
+            record = self._record(r, "round", branches, verified, (anchor_pos, look_pos), scores.tolist(),
+                                  winner, start, committed=committed, forced=commits.forced)
+            self._save(r, predictions)
+            yield record
             if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
                 return
 
-    # -- the decisions of a round (thin wrappers over lopa.rules) --------------------------
-    def _anchor(self, state: Branch, predictions: Predictions) -> torch.Tensor:
-        """Window positions the commit rule commits, block by block (D2F step 4)."""
-        _, max_prob, conf = predictions
-        N, masked = state.block_size, state.window() == state.mask_id
-        full = state.fully_activated(self.settings)
-        chosen = []
-        for b in range(state.n_cached, state.n_blocks):
-            lo = (b - state.n_cached) * N
-            idx = masked[lo:lo + N].nonzero().flatten() + lo      # [M] masked positions of block b
-            if idx.numel():
-                chosen.append(idx[self.commit_rule(max_prob[idx], conf[idx], self.settings.tau_conf, full[b])])
-        return torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long)
+    def _prefill(self, prompt_ids: torch.Tensor):
+        """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
+        start = time.perf_counter()
+        self.state = Branch.start(self.settings, self.spec)
+        self.executor.start(prompt_ids)
+        verified = self.executor.verify([self.state])
+        self.executor.commit(0, 0)                                # caches the prompt
+        scores = [float(branch_score(self._masked_conf(self.state, verified, 0)))]
+        record = self._record(0, "prefill", [self.state], verified, None, scores, 0, start)
+        predictions = verified.branch(0)
+        self._save(0, predictions)
+        yield record
+        return predictions
 
-    def _lookahead(self, anchor: Branch, predictions: Predictions) -> torch.Tensor:
-        """Window positions of the k lookahead branches (LoPA step 2), best Conf first."""
-        masked = anchor.window() == anchor.mask_id                  # excludes the anchor's commits
-        return lookahead_positions(predictions[2], masked, self.settings.k)
+    # -- what the order policy sees --------------------------------------------------------
+    def _view(self, r: int, predictions: Predictions) -> RoundView:
+        state = self.state
+        token, max_prob, conf = predictions
+        return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
+                         state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
+                         self.settings, self.spec.mask_token_id, self.vocab_size)
 
     @staticmethod
     def _masked_conf(branch: Branch, verified: Verified, j: int) -> torch.Tensor:
         return verified.branch(j)[2][branch.window() == branch.mask_id]
 
+    # -- saved states (forks resume from them) ---------------------------------------------
+    def _save(self, r: int, predictions: Predictions) -> None:
+        if self.keep_states and type(self.executor) in EXECUTORS.values():
+            self.states[r] = Saved(r, self.state, predictions, _copy_executor(self.executor))
+
+    def _restore(self, saved: "Saved") -> Predictions:
+        self.state, self.executor = saved.state, _copy_executor(saved.executor)   # the saved one stays intact
+        return saved.predictions
+
     # -- records ---------------------------------------------------------------------------
-    def _record(self, r, kind, branches, verified, positions, scores, winner, start, committed=0) -> RoundRecord:
+    def _record(self, r, kind, branches, verified, positions, scores, winner, start, committed=0,
+                forced=()) -> RoundRecord:
         anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
         w0 = branches[0].window_start
         per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
@@ -174,18 +234,19 @@ class Decoder:
             branch_rank=verified.ranks or [0] * len(branches),
             winner=winner, block_states=self.state.states(self.settings), committed=committed,
             n_cached_blocks=self.state.n_cached, forward_seconds=verified.seconds,
-            round_seconds=time.perf_counter() - start, extra=dict(verified.extra))
+            round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced))
 
-    def _final(self, r, anchor: Branch, anchor_pos, start) -> RoundRecord:
+    def _final(self, r, anchor: Branch, commits: Commits, start) -> RoundRecord:
         """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""
         w0 = anchor.window_start
         return RoundRecord(
-            round=r, kind="final", window_start=w0, anchor_positions=(anchor_pos + w0).tolist(),
-            anchor_tokens=anchor.window()[anchor_pos].tolist(), lookahead_positions=[], lookahead_tokens=[],
+            round=r, kind="final", window_start=w0, anchor_positions=(commits.positions + w0).tolist(),
+            anchor_tokens=anchor.window()[commits.positions].tolist(), lookahead_positions=[], lookahead_tokens=[],
             branch_tokens=[anchor.window().tolist()], branch_positions=[[]], branch_max_prob=[[]], branch_conf=[[]],
             branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
-            block_states=anchor.states(self.settings), committed=anchor_pos.numel(), n_cached_blocks=anchor.n_cached,
-            forward_seconds=0.0, round_seconds=time.perf_counter() - start)
+            block_states=anchor.states(self.settings), committed=commits.positions.numel(),
+            n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
+            forced=list(commits.forced))
 
     def _check_prompt(self, ids: torch.Tensor) -> None:
         if ids.numel() == 0:
@@ -202,3 +263,44 @@ class Decoder:
 def decode(model, spec: ModelSpec, settings: DecodeSettings, prompt, tokenizer=None, executor="batched") -> RunResult:
     """Decode one prompt to the end and return the RunResult (trace + metrics)."""
     return Decoder(model, spec, settings, tokenizer, executor).run(prompt)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Everything round `round + 1` needs: the winner's state, its predictions, and a private copy
+    of the executor (prefix cache, boundary row, sampling generator) after the round's commit."""
+    round: int
+    state: Branch
+    predictions: Predictions
+    executor: Executor
+
+
+def _copy_executor(executor: Executor) -> Executor:
+    """A deep copy of a single-process executor that shares the model (weights are never copied)."""
+    return copy.deepcopy(executor, memo={id(executor.model): executor.model})
+
+
+def fork_decoder(run: RunResult, model=None) -> Decoder:
+    """A Decoder for forks of `run`, with the run's settings and policy. Uses the in-process decoder
+    that made `run` when there is one (then forks resume from its saved states); otherwise `model`,
+    anything with .decoder(settings) such as lopa.loading.LoadedModel (forks then replay the run)."""
+    parent = run.decoder
+    if parent is not None and type(parent.executor) in EXECUTORS.values():
+        return Decoder(None, parent.spec, parent.settings, parent.tokenizer, executor=_copy_executor(parent.executor),
+                       order=parent.base_order, keep_states=parent.keep_states)
+    if model is None:
+        raise ValueError("forks need a model: this run was loaded from a file (or decoded by another process); "
+                         "pass model=, e.g. lopa.loading.load_model(...) of the model that made it")
+    decoder = model.decoder(DecodeSettings.from_dict(run.settings))
+    decoder.keep_states = True
+    return decoder
+
+
+def fork(run: RunResult, at_round: int, commit: dict | None = None, hold=(), model=None) -> RunResult:
+    """A new run identical to `run` through round `at_round`, with `commit` ({position: token id or
+    None for the model's top token}) and `hold` ([positions kept masked]) forced in round
+    at_round + 1, then the run's own order policy to the end. See Decoder.stream_fork."""
+    decoder = fork_decoder(run, model)
+    for _ in decoder.stream_fork(run, at_round, commit, hold):
+        pass
+    return decoder.result()

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
 ATTENTION_MODES = ("block_causal", "full")
 COMMIT_RULES = ("threshold", "top1")
+# Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
+ORDERS = ("confidence", "random", "left_to_right")
 # k verifies k + 1 windows in one batch; past 32 the batch stops being "small" even on a GPU,
 # and the paper never uses more than 14 (Table 5).
 MAX_LOOKAHEAD = 32
@@ -30,6 +32,8 @@ class DecodeSettings:
     commit: "threshold" (D2F/Fast-dLLM rule) or "top1" (one token per round).
     confidence: Conf used for the fallback commit, lookahead ranking and branch score.
     attention: "block_causal" (how D2F models are trained) or "full" (paper's LoPA default).
+    order: token filling order policy (lopa/order.py): "confidence" (the paper's), "random" (the
+        lookahead drawn uniformly, seeded by order_seed) or "left_to_right".
     """
 
     k: int = 0
@@ -43,6 +47,8 @@ class DecodeSettings:
     attention: str = "block_causal"
     temperature: float = 0.0
     seed: int = 0
+    order: str = "confidence"
+    order_seed: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or not (0 <= self.k <= MAX_LOOKAHEAD):
@@ -69,6 +75,10 @@ class DecodeSettings:
             raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE}], got {self.temperature!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if not isinstance(self.order_seed, int) or self.order_seed < 0:
+            raise ValueError(f"order_seed must be a non-negative integer, got {self.order_seed!r}")
 
     @property
     def max_blocks(self) -> int:

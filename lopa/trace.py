@@ -41,6 +41,9 @@ class RoundRecord:
     forward_seconds: float
     round_seconds: float
     extra: dict = field(default_factory=dict)   # executor timings (gather, commit, bytes), free-form
+    # Decisions a script or a fork forced this round (lopa/order.py), e.g. {"action": "commit",
+    # "position": 12, "token": 7}, {"action": "hold", "position": 14}; empty for the policy's own.
+    forced: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -48,7 +51,8 @@ class RoundRecord:
     @classmethod
     def from_dict(cls, data: dict) -> "RoundRecord":
         names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in data and n != "extra"]
+        optional = {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
+        missing = [n for n in names if n not in data and n not in optional]      # older traces lack the optional
         if missing:
             raise ValueError(f"not a LoPA round record: missing {missing}")
         return cls(**{n: data[n] for n in names if n in data})
@@ -69,6 +73,11 @@ class RunResult:
     tokens: list[int]                   # every generated position (all appended blocks)
     text: str = ""                      # answer text up to the first EOS
     stopped: bool = False               # cancelled before it finished
+    run_id: str = ""                    # unique per decode ("" in traces older than forks)
+    forked_from: dict | None = None     # {"run_id": parent's run_id, "round": r} for a fork
+    # The in-process Decoder that made this run (model, policy, saved states) so forks can resume
+    # from it; never serialized, so a loaded trace has None.
+    decoder: object = field(default=None, repr=False, compare=False)
 
     @property
     def useful_tokens(self) -> list[int]:
@@ -104,7 +113,7 @@ class RunResult:
     def header(self) -> dict:
         return {"format": TRACE_FORMAT, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
                 "settings": self.settings, "spec": self.spec, "tokens": self.tokens, "text": self.text,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "run_id": self.run_id, "forked_from": self.forked_from}
 
     def to_json(self) -> str:
         return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
@@ -125,7 +134,8 @@ class RunResult:
             return cls(prompt=header["prompt"], prompt_ids=list(header["prompt_ids"]), settings=header["settings"],
                        spec=header["spec"], records=[RoundRecord.from_dict(r) for r in records],
                        tokens=list(header["tokens"]), text=header.get("text", ""),
-                       stopped=bool(header.get("stopped", False)))
+                       stopped=bool(header.get("stopped", False)), run_id=str(header.get("run_id") or ""),
+                       forked_from=header.get("forked_from"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a LoPA trace: missing or malformed field {err}") from None
 
@@ -134,6 +144,7 @@ class RunResult:
         import pandas as pd
         df = pd.DataFrame([r.to_dict() for r in self.records], columns=[f.name for f in dataclasses.fields(RoundRecord)])
         df["extra"] = df["extra"].map(json.dumps)
+        df["forced"] = df["forced"].map(json.dumps)        # mixed dicts: JSON, like extra
         df.attrs["lopa"] = json.dumps(self.header())
         return df
 
@@ -145,6 +156,7 @@ class RunResult:
         for row in df.to_dict(orient="records"):
             row = {k: _plain(v) for k, v in row.items()}
             row["extra"] = json.loads(row["extra"]) if isinstance(row.get("extra"), str) else (row.get("extra") or {})
+            row["forced"] = json.loads(row["forced"]) if isinstance(row.get("forced"), str) else (row.get("forced") or [])
             rows.append(row)
         return cls._from_parts(json.loads(df.attrs["lopa"]), rows)
 
