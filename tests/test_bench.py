@@ -14,14 +14,14 @@ def test_bench_writes_summary_details_and_plot(tmp_path, capsys):
                               for q, a in [("Tom has 3 apples ?", 3), ("how many apples ?", 4)]))
     data.write_text(data.read_text().replace("he buys = 3", "he buys <<1+2=3>>3", 1))  # one 1-step answer
     out = tmp_path / "out"
-    code = bench.main(["--model", str(model), "--data", str(data), "--n", "2", "--decoders", "one_token,d2f,lopa-k2",
+    code = bench.main(["--model", str(model), "--data", str(data), "--n", "2", "--decoders", "one_token,d2f,lopa-k2,lopa-k2-random",
                        "--block-size", "8", "--max-new-tokens", "16", "--out", str(out)])
     assert code == 0
     rows = list(csv.DictReader((out / "summary.csv").open()))
-    assert [r["decoder"] for r in rows] == ["one_token", "d2f", "lopa-k2"]
+    assert [r["decoder"] for r in rows] == ["one_token", "d2f", "lopa-k2", "lopa-k2-random"]
     assert float(rows[0]["tpf_useful"]) <= 1.0 + 1e-9          # one token per forward, at most
     details = list(csv.DictReader((out / "problems.csv").open()))
-    assert len(details) == 6 and [r["steps"] for r in details[:2]] == ["1", "0"]
+    assert len(details) == 8 and [r["steps"] for r in details[:2]] == ["1", "0"]
     assert (out / "accuracy_vs_tpf.png").stat().st_size > 1000
     assert "acc" in capsys.readouterr().out
 
