@@ -20,11 +20,13 @@ from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
 from app.session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
 from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, rank_lanes,
                             token_canvas, tokens_per_round_chart)
-from visualizations.timeline import partial_metrics
+from visualizations.timeline import last_forward_round, partial_metrics
 
 # "ranks" last: API clients read the earlier outputs by position.
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
-LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
+# The run list and the two "compare runs" pickers follow every change of the session's runs.
+RUN_LIST_OUTPUTS = ("run_list", "compare_a", "compare_b")
+LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS + RUN_LIST_OUTPUTS
 # While streaming, the least seconds between two renders of each kind of heavy output (always drawn
 # at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on
 # a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
@@ -44,10 +46,11 @@ def error_message(err: Exception | str) -> str:
 
 # -- rendering ---------------------------------------------------------------------------------
 def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tuple:
-    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest); outputs whose
-    kind (VIEW_KINDS) is not in `kinds` are gr.skip() and cost nothing."""
+    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest round with a forward:
+    a finished run's final round has no forward and nothing to show); outputs whose kind
+    (VIEW_KINDS) is not in `kinds` are gr.skip() and cost nothing."""
     run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
-    r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
+    r = max(0, last_forward_round(run.records) if r is None else min(int(r), session.n_rounds - 1))
     names = session.names
     render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
               "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
@@ -58,7 +61,21 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
 
 def _slider(session: Session):
     last = max(session.n_rounds - 1, 0)
-    return gr.update(maximum=max(last, 1), value=last)
+    shown = last_forward_round(session.run.records) if session.run is not None else 0
+    return gr.update(maximum=max(last, 1), value=shown)
+
+
+def run_list_outputs(session: Session, force: bool = False) -> tuple:
+    """RUN_LIST_OUTPUTS: the run list (current run selected) and the compare pickers (the current
+    run against its parent or the run before it); gr.skip() when nothing changed."""
+    if not (force or session.runs_changed):
+        return tuple(gr.skip() for _ in RUN_LIST_OUTPUTS)
+    session.runs_changed = False
+    choices = session.runs.choices()
+    ids = {value for _, value in choices}
+    a, b = session.runs.default_pair(session.current)
+    return (gr.update(choices=choices, value=session.current if session.current in ids else None),
+            gr.update(choices=choices, value=a), gr.update(choices=choices, value=b))
 
 
 def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
@@ -70,7 +87,7 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     session.last_render.update({kind: now for kind in due})
     answer = session.run.text if session.run is not None else ""
     counters = counters_html(session.run, session.elapsed, session.status())
-    return (status, counters, _slider(session), answer) + view(session, kinds=due)
+    return (status, counters, _slider(session), answer) + view(session, kinds=due) + run_list_outputs(session, final)
 
 
 def _start_or_continue(session: Session, prompt: str, values) -> None:
@@ -119,22 +136,31 @@ def _describe(session: Session) -> str:
 def run_stream(session: Session, prompt: str, *values):
     """Stream the decode live: one yield per round as the engine computes it (not a replay).
     Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
+    yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
+                     on_fault=lambda err: _bp_fault(session, err, _backend_of(values)))
+
+
+def drain(session: Session, begin, running: str, on_fault=None):
+    """Begin a live decode (`begin()`), then yield LIVE_OUTPUTS after every round until it ends or
+    Stop is pressed; the last yield is the final state. Shared by Run and the what-if forks."""
     session.stop_requested = False
     session.start_clock()
     try:
-        _start_or_continue(session, prompt, values)
+        begin()
         session.streaming = True
-        yield live_outputs(session, "Running…", final=False)
+        yield live_outputs(session, running, final=False)
         while (record := session.pull()) is not None:
             if session.stop_requested:
                 session.cancel()
                 break
-            yield live_outputs(session, f"Running… round {record.round}", final=False)
+            yield live_outputs(session, f"{running} round {record.round}", final=False)
         status = f"Done: {_describe(session)}"
     except ValueError as err:
         status = error_message(err)
     except RuntimeError as err:
-        status = _bp_fault(session, err, _backend_of(values))
+        if on_fault is None:
+            raise
+        status = on_fault(err)
     finally:                         # also when the browser goes away mid-run (GeneratorExit)
         session.streaming = False
         session.stop_clock()
@@ -176,7 +202,8 @@ def reset_session(session: Session) -> tuple:
     """Drop the decode and clear the view (LIVE_OUTPUTS)."""
     session.close()
     session.run, session.names, session.source, session.elapsed_before = None, {}, "idle", 0.0
-    return live_outputs(session, "Reset. Press Run or Step to start.")
+    session.current = None
+    return live_outputs(session, "Reset. Press Run or Step to start (the run list keeps earlier runs).")
 
 
 # -- scrub / play -------------------------------------------------------------------------------

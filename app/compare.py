@@ -1,4 +1,6 @@
-"""Side-by-side run: a vanilla baseline and LoPA on the same prompt and settings, streamed live.
+"""Compare two runs. `compare_runs` takes any two runs of the session's run list (an original and
+its fork, two orders, a loaded trace...); `compare_stream` first decodes a baseline and LoPA on the
+same prompt and settings, live, then compares them the same way (one code path: compare_outputs).
 
 The two decodes alternate round by round in one callback, so both counters move together on a
 shared machine; each side's time is its own engine time (sum of its rounds), not the other's.
@@ -11,16 +13,26 @@ import time
 import gradio as gr
 
 from lopa import decoder_settings
-from app.callbacks import REFRESH_S, bp_fault_message, error_message
+from app.callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
 from app.gpu import gpu
 from app.models import MODELS, token_names
-from app.session import Session, parse_ui
-from visualizations import comparison_summary, counters_html, tfo_map
+from app.session import Backend, Session, forkable, parse_ui
+from visualizations import comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
-                   "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary")
+                   "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS
+# The baseline side: a decoder preset (k = 0 baselines) or LoPA with the same k under another order.
 BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "single_block",
-             "one token per round": "one_token"}
+             "one token per round": "one_token", "LoPA, random order (same k)": "random",
+             "LoPA, left-to-right order (same k)": "left_to_right"}
+
+
+def baseline_settings(baseline: str, lopa_settings):
+    """The baseline side's settings: a decoder preset, or the same LoPA settings under another order."""
+    name = BASELINES.get(baseline, baseline)
+    if name in ("random", "left_to_right"):
+        return lopa_settings.replace(order=name)
+    return decoder_settings(name, lopa_settings)
 
 
 class Side:
@@ -29,6 +41,7 @@ class Side:
     def __init__(self, loaded, prompt: str, settings, title: str):
         """loaded: a LoadedModel, or the branch-parallel BPGroup (same .decoder(settings), .tokenizer)."""
         self.decoder = loaded.decoder(settings)
+        self.decoder.keep_states = forkable(loaded, Backend())     # a BPGroup (no n_params) keeps none
         self.stream = self.decoder.stream(prompt)
         self.tokenizer, self.title, self.run, self.names, self.done = loaded.tokenizer, title, None, {}, False
 
@@ -65,7 +78,35 @@ def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
     else:
         maps = [gr.skip(), gr.skip()]
     text = [s.run.text if s.run is not None else "" for s in (base, lopa)]
-    return (status, base.counters(), text[0], maps[0], lopa.counters(), text[1], maps[1], summary)
+    return (status, base.counters(), text[0], maps[0], lopa.counters(), text[1], maps[1], summary, gr.skip()) \
+        + tuple(gr.skip() for _ in RUN_LIST_OUTPUTS)
+
+
+def compare_outputs(status: str, a, b, title_a: str, title_b: str, names_a=None, names_b=None,
+                    runs=(gr.skip(),) * len(RUN_LIST_OUTPUTS)) -> tuple:
+    """COMPARE_OUTPUTS for any two finished (or stopped) runs: counters, answers, TFO maps on one
+    colour scale with the positions filled in different rounds outlined, the summary and the
+    position-by-position strip."""
+    differs = run_diff(a, b)["differs"]
+    top = max(len(a.records), len(b.records), 1)
+    maps = [tfo_map(run, names, title=f"TFO — {title}", zmax=top, highlight=differs)
+            for run, names, title in ((a, names_a, title_a), (b, names_b, title_b))]
+    counters = [counters_html(run, sum(r.round_seconds for r in run.records),
+                              "stopped" if run.stopped else "done", title=title)
+                for run, title in ((a, title_a), (b, title_b))]
+    return (status, counters[0], a.text, maps[0], counters[1], b.text, maps[1],
+            comparison_summary(a, b, title_a, title_b), tfo_diff_html(a, b, title_a, title_b, names_b)) + tuple(runs)
+
+
+def compare_runs(session: Session, a_id, b_id) -> tuple:
+    """COMPARE_OUTPUTS for two runs of the run list."""
+    missing = [x for x in (a_id, b_id) if not x or x not in session.runs or session.runs[x].run is None]
+    if missing:
+        return (error_message("pick two runs of the run list to compare (run something first, or load a trace)"),) \
+            + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
+    a, b = session.runs[a_id], session.runs[b_id]
+    return compare_outputs(f"Compared run {a.id} with run {b.id}.", a.run, b.run, f"run {a.id}: {a.note}",
+                           f"run {b.id}: {b.note}", a.names, b.names)
 
 
 @gpu
@@ -78,7 +119,7 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         lopa_settings, backend = parse_ui(*values)
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
-        base_settings = decoder_settings(BASELINES.get(baseline, baseline), lopa_settings)
+        base_settings = baseline_settings(baseline, lopa_settings)
         loaded = MODELS.get()
         base = Side(loaded, prompt, base_settings, baseline)
         lopa_title = f"LoPA (k = {lopa_settings.k}" + (f", {backend})" if backend.parallel else ")")
@@ -113,8 +154,13 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         yield _outputs("Stopped before the first round.", base, lopa, True)
         return
     session.compare = (base.run, lopa.run)
+    # Both runs join the run list (to be viewed, forked and compared again), then the general comparison.
+    for side in (base, lopa):
+        entry = session.runs.add(side.title, names=side.names, run=side.run)
+    session.current, session.runs_changed = entry.id, True
     stopped = " (stopped early)" if base.run.stopped or lopa.run.stopped else ""
-    yield _outputs(f"Done{stopped}.", base, lopa, True, comparison_summary(base.run, lopa.run, baseline))
+    yield compare_outputs(f"Done{stopped}. Both runs are in the run list.", base.run, lopa.run, baseline, lopa.title,
+                          base.names, lopa.names, runs=run_list_outputs(session, force=True))
 
 
 def stop_compare(session: Session) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD
+from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD, ORDERS
 from app.callbacks import PRESETS, VIEW_OUTPUTS, view
 from app.compare import BASELINES
 from app.models import MODELS, example_prompts
@@ -42,6 +42,12 @@ def build_settings_panel() -> dict:
         preset = gr.Dropdown(list(PRESETS), value=list(PRESETS)[0], label="preset (paper: Table 5; keeps max new tokens)",
                              elem_id="preset")
         k = gr.Slider(0, MAX_LOOKAHEAD, value=d["k"], step=1, label="k: lookahead branches (0 = D2F vanilla)", elem_id="k")
+        with gr.Row():
+            order = gr.Dropdown(list(ORDERS), value=ORDERS[0], scale=3, elem_id="order",
+                                label="Order: which positions the anchor's fallback and the k branches take",
+                                info="confidence = the paper's; random = the control group; left_to_right = autoregressive")
+            order_seed = gr.Number(value=0, precision=0, label="order seed (random)", scale=1, min_width=80,
+                                   elem_id="order-seed")
         tau_conf = gr.Slider(0.01, 1.0, value=d["tau_conf"], step=0.01, label="τ_conf: commit when max prob >",
                              elem_id="tau-conf")
         tau_add = gr.Slider(0.01, 1.0, value=d["tau_add"], step=0.01, label="τ_add: add a block at decoded fraction",
@@ -74,7 +80,7 @@ def build_settings_panel() -> dict:
     return {"preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
             "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
             "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
-            "workers": workers}
+            "workers": workers, "order": order, "order_seed": order_seed}
 
 
 def build_controls() -> dict:
@@ -85,7 +91,10 @@ def build_controls() -> dict:
         reset = gr.Button("Reset", elem_id="reset")
     status = gr.Markdown("Press **Run** to stream a decode live, or **Step** to advance one round.", elem_id="status")
     counters = gr.HTML(elem_id="counters")
-    return {"run": run, "stop": stop, "step": step, "reset": reset, "status": status, "counters": counters}
+    run_list = gr.Radio([], label="runs: the originals, their forks and forks of forks (select one to view it)",
+                        elem_id="run-list")
+    return {"run": run, "stop": stop, "step": step, "reset": reset, "status": status, "counters": counters,
+            "run_list": run_list}
 
 
 def build_round_view() -> dict:
@@ -98,6 +107,15 @@ def build_round_view() -> dict:
     # not when the first round arrives.
     empty = dict(zip(VIEW_OUTPUTS, view(Session())))
     canvas = gr.HTML(empty["canvas"], elem_id="canvas")
+    # A click on a still-masked cell lands here (app.forks.CLICK_JS) and opens the what-if panel.
+    clicked = gr.Textbox(elem_id="clicked-cell", elem_classes=["lopa-hidden"], show_label=False, container=False)
+    with gr.Group(visible=False, elem_id="whatif-panel") as whatif_panel:
+        whatif_info = gr.Markdown(elem_id="whatif-info")
+        whatif_token = gr.Radio([], label="fill with (the model's top tokens there)", elem_id="whatif-token")
+        with gr.Row():
+            fill_first = gr.Button("Fill first", variant="primary", elem_id="fill-first")
+            hold_back = gr.Button("Hold back", elem_id="hold-back")
+    whatif_target = gr.State(None)
     answer = gr.Textbox(label="output so far (up to the first EOS)", lines=3, interactive=False, elem_id="answer")
     explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
     branches = gr.HTML(empty["branches"], elem_id="branches")
@@ -105,7 +123,10 @@ def build_round_view() -> dict:
     ranks = gr.Plot(empty["ranks"], label="rank lanes: who computed which branch, and when", elem_id="rank-lanes")
     chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
     return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
-            "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart}
+            "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart,
+            "clicked_cell": clicked, "whatif_panel": whatif_panel, "whatif_info": whatif_info,
+            "whatif_token": whatif_token, "whatif_target": whatif_target, "fill_first": fill_first,
+            "hold_back": hold_back}
 
 
 def build_trace_panel() -> dict:
@@ -120,24 +141,32 @@ def build_trace_panel() -> dict:
 
 
 def build_compare_panel() -> dict:
-    gr.Markdown("Decode the same prompt with the same settings twice: a vanilla baseline and LoPA. "
-                "The rounds alternate, so both sides stream live.")
+    gr.Markdown("Compare **any two runs** of the run list (a run and its fork, two orders, a loaded trace), or "
+                "decode the same prompt and settings twice, live, with a baseline and LoPA, then compare them the "
+                "same way. Outlined positions are filled in a different round by the two runs.")
     with gr.Row():
-        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="vanilla baseline", elem_id="baseline")
+        compare_a = gr.Dropdown([], label="run A", scale=3, elem_id="compare-a")
+        compare_b = gr.Dropdown([], label="run B", scale=3, elem_id="compare-b")
+        compare_runs = gr.Button("Compare runs", scale=1, min_width=110, elem_id="compare-runs")
+    with gr.Row():
+        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="or decode: baseline vs LoPA",
+                               elem_id="baseline")
         compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
         stop = gr.Button("■ Stop", variant="stop", elem_id="compare-stop")
     status = gr.Markdown(elem_id="compare-status")
     with gr.Row(equal_height=False):
         with gr.Column():
             base_counters = gr.HTML(elem_id="base-counters")
-            base_answer = gr.Textbox(label="vanilla output", lines=3, interactive=False, elem_id="base-answer")
-            base_tfo = gr.Plot(label="vanilla TFO map", elem_id="base-tfo")
+            base_answer = gr.Textbox(label="run A / baseline output", lines=3, interactive=False, elem_id="base-answer")
+            base_tfo = gr.Plot(label="TFO map A", elem_id="base-tfo")
         with gr.Column():
             lopa_counters = gr.HTML(elem_id="lopa-counters")
-            lopa_answer = gr.Textbox(label="LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
-            lopa_tfo = gr.Plot(label="LoPA TFO map", elem_id="lopa-tfo")
+            lopa_answer = gr.Textbox(label="run B / LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
+            lopa_tfo = gr.Plot(label="TFO map B", elem_id="lopa-tfo")
     summary = gr.Markdown(elem_id="compare-summary")
+    diff = gr.HTML(elem_id="compare-diff")
     return {"baseline": baseline, "compare": compare, "compare_stop": stop, "compare_status": status,
             "base_counters": base_counters, "base_answer": base_answer, "base_tfo": base_tfo,
             "lopa_counters": lopa_counters, "lopa_answer": lopa_answer, "lopa_tfo": lopa_tfo,
-            "compare_summary": summary}
+            "compare_summary": summary, "compare_diff": diff, "compare_a": compare_a, "compare_b": compare_b,
+            "compare_runs": compare_runs}

@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
+from lopa.engine import fork_decoder
 from app.models import token_names
+from app.runs import RunTree
 
 # Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.
 SETTING_NAMES = ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens", "confidence", "attention",
@@ -24,6 +26,12 @@ APP_DEFAULTS = dict(k=4, tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=32,
 BACKEND_NAMES = ("backend", "workers")
 SINGLE, BRANCH_PARALLEL = "single process", "branch-parallel"
 WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a model replica)
+# The order inputs follow the backend inputs (optional too: callers that leave them out get the
+# paper's confidence order).
+ORDER_NAMES = ("order", "order_seed")
+# Forks resume from a copy of the prefix cache saved after every round. For the bundled model that
+# is a few hundred KB a round; past this size (a 7B model: tens of MB a round) forks replay instead.
+KEEP_STATES_MAX_PARAMS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -55,12 +63,17 @@ def backend_from_ui(choice=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
 
 
 def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
-    """(settings, backend) from the settings inputs, optionally followed by the backend inputs."""
-    n = len(SETTING_NAMES)
-    if len(values) not in (n, n + len(BACKEND_NAMES)):
-        raise ValueError(f"expected {n} settings (and optionally {len(BACKEND_NAMES)} backend values), "
+    """(settings, backend) from the settings inputs, optionally followed by the backend inputs and
+    then the order inputs."""
+    n, nb = len(SETTING_NAMES), len(BACKEND_NAMES)
+    if len(values) not in (n, n + nb, n + nb + len(ORDER_NAMES)):
+        raise ValueError(f"expected {n} settings (and optionally {nb} backend and {len(ORDER_NAMES)} order values), "
                          f"got {len(values)}")
-    return settings_from_ui(*values[:n]), backend_from_ui(*values[n:])
+    settings = settings_from_ui(*values[:n])
+    if len(values) > n + nb:
+        order, seed = values[n + nb:]
+        settings = settings.replace(order=str(order or "confidence"), order_seed=_as_int("order seed", seed))
+    return settings, backend_from_ui(*values[n:n + nb])
 
 
 def _as_int(name: str, value) -> int:
@@ -107,6 +120,9 @@ class Session:
     last_render: dict = field(default_factory=lambda: {"html": float("-inf"), "plots": float("-inf")})
     compare: tuple | None = None          # (baseline RunResult, LoPA RunResult) of the last comparison
     backend: Backend = field(default_factory=Backend)   # of the live decode
+    runs: RunTree = field(default_factory=RunTree)      # every run of this session, forks under their parent
+    current: str | None = None            # id of the run the page shows
+    runs_changed: bool = False            # the run list needs redrawing
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, loaded, prompt: str, settings: DecodeSettings, executor: str = "batched",
@@ -115,11 +131,48 @@ class Session:
         for a branch-parallel backend the BPGroup (anything with .decoder(settings) and .tokenizer)."""
         self.close()
         self.decoder = loaded.decoder(settings) if backend.parallel else loaded.decoder(settings, executor=executor)
+        self.decoder.keep_states = forkable(loaded, backend)
         self.stream = self.decoder.stream(prompt)
         self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings, backend), "live"
         self.backend = backend
-        self.run, self.names, self.elapsed_before = None, {}, 0.0
+        note = f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
+        self._new_entry(self.runs.add(f"{note}, k = {settings.k}"))
+
+    def begin_fork(self, loaded, parent_id: str, at_round: int, commit: dict, hold: list, note: str) -> None:
+        """Start a fork of run `parent_id`: identical through `at_round`, the forced decisions in the
+        next round, then the run's own policy (lopa.engine.Decoder.stream_fork). `loaded`: the model
+        that made the run (used when the run has no saved states, e.g. a loaded trace)."""
+        parent = self.runs[parent_id]
+        self.close()
+        self.decoder = fork_decoder(parent.run, model=loaded)
+        self.decoder.keep_states = self.decoder.keep_states and forkable(loaded, Backend())
+        self.stream = self.decoder.stream_fork(parent.run, at_round, commit, hold)
+        self.tokenizer, self.source, self.backend = loaded.tokenizer, "live", Backend()
+        self.key = ("fork", parent_id, at_round, tuple(commit.items()), tuple(hold))   # Run never continues it
+        self._new_entry(self.runs.add(note, parent=parent_id, at_round=at_round, names=parent.names))
+        self.run = parent.run                  # shown until the fork's first round arrives
+
+    def _new_entry(self, entry) -> None:
+        self.current, self.runs_changed = entry.id, True
+        self.run, self.names, self.elapsed_before = None, entry.names, 0.0
         self.last_render = {kind: float("-inf") for kind in self.last_render}
+
+    def _sync(self) -> None:
+        """The current run list entry follows the live snapshot."""
+        entry = self.runs.entries.get(self.current)
+        if entry is not None and self.run is not None and self.source == "live" and entry.run is not self.run:
+            self.runs_changed |= entry.run is None
+            entry.run = self.run
+
+    def select(self, run_id: str) -> None:
+        """Show another run of the list (a paused decode is stopped first; it stays in the list)."""
+        if run_id not in self.runs or self.runs[run_id].run is None:
+            raise ValueError(f"no run {run_id!r} in the run list")
+        self.cancel()
+        self.close()
+        entry = self.runs[run_id]
+        self.current, self.run, self.names, self.source = run_id, entry.run, entry.names, entry.source
+        self.elapsed_before = 0.0
 
     def matches(self, prompt: str, settings: DecodeSettings, backend: Backend = Backend()) -> bool:
         """Is there a live decode of exactly this prompt, these settings and backend to continue?"""
@@ -133,12 +186,19 @@ class Session:
         except StopIteration:
             self.stream = None
             self.run = self.decoder.result() if self.decoder.records else self.run
+            self._sync()
+            self.runs_changed = True
             return None
-        except ValueError:          # raised before any round: nothing to keep
+        except ValueError:          # raised before any round (or by a script): nothing to keep
+            entry = self.runs.entries.get(self.current)
+            if entry is not None and entry.run is None:
+                self.runs.remove(entry.id)
+                self.current = None
             self.close()
             self.source = "idle" if self.run is None else self.source
             raise
         self.run = self.decoder.result()
+        self._sync()
         new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)
         new -= self.names.keys()
         if new and self.tokenizer is not None:
@@ -152,6 +212,8 @@ class Session:
             self.stream = None
             if self.decoder is not None and self.decoder.records:
                 self.run = self.decoder.result()
+                self._sync()
+                self.runs_changed = True
 
     def close(self) -> None:
         if self.stream is not None:
@@ -161,6 +223,8 @@ class Session:
     def replay(self, run: RunResult, names: dict) -> None:
         """Show a loaded trace; no model involved."""
         self.close()
+        entry = self.runs.add("loaded trace", names=names, source="replay", run=run)
+        self.current, self.runs_changed = entry.id, True
         self.run, self.names, self.source, self.elapsed_before = run, names, "replay", 0.0
 
     # -- wall clock -------------------------------------------------------------------------
@@ -192,6 +256,11 @@ class Session:
         if self.stream is not None:
             return "paused"
         return "stopped" if self.run.stopped else "done"
+
+
+def forkable(loaded, backend: Backend) -> bool:
+    """Keep per-round states (forks resume from them) for a small model in this process."""
+    return not backend.parallel and getattr(loaded, "n_params", KEEP_STATES_MAX_PARAMS + 1) <= KEEP_STATES_MAX_PARAMS
 
 
 def new_session() -> Session:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import gradio as gr
 
 from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
+from app import forks
+from app.compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from app.panels import (INTRO, build_compare_panel, build_controls, build_input_panel, build_model_panel,
                         build_round_view, build_settings_panel, build_trace_panel)
-from app.session import BACKEND_NAMES, SETTING_NAMES, new_session
+from app.session import BACKEND_NAMES, ORDER_NAMES, SETTING_NAMES, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -19,8 +20,10 @@ CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
 .lopa-canvas {overflow-x: auto}
 #backend-slot {border: 1px dashed #999}
+.lopa-hidden {display: none !important}
+#run-list label {font-size: 12px}
 """
-LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default())
+LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS)
 
 
 def build_demo() -> gr.Blocks:
@@ -43,7 +46,7 @@ def build_demo() -> gr.Blocks:
                     c.update(build_round_view())
                 c.update(build_trace_panel())
                 with gr.Column(elem_id="compare-view"):
-                    gr.Markdown("## Vanilla vs LoPA")
+                    gr.Markdown("## Compare runs")
                     c.update(build_compare_panel())
         wire(demo, c)
     demo.queue(**QUEUE)
@@ -57,15 +60,26 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
-    backend = pick(*BACKEND_NAMES)          # after the settings: the callbacks' values are settings + backend
+    # After the settings: the callbacks' values are settings + backend + order (app.session.parse_ui).
+    backend = pick(*BACKEND_NAMES, *ORDER_NAMES)
 
-    # Model events: run, step, compare, model loading.
+    # Model events: run, step, compare, forks, model loading.
     c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
     c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
                                        pick(*COMPARE_OUTPUTS), api_name="compare", show_progress="hidden", **MODEL)
+    whatif = pick(*forks.WHATIF_OUTPUTS)
+    c["clicked_cell"].change(forks.pick_cell, [session, c["clicked_cell"]], whatif, api_name="whatif",
+                             show_progress="hidden", **MODEL)
+    c["fill_first"].click(forks.fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
+                          api_name="fill_first", show_progress="hidden", **MODEL)
+    c["hold_back"].click(forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
+                         show_progress="hidden", **MODEL)
+    # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
+    c["run_list"].input(forks.select_run, [session, c["run_list"]], live, api_name="select_run",
+                        show_progress="hidden", **MODEL)
     c["load_model"].click(cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
                           **MODEL)
     demo.load(cb.warm_model, None, [c["model_info"]], api_visibility="private", **MODEL)
@@ -74,6 +88,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     c["stop"].click(cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
     c["compare_stop"].click(stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private")
     c["reset"].click(cb.reset_session, [session], live, api_name="reset", **VIEW)
+    c["compare_runs"].click(compare_runs, [session, c["compare_a"], c["compare_b"]], pick(*COMPARE_OUTPUTS),
+                            api_name="compare_runs", show_progress="hidden", **VIEW)
 
     # Recorded rounds: scrub, play / pause.
     c["round_slider"].input(cb.show_round, [session, c["round_slider"]], view, api_name="show_round",

@@ -229,8 +229,8 @@ def test_comparison_streams_both_sides_and_summarises():
     assert 'data-status="done"' in outs[-1]["base_counters"] and 'data-status="done"' in outs[-1]["lopa_counters"]
     assert "Speed-up of LoPA" in outs[-1]["compare_summary"] and outs[-1]["lopa_answer"] == lopa.text
     assert len(outs) >= max(len(base.records), len(lopa.records))
-    one_token = list(compare_stream(Session(), PROMPT, "one token per round", *values()))[-1]
-    assert "Speed-up" in one_token[-1]
+    one_token = dict(zip(COMPARE_OUTPUTS, list(compare_stream(Session(), PROMPT, "one token per round", *values()))[-1]))
+    assert "Speed-up" in one_token["compare_summary"] and "lopa-diff" in one_token["compare_diff"]
     error = list(compare_stream(Session(), PROMPT, "D2F vanilla (k = 0)", *values(k=0)))[-1]
     assert "Error" in error[0] and "k is 0" in error[0]
 

@@ -320,3 +320,15 @@ def test_cli_help_documents_orders_and_scripts(capsys):
         main(["generate", "--help"])
     text = capsys.readouterr().out
     assert "--order" in text and "--order-seed" in text and "--script" in text and "reproduces" in text
+
+
+def test_top_tokens_recompute_the_rounds_prediction(qwen):
+    from lopa.order import top_tokens
+    run = qwen_decoder(qwen).run(QWEN_PROMPT)
+    for r in (1, 2):
+        rec = run.records[r]
+        for p, token, prob in zip(rec.branch_positions[rec.winner], rec.branch_argmax[rec.winner],
+                                  rec.branch_max_prob[rec.winner]):
+            best = top_tokens(qwen, run.spec, run, r, p)
+            assert len(best) == 5 and best[0][0] == token and best[0][1] == pytest.approx(prob, abs=1e-4)
+            assert [b[1] for b in best] == sorted((b[1] for b in best), reverse=True)

@@ -7,9 +7,10 @@ loaded trace file, and the tests call them with a trace made by the engine.
 from visualizations.branches import branches_table, explain_round
 from visualizations.canvas import token_canvas
 from visualizations.charts import tfo_map, tokens_per_round_chart
-from visualizations.counters import comparison_summary, counters_html
+from visualizations.compare import comparison_summary, run_diff, tfo_diff_html
+from visualizations.counters import counters_html
 from visualizations.heatmap import confidence_heatmap
 from visualizations.ranks import rank_lanes
 
 __all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
-           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes"]
+           "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes"]

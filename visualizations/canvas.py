@@ -33,7 +33,7 @@ STATE_WORDS = {
     COMMITTED: "committed in an earlier round",
     ANCHOR: "committed by this round's anchor",
     "lookahead": "winning branch's lookahead token",
-    MASKED: "still masked: current prediction, its max prob as the bottom stripe",
+    MASKED: "still masked: current prediction, its max prob as the bottom stripe (click: what if it were filled first?)",
 }
 BLOCK_WORDS = {"cached": "cached", "complete": "complete", "active_full": "active (full)",
                "active_semi": "active (semi)"}
@@ -58,8 +58,9 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
     corner = (f'<span style="position:absolute;top:-1px;right:1px;font-size:9px;font-weight:700;font-style:normal">'
               f'{tag}</span>') if tag else ""
-    return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-state="{state}" title="{title}" '
-            f'style="position:relative;box-sizing:border-box;width:40px;height:30px;margin:1px;border:{border};'
+    pointer = "cursor:pointer;" if state == MASKED else ""       # a masked cell opens the what-if panel
+    return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-position="{pos}" data-state="{state}" '
+            f'title="{title}" style="{pointer}position:relative;box-sizing:border-box;width:40px;height:30px;margin:1px;border:{border};'
             f'border-radius:3px;background:{background};color:{colour};font:11px/26px monospace;text-align:center;'
             f'overflow:hidden;white-space:nowrap;{extra}">{html.escape(label)}{corner}</div>')
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from visualizations.compare import DIFF_COLOUR
 from visualizations.labels import token_text
 from visualizations.palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS
 from visualizations.timeline import committed_per_round, fills, n_positions
@@ -27,10 +28,12 @@ def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
     return fig
 
 
-def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int | None = None) -> go.Figure:
+def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int | None = None,
+            highlight=None) -> go.Figure:
     """Token filling order: one row per block, one cell per position, colour = round it was filled.
 
     zmax: shared top of the colour scale, so two runs side by side read on the same scale.
+    highlight: positions to outline (those another run fills in a different round).
     """
     fig = go.Figure()
     if not run.records:
@@ -54,6 +57,12 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
     fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", textfont=dict(size=9), customdata=hover,
                              hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS, zmin=1, zmax=top,
                              xgap=1, ygap=1, colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
+    marked = sorted(p for p in (highlight or ()) if p < n_blocks * N)
+    if marked:
+        fig.add_trace(go.Scatter(x=[p % N for p in marked], y=[p // N for p in marked], mode="markers",
+                                 name="filled in a different round than the other run", hoverinfo="skip",
+                                 marker=dict(symbol="square-open", size=15, color=DIFF_COLOUR, line=dict(width=2.5))))
+        fig.update_layout(legend=dict(orientation="h", y=-0.25, x=1, xanchor="right"))
     fig.update_yaxes(autorange="reversed", title_text="block", dtick=1)
     fig.update_xaxes(title_text="position in block")
     fig.update_layout(title=dict(text=title or "Token filling order (round each position was committed)",

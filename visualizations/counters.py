@@ -1,4 +1,4 @@
-"""Live counters (rounds, tokens, TPF, TPS, elapsed) and the comparison summary."""
+"""Live counters (rounds, tokens, TPF, TPS, elapsed); the comparison of two runs is in compare.py."""
 
 from __future__ import annotations
 
@@ -34,27 +34,3 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
              f'border-radius:10px;background:{colour};color:#fff;font-size:12px">{status}</div>')
     return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{status}">{head}'
             f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div></div>')
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}×" if b > 0 else "—"
-
-
-def comparison_summary(baseline, lopa, baseline_name: str) -> str:
-    """Markdown: both runs' metrics and LoPA's speed-up in rounds (forwards) and in wall time."""
-    mb, ml = partial_metrics(baseline), partial_metrics(lopa)
-    rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
-            ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
-            ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
-    table = [f"| | {baseline_name} | LoPA (k = {lopa.settings['k']}) |", "|---|---:|---:|"]
-    table += [f"| {name} | {fmt.format(mb[key])} | {fmt.format(ml[key])} |" for name, key, fmt in rows]
-    same = "identical" if baseline.text == lopa.text else "different"
-    return "\n".join([
-        f"**Speed-up of LoPA over {baseline_name}: {_ratio(mb['forwards'], ml['forwards'])} fewer forwards "
-        f"(rounds {mb['rounds']} → {ml['rounds']}), {_ratio(mb['latency_s'], ml['latency_s'])} in wall time "
-        f"({mb['latency_s']:.2f} s → {ml['latency_s']:.2f} s).**", "",
-        *table, "",
-        f"The two answers are {same}. Wall time is each run's own engine time (the runs alternate round by round "
-        "on the same machine). On a CPU a batched k+1 forward costs more than a single one, so fewer rounds need "
-        "not mean proportionally less time; on a GPU at batch 1 it nearly does (design note, last section).",
-    ])

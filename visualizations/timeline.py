@@ -60,6 +60,11 @@ def fills(records, upto: int | None = None) -> dict[int, Fill]:
     return out
 
 
+def last_forward_round(records) -> int:
+    """Index of the last round that ran a forward (the final, forward-less round has nothing to show)."""
+    return max((i for i, r in enumerate(records) if r.kind != "final"), default=0)
+
+
 def n_positions(record, block_size: int) -> int:
     """Generated positions appended so far (all blocks, cached or not) after this record."""
     return len(record.block_states) * block_size

@@ -1,0 +1,131 @@
+"""Callbacks of "what if": click a still-masked cell of any recorded round, then fill it first or hold
+it back, and watch the fork decode live from that round; pick any run of the run list to view it.
+
+The canvas reports a click through a hidden textbox ("round:position:nonce", see CLICK_JS); the
+chosen cell is kept in a gr.State (`whatif_target`). Forks run in this process on the shared
+model, resuming from the parent's saved state when it has one (lopa.engine.Decoder.stream_fork).
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from lopa.order import top_tokens
+from app.callbacks import drain, error_message, live_outputs
+from app.gpu import gpu
+from app.models import MODELS, token_names
+from app.session import Session
+from visualizations.labels import token_label, token_repr
+from visualizations.timeline import fills, predictions
+
+WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
+TOP_N = 5
+# Reports a click on a still-masked canvas cell to the hidden #clicked-cell textbox. A nonce makes
+# every click a change, so clicking the same cell twice opens the panel twice.
+CLICK_JS = """<script>
+document.addEventListener("click", (event) => {
+  const cell = event.target.closest && event.target.closest("#canvas .lopa-cell[data-state='masked']");
+  if (!cell) return;
+  const canvas = cell.closest(".lopa-canvas");
+  const box = document.querySelector("#clicked-cell textarea, #clicked-cell input");
+  if (!canvas || !box) return;
+  box.value = `${canvas.dataset.round}:${cell.dataset.position}:${Date.now()}`;
+  box.dispatchEvent(new Event("input", {bubbles: true}));
+});
+</script>"""
+
+
+def fork_model(run):
+    """The shared model when it is the one that made `run`; a ValueError in plain words otherwise."""
+    name = run.spec.get("name", "?")
+    try:
+        loaded = MODELS.get()
+    except ValueError as err:
+        raise ValueError(f"forks need a model, and none is loaded ({err}). A loaded trace can still be viewed and "
+                         "compared.") from None
+    if loaded.spec.name != name:
+        raise ValueError(f"forks need the model this run was made with (`{name}`), but the loaded model is "
+                         f"`{loaded.spec.name}`. Load `{name}` in the model box to fork it; it can still be viewed "
+                         "and compared.")
+    return loaded
+
+
+def _closed(message: str) -> tuple:
+    return (gr.update(visible=True), message, gr.update(choices=[], value=None), None,
+            gr.update(interactive=False), gr.update(interactive=False))
+
+
+@gpu
+def pick_cell(session: Session, clicked: str) -> tuple:
+    """WHATIF_OUTPUTS for a clicked cell ("round:position[:nonce]"): the position, the model's top
+    tokens there from that round's forward, and the two actions (disabled, with the reason, when
+    no fork is possible)."""
+    try:
+        r, position = (int(x) for x in str(clicked).split(":")[:2])
+    except ValueError:
+        return tuple(gr.skip() for _ in WHATIF_OUTPUTS)
+    run, entry = session.run, session.current
+    if run is None or entry is None or not 0 <= r < len(run.records):
+        return _closed("Run a decode (or load a trace), then click a still-masked cell of a round.")
+    record = run.records[r]
+    guess = predictions(record).get(position)
+    if record.kind == "final" or guess is None or position in fills(run.records, r):
+        return _closed(f"Position {position} is not masked after round {r}: click a still-masked (pale) cell.")
+    names, mask_id = session.names, run.spec.get("mask_token_id")
+    head = (f"**What if position {position} were filled first?** Run {html.escape(entry)}, after round {r}: "
+            f"still masked; round {r}'s forward predicts {html.escape(token_repr(guess.token, names))} "
+            f"with probability {guess.max_prob:.3f}.")
+    try:
+        loaded = fork_model(run)
+    except ValueError as err:
+        return _closed(f"{head}\n\n**⚠** {html.escape(str(err))}")
+    top = top_tokens(loaded.model, run.spec, run, r, position, TOP_N)
+    names.update(token_names(loaded.tokenizer, [t for t, _ in top if t not in names]))
+    choices = [(f"{token_label(t, names, mask_id)} · p = {p:.3f}", str(t)) for t, p in top]
+    info = (f"{head}\n\n*Fill first* commits it in round {r + 1} with the token chosen below (the model's top "
+            f"{len(top)} there, from round {r}'s forward); *Hold back* keeps it masked in round {r + 1} even if it "
+            "passes τ_conf. Either way the fork is identical through round "
+            f"{r} and then follows the run's own order policy.")
+    target = {"run": entry, "round": r, "position": position}
+    return (gr.update(visible=True), info, gr.update(choices=choices, value=choices[0][1]), target,
+            gr.update(interactive=True), gr.update(interactive=True))
+
+
+def _fork(session: Session, target, commit: dict, hold: list, note: str):
+    def begin():
+        if not target or target.get("run") not in session.runs:
+            raise ValueError("click a still-masked cell of a round first")
+        parent = session.runs[target["run"]]
+        session.begin_fork(fork_model(parent.run), target["run"], int(target["round"]), commit, hold, note)
+    yield from drain(session, begin, f"Fork of run {target.get('run') if target else '?'} running…")
+
+
+@gpu
+def fill_first(session: Session, target, token):
+    """Fork: the clicked position committed first (with the chosen token) in the next round."""
+    if token in (None, ""):
+        yield (error_message("choose a token to fill the position with"),) + live_outputs(session, "")[1:]
+        return
+    p, r = (target or {}).get("position"), (target or {}).get("round")
+    label = token_label(int(token), session.names, None)
+    yield from _fork(session, target, {p: int(token)}, [], f"fill {p} = “{label}” in round {r + 1 if r is not None else '?'}")
+
+
+@gpu
+def hold_back(session: Session, target):
+    """Fork: the clicked position kept masked in the next round."""
+    p, r = (target or {}).get("position"), (target or {}).get("round")
+    yield from _fork(session, target, {}, [p], f"hold {p} back in round {r + 1 if r is not None else '?'}")
+
+
+def select_run(session: Session, run_id) -> tuple:
+    """LIVE_OUTPUTS for another run of the run list (a paused decode is stopped first)."""
+    try:
+        session.select(str(run_id))
+    except ValueError as err:
+        return (error_message(err),) + live_outputs(session, "")[1:]
+    entry = session.runs[session.current]
+    where = (f", a fork of run {entry.parent} at round {entry.at_round}" if entry.parent else "")
+    return live_outputs(session, f"Showing run {entry.id} ({entry.note}{where}).")

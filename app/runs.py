@@ -1,0 +1,90 @@
+"""The run list of one session: the original runs, their forks and forks of forks, as a small tree.
+
+Ids spell the tree: run "2" is the second original, "2.1" its first fork, "2.1.3" that fork's
+third fork. Each entry keeps the latest RunResult snapshot (live while it decodes) and its token
+names. Labels are plain text (gradio renders radio labels as text, not HTML).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lopa import RunResult
+from visualizations.timeline import partial_metrics
+
+INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
+
+
+@dataclass
+class RunEntry:
+    id: str
+    note: str                            # what makes this run: "confidence, k = 4", "fill 12 = '7' @ round 2"
+    run: RunResult | None = None         # None until its first round arrives
+    names: dict = field(default_factory=dict)
+    parent: str | None = None
+    at_round: int | None = None          # a fork's round: identical to the parent through it
+    source: str = "live"                 # "live" (decoded here) or "replay" (loaded from a file)
+
+
+class RunTree:
+    def __init__(self):
+        self.entries: dict[str, RunEntry] = {}
+        self._children: dict[str | None, int] = {}
+
+    def __getitem__(self, run_id: str) -> RunEntry:
+        return self.entries[run_id]
+
+    def __contains__(self, run_id) -> bool:
+        return run_id in self.entries
+
+    def add(self, note: str, parent: str | None = None, at_round: int | None = None, names: dict | None = None,
+            source: str = "live", run: RunResult | None = None) -> RunEntry:
+        n = self._children[parent] = self._children.get(parent, 0) + 1
+        run_id = str(n) if parent is None else f"{parent}.{n}"
+        entry = RunEntry(run_id, note, run, dict(names or {}), parent, at_round, source)
+        self.entries[run_id] = entry
+        return entry
+
+    def remove(self, run_id: str) -> None:
+        self.entries.pop(run_id, None)
+
+    def ready(self) -> list[RunEntry]:
+        """Entries with at least one round, depth first (each fork right under its parent)."""
+        out = []
+
+        def walk(parent):
+            for entry in self.entries.values():
+                if entry.parent == parent:
+                    if entry.run is not None and entry.run.records:
+                        out.append(entry)
+                    walk(entry.id)
+        walk(None)
+        return out
+
+    def label(self, entry: RunEntry) -> str:
+        m = partial_metrics(entry.run)
+        depth = entry.id.count(".")
+        answer = " ".join(entry.run.text.split())
+        answer = answer if len(answer) <= 28 else answer[:27] + "…"
+        parent = self.entries.get(entry.parent)
+        changed = ""
+        if parent is not None and parent.run is not None:
+            changed = " · answer changed" if parent.run.text != entry.run.text else " · same answer"
+        state = " · stopped" if entry.run.stopped else ""
+        return (f"{INDENT * depth}{'└ ' if depth else ''}run {entry.id} · {entry.note} · {m['rounds']} rounds · "
+                f"{m['forwards']} forwards · TPF {m['tpf_useful']:.2f} · answer “{answer}”{changed}{state}")
+
+    def choices(self) -> list[tuple[str, str]]:
+        return [(self.label(e), e.id) for e in self.ready()]
+
+    def default_pair(self, current: str | None) -> tuple[str | None, str | None]:
+        """What Compare runs starts with: the current run against its parent (a fork) or the run
+        before it in the list."""
+        ready = [e.id for e in self.ready()]
+        if current not in ready:
+            return (ready[-2] if len(ready) > 1 else None), (ready[-1] if ready else None)
+        parent = self.entries[current].parent
+        if parent in ready:
+            return parent, current
+        i = ready.index(current)
+        return (ready[i - 1] if i > 0 else (ready[1] if len(ready) > 1 else None)), current

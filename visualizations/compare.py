@@ -1,0 +1,122 @@
+"""Any two runs side by side: where their token filling orders differ, and what that cost.
+
+One comparison for every pair (vanilla vs LoPA, an order vs another, a run vs its fork): the
+facts come from `run_diff`, the words from `comparison_summary`, the aligned TFO strip from
+`tfo_diff_html`; the app's side-by-side TFO maps highlight `run_diff(...)["differs"]`.
+"""
+
+from __future__ import annotations
+
+import html
+
+from visualizations.labels import token_label
+from visualizations.palette import text_on, viridis
+from visualizations.timeline import commits, fills, partial_metrics
+
+DIFF_COLOUR = "#D55E00"       # Okabe-Ito vermillion: a position filled in a different round
+
+
+def first_divergence(a, b) -> int | None:
+    """The first round whose decisions (anchor, lookahead, winner) or verified windows differ;
+    None when one run's rounds are a prefix of the other's with equal decisions."""
+    for ra, rb in zip(a.records, b.records):
+        if (commits(ra) != commits(rb) or ra.lookahead_positions != rb.lookahead_positions
+                or ra.branch_tokens != rb.branch_tokens):
+            return ra.round
+    return None if len(a.records) == len(b.records) else min(len(a.records), len(b.records))
+
+
+def run_diff(a, b) -> dict:
+    """Position by position: the round each run filled it (None = never), the positions whose
+    fill round or token differs, the first divergent round, and the metric deltas (b - a)."""
+    fa, fb = fills(a.records), fills(b.records)
+    positions = sorted(set(fa) | set(fb) | set(range(max(len(a.tokens), len(b.tokens)))))
+    rounds = {p: (fa[p].round if p in fa else None, fb[p].round if p in fb else None) for p in positions}
+    tokens = {p: (fa[p].token if p in fa else None, fb[p].token if p in fb else None) for p in positions}
+    differs = [p for p in positions if rounds[p][0] != rounds[p][1] or tokens[p][0] != tokens[p][1]]
+    ma, mb = partial_metrics(a), partial_metrics(b)
+    return {"rounds": rounds, "tokens": tokens, "differs": differs, "first_divergence": first_divergence(a, b),
+            "metrics": (ma, mb), "delta_rounds": mb["rounds"] - ma["rounds"],
+            "delta_forwards": mb["forwards"] - ma["forwards"], "delta_tpf": mb["tpf_useful"] - ma["tpf_useful"],
+            "same_answer": a.text == b.text}
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b > 0 else "—"
+
+
+def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
+    """Markdown: both runs' metrics, the speed-up of b over a in forwards and wall time, where the
+    orders diverge and whether the answers agree."""
+    name_b = name_b or f"LoPA (k = {b.settings.get('k', '?')})"
+    d = run_diff(a, b)
+    ma, mb = d["metrics"]
+    rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
+            ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
+            ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
+    cell = lambda text: str(text).replace("|", "\\|")
+    table = [f"| | {cell(name_a)} | {cell(name_b)} | Δ |", "|---|---:|---:|---:|"]
+    for label, key, fmt in rows:
+        delta = mb[key] - ma[key]
+        table.append(f"| {label} | {fmt.format(ma[key])} | {fmt.format(mb[key])} | "
+                     f"{('{:+.2f}' if isinstance(delta, float) else '{:+d}').format(delta)} |")
+    split = d["first_divergence"]
+    where = ("The two runs take the same decisions in every round." if split is None else
+             f"The runs first diverge in round {split}; {len(d['differs'])} positions are filled in a different "
+             "round or with a different token (highlighted).")
+    answers = "identical" if d["same_answer"] else "different"
+    return "\n".join([
+        f"**Speed-up of {name_b} over {name_a}: {_ratio(ma['forwards'], mb['forwards'])} fewer forwards "
+        f"(rounds {ma['rounds']} → {mb['rounds']}, Δ {d['delta_rounds']:+d}; TPF {ma['tpf_useful']:.2f} → "
+        f"{mb['tpf_useful']:.2f}), {_ratio(ma['latency_s'], mb['latency_s'])} in wall time "
+        f"({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
+        *table, "",
+        f"{where} The two answers are {answers}. Wall time is each run's own engine time. On a CPU a batched "
+        "k+1 forward costs more than a single one, so fewer rounds need not mean proportionally less time; on a GPU "
+        "at batch 1 it nearly does (design note, last section).",
+    ])
+
+
+def _diff_cell(p: int, fill_round, token, other_round, differs: bool, top: int, names, mask_id) -> str:
+    fill = viridis((fill_round - 1) / max(top - 1, 1)) if fill_round is not None else "#f7f7f7"
+    border = f"3px solid {DIFF_COLOUR}" if differs else "1px solid #bbbbbb"
+    label = "·" if fill_round is None else str(fill_round)
+    tip = (f"position {p}: filled in round {fill_round if fill_round is not None else '—'}"
+           f" (other run: {other_round if other_round is not None else '—'})"
+           + (f", token {token_label(token, names, mask_id)}" if token is not None else ""))
+    return (f'<div class="lopa-diff-cell" data-position="{p}" data-differs="{int(differs)}" title="{html.escape(tip)}" '
+            f'style="box-sizing:border-box;width:24px;height:20px;margin:1px;border:{border};border-radius:2px;'
+            f'background:{fill};color:{text_on(fill) if fill_round is not None else "#999"};font:10px/16px monospace;'
+            f'text-align:center">{html.escape(label)}</div>')
+
+
+def tfo_diff_html(a, b, name_a: str = "A", name_b: str = "B", names: dict | None = None) -> str:
+    """Both TFO maps aligned position by position: per block, a row for each run, each cell the round
+    that run filled the position; positions filled in a different round (or token) are outlined."""
+    if not a.records or not b.records:
+        return '<div class="lopa-diff lopa-empty">Pick two runs and press Compare runs.</div>'
+    d = run_diff(a, b)
+    N = int(a.settings.get("block_size") or b.settings.get("block_size"))
+    mask_id = a.spec.get("mask_token_id")
+    differs = set(d["differs"])
+    top = max([r for pair in d["rounds"].values() for r in pair if r is not None], default=1)
+    n = max(len(a.tokens), len(b.tokens))
+    blocks = []
+    for b0 in range(0, n, N):
+        rows = []
+        for side, (title, run_index) in enumerate(((name_a, 0), (name_b, 1))):
+            cells = "".join(_diff_cell(p, d["rounds"][p][run_index], d["tokens"][p][run_index],
+                                       d["rounds"][p][1 - run_index], p in differs, top, names, mask_id)
+                            for p in range(b0, min(b0 + N, n)))
+            rows.append(f'<div style="display:flex;align-items:center"><div style="width:130px;font-size:11px;'
+                        f'overflow:hidden;white-space:nowrap;flex:none">{html.escape(title)}</div>'
+                        f'<div style="display:flex;flex-wrap:wrap">{cells}</div></div>')
+        blocks.append(f'<div class="lopa-diff-block" style="margin:3px 0;border-left:3px solid #333;padding-left:4px">'
+                      f'<div style="font-size:11px">block {b0 // N}</div>{"".join(rows)}</div>')
+    split = d["first_divergence"]
+    head = (f'<div style="font-size:12px;margin-bottom:4px">Cell = round the position was filled (colour: early '
+            f'dark, late bright). <span style="border:3px solid {DIFF_COLOUR};padding:0 3px">outlined</span>: filled in '
+            f'a different round or with a different token ({len(differs)} positions). First divergent round: '
+            f'<b data-first-divergence="{"" if split is None else split}">{"none" if split is None else split}</b>.</div>')
+    return (f'<div class="lopa-diff" data-differs="{len(differs)}" data-first-divergence="{"" if split is None else split}">'
+            f'{head}{"".join(blocks)}</div>')
