@@ -150,7 +150,6 @@ class Session:
         self.tokenizer, self.source, self.backend = loaded.tokenizer, "live", Backend()
         self.key = ("fork", parent_id, at_round, tuple(commit.items()), tuple(hold))   # Run never continues it
         self._new_entry(self.runs.add(note, parent=parent_id, at_round=at_round, names=parent.names))
-        self.run = parent.run                  # shown until the fork's first round arrives
 
     def _new_entry(self, entry) -> None:
         self.current, self.runs_changed = entry.id, True

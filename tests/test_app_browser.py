@@ -214,3 +214,84 @@ def test_bad_input_shows_a_message(page, tmp_path):
     bad.write_text('{"hello": 1}')
     page.set_input_files("#trace-upload input[type=file]", str(bad))
     page.wait_for_function("document.querySelector('#status').innerText.includes('not a LoPA trace')")
+
+
+def _fork_shown(page, start: float, first_round: int) -> float:
+    """Seconds from `start` until the page shows the fork's first own round (status and counters)."""
+    page.wait_for_function("t => { const s = document.querySelector('#status').innerText; "
+                           "return s.includes('Fork of run') && s.includes('round ' + t) || s.startsWith('Done'); }",
+                           arg=str(first_round), polling=10)
+    page.wait_for_function(f"{ROUNDS_JS} >= {first_round + 1}", polling=10)
+    return time.monotonic() - start
+
+
+def _scrub_to(page, target: int) -> None:
+    slider = page.locator("#round-slider input[type=range]")
+    slider.focus()
+    page.keyboard.press("Home")
+    for _ in range(target):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_selector(f"#canvas .lopa-canvas[data-round='{target}']")
+
+
+def _click_masked(page, which: str = "last") -> int:
+    cells = page.locator("#canvas .lopa-cell[data-state='masked']")
+    cell = cells.last if which == "last" else cells.first
+    position = int(cell.get_attribute("data-position"))
+    cell.click()
+    page.wait_for_selector("#whatif-panel", state="visible")
+    page.wait_for_function(f"document.querySelector('#whatif-info').innerText.includes('position {position}')")
+    return position
+
+
+def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
+    page.click("#run")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    n = rounds(page)
+    original = page.locator("#run-list label").count()
+    # Fill first at round 2 (early).
+    _scrub_to(page, 2)
+    p = _click_masked(page, "last")
+    assert page.locator("#whatif-token label").count() == 5
+    page.locator("#whatif-token label").nth(1).click()              # the model's second choice
+    start = time.monotonic()
+    page.click("#fill-first")
+    early_s = _fork_shown(page, start, 3)
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    page.wait_for_function(f"document.querySelectorAll('#run-list label').length === {original + 1}")
+    fork_label = page.locator("#run-list label").last.inner_text()
+    assert "rounds" in fork_label and "TPF" in fork_label and "answer" in fork_label
+    page.locator("#compare-runs").scroll_into_view_if_needed()
+    page.click("#compare-runs")
+    page.wait_for_selector("#compare-diff .lopa-diff")
+    assert page.locator("#compare-diff .lopa-diff-cell[data-differs='1']").count() >= 2    # both rows of each
+    assert page.locator(f"#compare-diff .lopa-diff-cell[data-position='{p}'][data-differs='1']").count() == 2
+    page.wait_for_selector("#lopa-tfo .js-plotly-plot")
+    page.wait_for_timeout(600)
+    shot(page, "fork_compare", "#compare-view", readme=True)
+    # Hold back at a late round of the original run.
+    page.locator("#round-view").scroll_into_view_if_needed()
+    page.locator("#run-list label").filter(has_text=f"run {original} ·").first.click()
+    page.wait_for_function(f"document.querySelector('#status').innerText.includes('Showing run {original}')")
+    late = int(page.locator("#round-slider input[type=range]").input_value()) - 1
+    _scrub_to(page, late)
+    q = _click_masked(page, "first")
+    shot(page, "what_if", "#round-view", readme=True)
+    start = time.monotonic()
+    page.click("#hold-back")
+    late_s = _fork_shown(page, start, late + 1)
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    page.locator("#compare-runs").scroll_into_view_if_needed()
+    page.wait_for_function(f"document.querySelectorAll('#run-list label').length === {original + 2}")
+    page.click("#compare-runs")
+    page.wait_for_function(f"document.querySelector('#compare-status').innerText.includes('.2.')"
+                           f" || document.querySelector('#compare-status').innerText.includes('run {original}.2')")
+    held = page.locator(f"#compare-diff .lopa-diff-cell[data-position='{q}']")
+    before, after = (held.nth(i).inner_text() for i in (0, 1))
+    assert after == "·" or int(after) >= late + 2, (before, after)          # delayed by at least one round
+    assert not page_errors(page)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "fork_latency.txt").write_text(f"fork_at_round_2_s {early_s:.3f}\nfork_at_round_{late}_s {late_s:.3f}\n"
+                                               f"original_rounds {n}\n")
+    print(f"fork shown {early_s:.2f} s after Fill first at round 2; {late_s:.2f} s after Hold back at round {late} "
+          f"(run of {n} rounds)")

@@ -31,3 +31,11 @@ def test_bench_round_prints_the_table(tmp_path, capsys):
     assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
     out = capsys.readouterr().out
     assert "ms/forward" in out and "bookkeeping at k = 8" in out
+
+
+def test_bench_fork_prints_resume_and_replay(tmp_path, capsys):
+    from lopa import bench_fork
+    model = save_tiny_model_dir(tmp_path / "model")
+    assert bench_fork.main(["--model", str(model), "--max-new-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "resume ms" in out and "replay ms" in out and "one token per round" in out
