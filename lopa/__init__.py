@@ -18,9 +18,9 @@ Shape notation, used in every shape comment of the package:
 
 from lopa.settings import DecodeSettings, ModelSpec, decoder_settings, PAPER_PRESETS, DECODERS
 from lopa.trace import RoundRecord, RunResult
-from lopa.engine import Decoder, decode
+from lopa.engine import Decoder, decode, fork
 
 __all__ = [
     "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",
-    "RoundRecord", "RunResult", "Decoder", "decode",
+    "RoundRecord", "RunResult", "Decoder", "decode", "fork",
 ]

@@ -85,8 +85,8 @@ def _diff_cell(p: int, fill_round, token, other_round, differs: bool, top: int, 
            f" (other run: {other_round if other_round is not None else '—'})"
            + (f", token {token_label(token, names, mask_id)}" if token is not None else ""))
     return (f'<div class="lopa-diff-cell" data-position="{p}" data-differs="{int(differs)}" title="{html.escape(tip)}" '
-            f'style="box-sizing:border-box;width:24px;height:20px;margin:1px;border:{border};border-radius:2px;'
-            f'background:{fill};color:{text_on(fill) if fill_round is not None else "#999"};font:10px/16px monospace;'
+            f'style="box-sizing:border-box;width:19px;height:18px;margin:1px;border:{border};border-radius:2px;'
+            f'background:{fill};color:{text_on(fill) if fill_round is not None else "#999"};font:9px/14px monospace;'
             f'text-align:center">{html.escape(label)}</div>')
 
 
