@@ -12,7 +12,6 @@ from app import forks
 from app.compare import COMPARE_OUTPUTS, compare_runs
 from app.models import MODELS
 from app.session import SETTING_NAMES, SINGLE, Session, parse_ui
-from lopa import RunResult
 from tiny import save_tiny_model_dir
 from visualizations.timeline import fills
 
@@ -140,7 +139,7 @@ def test_a_loaded_trace_of_the_loaded_model_forks_by_replaying_it(tmp_path):
     session = Session()
     decoded(session, *values())
     original = session.run
-    out = live(cb.load_trace(session, str(original.save(tmp_path / "run.json"))))
+    live(cb.load_trace(session, str(original.save(tmp_path / "run.json"))))
     assert session.run.decoder is None                      # no saved states: the fork replays rounds 0..r
     r = 1
     p = late_filled_cell(original, r)
