@@ -2,6 +2,6 @@
 app/compare.py), per-user session state (app/session.py), the shared lazily loaded model
 (app/models.py) and the one wiring site (app/wiring.py)."""
 
-from app.wiring import LAUNCH_KWARGS, build_demo
+from .wiring import LAUNCH_KWARGS, build_demo
 
 __all__ = ["build_demo", "LAUNCH_KWARGS"]

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
-from app.models import token_names
+from .models import token_names
 
 # Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.
 SETTING_NAMES = ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens", "confidence", "attention",

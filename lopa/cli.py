@@ -50,9 +50,9 @@ def settings_from_args(args, spec=None) -> DecodeSettings:
 
 def _generate(args) -> int:
     if args.backend == "bp":
-        from lopa.parallel import generate_bp
+        from lopa.dist.parallel import generate_bp
         return generate_bp(args, settings_from_args, _report)
-    from lopa.presets import load_from_args
+    from lopa.models.presets import load_from_args
     loaded = load_from_args(args)
     settings = settings_from_args(args, loaded.spec)
     return _report(args, loaded.decoder(settings, executor=args.executor), loaded.describe())
@@ -78,7 +78,7 @@ def _report(args, decoder, description: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lopa.presets import add_model_arguments
+    from lopa.models.presets import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")

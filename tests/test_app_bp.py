@@ -12,7 +12,7 @@ from app.compare import COMPARE_OUTPUTS, compare_stream
 from app.models import MODELS
 from app.session import BRANCH_PARALLEL, SETTING_NAMES, SINGLE, Backend, Session, backend_from_ui, parse_ui
 from lopa import DecodeSettings
-from lopa.bp_group import BPGroup
+from lopa.dist.group import BPGroup
 from tiny import save_tiny_model_dir
 from visualizations.ranks import lane_segments, rank_lanes
 

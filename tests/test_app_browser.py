@@ -44,7 +44,7 @@ OBSERVE_COUNTERS = """() => {
 def url(tmp_path_factory):
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
-    from lopa.loading import load_model
+    from lopa.models.loading import load_model
     from tiny import save_tiny_model_dir
 
     saved = (MODELS.default, MODELS.loaded)

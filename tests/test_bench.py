@@ -3,7 +3,7 @@
 import csv
 import json
 
-from lopa import bench, bench_round
+from lopa.bench import decoders as bench, round as bench_round
 from tiny import save_tiny_model_dir
 
 

@@ -11,10 +11,11 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from lopa import DecodeSettings, checkpoints, presets
+from lopa import DecodeSettings
+from lopa.models import checkpoints, presets
 from lopa.cli import main
 from lopa.forward import attention_mask
-from lopa.loading import FLASH_OR_SDPA, load_model, register_flash_or_sdpa
+from lopa.models.loading import FLASH_OR_SDPA, load_model, register_flash_or_sdpa
 from tiny import save_tiny_model_dir
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"]

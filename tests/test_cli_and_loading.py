@@ -7,7 +7,7 @@ import torch
 
 from lopa import DecodeSettings, Decoder
 from lopa.cli import main
-from lopa.loading import load_model
+from lopa.models.loading import load_model
 from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lopa import bench, humaneval
+from lopa.bench import decoders as bench, humaneval
 from tiny import save_tiny_model_dir
 
 ADD = {"task_id": "Test/0", "entry_point": "add",

@@ -12,8 +12,8 @@ import torch.distributed as dist
 from lopa import DecodeSettings, Decoder
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
-from lopa.loading import load_model
-from lopa.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
+from lopa.models.loading import load_model
+from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
 from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
@@ -41,7 +41,7 @@ def loaded(model_dir):
 
 @pytest.fixture(scope="module")
 def groups(model_dir):
-    from lopa.bp_group import BPGroup
+    from lopa.dist.group import BPGroup
     made = {w: BPGroup.start(model_dir, workers=w, timeout_s=TIMEOUT_S, start_timeout_s=120) for w in (2, 3)}
     yield made
     for group in made.values():
@@ -197,7 +197,7 @@ def test_a_run_superseded_by_another_on_the_same_group_fails_clearly(groups, loa
 def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
     """As from a Gradio worker thread: start, decode, close, all off the main thread."""
     import threading
-    from lopa.bp_group import BPGroup
+    from lopa.dist.group import BPGroup
     settings, out = DecodeSettings(k=3, **LIVELY), {}
 
     def work():
@@ -212,7 +212,7 @@ def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
 
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
-    from lopa import bp_ranks
+    from lopa.dist import ranks as bp_ranks
     pid = bp_ranks.Launcher.current.proc.pid
     return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
 
@@ -284,8 +284,8 @@ def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp
 
 # -- last: it also stops the shared launcher ---------------------------------------------------------
 def test_close_leaves_nothing_running(model_dir):
-    from lopa import bp_ranks
-    from lopa.bp_group import BPGroup, stop_launcher
+    from lopa.dist import ranks as bp_ranks
+    from lopa.dist.group import BPGroup, stop_launcher
     with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
         group.decoder(DecodeSettings(k=2, **LIVELY)).run(PROMPT)
         pids = list(group.pids.values())

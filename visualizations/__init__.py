@@ -4,12 +4,13 @@ Nothing here runs the model or imports gradio: the app calls these with a live s
 loaded trace file, and the tests call them with a trace made by the engine.
 """
 
-from visualizations.branches import branches_table, explain_round
-from visualizations.canvas import token_canvas
-from visualizations.charts import tfo_map, tokens_per_round_chart
-from visualizations.counters import comparison_summary, counters_html
-from visualizations.heatmap import confidence_heatmap
-from visualizations.ranks import rank_lanes
+from .branches import branches_table, explain_round
+from .canvas import token_canvas
+from .charts import tfo_map, tokens_per_round_chart
+from .counters import comparison_summary, counters_html
+from .timeline import partial_metrics
+from .heatmap import confidence_heatmap
+from .ranks import rank_lanes
 
 __all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
-           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes"]
+           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes", "partial_metrics"]

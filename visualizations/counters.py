@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from visualizations.timeline import partial_metrics
+from .timeline import partial_metrics
 
 STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
                   "replay": "#CC79A7", "paused": "#E69F00"}

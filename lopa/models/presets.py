@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lopa.checkpoints import load_checkpoint
-from lopa.loading import ROOT, LoadedModel
+from lopa.models.checkpoints import load_checkpoint
+from lopa.models.loading import ROOT, LoadedModel
 from lopa.settings import PAPER_PRESETS
 
 # Where `hf download ... --local-dir` should put checkpoints so presets find them without flags.
@@ -125,7 +125,7 @@ def load_preset(name: str, device: str | None = None, base_path=None, lora_path=
 def load(model: str | Path | None, device: str | None = None, trust_remote_code: bool = False, lora=None,
          base_path=None, lora_path=None, allow_download: bool = False) -> LoadedModel:
     """What the CLI and the benchmark call: a preset name or a directory, plus an optional adapter."""
-    from lopa.loading import DEFAULT_MODEL, load_model
+    from lopa.models.loading import DEFAULT_MODEL, load_model
     model = model or DEFAULT_MODEL
     if str(model) in PRESETS and not Path(str(model)).is_dir():
         return load_preset(str(model), device, base_path or None, lora_path or lora, allow_download)

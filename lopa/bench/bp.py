@@ -1,7 +1,7 @@
 """Branch-parallel cost on this machine: time per round and where it goes, bytes per round, tokens/s.
 
-    python -m lopa.bench_bp                          # bundled model, W = 1..4, k = 7, 2 held-out prompts
-    python -m lopa.bench_bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
+    python -m lopa.bench.bp                          # bundled model, W = 1..4, k = 7, 2 held-out prompts
+    python -m lopa.bench.bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
 
 For each W the same prompts are decoded by a BPGroup of W ranks and by the single-process batched
 engine (the reference), and the table shows, per round with a forward (means):
@@ -29,11 +29,11 @@ from statistics import mean
 import torch
 
 from lopa.engine import Decoder
-from lopa.loading import DEFAULT_MODEL, ROOT
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import read_jsonl
 from lopa.settings import DecodeSettings
 
-HELDOUT = ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl"
+HELDOUT = ASSETS / "data" / "synthetic" / "heldout.jsonl"
 
 
 def random_model_dir() -> Path:
@@ -81,8 +81,8 @@ def decode_all(make_decoder, prompts, repeats: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lopa.bench_bp", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help=f"model directory (default {DEFAULT_MODEL.relative_to(ROOT)}, else a random one)")
+    ap = argparse.ArgumentParser(prog="python -m lopa.bench.bp", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", help=f"model directory (default {DEFAULT_MODEL}, else a random one)")
     ap.add_argument("--workers", default="1,2,3,4", help="world sizes to try (default 1,2,3,4)")
     ap.add_argument("--k", type=int, default=7, help="lookahead branches (default 7: 8 branches a round)")
     ap.add_argument("--prompts", type=int, default=2, help="held-out questions to decode (default 2)")
@@ -93,8 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank and for the reference")
     args = ap.parse_args(argv)
 
-    from lopa.bp_group import BPGroup
-    from lopa.presets import load
+    from lopa.dist.group import BPGroup
+    from lopa.models.presets import load
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL
     if not (model_dir / "config.json").is_file():

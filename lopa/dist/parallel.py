@@ -8,7 +8,7 @@ Who does what
 - Every rank holds a `Shard`: a BatchedExecutor (one batched forward over the rank's branches,
   shared-prefix attention) with its own PrefixKV. Ranks 1..W-1 run `serve()`.
 - Launch: `torchrun ... -m lopa generate --backend bp` (see `generate_bp`), or a persistent group
-  for long-lived callers such as the app: `lopa.bp_group.BPGroup` (its docstring has the API).
+  for long-lived callers such as the app: `lopa.dist.group.BPGroup` (its docstring has the API).
 
 Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the group's timeout.
     ("start", settings, prompt_ids)    each shard starts a fresh cache
@@ -380,12 +380,12 @@ def generate_bp(args, settings_from_args, report) -> int:
     """Under torchrun (RANK / WORLD_SIZE set) this process is one rank: rank 0 decodes and calls
     `report(args, decoder, description)`, the others serve. Without torchrun: a local BPGroup of
     --workers ranks. Every rank loads the model on its own device (cuda:LOCAL_RANK, npu:LOCAL_RANK)."""
-    from lopa.presets import load
-    from lopa.loading import pick_device
+    from lopa.models.presets import load
+    from lopa.models.loading import pick_device
     options = {name: getattr(args, name, None) for name in ("lora", "base_path", "lora_path")}
     options.update(trust_remote_code=args.trust_remote_code, allow_download=getattr(args, "allow_download", False))
     if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
-        from lopa.bp_group import BPGroup
+        from lopa.dist.group import BPGroup
         with BPGroup.start(args.model, workers=args.workers, timeout_s=args.bp_timeout,
                            device=pick_device(args.device).type, **options) as group:
             return report(args, group.decoder(settings_from_args(args, group.spec)), group.description)

@@ -21,18 +21,18 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lopa import humaneval
+from lopa.bench import humaneval
 from lopa.cli import add_settings_arguments
-from lopa.loading import DEFAULT_MODEL, ROOT
-from lopa.presets import add_model_arguments, load_from_args
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
+from lopa.models.presets import add_model_arguments, load_from_args
 from lopa.problems import final_answer, read_jsonl
 from lopa.settings import DecodeSettings, decoder_settings
 
 DATA = {
-    "synthetic": ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl",
-    "gsm8k": ROOT / "assets" / "data" / "gsm8k" / "test.jsonl",
+    "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
+    "gsm8k": ASSETS / "data" / "gsm8k" / "test.jsonl",
 }
-SHOTS_FROM = ROOT / "assets" / "data" / "gsm8k" / "train.jsonl"
+SHOTS_FROM = ASSETS / "data" / "gsm8k" / "train.jsonl"
 # lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
 # the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
 GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"

@@ -1,6 +1,6 @@
 """Real checkpoints: Dream-family and LLaDA directories on stock transformers classes, D2F LoRA
 adapters merged with peft. The D2F presets of the paper (Table 5) and the CLI's model arguments
-are in lopa.presets.
+are in lopa.models.presets.
 
 - Dream, Dream-Instruct, DiffuCoder (config `model_type: "Dream"`, remote `DreamModel`) are Qwen2
   with bidirectional attention: same parameter names (`model.layers.N.self_attn.q_proj.weight`,
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from lopa.loading import LoadedModel, attention_implementation, load_tokenizer, pick_device, pick_dtype
+from lopa.models.loading import LoadedModel, attention_implementation, load_tokenizer, pick_device, pick_dtype
 from lopa.settings import ModelSpec
 
 # Instruct chat templates end a turn with one of these; a chat model stops there, not at <|endoftext|>.
@@ -253,7 +253,7 @@ def load_checkpoint(path: str | Path, device: str | None = None, trust_remote_co
     family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
     chat = ("instruct" in path.name.lower()) if chat is None else chat
     if family == "hf":
-        from lopa.loading import load_model
+        from lopa.models.loading import load_model
         loaded = load_model(path, device=device, trust_remote_code=trust_remote_code)
         if lora:
             loaded.model = merge_lora(loaded.model, Path(lora))

@@ -3,7 +3,7 @@
 The spec (mask id, EOS ids, logit shift, prompt template, trained block size) comes from the
 checkpoint: our own models store it as `config.lopa`; other checkpoints fall back to the
 config's and tokenizer's special tokens. Dream-family and LLaDA checkpoints, D2F presets and
-LoRA adapters go through `lopa.checkpoints`. Nothing is downloaded and no remote code is trusted
+LoRA adapters go through `lopa.models.checkpoints`. Nothing is downloaded and no remote code is trusted
 unless the caller asks for it.
 
 Hardware: CUDA, then Ascend NPU (when `torch_npu` is importable), then CPU; bf16 on accelerators.
@@ -21,8 +21,13 @@ import torch
 
 from lopa.settings import DecodeSettings, ModelSpec
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = ROOT / "assets" / "models" / "tiny-gsm-dllm"
+PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
+# The bundled model and data: `assets/` beside the package in a checkout (and on a Space), shipped
+# inside the package as `lopa/assets/` by the wheel (pyproject.toml maps one onto the other).
+_INSTALLED = (PACKAGE / "assets").is_dir()
+ASSETS = PACKAGE / "assets" if _INSTALLED else PACKAGE.parent / "assets"
+ROOT = Path.cwd() if _INSTALLED else PACKAGE.parent       # the checkout, or where an installed lopa runs
+DEFAULT_MODEL = ASSETS / "models" / "tiny-gsm-dllm"
 # Architectures initialised from autoregressive LMs predict token i at output i - 1.
 SHIFTED_MODEL_TYPES = {"qwen2", "dream", "llama", "mistral"}
 
@@ -162,10 +167,10 @@ def register_flash_or_sdpa() -> str:
 def load_model(path: str | Path | None = None, device: str | None = None,
                trust_remote_code: bool = False) -> LoadedModel:
     """Load model, tokenizer and spec from a local directory (default: the bundled model), or a
-    D2F preset name (`lopa.presets.PRESETS`) whose checkpoints are already on disk."""
+    D2F preset name (`lopa.models.presets.PRESETS`) whose checkpoints are already on disk."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from lopa import checkpoints, presets
+    from lopa.models import checkpoints, presets
 
     path = Path(path) if path else DEFAULT_MODEL
     if not (path / "config.json").is_file():
