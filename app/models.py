@@ -18,7 +18,8 @@ import threading
 from pathlib import Path
 
 from lopa import DecodeSettings
-from lopa.models.loading import ASSETS, DEFAULT_MODEL, ROOT, load_model, load_tokenizer
+from lopa.models import ASSETS, DEFAULT_MODEL, load
+from lopa.models.loading import ROOT, load_tokenizer
 
 MODELS_DIR = ASSETS / "models"
 EXAMPLE_FILES = (ASSETS / "data" / "synthetic" / "heldout.jsonl", ASSETS / "data" / "gsm8k" / "test.jsonl")
@@ -136,7 +137,7 @@ class ModelCache:
 
 def _load(path: Path):
     try:
-        return load_model(path)
+        return load(path)
     except FileNotFoundError as err:
         raise ValueError(str(err)) from None
     except (OSError, RuntimeError, KeyError) as err:    # e.g. a half-written safetensors file

@@ -6,53 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lopa.settings import (ATTENTION_MODES, COMMIT_RULES, CONFIDENCE_METRICS, DECODERS, PAPER_PRESETS,
-                           DecodeSettings, decoder_settings)
-
-DEFAULTS = DecodeSettings()
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser, choose_decoder: bool = True) -> None:
-    """Decoding settings as flags; shared by `generate` and the benchmarks (which choose the
-    decoder, k and commit rule per row themselves: choose_decoder=False)."""
-    g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
-    if choose_decoder:
-        g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
-                       help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
-        g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
-        g.add_argument("--k", type=int, help="lookahead branches per round (default 4 for lopa; gsm8k preset 14)")
-        g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
-    g.add_argument("--tau-conf", type=float, help=f"commit threshold on max prob (default {DEFAULTS.tau_conf})")
-    g.add_argument("--tau-add", type=float, help=f"block add threshold (default {DEFAULTS.tau_add})")
-    g.add_argument("--tau-act", type=float, help=f"block activation threshold (default {DEFAULTS.tau_act})")
-    g.add_argument("--block-size", type=int, help=f"block size N (default {DEFAULTS.block_size})")
-    g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {DEFAULTS.max_new_tokens})")
-    g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {DEFAULTS.confidence})")
-    g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
-    g.add_argument("--temperature", type=float, help="0 = greedy (default)")
-    g.add_argument("--seed", type=int, help="sampling seed (default 0)")
-
-
-def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset, then the model's own attention and block size, then explicit flags; the decoder's
-    overrides (e.g. k = 0 for d2f) come last."""
-    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
-    if spec is not None:
-        fields.setdefault("attention", spec.attention)
-        if spec.block_size:
-            fields.setdefault("block_size", spec.block_size)
-    flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
-                                                     "commit", "confidence", "attention", "temperature", "seed")}
-    fields.update({k: v for k, v in flags.items() if v is not None})
-    fields.setdefault("k", 4)
-    return decoder_settings(args.decoder, DecodeSettings(**fields))
-
+from lopa.settings import add_settings_arguments, settings_from_args
 
 def _generate(args) -> int:
     if args.backend == "bp":
-        from lopa.dist.parallel import generate_bp
+        from lopa.dist.launch import generate_bp
         return generate_bp(args, settings_from_args, _report)
-    from lopa.models.presets import load_from_args
+    from lopa.models import load_from_args
     loaded = load_from_args(args)
     settings = settings_from_args(args, loaded.spec)
     return _report(args, loaded.decoder(settings, executor=args.executor), loaded.describe())
@@ -78,7 +38,7 @@ def _report(args, decoder, description: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lopa.models.presets import add_model_arguments
+    from lopa.models import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")

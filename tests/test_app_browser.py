@@ -44,12 +44,12 @@ OBSERVE_COUNTERS = """() => {
 def url(tmp_path_factory):
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
-    from lopa.models.loading import load_model
+    from lopa.models import load
     from tiny import save_tiny_model_dir
 
     saved = (MODELS.default, MODELS.loaded)
     try:
-        MODELS.loaded = load_model(MODELS.default)          # the bundled model, if it loads right now
+        MODELS.loaded = load(MODELS.default)          # the bundled model, if it loads right now
     except Exception:                                       # (it may be mid re-export): a tiny random one
         MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
         MODELS.loaded = None

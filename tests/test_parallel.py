@@ -12,7 +12,7 @@ import torch.distributed as dist
 from lopa import DecodeSettings, Decoder
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
-from lopa.models.loading import load_model
+from lopa.models import load
 from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
 from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
@@ -36,7 +36,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(model_dir):
-    return load_model(model_dir, device="cpu")
+    return load(model_dir, device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from lopa.dist.group import BPGroup
-    from lopa.models.presets import load
+    from lopa.models import load
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL
     if not (model_dir / "config.json").is_file():

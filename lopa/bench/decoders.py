@@ -22,9 +22,9 @@ import torch
 from tqdm import tqdm
 
 from lopa.bench import humaneval
-from lopa.cli import add_settings_arguments
+from lopa.settings import add_settings_arguments
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
-from lopa.models.presets import add_model_arguments, load_from_args
+from lopa.models import add_model_arguments, load_from_args
 from lopa.problems import final_answer, read_jsonl
 from lopa.settings import DecodeSettings, decoder_settings
 

@@ -19,7 +19,7 @@ import torch
 
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
-from lopa.models.loading import ASSETS, DEFAULT_MODEL, load_model
+from lopa.models import ASSETS, DEFAULT_MODEL, load
 from lopa.settings import DecodeSettings
 
 BRANCH_COUNTS = (1, 2, 4, 8, 15)
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device)
+    loaded = load(args.model, device=args.device)
     device = next(loaded.model.parameters()).device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     block = loaded.spec.block_size or 32

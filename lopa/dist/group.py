@@ -81,7 +81,7 @@ class RemoteExecutor(Executor):
 class BPGroup:
     """W rank processes serving branch-parallel rounds; see the module docstring.
     device: "cpu" (gloo), "cuda" (NCCL; rank r on cuda:r) or "npu" (HCCL, needs torch_npu).
-    threads: torch intra-op threads per rank. load_options: passed to lopa.models.presets.load in every
+    threads: torch intra-op threads per rank. load_options: passed to lopa.models.load in every
     rank (trust_remote_code, lora, base_path, lora_path, allow_download)."""
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
@@ -96,7 +96,7 @@ class BPGroup:
         self.model_dir = str(model_dir or DEFAULT_MODEL)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
         self.device, self.threads, self.load_options = device, threads, load_options
-        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.models.presets.load), once started
+        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.models.load), once started
         self.pids: dict[int, int] = {}
         self.description = self.last_failure = ""
         self._lock = threading.RLock()

@@ -51,7 +51,7 @@ def kill_pid(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.models.presets import load
+    from lopa.models import load
     from lopa.dist.parallel import Comm, serve
 
     torch.set_num_threads(cfg["threads"])
