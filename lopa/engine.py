@@ -30,13 +30,13 @@ class Decoder:
 
     executor: "batched" (all branches in one forward; default), "per_branch" (the reference:
     one forward per branch, each on its own cache copy) or "uncached" (recompute everything).
-    Any Executor instance is accepted too (the branch-parallel backend passes its own).
+    Any object speaking the Executor protocol is accepted too (the branch-parallel backends pass theirs).
     """
 
     def __init__(self, model, spec: ModelSpec, settings: DecodeSettings, tokenizer=None,
                  executor: str | Executor = "batched"):
         self.spec, self.settings, self.tokenizer = spec, settings, tokenizer
-        self.executor = executor if isinstance(executor, Executor) else make_executor(executor, model, spec, settings)
+        self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
         self.commit_rule = COMMIT_RULES[settings.commit]
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None

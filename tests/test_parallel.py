@@ -296,3 +296,37 @@ def test_close_leaves_nothing_running(model_dir):
     assert set(launcher_children()).isdisjoint(pids)
     stop_launcher()
     assert launcher.poll() is not None
+
+
+def test_every_executor_speaks_one_protocol_and_dist_uses_no_private_executor_methods():
+    """The engine's three verbs are one protocol; the branch-parallel executors implement it and
+    reuse the local executor's public helpers only (style: 'never private methods of it')."""
+    import re
+    from pathlib import Path
+
+    from lopa.dist.group import RemoteExecutor
+    from lopa.forward import Executor, PerBranchExecutor, UncachedExecutor
+    for cls in (BatchedExecutor, PerBranchExecutor, UncachedExecutor, BPExecutor, RemoteExecutor):
+        assert all(callable(getattr(cls, verb, None)) for verb in ("start", "verify", "commit")), cls
+    assert isinstance(BPExecutor.__new__(BPExecutor), Executor)
+    dist = Path(__file__).resolve().parent.parent / "lopa" / "dist"
+    private = [f"{f.name}: {m.group(0)}" for f in dist.glob("*.py")
+               for m in re.finditer(r"\b(?:ex|executor)\._[a-z]\w*", f.read_text())]
+    assert not private, private
+
+
+def test_prefix_commit_is_one_append_of_the_pending_slice():
+    """PrefixKV.commit (local) and a broadcast slice (remote) go through the same append."""
+    from lopa.forward import PrefixKV
+    a, b = PrefixKV(16), PrefixKV(16)
+    for kv in (a, b):
+        kv.prefix(0, torch.zeros(1, 2, 1, 4))
+    pending = torch.arange(3 * 2 * 5 * 4, dtype=torch.float32).view(3, 2, 5, 4)      # [B, Hkv, L, D]
+    for kv in (a, b):
+        kv.prewrite(0, pending, -pending)
+    a.commit(1, 3)
+    pending_slice = b.pending_slice(1, 3)
+    b.append(pending_slice)
+    assert pending_slice.shape == (1, 2, 2, 3, 4)
+    assert torch.equal(a.keys[0], b.keys[0]) and torch.equal(a.values[0], b.values[0]) and a.length == b.length == 3
+    assert torch.equal(a.keys[0][0, :, :3], pending[1, :, :3]) and not a.pending

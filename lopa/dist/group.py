@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from lopa.engine import Decoder
-from lopa.forward import Executor, Verified
+from lopa.forward import Verified
 from lopa.dist.ranks import Launcher, kill_pid, recv, send, stop_launcher
 from lopa.settings import DecodeSettings
 
@@ -49,9 +49,9 @@ __all__ = ["BPGroup", "RemoteExecutor", "stop_launcher"]
 _PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
 
 
-class RemoteExecutor(Executor):
-    """The executor verbs, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work).
-    Executor.__init__ is skipped on purpose: the model replicas live in the rank processes."""
+class RemoteExecutor:
+    """The Executor protocol, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work);
+    the model replicas live in the rank processes."""
 
     def __init__(self, group: "BPGroup", settings: DecodeSettings):
         self.group, self.spec, self.settings, self._extra = group, group.spec, settings, {}

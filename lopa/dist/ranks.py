@@ -68,13 +68,40 @@ def _rank_main(cfg: dict, conn: Connection | None) -> None:
     comm.close()                 # only reached on a clean stop; after an error the process just exits
 
 
+class Driver:
+    """Rank 0 of a BPGroup: the caller's verbs, by name, on a fresh BPExecutor per run."""
+
+    VERBS = ("start", "verify", "commit", "digest")
+
+    def __init__(self, loaded, comm):
+        self.loaded, self.comm, self.executor = loaded, comm, None
+
+    def start(self, settings: dict, prompt_ids: list[int]) -> None:
+        from lopa.dist.parallel import BPExecutor
+        # settings may change from run to run: a fresh executor
+        self.executor = BPExecutor(self.loaded.model, self.loaded.spec, DecodeSettings.from_dict(settings), self.comm)
+        self.executor.start(torch.tensor(prompt_ids, dtype=torch.long))
+
+    def verify(self, branches):
+        return self.executor.verify(branches)
+
+    def commit(self, winner: int, n_positions: int) -> dict:
+        """-> the commit's timings and traffic, which the caller adds to the round's extra."""
+        self.executor.commit(winner, n_positions)
+        return {k: self.executor.extra[k] for k in ("commit_s", "commit_bytes", "commit_broadcast", "control_bytes",
+                                                    "bytes")}
+
+    def digest(self) -> list:
+        return self.executor.digests() if self.executor else []
+
+
 def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
-    """Rank 0 of a BPGroup: run the caller's verbs on a BPExecutor; ping the ranks while idle so
-    that their waits (bounded by timeout_s) never expire between runs."""
-    from lopa.dist.parallel import BPExecutor, ping
+    """Rank 0 of a BPGroup: run the caller's verbs on a Driver; ping the ranks while idle so that
+    their waits (bounded by timeout_s) never expire between runs."""
+    from lopa.dist.parallel import ping
 
     send(conn, ("ok", (f"{loaded.describe()} x {comm.world} ranks", loaded.spec, loaded.tokenizer)))
-    executor = None
+    driver = Driver(loaded, comm)
     while True:
         if not conn.poll(timeout_s / 4):
             ping(comm)
@@ -84,21 +111,12 @@ def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
         except EOFError:              # the caller is gone
             verb = "close"
         try:
-            reply = None
             if verb == "close":
                 comm.send_control(("stop",))
                 return
-            if verb == "start":            # settings may change from run to run: a fresh executor
-                executor = BPExecutor(loaded.model, loaded.spec, DecodeSettings.from_dict(args[0]), comm)
-                executor.start(torch.tensor(args[1], dtype=torch.long))
-            elif verb == "verify":
-                reply = executor.verify(args[0])
-            elif verb == "commit":
-                executor.commit(*args)
-                reply = {k: executor._extra[k] for k in ("commit_s", "commit_bytes", "commit_broadcast",
-                                                         "control_bytes", "bytes")}
-            elif verb == "digest":
-                reply = executor.digests() if executor else []
+            if verb not in Driver.VERBS:
+                raise RuntimeError(f"unknown verb {verb!r}")
+            reply = getattr(driver, verb)(*args)
         except Exception as err:      # a failed collective leaves the group unusable: report, exit
             send(conn, ("error", f"rank 0: {type(err).__name__}: {err}"))
             raise
