@@ -58,6 +58,34 @@ def _first_eos(tokens: list[int], eos_ids: list[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in eos_ids), None)
 
 
+def metrics(run: "RunResult | None") -> dict:
+    """The design note's metrics, the one place they are computed: the CLI, the benchmarks, the
+    app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
+    live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
+    Forwards: a batched k + 1 forward counts once, the prompt round counts, a final round without
+    a forward does not. TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
+    every position of every appended block, EOS padding included."""
+    records = run.records if run is not None else []
+    forwards = sum(r.kind != "final" for r in records)
+    latency = sum(r.round_seconds for r in records)
+    first = records[0].round_seconds if records else 0.0
+    useful = len(run.useful_tokens) if records else 0
+    paper = sum(t != run.spec["mask_token_id"] for t in run.tokens) if records else 0
+    return {
+        "rounds": len(records),
+        "forwards": forwards,
+        "tokens_useful": useful,
+        "tokens_paper": paper,
+        "tpf_useful": useful / forwards if forwards else 0.0,
+        "tpf_paper": paper / forwards if forwards else 0.0,
+        "latency_s": latency,
+        "tps": useful / latency if latency > 0 else 0.0,
+        "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
+        "forward_s": sum(r.forward_seconds for r in records),
+        "first_round_s": first,
+    }
+
+
 @dataclass
 class RunResult:
     """A finished (or stopped) run: inputs, every round, the output and its metrics."""
@@ -79,26 +107,7 @@ class RunResult:
         return [t for t in kept if t != self.spec["mask_token_id"]]
 
     def metrics(self) -> dict:
-        """The design note's metrics. TPF 'useful' counts tokens up to the first EOS (headline);
-        'paper' counts every position of every appended block, EOS padding included."""
-        forwards = sum(r.kind != "final" for r in self.records)
-        latency = sum(r.round_seconds for r in self.records)
-        first = self.records[0].round_seconds if self.records else 0.0
-        useful = len(self.useful_tokens)
-        paper = sum(t != self.spec["mask_token_id"] for t in self.tokens)
-        return {
-            "rounds": len(self.records),
-            "forwards": forwards,
-            "tokens_useful": useful,
-            "tokens_paper": paper,
-            "tpf_useful": useful / forwards if forwards else 0.0,
-            "tpf_paper": paper / forwards if forwards else 0.0,
-            "latency_s": latency,
-            "tps": useful / latency if latency > 0 else 0.0,
-            "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
-            "forward_s": sum(r.forward_seconds for r in self.records),
-            "first_round_s": first,
-        }
+        return metrics(self)
 
     # -- serialisation -----------------------------------------------------------------------
     def header(self) -> dict:

@@ -8,9 +8,8 @@ from .branches import branches_table, explain_round
 from .canvas import token_canvas
 from .charts import tfo_map, tokens_per_round_chart
 from .counters import comparison_summary, counters_html
-from .timeline import partial_metrics
 from .heatmap import confidence_heatmap
 from .ranks import rank_lanes
 
 __all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
-           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes", "partial_metrics"]
+           "comparison_summary", "counters_html", "confidence_heatmap", "rank_lanes"]
