@@ -1,9 +1,9 @@
 """Branch-parallel cost on this machine: time per round and where it goes, bytes per round, tokens/s.
 
-    python -m lopa.bench.bp                          # bundled model, W = 1..4, k = 7, 2 held-out prompts
+    python -m lopa.bench.bp                          # bundled model, R = 1..4, k = 7, 2 held-out prompts
     python -m lopa.bench.bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
 
-For each W the same prompts are decoded by a BPGroup of W ranks and by the single-process batched
+For each R (ranks) the same prompts are decoded by a BPGroup of R ranks and by the single-process batched
 engine (the reference), and the table shows, per round with a forward (means):
     round_ms      wall time of the round as the Decoder sees it
     fwd_ms        rank 0's forward + summaries; fwd_max_ms the slowest rank's
@@ -13,7 +13,7 @@ engine (the reference), and the table shows, per round with a forward (means):
     KB/round      what rank 0 exchanged with its peers; full-logits KB what gathering logits would cost
 and tokens/s (useful tokens / latency) beside the single-process engine's, and whether the tokens
 matched it. On a CPU the forward is compute-bound, so spreading branches over ranks can win only
-when there are idle cores; on a shared 2-core box W > 2 only adds contention (design note, "Why
+when there are idle cores; on a shared 2-core box R > 2 only adds contention (design note, "Why
 it is faster, and where it is not").
 """
 
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
                 runs = decode_all(lambda: group.decoder(settings), prompts, args.repeats)
             s = round_stats(runs)
             same = all(a.tokens == b.tokens for a, b in zip(runs, ref_runs))
-            print(f"{'':12s} {f'BP W={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "
+            print(f"{'':12s} {f'BP R={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "
                   f"{s['gather_ms']:7.1f} {s['commit_ms']:7.1f} {s['ipc_ms']:6.1f} {s['bcast_pct']:6.0f} "
                   f"{s['kb']:7.2f} {s['full_kb']:14.1f} {s['tpf']:5.2f} {s['tps']:7.1f} {s['tps'] / ref['tps']:6.2f} "
                   f"{'yes' if same else 'NO'}")

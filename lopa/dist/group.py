@@ -1,13 +1,13 @@
 """A persistent branch-parallel group for long-lived callers (the app, benchmarks, tests).
 
     from lopa.dist.group import BPGroup
-    group = BPGroup.start("assets/models/tiny-gsm-dllm", workers=3, timeout_s=60)   # W = 3 ranks
+    group = BPGroup.start("assets/models/tiny-gsm-dllm", workers=3, timeout_s=60)   # R = 3 ranks
     decoder = group.decoder(settings)          # a lopa Decoder: .stream(prompt) / .run(prompt) as usual
     for record in decoder.stream("Tom has 3 apples ..."):
         ...                                    # record.branch_rank, record.extra["gather_s"], ...
     group.close()                              # or `with BPGroup.start(...) as group:`
 
-- `workers` is the world size W: W rank processes, each with a model replica; rank 0 drives the
+- `workers` is the world size R: R rank processes, each with a model replica; rank 0 drives the
   others (lopa.dist.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
   through a RemoteExecutor (a socket pair, pickled verbs), so a crashed or hung group can never
   leave the caller's own process in a broken torch.distributed state.
@@ -79,7 +79,7 @@ class RemoteExecutor:
 
 
 class BPGroup:
-    """W rank processes serving branch-parallel rounds; see the module docstring.
+    """R rank processes serving branch-parallel rounds; see the module docstring.
     device: "cpu" (gloo), "cuda" (NCCL; rank r on cuda:r) or "npu" (HCCL, needs torch_npu).
     threads: torch intra-op threads per rank. load_options: passed to lopa.models.load in every
     rank (trust_remote_code, lora, base_path, lora_path, allow_download)."""
@@ -92,7 +92,7 @@ class BPGroup:
             raise ValueError(f"workers (ranks) must be a positive integer, got {workers!r}")
         if timeout_s <= 0 or start_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
-        dist_backend(torch.device(device).type)                 # a clear error now, not in W children
+        dist_backend(torch.device(device).type)                 # a clear error now, not in R children
         self.model_dir = str(model_dir or DEFAULT_MODEL)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
         self.device, self.threads, self.load_options = device, threads, load_options

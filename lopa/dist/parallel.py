@@ -1,12 +1,12 @@
-"""Branch parallelism (BP): one round's k + 1 branches spread over W processes, each holding a
+"""Branch parallelism (BP): one round's k + 1 branches spread over R processes (ranks), each holding a
 full model replica, in a torch.distributed group (design note, "Branch parallelism").
 
 Who does what
 - Rank 0 drives. It runs the unchanged Decoder loop with a `BPExecutor`, which speaks the engine's
-  three verbs (start / verify / commit) by sending control messages to ranks 1..W-1 and doing its
+  three verbs (start / verify / commit) by sending control messages to ranks 1..R-1 and doing its
   own share of the forward work.
 - Every rank holds a `Shard`: a BatchedExecutor (one batched forward over the rank's branches,
-  shared-prefix attention) with its own PrefixKV. Ranks 1..W-1 run `serve()`.
+  shared-prefix attention) with its own PrefixKV. Ranks 1..R-1 run `serve()`.
 - Launch: `torchrun ... -m lopa generate --backend bp` (see lopa.dist.launch), or a persistent group
   for long-lived callers such as the app: `lopa.dist.group.BPGroup` (its docstring has the API).
 
@@ -14,7 +14,7 @@ Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the gr
     ("start", settings, prompt_ids)    each shard starts a fresh cache
     ("verify", windows, window_start)  every branch's window (token ids, ~8 bytes a position);
         each rank computes its own branches, then ONE all_gather of per-position summaries:
-        token (argmax, or sampled), max_prob and Conf as float32 [B/W, 3, L], plus its forward time
+        token (argmax, or sampled), max_prob and Conf as float32 [B/R, 3, L], plus its forward time
     ("commit", n, plan)                the winner's first n input positions join every cache;
         plan["src"] set: a broadcast of the winner's K/V slice [layers, 2, Hkv, n, D] from its rank
     ("ping",) + a 1-float all_gather   liveness check while idle; keeps idle waits from timing out
@@ -23,7 +23,7 @@ Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the gr
 Full [positions x V] logits never leave a rank: per round rank 0 receives about
 12 bytes x (k + 1) x W_window instead of 2-4 bytes x (k + 1) x W_window x V (extra["full_logits_bytes"]).
 
-Branch j runs on rank j % W, at local batch index j // W. A rank with no branch (k + 1 < W; the
+Branch j runs on rank j % R, at local batch index j // R. A rank with no branch (k + 1 < R; the
 prefill) runs a *shadow* copy of branch 0: nothing of it is gathered, but it pre-writes K/V, so the
 prompt's K/V never needs a broadcast.
 
@@ -39,9 +39,9 @@ the winner's rank broadcasts it and everyone overwrites. `commit_plan` decides:
   winner, or the anchor when it wins) holds the slice; otherwise broadcast.
 
 Sampling (temperature > 0): the rank that computes a branch samples it, with its own generator
-seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so W = 1 reproduces the
-single-process engine exactly, while W > 1 draws different (equally valid) samples. At temperature 0
-every W gives the single-process tokens and decisions.
+seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so R = 1 reproduces the
+single-process engine exactly, while R > 1 draws different (equally valid) samples. At temperature 0
+every R gives the single-process tokens and decisions.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Comm:
         return len(payload)
 
     def recv_control(self) -> tuple:
-        """Ranks 1..W-1: the next control message. Only rank 0 of our own group ever sends one."""
+        """Ranks 1..R-1: the next control message. Only rank 0 of our own group ever sends one."""
         size = torch.zeros(1, dtype=torch.long)
         dist.broadcast(size, 0, group=self.ctrl_group)
         payload = torch.empty(int(size), dtype=torch.uint8)
@@ -204,7 +204,7 @@ class Shard:
     @torch.no_grad()
     def verify(self, windows: list[list[int]], window_start: int) -> torch.Tensor:
         """Forward this rank's branches, then all_gather every rank's packed summaries.
-        -> [world, 1 + ceil(B/W) * 3 * L'] float32 (element 0: forward seconds). L' = L - lo drops
+        -> [world, 1 + ceil(B/R) * 3 * L'] float32 (element 0: forward seconds). L' = L - lo drops
         prompt rows no prediction needs."""
         t0 = time.perf_counter()
         rank, world = self.comm.rank, self.comm.world
@@ -246,7 +246,7 @@ class Shard:
 
 
 def serve(model, spec: ModelSpec, comm: Comm) -> None:
-    """Ranks 1..W-1: run rank 0's control verbs by name until "stop". Errors propagate: a rank that
+    """Ranks 1..R-1: run rank 0's control verbs by name until "stop". Errors propagate: a rank that
     fails exits, and its peers' next collective fails (or times out) instead of hanging."""
     shard = Shard(model, spec, comm)
     while True:
