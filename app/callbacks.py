@@ -16,11 +16,19 @@ import gradio as gr
 
 from lopa import PAPER_PRESETS, RunResult
 from lopa.trace import metrics
+
 from .gpu import gpu
 from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
 from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
-from .viz import (branches_table, confidence_heatmap, counters_html, explain_round, rank_lanes,
-                            token_canvas, tokens_per_round_chart)
+from .viz import (
+    branches_table,
+    confidence_heatmap,
+    counters_html,
+    explain_round,
+    rank_lanes,
+    token_canvas,
+    tokens_per_round_chart,
+)
 
 # "ranks" last: API clients read the earlier outputs by position.
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")

@@ -11,6 +11,7 @@ import time
 import gradio as gr
 
 from lopa import decoder_settings
+
 from .callbacks import REFRESH_S, bp_fault_message, error_message
 from .gpu import gpu
 from .models import MODELS, token_names

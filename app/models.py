@@ -85,7 +85,7 @@ class ModelCache:
         """The shared branch-parallel group of `workers` ranks over the current model directory,
         started (about 10 s the first time) or restarted when the worker count or directory
         changed. Raises RuntimeError (from BPGroup) when the ranks do not start."""
-        from lopa.dist.group import BPGroup       # not at import: the app may never use it
+        from lopa.dist.group import BPGroup  # not at import: the app may never use it
         with self._lock:
             model_dir = str(Path(self.loaded.path if self.loaded is not None else self.default).resolve())
             if self.bp is not None and (self.bp.world != workers or self.bp.model_dir != model_dir):

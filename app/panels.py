@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD
+
 from .callbacks import PRESETS, VIEW_OUTPUTS, view
 from .compare import BASELINES
 from .models import MODELS, example_prompts

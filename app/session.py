@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
+
 from .models import token_names
 
 # Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.

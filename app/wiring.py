@@ -8,8 +8,16 @@ import gradio as gr
 
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_stream, stop_compare
-from .panels import (INTRO, build_compare_panel, build_controls, build_input_panel, build_model_panel,
-                        build_round_view, build_settings_panel, build_trace_panel)
+from .panels import (
+    INTRO,
+    build_compare_panel,
+    build_controls,
+    build_input_panel,
+    build_model_panel,
+    build_round_view,
+    build_settings_panel,
+    build_trace_panel,
+)
 from .session import BACKEND_NAMES, SETTING_NAMES, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model

@@ -18,9 +18,9 @@ Shape notation, used in every shape comment of the package; each letter means on
     S   sequences in a training batch (lopa.train)
 """
 
-from lopa.settings import DecodeSettings, ModelSpec, decoder_settings, PAPER_PRESETS, DECODERS
-from lopa.trace import RoundRecord, RunResult
 from lopa.engine import Decoder, decode
+from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
+from lopa.trace import RoundRecord, RunResult
 
 __all__ = [
     "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",

@@ -8,6 +8,7 @@ import sys
 
 from lopa.settings import add_settings_arguments, settings_from_args
 
+
 def _generate(args) -> int:
     if args.backend == "bp":
         from lopa.dist.launch import generate_bp

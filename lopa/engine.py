@@ -11,8 +11,8 @@ benchmarks, app) consumes those.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from itertools import count
-from typing import Iterator
 
 import torch
 

@@ -74,14 +74,14 @@ class DecodeSettings:
     def max_blocks(self) -> int:
         return self.max_new_tokens // self.block_size
 
-    def replace(self, **changes) -> "DecodeSettings":
+    def replace(self, **changes) -> DecodeSettings:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecodeSettings":
+    def from_dict(cls, data: dict) -> DecodeSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -151,7 +151,7 @@ class ModelSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSpec":
+    def from_dict(cls, data: dict) -> ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -46,7 +46,7 @@ class RoundRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RoundRecord":
+    def from_dict(cls, data: dict) -> RoundRecord:
         names = [f.name for f in dataclasses.fields(cls)]
         missing = [n for n in names if n not in data and n != "extra"]
         if missing:
@@ -58,7 +58,7 @@ def _first_eos(tokens: list[int], eos_ids: list[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in eos_ids), None)
 
 
-def metrics(run: "RunResult | None") -> dict:
+def metrics(run: RunResult | None) -> dict:
     """The design note's metrics, the one place they are computed: the CLI, the benchmarks, the
     app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
     live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
@@ -119,7 +119,7 @@ class RunResult:
         return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
 
     @classmethod
-    def from_json(cls, text: str) -> "RunResult":
+    def from_json(cls, text: str) -> RunResult:
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -129,7 +129,7 @@ class RunResult:
         return cls._from_parts(data, data.get("records", []))
 
     @classmethod
-    def _from_parts(cls, header: dict, records: list[dict]) -> "RunResult":
+    def _from_parts(cls, header: dict, records: list[dict]) -> RunResult:
         try:
             return cls(prompt=header["prompt"], prompt_ids=list(header["prompt_ids"]), settings=header["settings"],
                        spec=header["spec"], records=[RoundRecord.from_dict(r) for r in records],
@@ -147,7 +147,7 @@ class RunResult:
         return df
 
     @classmethod
-    def from_dataframe(cls, df) -> "RunResult":
+    def from_dataframe(cls, df) -> RunResult:
         if "lopa" not in df.attrs:
             raise ValueError("DataFrame has no LoPA run header in df.attrs['lopa']")
         rows = []
@@ -174,7 +174,7 @@ class RunResult:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunResult":
+    def load(cls, path: str | Path) -> RunResult:
         """Read a trace written by `save`. Only parses data; nothing in the file is executed."""
         path = Path(path)
         if path.suffix == ".json":

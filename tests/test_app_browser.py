@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+              pytest.mark.browser, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -42,10 +42,11 @@ OBSERVE_COUNTERS = """() => {
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
+    from tiny import save_tiny_model_dir
+
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
     from lopa.models import load
-    from tiny import save_tiny_model_dir
 
     saved = (MODELS.default, MODELS.loaded)
     try:

@@ -3,8 +3,10 @@
 import csv
 import json
 
-from lopa.bench import decoders as bench, round as bench_round
 from tiny import save_tiny_model_dir
+
+from lopa.bench import decoders as bench
+from lopa.bench import round as bench_round
 
 
 def test_bench_writes_summary_details_and_plot(tmp_path, capsys):

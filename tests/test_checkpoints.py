@@ -9,14 +9,14 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny import save_tiny_model_dir
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from lopa import DecodeSettings
-from lopa.models import families, load, presets
 from lopa.cli import main
 from lopa.forward import attention_mask
+from lopa.models import families, load, presets
 from lopa.models.loading import FLASH_OR_SDPA, register_flash_or_sdpa
-from tiny import save_tiny_model_dir
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"]
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -4,11 +4,11 @@ import json
 
 import pytest
 import torch
+from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
-from lopa import DecodeSettings, Decoder
+from lopa import Decoder, DecodeSettings
 from lopa.cli import main
 from lopa.models import load
-from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,17 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-
-from lopa import DecodeSettings, Decoder
-from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor
-from lopa.models import load
-from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
 from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+from lopa import Decoder, DecodeSettings
+from lopa.blocks import Branch
+from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
+from lopa.forward import BatchedExecutor
+from lopa.models import load
+
+pytestmark = [pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available"),
+              pytest.mark.distributed, pytest.mark.timeout(300)]
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
 LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
@@ -197,6 +198,7 @@ def test_a_run_superseded_by_another_on_the_same_group_fails_clearly(groups, loa
 def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
     """As from a Gradio worker thread: start, decode, close, all off the main thread."""
     import threading
+
     from lopa.dist.group import BPGroup
     settings, out = DecodeSettings(k=3, **LIVELY), {}
 
@@ -268,7 +270,7 @@ def test_cli_bp_backend_prints_the_single_process_answer(model_dir, capsys):
     assert bp_answer == single_answer and "x 2 ranks" in out
 
 
-@pytest.mark.skipif(not os.environ.get("LOPA_SLOW_TESTS"), reason="starts torchrun (~20 s); set LOPA_SLOW_TESTS=1")
+@pytest.mark.slow                    # starts torchrun (~20 s); deselect with -m "not slow"
 def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp_path):
     import subprocess
     import sys

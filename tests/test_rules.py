@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from lopa.rules import (branch_score, confidence, lookahead_positions, select_winner, summarize,
-                        threshold_commit, top1_commit)
+from lopa.rules import (
+    branch_score,
+    confidence,
+    lookahead_positions,
+    select_winner,
+    summarize,
+    threshold_commit,
+    top1_commit,
+)
 
 
 def test_confidence_metrics():

@@ -1,8 +1,8 @@
 
 import torch
 
-from lopa.train import trainer as T
 from lopa.train import layout as train_layout
+from lopa.train import trainer as T
 
 TINY = T.Recipe(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, batch=4, warmup=2, bf16=False)
 

@@ -9,14 +9,22 @@ import math
 import re
 
 import pytest
-
-from lopa import DecodeSettings, Decoder, RunResult
 from tiny import tiny_qwen2, tiny_spec, tiny_tokenizer
-from visualizations import (branches_table, comparison_summary, confidence_heatmap, counters_html, explain_round,
-                            tfo_map, token_canvas, tokens_per_round_chart)
+
+from lopa import Decoder, DecodeSettings, RunResult
+from lopa.trace import metrics
+from visualizations import (
+    branches_table,
+    comparison_summary,
+    confidence_heatmap,
+    counters_html,
+    explain_round,
+    tfo_map,
+    token_canvas,
+    tokens_per_round_chart,
+)
 from visualizations.labels import token_label
 from visualizations.palette import text_on, viridis
-from lopa.trace import metrics
 from visualizations.timeline import commits, fills
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"

@@ -116,14 +116,14 @@ def main(argv=None) -> int:
     for attention in args.attention.split(","):
         settings = DecodeSettings(k=args.k, block_size=loaded.spec.block_size or 32, attention=attention,
                                   max_new_tokens=args.max_new_tokens)
-        ref_runs = decode_all(lambda: Decoder(loaded.model, loaded.spec, settings, loaded.tokenizer), prompts,
+        ref_runs = decode_all(lambda s=settings: Decoder(loaded.model, loaded.spec, s, loaded.tokenizer), prompts,
                               args.repeats)
         ref = round_stats(ref_runs)
         print(f"{attention:12s} {'single':9s} {ref['round_ms']:8.1f} {ref['fwd_ms']:7.1f} {'':>7s} {'':>7s} "
               f"{'':>7s} {'':>6s} {'':>6s} {'':>7s} {'':>14s} {ref['tpf']:5.2f} {ref['tps']:7.1f} {1:6.2f}")
         for world in worlds:
             with BPGroup.start(str(model_dir), workers=world, device=args.device, threads=args.threads) as group:
-                runs = decode_all(lambda: group.decoder(settings), prompts, args.repeats)
+                runs = decode_all(lambda g=group, s=settings: g.decoder(s), prompts, args.repeats)
             s = round_stats(runs)
             same = all(a.tokens == b.tokens for a, b in zip(runs, ref_runs))
             print(f"{'':12s} {f'BP R={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "

@@ -22,11 +22,10 @@ import torch
 from tqdm import tqdm
 
 from lopa.bench import humaneval
-from lopa.settings import add_settings_arguments
-from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.models import add_model_arguments, load_from_args
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import final_answer, read_jsonl
-from lopa.settings import DecodeSettings, decoder_settings
+from lopa.settings import DecodeSettings, add_settings_arguments, decoder_settings
 
 DATA = {
     "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from lopa.problems import DEFAULT_MAX_VALUE, is_heldout, make_problem, split
-from lopa.train.tokenizer import EOS, MASK, PAD
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
+from lopa.train.tokenizer import EOS, MASK, PAD
 
 
 @dataclass(frozen=True)
