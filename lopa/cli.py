@@ -1,9 +1,14 @@
-"""Command line: `python -m lopa generate --prompt "..." --k 4` decodes one prompt and prints the
-answer and the metrics; `--trace run.json` (or .parquet) writes the round-by-round trace."""
+"""Command line (`lopa`, or `python -m lopa`):
+
+    lopa generate --prompt "..." --k 4     decode one prompt, print the answer and the metrics;
+                                           --trace run.json (or .parquet) writes the round-by-round trace
+    lopa app [--host H] [--port P]         start the explorer app on the bundled model
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from lopa.settings import add_settings_arguments, settings_from_args
@@ -38,6 +43,27 @@ def _report(args, decoder, description: str) -> int:
     return 0
 
 
+def explorer():
+    """The explorer app package: `lopa_explorer.app` when installed from the wheel, the top-level
+    `app/` folder in a checkout or on a Space."""
+    for name in ("lopa_explorer.app", "app"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name not in (name, name.split(".")[0]):
+                raise                                  # the app is there but something it needs is not
+            continue
+        if hasattr(module, "serve"):
+            return module
+    raise ValueError("the explorer app is not installed: pip install lopa-explorer (or run from a checkout)")
+
+
+def _app(args) -> int:
+    module = explorer()
+    module.serve(args.host or module.DEFAULT_HOST, args.port or module.DEFAULT_PORT)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lopa.models import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
@@ -61,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
+    app = sub.add_parser("app", help="start the explorer app (the bundled model unless another is loaded in it)")
+    app.add_argument("--host", default=None, help="interface to listen on (default $GRADIO_SERVER_NAME or 0.0.0.0)")
+    app.add_argument("--port", type=int, default=None, help="port (default $GRADIO_SERVER_PORT or 7860)")
+    app.set_defaults(func=_app)
     return parser
 
 

@@ -1,0 +1,28 @@
+"""LoPA: Lookahead Parallel Decoding for masked diffusion language models.
+
+The engine decodes D2F-style pipelined blocks and, each round, verifies an anchor branch and
+``k`` lookahead branches in one batched forward (Xu et al., arXiv 2512.16229; the method as we
+implement it is restated in ``docs/method.md``). Every round yields a :class:`RoundRecord`.
+
+Shape notation, used in every shape comment of the package; each letter means one thing:
+
+    B   branches verified together in one forward (k + 1)
+    W   window length: generated positions not yet in the prefix cache
+    L   length of a forward's input (W, plus the prompt in the first round)
+    P   prefix length: prompt + cached blocks, stored once in the KV cache
+    V   vocabulary size
+    N   block size
+    H   attention heads, Hkv key/value heads, G = H // Hkv, D head dim
+    M   masked positions under consideration
+    R   ranks (world size) of a branch-parallel group (lopa.dist)
+    S   sequences in a training batch (lopa.train)
+"""
+
+from lopa.engine import Decoder, decode
+from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
+from lopa.trace import RoundRecord, RunResult
+
+__all__ = [
+    "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",
+    "RoundRecord", "RunResult", "Decoder", "decode",
+]

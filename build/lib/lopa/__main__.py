@@ -1,0 +1,3 @@
+from lopa.cli import main
+
+raise SystemExit(main())

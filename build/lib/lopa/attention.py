@@ -1,0 +1,76 @@
+"""Shared-prefix attention: k + 1 branch windows attend to one prefix K/V stored with batch 1.
+
+Registered with transformers' AttentionInterface, so stock architectures (Qwen2, Llama) run it
+without custom modeling code. When the forward is called with `lopa_prefix=PrefixKV`, each layer
+pre-writes its window K/V there and attends to [prefix ; own window]; otherwise it is plain SDPA
+(or whatever the model used before), so the same model object serves every executor.
+
+Why not expand the cache to batch k + 1? A DynamicCache concatenates the prefix with each
+branch's window, materialising k + 1 copies of the prefix every layer of every round. Here the
+branch and head-group axes are folded into the query length instead, so the prefix is read
+once and never copied (the scores [B, H, W, P] are the only per-branch cost, as in any attention).
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "lopa_shared_prefix"
+_FALLBACK_ATTR = "_lopa_fallback_attn"
+
+
+def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                            lopa_prefix=None, **kwargs):
+    """query: [B, H, L, D]; key, value: [B, Hkv, L, D] (RoPE applied); attention_mask: [B, 1, L, L]
+    bool over the window. Returns ([B, L, H, D], None) like transformers' attention functions."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if lopa_prefix is None:
+        fallback = getattr(module.config, _FALLBACK_ATTR, "sdpa")
+        fn = ALL_ATTENTION_FUNCTIONS[fallback if fallback in ALL_ATTENTION_FUNCTIONS else "sdpa"]
+        return fn(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+    layer = module.layer_idx
+    lopa_prefix.prewrite(layer, key, value)                    # phase 1 of the two-phase cache
+    prefix_k, prefix_v = lopa_prefix.prefix(layer, key)        # [1, Hkv, P, D] each
+    B, H, L, D = query.shape
+    Hkv = key.shape[1]
+    G, P = H // Hkv, prefix_k.shape[2]
+    scaling = D ** -0.5 if scaling is None else scaling
+
+    # Query head h uses key/value head h // G (the repeat_kv convention).
+    q = query.reshape(B, Hkv, G * L, D)                                     # [B, Hkv, G*L, D]
+    q_folded = q.transpose(0, 1).reshape(1, Hkv, B * G * L, D)              # [1, Hkv, B*G*L, D]
+    s_prefix = (q_folded @ prefix_k.transpose(-1, -2)).float() * scaling    # [1, Hkv, B*G*L, P]
+    s_prefix = s_prefix.reshape(Hkv, B, G * L, P).transpose(0, 1)           # [B, Hkv, G*L, P]
+    s_window = (q @ key.transpose(-1, -2)).float() * scaling                # [B, Hkv, G*L, L]
+    mask = attention_mask[:, :, :, -L:].expand(B, G, L, L).reshape(B, 1, G * L, L)
+    s_window = s_window.masked_fill(~mask, float("-inf"))
+
+    probs = torch.softmax(torch.cat([s_prefix, s_window], dim=-1), dim=-1).to(query.dtype)
+    p_prefix, p_window = probs[..., :P], probs[..., P:]
+    p_prefix = p_prefix.transpose(0, 1).reshape(1, Hkv, B * G * L, P)      # fold again: read prefix once
+    out = (p_prefix @ prefix_v).reshape(Hkv, B, G * L, D).transpose(0, 1)  # [B, Hkv, G*L, D]
+    out = out + p_window @ value                                            # [B, Hkv, G*L, D]
+    out = out.reshape(B, Hkv, G, L, D).permute(0, 3, 1, 2, 4).reshape(B, L, H, D)
+    return out.contiguous(), None
+
+
+def install_shared_prefix_attention(model) -> None:
+    """Register the function and switch `model` to it (idempotent). Raises TypeError for models
+    that do not dispatch attention through transformers' AttentionInterface."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, shared_prefix_attention)
+    config = model.config
+    current = getattr(config, "_attn_implementation", None)
+    if current == NAME:
+        return
+    if not hasattr(model, "set_attn_implementation"):
+        raise TypeError(f"{type(model).__name__} does not use transformers' AttentionInterface")
+    # The fallback serves forwards without a prefix, which still carry the engine's 4-D masks:
+    # FlashAttention cannot take those, so a flash model falls back to SDPA.
+    setattr(config, _FALLBACK_ATTR, current if current and "flash" not in current else "sdpa")
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        raise TypeError(f"{type(model).__name__} cannot switch attention implementation; use the per_branch executor")

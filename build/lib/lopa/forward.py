@@ -1,0 +1,327 @@
+"""Executors: how one round's branches go through the model. The engine speaks three verbs, the
+`Executor` protocol:
+
+    start(prompt_ids)          a new sequence; the prompt is not cached yet
+    verify(branches) -> Verified   one forward over every branch's window (LoPA step 4)
+    commit(winner, n)          the winner's first n window positions join the prefix cache
+
+Three local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.dist
+implement the same protocol and reuse the public helpers here (`forward_windows`, `summarize`,
+`PrefixKV`), never private methods:
+- BatchedExecutor (fast path): all k + 1 windows in one batch; attention reads the shared
+  prefix K/V, stored once with batch 1, through a custom attention function (no per-branch copy).
+- PerBranchExecutor (reference): one forward per branch, each on its own copy of a transformers
+  DynamicCache, as the authors' code does.
+- UncachedExecutor (reference): recomputes prompt + every generated token each forward. Works
+  with any model that takes a 4-D mask, e.g. the scripted fake model of the tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from lopa.blocks import Branch
+from lopa.rules import summarize
+from lopa.settings import DecodeSettings, ModelSpec
+
+
+@dataclass
+class Verified:
+    """Predictions for every window position of every branch, from one forward.
+    Window position i of branch j is predicted by token[j, i], max_prob[j, i], conf[j, i]."""
+    token: torch.Tensor      # [B, W] (padded to the longest window)
+    max_prob: torch.Tensor   # [B, W]
+    conf: torch.Tensor       # [B, W]
+    lengths: list[int]
+    seconds: float
+    ranks: list[int] | None = None   # process rank that computed each branch (branch-parallel backends)
+    extra: dict = field(default_factory=dict)   # backend timings and traffic, copied into the trace
+
+    def branch(self, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = self.lengths[j]
+        return self.token[j, :n], self.max_prob[j, :n], self.conf[j, :n]
+
+
+def attention_mask(segments: torch.Tensor, mode: str, prompt_segment: bool, prefix_len: int = 0) -> torch.Tensor:
+    """Boolean attention mask for a batch of windows. segments: [B, L] -> [B, 1, L, prefix_len + L].
+
+    segments holds a segment id per input position (-1 = padding); segment 0 is the prompt when
+    `prompt_segment`, blocks follow in order. The prompt sees only itself; a block sees the prompt,
+    earlier blocks and itself (block_causal) or every block (full). Everyone sees the cached prefix.
+    """
+    B, L = segments.shape
+    valid = segments >= 0                                     # [B, L]
+    q, k = segments[:, :, None], segments[:, None, :]         # [B, L, 1], [B, 1, L]
+    allowed = (k <= q) if mode == "block_causal" else torch.ones(B, L, L, dtype=torch.bool)
+    if prompt_segment:
+        allowed = torch.where(q == 0, k == 0, allowed)
+    allowed = allowed & valid[:, None, :]
+    allowed = allowed | (torch.eye(L, dtype=torch.bool) & ~valid[:, :, None])  # padding rows: self only
+    prefix = torch.ones(B, L, prefix_len, dtype=torch.bool)
+    return torch.cat([prefix, allowed], dim=-1)[:, None]     # [B, 1, L, P + L]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What the engine calls, once per run (start) and once per round (verify, then commit)."""
+
+    def start(self, prompt_ids: torch.Tensor) -> None: ...
+
+    def verify(self, branches: list[Branch]) -> Verified: ...
+
+    def commit(self, winner: int, n_positions: int) -> None: ...
+
+
+def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, boundary) -> torch.Tensor:
+    """Rows over input positions -> predictions for window positions. [B, L] -> [B, W].
+    q0: input index of window position 0. With the logit shift, position i is predicted by the
+    output at i - 1; the first window position then uses `boundary`, the row kept from the round
+    that cached its predecessor (a scalar, broadcast over the branches)."""
+    first = q0 - int(shift)
+    if first >= 0:
+        return rows[:, first:first + width]
+    head = boundary.expand(rows.shape[0], 1).to(rows.dtype)
+    return torch.cat([head, rows[:, :width - 1]], dim=1)
+
+
+def boundary_rows(rows: tuple, q0: int, winner: int, n_positions: int, current):
+    """The winner's (token, max_prob, conf) at the last position that `commit` caches, or `current`
+    when nothing new is cached. rows: 3 x [B, L] over input positions."""
+    last = q0 + n_positions - 1           # input index of the last newly cached position
+    return tuple(r[winner, last] for r in rows) if last >= 0 else current
+
+
+class LocalExecutor:
+    """Shared logic of the in-process executors: building inputs, summarising logits, the logit
+    shift and the boundary row."""
+
+    def __init__(self, model, spec: ModelSpec, settings: DecodeSettings):
+        self.model, self.spec, self.settings = model, spec, settings
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(settings.seed)
+
+    # -- the three verbs -------------------------------------------------------------------
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        self.prompt = prompt_ids.cpu()        # [P0]
+        self.prompt_cached = False
+        self.boundary = None                  # (token, max_prob, conf) at the last cached position
+        self._last = None
+
+    @torch.no_grad()
+    def verify(self, branches: list[Branch]) -> Verified:
+        t0 = time.perf_counter()
+        logits, q0 = self._forward(branches)                       # [B, L, V]
+        rows = tuple(r.cpu() for r in self.summarize(logits))      # 3 x [B, L]
+        self._last = (rows, q0)
+        lengths = [b.window().numel() for b in branches]
+        token, max_prob, conf = (window_predictions(r, q0, max(lengths), self.spec.logit_shift,
+                                                    self.boundary[i] if self.boundary else None) for i, r in enumerate(rows))
+        return Verified(token, max_prob, conf, lengths, time.perf_counter() - t0)
+
+    def commit(self, winner: int, n_positions: int) -> None:
+        """The winner's first n window positions (and the prompt, after the first round) are cached."""
+        rows, q0 = self._last
+        self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
+        self._cache(winner, q0 + n_positions)
+        self.prompt_cached = True
+
+    def summarize(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, L, V] logits -> (token, max_prob, conf), 3 x [B, L]: what the decisions need.
+        A prediction is never the mask token: committing it would leave the position masked
+        forever (random and undertrained models do rank it first). Modifies `logits` in place."""
+        logits[..., self.spec.mask_token_id] = float("-inf")
+        return summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
+
+    # -- shared helpers --------------------------------------------------------------------
+    def _window_inputs(self, windows: list[torch.Tensor], with_prompt: bool, block_offset: int):
+        """Pad windows (optionally behind the prompt) into a batch. -> inputs [B, L], segments [B, L]."""
+        N = self.settings.block_size
+        head = self.prompt if with_prompt else self.prompt[:0]
+        L = head.numel() + max(w.numel() for w in windows)
+        inputs = torch.full((len(windows), L), self.spec.mask_token_id, dtype=torch.long)
+        segments = torch.full((len(windows), L), -1, dtype=torch.long)
+        for j, w in enumerate(windows):
+            seq = torch.cat([head, w])
+            inputs[j, :seq.numel()] = seq
+            segments[j, :head.numel()] = 0
+            segments[j, head.numel():seq.numel()] = 1 + block_offset + torch.arange(w.numel()) // N
+        return inputs, segments
+
+    def _position_ids(self, inputs: torch.Tensor, start: int) -> torch.Tensor:
+        return (start + torch.arange(inputs.shape[1])).expand_as(inputs)   # [B, L]
+
+    # -- what differs between executors ----------------------------------------------------
+    def _forward(self, branches):  # -> logits [B, L, V], q0 (input index of window position 0)
+        raise NotImplementedError
+
+    def _logits(self, inputs, segments, start):
+        raise NotImplementedError
+
+    def _cache(self, winner, n_input_positions):
+        raise NotImplementedError
+
+    def cache_nbytes(self) -> int:
+        return 0
+
+
+class UncachedExecutor(LocalExecutor):
+    """Recompute everything every round: prompt + all generated tokens. The reference for the cache."""
+
+    def _forward(self, branches):
+        inputs, segments = self._window_inputs([b.tokens for b in branches], True, 0)
+        return self._logits(inputs, segments, 0), self.prompt.numel() + branches[0].window_start
+
+    def _logits(self, inputs, segments, start):
+        mask = attention_mask(segments, self.settings.attention, True)
+        out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
+                         position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False)
+        return out.logits
+
+    def _cache(self, winner, n_input_positions):
+        pass
+
+
+class _CachedExecutor(LocalExecutor):
+    """Inputs for executors with a prefix cache: the window, behind the prompt in the first round."""
+
+    def _forward(self, branches):
+        return self.forward_windows([b.window() for b in branches], branches[0].window_start)
+
+    def forward_windows(self, windows: list[torch.Tensor], window_start: int, rows: list[int] | None = None):
+        """One forward over `windows` [W_j] each, padded into a batch (behind the prompt until it is
+        cached), or over the batch rows `rows` of that same padded batch (a branch-parallel rank's
+        share, padded exactly as one process pads the whole round). -> logits [b, L, V], q0."""
+        with_prompt = not self.prompt_cached
+        inputs, segments = self._window_inputs(windows, with_prompt, 0)       # [B, L] each
+        if rows is not None:
+            inputs, segments = inputs[rows], segments[rows]
+        start = 0 if with_prompt else self.prompt.numel() + window_start
+        return self._logits(inputs, segments, start), (self.prompt.numel() if with_prompt else 0)
+
+
+class PrefixKV:
+    """K/V of the prompt and cached blocks, per layer, stored once with batch 1 whatever k is.
+
+    Two phases per round (design note, "Two-phase cache"): during the forward every layer
+    *pre-writes* the window K/V of all branches into `pending`; after selection, `commit` copies
+    the winner's newly cached slice into the preallocated prefix. Memory grows with k only by
+    the pending window, never by the prefix.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity, self.length = capacity, 0
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+        self.pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def prefix(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer not in self.keys:
+            _, Hkv, _, D = like.shape
+            self.keys[layer] = like.new_zeros(1, Hkv, self.capacity, D)    # [1, Hkv, capacity, D]
+            self.values[layer] = like.new_zeros(1, Hkv, self.capacity, D)
+        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
+
+    def prewrite(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> None:
+        self.pending[layer] = (key, value)                                   # [B, Hkv, L, D] each
+
+    def pending_slice(self, branch: int, n: int) -> torch.Tensor:
+        """Branch `branch`'s pre-written K/V, first n input positions. -> [layers, 2, Hkv, n, D]"""
+        return torch.stack([torch.stack([k[branch, :, :n], v[branch, :, :n]]) for _, (k, v) in sorted(self.pending.items())])
+
+    def empty_slice(self, n: int) -> torch.Tensor:
+        """A buffer shaped like pending_slice(., n), for receiving one. -> [layers, 2, Hkv, n, D]"""
+        key = next(iter(self.pending.values()))[0]                            # [B, Hkv, L, D]
+        return key.new_empty(len(self.pending), 2, key.shape[1], n, key.shape[3])
+
+    def append(self, kv: torch.Tensor) -> None:
+        """Phase 2: write a slice [layers, 2, Hkv, n, D] behind the prefix; the round's pending K/V is done."""
+        n = kv.shape[3]
+        assert self.length + n <= self.capacity, "prefix cache overflow"
+        for i, layer in enumerate(sorted(self.pending)):
+            self.keys[layer][0, :, self.length:self.length + n] = kv[i, 0]
+            self.values[layer][0, :, self.length:self.length + n] = kv[i, 1]
+        self.length += n
+        self.pending.clear()
+
+    def commit(self, branch: int, n: int) -> None:
+        self.append(self.pending_slice(branch, n))
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in [*self.keys.values(), *self.values.values()])
+
+
+class BatchedExecutor(_CachedExecutor):
+    """All branches in one forward that reads the shared prefix without copying it per branch."""
+
+    def __init__(self, model, spec, settings):
+        super().__init__(model, spec, settings)
+        from lopa.attention import install_shared_prefix_attention
+        install_shared_prefix_attention(model)
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        self.kv = PrefixKV(prompt_ids.numel() + self.settings.max_new_tokens)
+
+    def _logits(self, inputs, segments, start):
+        mask = attention_mask(segments, self.settings.attention, not self.prompt_cached)  # window part only
+        out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
+                         position_ids=self._position_ids(inputs, start).to(self.device),
+                         use_cache=False, lopa_prefix=self.kv)
+        return out.logits
+
+    def _cache(self, winner, n_input_positions):
+        self.kv.commit(winner, n_input_positions)
+
+    def cache_nbytes(self):
+        return self.kv.nbytes()
+
+
+class PerBranchExecutor(_CachedExecutor):
+    """The reference: one branch at a time, each with its own copy of the cache (transformers
+    DynamicCache + the model's stock attention)."""
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        from transformers import DynamicCache
+        self.cache = DynamicCache(config=self.model.config)
+        self.copies = []
+
+    def _logits(self, inputs, segments, start):
+        prefix_len = self.cache.get_seq_length()
+        mask = attention_mask(segments, self.settings.attention, not self.prompt_cached, prefix_len)
+        position_ids = self._position_ids(inputs, start)
+        self.copies, logits = [], []
+        for j in range(inputs.shape[0]):
+            n = int((segments[j] >= 0).sum())          # this branch's own length, no padding
+            cache = copy.deepcopy(self.cache)
+            out = self.model(input_ids=inputs[j:j + 1, :n].to(self.device),
+                             attention_mask=mask[j:j + 1, :, :n, :prefix_len + n].to(self.device),
+                             position_ids=position_ids[j:j + 1, :n].to(self.device), past_key_values=cache, use_cache=True)
+            self.copies.append(cache)
+            logits.append(torch.nn.functional.pad(out.logits, (0, 0, 0, inputs.shape[1] - n)))
+        return torch.cat(logits)                       # [B, L, V]
+
+    def _cache(self, winner, n_input_positions):
+        cache = self.copies[winner]
+        extra = cache.get_seq_length() - self.cache.get_seq_length() - n_input_positions
+        if extra:
+            cache.crop(-extra)
+        self.cache, self.copies = cache, []
+
+    def cache_nbytes(self):
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers
+                   for t in (layer.keys, layer.values) if t is not None)
+
+
+EXECUTORS = {"batched": BatchedExecutor, "per_branch": PerBranchExecutor, "uncached": UncachedExecutor}
+
+
+def make_executor(name: str, model, spec: ModelSpec, settings: DecodeSettings) -> LocalExecutor:
+    if name not in EXECUTORS:
+        raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {name!r}")
+    return EXECUTORS[name](model, spec, settings)

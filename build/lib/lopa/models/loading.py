@@ -1,0 +1,199 @@
+"""Load a stock Hugging Face directory (a masked diffusion LM on a transformers class) with its
+ModelSpec, and the helpers every loader shares: device, dtype, tokenizer, spec, where the bundled
+assets live. This is a leaf loader: it never dispatches. `lopa.models.load` is the one entry point
+that picks a loader (this one, a Dream / LLaDA family loader, or a D2F preset).
+
+The spec (mask id, EOS ids, logit shift, prompt template, trained block size) comes from the
+checkpoint: our own models store it as `config.lopa`; other checkpoints fall back to the config's
+and tokenizer's special tokens. Nothing is downloaded and no remote code is trusted unless the
+caller asks for it.
+
+Hardware: `torch.accelerator` picks the device (cuda, npu once `torch_npu` is imported, xpu, mps),
+else the CPU; bf16 on accelerators. Attention is SDPA, or on CUDA with `flash_attn` installed the
+dispatcher of lopa.attention, which uses FlashAttention-2 where no block mask is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lopa.settings import DecodeSettings, ModelSpec
+
+PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
+# The bundled model and data: `assets/` beside the package in a checkout (and on a Space), shipped
+# inside the package as `lopa/assets/` by the wheel (pyproject.toml maps one onto the other).
+_INSTALLED = (PACKAGE / "assets").is_dir()
+ASSETS = PACKAGE / "assets" if _INSTALLED else PACKAGE.parent / "assets"
+ROOT = Path.cwd() if _INSTALLED else PACKAGE.parent       # the checkout, or where an installed lopa runs
+DEFAULT_MODEL = ASSETS / "models" / "tiny-gsm-dllm"
+# Architectures initialised from autoregressive LMs predict token i at output i - 1.
+SHIFTED_MODEL_TYPES = {"qwen2", "dream", "llama", "mistral"}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    spec: ModelSpec
+    path: Path
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def describe(self) -> str:
+        return f"{self.spec.name} ({self.n_params / 1e6:.1f}M parameters, {next(self.model.parameters()).device})"
+
+    def decoder(self, settings: DecodeSettings, executor=None):
+        """A Decoder for this model. executor None = the model's default ("batched" unless the spec
+        restricts it: checkpoints run through remote code that ignores attention masks only support
+        "uncached" with full attention)."""
+        from lopa.engine import Decoder
+        allowed = self.spec.extra.get("executors")
+        if executor is None:
+            executor = allowed[0] if allowed else "batched"
+        elif allowed and isinstance(executor, str) and executor not in allowed:
+            raise ValueError(f"{self.spec.name} runs through its own modeling code, which ignores attention masks and "
+                             f"the KV cache: only the {'/'.join(allowed)} executor works with it (got {executor!r})")
+        if self.spec.extra.get("ignores_attention_mask") and settings.attention != "full":
+            raise ValueError(f"{self.spec.name} ignores attention masks (its remote code always attends to every "
+                             f"position), so only attention='full' is honest; got {settings.attention!r}")
+        return Decoder(self.model, self.spec, settings, self.tokenizer, executor)
+
+
+def spec_from_pretrained(config, tokenizer, name: str) -> ModelSpec:
+    """Build the ModelSpec from a transformers config (+ tokenizer)."""
+    stored = dict(getattr(config, "lopa", None) or {})
+    mask = stored.get("mask_token_id", getattr(config, "mask_token_id", None))
+    if mask is None and tokenizer is not None:
+        mask = getattr(tokenizer, "mask_token_id", None)
+    if mask is None:
+        raise ValueError(f"{name}: the model has no mask token (no config.lopa.mask_token_id, config.mask_token_id "
+                         "or tokenizer mask token), so it is not a masked diffusion LM this engine can decode")
+    eos = stored.get("eos_token_ids") or getattr(config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    shift = stored.get("logit_shift", str(getattr(config, "model_type", "")).lower() in SHIFTED_MODEL_TYPES)
+    context = int(getattr(config, "max_position_embeddings", 2048) or 2048)
+    return ModelSpec(
+        mask_token_id=int(mask), eos_token_ids=tuple(eos), logit_shift=bool(shift),
+        pad_token_id=stored.get("pad_token_id", getattr(config, "pad_token_id", None)),
+        block_size=stored.get("block_size"), prompt_template=stored.get("prompt_template", "{prompt}"),
+        max_context=context, attention=stored.get("attention", "block_causal"), name=name)
+
+
+def load_tokenizer(path: Path, trust_remote_code: bool = False):
+    """The tokenizer exactly as saved. A generic `tokenizer.json` (tokenizer_class TokenizersBackend or
+    PreTrainedTokenizerFast) is loaded as is: for a qwen2 config, AutoTokenizer would otherwise
+    rebuild it as a Qwen2Tokenizer with Qwen2's own pre-tokenizer, silently changing the ids."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = path / "tokenizer_config.json"
+    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    if declared in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+
+
+def _register_npu() -> None:
+    """Ascend NPUs come through the optional `torch_npu` package (extra `.[npu]`): importing it
+    registers the "npu" device (and torch.accelerator support) with torch."""
+    import importlib.util
+    if importlib.util.find_spec("torch_npu") is not None:
+        try:
+            import torch_npu  # noqa: F401
+        except (ImportError, RuntimeError):
+            pass
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """The requested device, checked; by default the current accelerator (cuda, npu, xpu, mps alike,
+    via torch.accelerator), else the CPU."""
+    _register_npu()
+    if device:
+        try:
+            dev = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"unknown device {device!r}: {err}") from None
+        if dev.type != "cpu":
+            current = torch.accelerator.current_accelerator(check_available=True)
+            if current is None or current.type != dev.type:
+                hint = " (pip install -e '.[npu]' for Ascend)" if dev.type == "npu" else ""
+                raise ValueError(f"device {device!r} is not available here{hint}; available: "
+                                 + ", ".join(["cpu"] + ([current.type] if current is not None else [])))
+        return dev
+    return torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    # bf16 on accelerators (the checkpoints are bf16); fp16 matmuls are slow on CPU, so fp32 there.
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+# No "flash" in the name: transformers treats any such name as a FlashAttention kernel to fetch and preload.
+FLASH_OR_SDPA = "lopa_fa2_or_sdpa"
+
+
+def flash_or_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """FlashAttention-2 for forwards without a mask (bidirectional: diffusion LMs are not causal),
+    SDPA for everything else. The engine always passes a 4-D block mask, which FlashAttention cannot
+    express, so its forwards (and the shared-prefix attention's fallback) take SDPA: this function
+    is safe as that fallback, where plain "flash_attention_2" would silently ignore the mask or fail.
+    query: [B, H, L, D]; key, value: [B, Hkv, L, D]. Returns ([B, L, H, D], None)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if attention_mask is not None or not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    from flash_attn import flash_attn_func
+    out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), dropout_p=dropout,
+                          softmax_scale=scaling, causal=bool(getattr(module, "is_causal", False)))
+    return out, None
+
+
+def attention_implementation(device: torch.device) -> str:
+    """"sdpa", or on CUDA with `flash_attn` importable (extra `.[cuda]`) the flash-or-SDPA dispatcher,
+    registered with transformers under FLASH_OR_SDPA. Detected at run time; no flash_attn, no change."""
+    import importlib.util
+    if device.type != "cuda" or importlib.util.find_spec("flash_attn") is None:
+        return "sdpa"
+    return register_flash_or_sdpa()
+
+
+def register_flash_or_sdpa() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    AttentionInterface.register(FLASH_OR_SDPA, flash_or_sdpa_attention)
+    # 2-D padding masks are turned into 4-D SDPA masks (-> SDPA); no mask stays None (-> flash).
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_OR_SDPA, sdpa_mask)
+    return FLASH_OR_SDPA
+
+
+def from_pretrained_kwargs(device: torch.device) -> dict:
+    """How every loader places a model: its dtype, its attention, and on an accelerator straight
+    to the device (no full-precision copy in host memory)."""
+    kwargs = dict(dtype=pick_dtype(device), attn_implementation=attention_implementation(device), local_files_only=True)
+    if device.type != "cpu":
+        kwargs["device_map"] = {"": str(device)}
+    return kwargs
+
+
+def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+    """A stock transformers directory (config.json + weights) with its spec. No dispatch: callers
+    go through lopa.models.load, which sends Dream / LLaDA directories and presets elsewhere."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path, dev = Path(path), pick_device(device)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+        tokenizer = load_tokenizer(path, trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
+                                                     **from_pretrained_kwargs(dev))
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"could not load the model in {path}: {err}") from err
+    spec = spec_from_pretrained(config, tokenizer, path.name)
+    return LoadedModel(model.to(dev).eval(), tokenizer, spec, path)

@@ -1,0 +1,115 @@
+"""The D2F checkpoints the paper evaluates (Table 5) as presets, and where to find them on disk.
+Loading a preset is lopa.models.load's job; this module only names and locates.
+
+A preset is a base checkpoint plus a D2F LoRA adapter, named by their hub ids. Nothing is
+downloaded unless the caller allows it: a preset resolves to an explicit path, to
+CHECKPOINTS_DIR/<repo name> (where `hf download ... --local-dir` should put it), or to the local
+Hugging Face cache, and otherwise fails with the command that fetches it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lopa.models.loading import ROOT
+from lopa.settings import PAPER_PRESETS
+
+# Where `hf download ... --local-dir` should put checkpoints so presets find them without flags.
+CHECKPOINTS_DIR = Path(os.environ.get("LOPA_CHECKPOINTS", ROOT / "checkpoints"))
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A paper model: base checkpoint + D2F adapter (hub ids) and its Table 5 settings per task."""
+    base: str
+    adapter: str
+    chat: bool                                      # instruct model: prompts go through the chat template
+    tasks: dict = field(default_factory=dict)       # task -> PAPER_PRESETS key
+    description: str = ""
+
+
+PRESETS = {
+    "d2f-dream-base": Preset(
+        "Dream-org/Dream-v0-Base-7B", "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora", chat=False,
+        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
+        description="D2F-Dream-Base 7B: the paper's main model (GSM8K 4-shot, MATH, HumanEval, MBPP)"),
+    "d2f-dream-instruct": Preset(
+        "Dream-org/Dream-v0-Instruct-7B", "SJTU-Deng-Lab/D2F_Dream_Instruct_7B_Lora", chat=True,
+        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
+        description="D2F-Dream-Instruct 7B (chat template)"),
+    "d2f-diffucoder": Preset(
+        "apple/DiffuCoder-7B-Instruct", "SJTU-Deng-Lab/D2F_DiffuCoder_Instruct_7B_Lora", chat=True,
+        tasks={"humaneval": "diffucoder-humaneval+", "mbpp": "diffucoder-mbpp+"},
+        description="D2F-DiffuCoder 7B (HumanEval+, MBPP+; max_prob confidence)"),
+}
+
+
+def task_settings(preset: str, task: str) -> dict:
+    """DecodeSettings fields of the paper's row for `task` with `preset` (Table 5; length 512)."""
+    tasks = PRESETS[preset].tasks
+    if task not in tasks:
+        raise ValueError(f"{preset} has no paper row for {task!r}; it has {', '.join(tasks)}")
+    return {**PAPER_PRESETS[tasks[task]], "max_new_tokens": 512}
+
+
+def _hf_cached(repo_id: str) -> Path | None:
+    """The snapshot of `repo_id` in the local Hugging Face cache, without touching the network."""
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:   # not cached (the hub raises several types for this), or hub client missing
+        return None
+
+
+def _locate(repo_id: str, explicit, marker: str, allow_download: bool) -> tuple[Path | None, str]:
+    """Path of one checkpoint: explicit path, CHECKPOINTS_DIR/<name>, HF cache, download if allowed."""
+    local = CHECKPOINTS_DIR / repo_id.split("/")[-1]
+    if explicit is not None:
+        explicit = Path(explicit)
+        ok = (explicit / marker).is_file()
+        return (explicit if ok else None), (f"{explicit} has no {marker}" if not ok else str(explicit))
+    for candidate in (local, _hf_cached(repo_id)):
+        if candidate is not None and (candidate / marker).is_file():
+            return candidate, str(candidate)
+    if allow_download:
+        from huggingface_hub import snapshot_download
+        try:
+            return Path(snapshot_download(repo_id, local_dir=local)), str(local)
+        except Exception as err:   # network, auth or disk: report it with the manual command below
+            return None, f"download of {repo_id} failed ({err}); try: hf download {repo_id} --local-dir {local}"
+    return None, f"{repo_id} is not on disk; get it with: hf download {repo_id} --local-dir {local}"
+
+
+def resolve_preset(name: str, base_path=None, lora_path=None, allow_download: bool = False) -> tuple[Path, Path]:
+    """(base dir, adapter dir) of a preset, or ValueError naming what is missing and how to get it."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    base, base_msg = _locate(preset.base, base_path, "config.json", allow_download)
+    adapter, adapter_msg = _locate(preset.adapter, lora_path, "adapter_config.json", allow_download)
+    if base is None or adapter is None:
+        missing = [m for p, m in ((base, base_msg), (adapter, adapter_msg)) if p is None]
+        raise ValueError(f"preset {name} needs base {preset.base} and adapter {preset.adapter}: " + "; ".join(missing)
+                         + f" (or pass --base-path DIR --lora-path DIR; set LOPA_CHECKPOINTS to change {CHECKPOINTS_DIR})")
+    return base, adapter
+
+
+def availability(name: str, base_path=None, lora_path=None) -> tuple[bool, str]:
+    """(ok, message) for the app's model picker: whether `name` loads offline, and if not, why and how to fix it."""
+    try:
+        base, adapter = resolve_preset(name, base_path, lora_path)
+    except ValueError as err:
+        return False, str(err)
+    return True, f"{name}: base {base}, adapter {adapter}"
+
+
+def list_presets() -> list[dict]:
+    """One row per preset for pickers: name, description, hub ids, tasks, availability."""
+    rows = []
+    for name, preset in PRESETS.items():
+        ok, message = availability(name)
+        rows.append({"name": name, "description": preset.description, "base": preset.base,
+                     "adapter": preset.adapter, "tasks": list(preset.tasks), "available": ok, "message": message})
+    return rows

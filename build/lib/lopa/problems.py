@@ -1,0 +1,167 @@
+"""Seeded GSM8K-style multi-step arithmetic word problems for the bundled tiny model.
+
+Each problem follows one person's stock of one kind of object through `steps` operations
+(buy, give away, scale, split into boxes, sell at a price). Every operation acts on the
+previous result, so a later step cannot be written before the earlier one is known: this
+dependency is what makes the token filling order matter (LoPA, Sec. 1).
+
+The wording uses a handful of short templates on purpose: a tiny model trained on a CPU
+has little capacity, and it should go to copying operands and doing the arithmetic, not to
+prose. Answers are written the GSM8K way, one reasoning line per step with a calculator
+annotation `<<a+b=c>>c`, then a final `#### c` line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+NAMES = ("Tom", "Anna", "Ben", "Mia", "Sam", "Lily", "Jack", "Emma", "Leo", "Sara")
+PRONOUNS = {"Tom": "He", "Ben": "He", "Sam": "He", "Jack": "He", "Leo": "He",
+            "Anna": "She", "Mia": "She", "Lily": "She", "Emma": "She", "Sara": "She"}
+FRIENDS = ("a friend", "a cousin", "a neighbor", "the teacher", "a classmate")
+OBJECTS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "eggs")
+
+# Question sentence / answer line per operation; {a} previous amount, {b} operand, {c} result.
+TEMPLATES = {
+    "add": ("{P} buys {b} more.", "{N} now has <<{a}+{b}={c}>>{c} {o}."),
+    "get": ("{P} gets {b} more from {f}.", "{N} now has <<{a}+{b}={c}>>{c} {o}."),
+    "sub": ("{P} gives {b} to {f}.", "{N} has <<{a}-{b}={c}>>{c} {o} left."),
+    "mul": ("Then {p} ends up with {b} times as many.", "{N} ends up with <<{a}*{b}={c}>>{c} {o}."),
+    "div": ("{P} splits them equally into {b} boxes and keeps one box.",
+            "{N} keeps <<{a}/{b}={c}>>{c} {o}."),
+}
+# The sell step only appears last, because it changes the question (dollars, not objects).
+SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dollars.")
+
+# Every amount stays below this. 30 keeps the arithmetic (results up to 29, two digits) within
+# what a 1.4M-parameter model learns in an hour on a CPU; the first recipe (200) did not (README).
+DEFAULT_MAX_VALUE = 30
+
+HELDOUT_MOD = 5  # one question in five (by hash) belongs to the held-out split
+
+ANSWER_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+
+
+def final_answer(text: str) -> str | None:
+    """The number after the last `#### `, commas dropped; None when there is none."""
+    found = ANSWER_RE.findall(text)
+    if not found:
+        return None
+    return found[-1].replace(",", "")
+
+
+def _operand(rng: random.Random, op: str, a: int, max_value: int) -> int | None:
+    """A valid operand for `op` on amount `a`, or None when `op` cannot apply to `a`."""
+    if op in ("add", "get"):
+        hi = min(max_value // 4, max_value - 1 - a)
+        return rng.randint(1, hi) if hi >= 1 else None
+    if op == "sub":
+        hi = min(max_value // 4, a - 1)
+        return rng.randint(1, hi) if hi >= 1 else None
+    if op in ("mul", "sell"):
+        ks = [k for k in range(2, 6) if a * k < max_value]
+        return rng.choice(ks) if ks else None
+    if op == "div":
+        ks = [k for k in range(2, 6) if a % k == 0 and a // k >= 2]
+        return rng.choice(ks) if ks else None
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    return {"add": a + b, "get": a + b, "sub": a - b, "mul": a * b, "sell": a * b,
+            "div": a // b}[op]
+
+
+def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VALUE) -> dict:
+    """One problem with `steps` dependent operations; every intermediate stays < max_value."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if max_value < 20:
+        raise ValueError(f"max_value must be >= 20 so every operation can apply, got {max_value}")
+    name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
+    pron = PRONOUNS[name]
+    a = rng.randint(2, max_value // 4)
+    question = [f"{name} has {a} {obj}."]
+    answer = []
+    for i in range(steps):
+        last = i == steps - 1
+        ops = list(TEMPLATES) + (["sell"] if last else [])
+        while True:  # some operations do not fit every amount (e.g. 7 split into boxes)
+            op = rng.choice(ops)
+            b = _operand(rng, op, a, max_value)
+            if b is not None:
+                break
+        c = _apply(op, a, b)
+        q_tpl, a_tpl = SELL if op == "sell" else TEMPLATES[op]
+        fields = dict(P=pron, p=pron.lower(), N=name, o=obj, f=rng.choice(FRIENDS), a=a, b=b, c=c)
+        question.append(q_tpl.format(**fields))
+        answer.append(a_tpl.format(**fields))
+        a = c
+    if op == "sell":
+        question.append(f"How many dollars does {name} earn?")
+    else:
+        question.append(f"How many {obj} does {name} have now?")
+    answer.append(f"#### {a}")
+    return {"question": " ".join(question), "answer": "\n".join(answer)}
+
+
+def is_heldout(question: str) -> bool:
+    """Split membership by a hash of the question text, so the splits can never share one."""
+    digest = hashlib.sha256(question.encode()).digest()
+    return digest[0] % HELDOUT_MOD == 0
+
+
+def sample_steps(rng: random.Random, max_steps: int) -> int:
+    return rng.randint(1, max_steps)
+
+
+def split(name: str, n: int, seed: int = 0, max_steps: int = 3, max_value: int = DEFAULT_MAX_VALUE) -> list[dict]:
+    """`n` distinct problems from split `name` ("train" or "heldout"), 1..max_steps steps."""
+    if name not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {name!r}")
+    want_heldout = name == "heldout"
+    rng = random.Random(f"{name}-{seed}")
+    seen, out = set(), []
+    while len(out) < n:
+        p = make_problem(rng, sample_steps(rng, max_steps), max_value)
+        if is_heldout(p["question"]) != want_heldout or p["question"] in seen:
+            continue
+        seen.add(p["question"])
+        out.append(p)
+    return out
+
+
+def write_jsonl(path: str | Path, problems: list[dict]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in problems:
+            f.write(json.dumps({"question": p["question"], "answer": p["answer"]}) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    with Path(path).open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write a split of synthetic problems as GSM8K-format JSONL.")
+    ap.add_argument("--split", default="heldout", choices=("train", "heldout"))
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=3)
+    ap.add_argument("--max-value", type=int, default=DEFAULT_MAX_VALUE)
+    ap.add_argument("--out", default="assets/data/synthetic/heldout.jsonl")
+    args = ap.parse_args(argv)
+    write_jsonl(args.out, split(args.split, args.n, args.seed, args.max_steps, args.max_value))
+    print(f"wrote {args.n} {args.split} problems to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

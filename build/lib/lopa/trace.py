@@ -1,0 +1,203 @@
+"""The trace: one RoundRecord per round, and the RunResult that collects them with metrics.
+
+A record holds plain Python data (no tensors), enough to re-derive every decision of the round
+without the model (tests/test_trace.py does exactly that). Positions are indices into the
+generated sequence (0 = first position after the prompt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRACE_FORMAT = "lopa-trace/1"
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    kind: str                           # "prefill" (first forward), "round", or "final" (no forward needed)
+    window_start: int                   # generated index of window position 0 during the forward
+    # The anchor (round's step 1) and lookahead (step 2), computed from the previous winner's logits.
+    anchor_positions: list[int]
+    anchor_tokens: list[int]
+    lookahead_positions: list[int]      # p_j of branch j = 1..k, best Conf first
+    lookahead_tokens: list[int]
+    # One entry per verified branch (index 0 = anchor): its window and, per still-masked position,
+    # what the forward predicted there.
+    branch_tokens: list[list[int]]      # window tokens as verified (mask id where masked)
+    branch_positions: list[list[int]]   # still-masked generated positions
+    branch_max_prob: list[list[float]]
+    branch_conf: list[list[float]]
+    branch_argmax: list[list[int]]      # predicted token (sampled when temperature > 0)
+    branch_scores: list[float]          # C(B_j); inf when nothing is left masked
+    branch_rank: list[int]              # process rank that computed each branch (0 in one process)
+    winner: int
+    block_states: list[str]             # after the round, of the winner (cached/complete/active_full/active_semi)
+    committed: int                      # tokens this round added to the state (anchor + winning lookahead)
+    n_cached_blocks: int                # blocks in the prefix cache after the round
+    forward_seconds: float
+    round_seconds: float
+    extra: dict = field(default_factory=dict)   # executor timings (gather, commit, bytes), free-form
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RoundRecord:
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data and n != "extra"]
+        if missing:
+            raise ValueError(f"not a LoPA round record: missing {missing}")
+        return cls(**{n: data[n] for n in names if n in data})
+
+
+def _first_eos(tokens: list[int], eos_ids: list[int]) -> int | None:
+    return next((i for i, t in enumerate(tokens) if t in eos_ids), None)
+
+
+def metrics(run: RunResult | None) -> dict:
+    """The design note's metrics, the one place they are computed: the CLI, the benchmarks, the
+    app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
+    live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
+    Forwards: a batched k + 1 forward counts once, the prompt round counts, a final round without
+    a forward does not. TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
+    every position of every appended block, EOS padding included."""
+    records = run.records if run is not None else []
+    forwards = sum(r.kind != "final" for r in records)
+    latency = sum(r.round_seconds for r in records)
+    first = records[0].round_seconds if records else 0.0
+    useful = len(run.useful_tokens) if records else 0
+    paper = sum(t != run.spec["mask_token_id"] for t in run.tokens) if records else 0
+    return {
+        "rounds": len(records),
+        "forwards": forwards,
+        "tokens_useful": useful,
+        "tokens_paper": paper,
+        "tpf_useful": useful / forwards if forwards else 0.0,
+        "tpf_paper": paper / forwards if forwards else 0.0,
+        "latency_s": latency,
+        "tps": useful / latency if latency > 0 else 0.0,
+        "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
+        "forward_s": sum(r.forward_seconds for r in records),
+        "first_round_s": first,
+    }
+
+
+@dataclass
+class RunResult:
+    """A finished (or stopped) run: inputs, every round, the output and its metrics."""
+    prompt: str
+    prompt_ids: list[int]
+    settings: dict
+    spec: dict
+    records: list[RoundRecord]
+    tokens: list[int]                   # every generated position (all appended blocks)
+    text: str = ""                      # answer text up to the first EOS
+    stopped: bool = False               # cancelled before it finished
+
+    @property
+    def useful_tokens(self) -> list[int]:
+        """Generated tokens up to and including the first EOS (still-masked positions of a
+        stopped run are not tokens)."""
+        end = _first_eos(self.tokens, self.spec["eos_token_ids"])
+        kept = self.tokens if end is None else self.tokens[:end + 1]
+        return [t for t in kept if t != self.spec["mask_token_id"]]
+
+    def metrics(self) -> dict:
+        return metrics(self)
+
+    # -- serialisation -----------------------------------------------------------------------
+    def header(self) -> dict:
+        return {"format": TRACE_FORMAT, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
+                "settings": self.settings, "spec": self.spec, "tokens": self.tokens, "text": self.text,
+                "stopped": self.stopped}
+
+    def to_json(self) -> str:
+        return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"not a JSON trace: {err}") from None
+        if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
+            raise ValueError(f"not a LoPA trace (expected format {TRACE_FORMAT!r})")
+        return cls._from_parts(data, data.get("records", []))
+
+    @classmethod
+    def _from_parts(cls, header: dict, records: list[dict]) -> RunResult:
+        try:
+            return cls(prompt=header["prompt"], prompt_ids=list(header["prompt_ids"]), settings=header["settings"],
+                       spec=header["spec"], records=[RoundRecord.from_dict(r) for r in records],
+                       tokens=list(header["tokens"]), text=header.get("text", ""),
+                       stopped=bool(header.get("stopped", False)))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"not a LoPA trace: missing or malformed field {err}") from None
+
+    def to_dataframe(self):
+        """One row per round; list-valued columns stay lists. The run header rides in `df.attrs`."""
+        import pandas as pd
+        df = pd.DataFrame([r.to_dict() for r in self.records], columns=[f.name for f in dataclasses.fields(RoundRecord)])
+        df["extra"] = df["extra"].map(json.dumps)
+        df.attrs["lopa"] = json.dumps(self.header())
+        return df
+
+    @classmethod
+    def from_dataframe(cls, df) -> RunResult:
+        if "lopa" not in df.attrs:
+            raise ValueError("DataFrame has no LoPA run header in df.attrs['lopa']")
+        rows = []
+        for row in df.to_dict(orient="records"):
+            row = {k: _plain(v) for k, v in row.items()}
+            row["extra"] = json.loads(row["extra"]) if isinstance(row.get("extra"), str) else (row.get("extra") or {})
+            rows.append(row)
+        return cls._from_parts(json.loads(df.attrs["lopa"]), rows)
+
+    def save(self, path: str | Path) -> Path:
+        """Write JSON (.json) or Parquet (.parquet); the suffix decides."""
+        path = Path(path)
+        if path.suffix == ".json":
+            path.write_text(self.to_json())
+        elif path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+            df = self.to_dataframe()
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"lopa": df.attrs["lopa"].encode()})
+            pq.write_table(table, path)
+        else:
+            raise ValueError(f"trace file must end in .json or .parquet, got {path.name!r}")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        """Read a trace written by `save`. Only parses data; nothing in the file is executed."""
+        path = Path(path)
+        if path.suffix == ".json":
+            return cls.from_json(path.read_bytes().decode("utf-8", errors="strict"))
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+            try:
+                table = pq.read_table(path)
+            except Exception as err:  # pyarrow raises several types for corrupt files
+                raise ValueError(f"not a readable Parquet file: {err}") from None
+            meta = (table.schema.metadata or {}).get(b"lopa")
+            if meta is None:
+                raise ValueError("Parquet file has no LoPA run header")
+            df = table.to_pandas()
+            df.attrs["lopa"] = meta.decode()
+            return cls.from_dataframe(df)
+        raise ValueError(f"trace file must end in .json or .parquet, got {path.name!r}")
+
+
+def _plain(value):
+    """numpy arrays and scalars from pandas/pyarrow back to Python lists and numbers."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

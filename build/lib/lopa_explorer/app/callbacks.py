@@ -1,0 +1,280 @@
+"""Callbacks of the round-by-round view: plain functions of (session, UI values) -> output tuples.
+
+Each returns (or yields) values in the order of a module constant (LIVE_OUTPUTS, VIEW_OUTPUTS),
+which the wiring maps to components by name; tests call these directly, without a browser.
+Errors the user can cause (bad prompt, settings, files, model directory) become a message in
+the status panel and a toast; the app keeps serving.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from lopa import PAPER_PRESETS, RunResult
+from lopa.trace import metrics
+
+from .gpu import gpu
+from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
+from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
+from .viz import (
+    branches_table,
+    confidence_heatmap,
+    counters_html,
+    explain_round,
+    rank_lanes,
+    token_canvas,
+    tokens_per_round_chart,
+)
+
+# "ranks" last: API clients read the earlier outputs by position.
+VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
+LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS
+# While streaming, the least seconds between two renders of each kind of heavy output (always drawn
+# at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on
+# a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
+REFRESH_S = {"html": 0.25, "plots": 1.0}
+VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
+              "explanation": "html"}
+PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() if k != "max_new_tokens"},
+           **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
+
+
+def error_message(err: Exception | str) -> str:
+    """Status-panel Markdown for a problem the user can fix; also raised as a toast."""
+    text = str(err)
+    gr.Warning(text)
+    return f"**⚠ Error:** {text}"
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tuple:
+    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest); outputs whose
+    kind (VIEW_KINDS) is not in `kinds` are gr.skip() and cost nothing."""
+    run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
+    r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
+    names = session.names
+    render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
+              "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
+              "chart": lambda: tokens_per_round_chart(run, r),
+              "explanation": lambda: explain_round(run, r, names)}
+    return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
+
+
+def _slider(session: Session):
+    last = max(session.n_rounds - 1, 0)
+    return gr.update(maximum=max(last, 1), value=last)
+
+
+def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
+    """LIVE_OUTPUTS for the latest round. Counters always; each kind of heavy output only when
+    `final` or REFRESH_S has passed since it was last sent (gr.skip() otherwise)."""
+    now = time.perf_counter()
+    due = tuple(kind for kind, every in REFRESH_S.items()
+                if final or (session.run is not None and now - session.last_render[kind] >= every))
+    session.last_render.update({kind: now for kind in due})
+    answer = session.run.text if session.run is not None else ""
+    counters = counters_html(session.run, session.elapsed, session.status())
+    return (status, counters, _slider(session), answer) + view(session, kinds=due)
+
+
+def _start_or_continue(session: Session, prompt: str, values) -> None:
+    """Begin a new decode unless a paused one of the same prompt, settings and backend can continue.
+    `values`: the settings inputs, optionally followed by the backend inputs (app.session.parse_ui)."""
+    settings, backend = parse_ui(*values)
+    if not session.matches(prompt, settings, backend):
+        loaded = MODELS.bp_group(backend.workers) if backend.parallel else MODELS.get()
+        session.begin(loaded, prompt, settings, backend=backend)
+
+
+def bp_fault_message(err: RuntimeError) -> str:
+    """A branch-parallel fault (a rank died, a timeout, a superseded run) as a page message."""
+    return error_message(f"the branch-parallel backend failed: {err}. The decode was stopped; the next Run or "
+                         "Step starts the worker ranks again (or choose the single-process backend).")
+
+
+def _bp_fault(session: Session, err: RuntimeError, backend: Backend) -> str:
+    """Status for a RuntimeError during a branch-parallel decode; re-raises any other RuntimeError,
+    so the single-process backend behaves as before."""
+    if not backend.parallel:
+        raise err
+    session.close()          # the snapshot of the rounds before the fault stays on the page
+    return bp_fault_message(err)
+
+
+def _backend_of(values) -> Backend:
+    """The backend the inputs ask for (single process when they are not valid: parse_ui says why)."""
+    try:
+        return parse_ui(*values)[1]
+    except ValueError:
+        return Backend()
+
+
+def _describe(session: Session) -> str:
+    r = session.run
+    if r is None:
+        return ""
+    m = metrics(r)
+    state = "stopped (cancelled)" if r.stopped else "finished"
+    return f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
+
+
+# -- Run / Step / Stop / Reset ------------------------------------------------------------------
+@gpu
+def run_stream(session: Session, prompt: str, *values):
+    """Stream the decode live: one yield per round as the engine computes it (not a replay).
+    Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
+    session.stop_requested = False
+    session.start_clock()
+    try:
+        _start_or_continue(session, prompt, values)
+        session.streaming = True
+        yield live_outputs(session, "Running…", final=False)
+        while (record := session.pull()) is not None:
+            if session.stop_requested:
+                session.cancel()
+                break
+            yield live_outputs(session, f"Running… round {record.round}", final=False)
+        status = f"Done: {_describe(session)}"
+    except ValueError as err:
+        status = error_message(err)
+    except RuntimeError as err:
+        status = _bp_fault(session, err, _backend_of(values))
+    finally:                         # also when the browser goes away mid-run (GeneratorExit)
+        session.streaming = False
+        session.stop_clock()
+    yield live_outputs(session, status)
+
+
+@gpu
+def step_once(session: Session, prompt: str, *values) -> tuple:
+    """Advance exactly one round (starting a decode if none is live for this prompt and settings)."""
+    session.start_clock()
+    try:
+        _start_or_continue(session, prompt, values)
+        record = session.pull()
+    except ValueError as err:
+        session.stop_clock()
+        return (error_message(err),) + live_outputs(session, "")[1:]
+    except RuntimeError as err:
+        session.stop_clock()
+        return (_bp_fault(session, err, _backend_of(values)),) + live_outputs(session, "")[1:]
+    session.stop_clock()
+    if record is None:
+        return live_outputs(session, f"Done: {_describe(session)} Step again to start a new decode.")
+    return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
+                                 "Run to continue to the end.")
+
+
+def stop_run(session: Session) -> tuple:
+    """(status, counters). A streaming Run stops after its current round; a paused decode stops now."""
+    if session.streaming:
+        session.stop_requested = True
+        return "Stopping after the current round…", gr.skip()
+    if session.stream is not None:
+        session.cancel()
+        return f"Stopped: {_describe(session)}", counters_html(session.run, session.elapsed, session.status())
+    return "Nothing is running.", gr.skip()
+
+
+def reset_session(session: Session) -> tuple:
+    """Drop the decode and clear the view (LIVE_OUTPUTS)."""
+    session.close()
+    session.run, session.names, session.source, session.elapsed_before = None, {}, "idle", 0.0
+    return live_outputs(session, "Reset. Press Run or Step to start.")
+
+
+# -- scrub / play -------------------------------------------------------------------------------
+def show_round(session: Session, r) -> tuple:
+    """Heavy view of a recorded round (the slider)."""
+    return view(session, r)
+
+
+def toggle_play(session: Session, playing: bool, r) -> tuple:
+    """(timer, play button, playing). Play from the current round; from the start if at the end."""
+    if playing or session.n_rounds < 2:
+        return gr.Timer(active=False), gr.update(value="▶ Play"), False
+    return gr.Timer(active=True), gr.update(value="⏸ Pause"), True
+
+
+def play_tick(session: Session, playing: bool, r) -> tuple:
+    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS for the next round.
+    A tick that arrives after Pause changes nothing; only Play, Pause and the last round switch the
+    timer, so a tick in flight cannot restart it."""
+    if not playing or session.n_rounds == 0:
+        return (gr.skip(), gr.Timer(active=False), gr.skip(), False) + tuple(gr.skip() for _ in VIEW_OUTPUTS)
+    n = session.n_rounds
+    nxt = 0 if r is None or int(r) >= n - 1 else int(r) + 1
+    done = nxt >= n - 1
+    controls = (gr.update(value=nxt), gr.Timer(active=False) if done else gr.skip(),
+                gr.update(value="▶ Play") if done else gr.skip(), not done)
+    return controls + view(session, nxt)
+
+
+# -- traces -------------------------------------------------------------------------------------
+def export_trace(session: Session, fmt: str) -> tuple:
+    """(file, status): the current trace written as JSON or Parquet for download."""
+    if session.run is None:
+        return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
+    suffix = ".parquet" if str(fmt).lower().startswith("parquet") else ".json"
+    folder = Path(tempfile.mkdtemp(prefix="lopa-trace-"))
+    path = session.run.save(folder / f"lopa-trace-{time.strftime('%Y%m%d-%H%M%S')}{suffix}")
+    return gr.update(value=str(path), visible=True), f"Exported {session.n_rounds} rounds to `{path.name}`."
+
+
+def load_trace(session: Session, file) -> tuple:
+    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load)."""
+    path = getattr(file, "name", file)
+    if not path:
+        return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
+    try:
+        run = RunResult.load(path)
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+    if not run.records:
+        return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
+    tokenizer = tokenizer_for_trace(run.spec)
+    names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
+    session.replay(run, names)
+    where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
+    k = run.settings.get("k", "?")
+    return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "
+                                 f"with {where}. Prompt: “{run.prompt[:120]}”")
+
+
+def clear_upload():
+    """Empty the upload box after a trace was read, ready for the next file."""
+    return None
+
+
+# -- model and settings -------------------------------------------------------------------------
+@gpu
+def warm_model() -> str:
+    """Load the shared model on first page view so the first Run starts at once (never at import)."""
+    try:
+        warm = MODELS.warm_up()
+        if warm is not None:         # plotly builds its validators on first use: a second, once
+            view(Session(run=warm))
+    except ValueError as err:
+        return MODELS.describe() + f"\n\n**⚠ Error:** {err}"
+    return MODELS.describe()
+
+
+@gpu
+def load_model_dir(path: str) -> tuple:
+    """(model info, status): switch every session to another local model; on failure keep the old one."""
+    try:
+        MODELS.load(path)
+    except ValueError as err:
+        kept = MODELS.loaded.spec.name if MODELS.loaded is not None else MODELS.default.name
+        return MODELS.describe(), error_message(f"{err} — still using `{kept}`.")
+    return MODELS.describe(), f"Loaded `{MODELS.loaded.spec.name}`; it is now shared by every session."
+
+
+def apply_preset(name: str) -> tuple:
+    """Values for the settings inputs (SETTING_NAMES order); settings a preset leaves open are skipped."""
+    preset = PRESETS.get(name, {})
+    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES)

@@ -1,0 +1,144 @@
+"""Layout only: each build_<panel>() creates its components inside the current gr.Blocks and
+returns them in a dict by name. No events here (see app/wiring.py)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD
+
+from .callbacks import PRESETS, VIEW_OUTPUTS, view
+from .compare import BASELINES
+from .models import MODELS, example_prompts
+from .session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
+
+INTRO = """# LoPA Explorer
+Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
+Each round the *anchor* commits every confident token; then *k lookahead branches* each add one more token, all
+k+1 are verified in one batched forward, and the branch whose remaining positions became most confident wins."""
+
+
+def build_model_panel() -> dict:
+    with gr.Group():
+        info = gr.Markdown(MODELS.describe(), elem_id="model-info")
+        with gr.Row():
+            model_dir = gr.Textbox(label="model directory (local Hugging Face folder)", value=str(MODELS.default),
+                                   scale=4, elem_id="model-dir")
+            load = gr.Button("Load model", scale=1, min_width=90, elem_id="load-model")
+    return {"model_info": info, "model_dir": model_dir, "load_model": load}
+
+
+def build_input_panel() -> dict:
+    examples = example_prompts()
+    prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=3, value=examples[0] if examples else "",
+                        elem_id="prompt")
+    gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="examples: held-out synthetic problems, "
+                "then GSM8K test questions", examples_per_page=8)
+    return {"prompt": prompt}
+
+
+def build_settings_panel() -> dict:
+    d = APP_DEFAULTS
+    with gr.Accordion("Decoding settings", open=True):
+        preset = gr.Dropdown(list(PRESETS), value=list(PRESETS)[0], label="preset (paper: Table 5; keeps max new tokens)",
+                             elem_id="preset")
+        k = gr.Slider(0, MAX_LOOKAHEAD, value=d["k"], step=1, label="k: lookahead branches (0 = D2F vanilla)", elem_id="k")
+        tau_conf = gr.Slider(0.01, 1.0, value=d["tau_conf"], step=0.01, label="τ_conf: commit when max prob >",
+                             elem_id="tau-conf")
+        tau_add = gr.Slider(0.01, 1.0, value=d["tau_add"], step=0.01, label="τ_add: add a block at decoded fraction",
+                            elem_id="tau-add")
+        tau_act = gr.Slider(0.01, 1.0, value=d["tau_act"], step=0.01, label="τ_act: fully activate the next block at",
+                            elem_id="tau-act")
+        with gr.Row():
+            block_size = gr.Number(value=d["block_size"], precision=0, label="block size N", elem_id="block-size")
+            max_new_tokens = gr.Number(value=d["max_new_tokens"], precision=0, label="max new tokens (multiple of N)",
+                                       elem_id="max-new-tokens")
+        with gr.Row():
+            confidence = gr.Dropdown(list(CONFIDENCE_METRICS), value=d["confidence"], label="confidence metric Conf",
+                                     elem_id="confidence")
+            attention = gr.Dropdown(list(ATTENTION_MODES), value=d["attention"], label="attention in the window",
+                                    elem_id="attention")
+        with gr.Row():
+            temperature = gr.Number(value=d["temperature"], label="temperature (0 = greedy)", elem_id="temperature")
+            seed = gr.Number(value=d["seed"], precision=0, label="seed", elem_id="seed")
+    # ---- BACKEND SLOT --------------------------------------------------------------------------
+    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.models.ModelCache.bp_group.
+    with gr.Group(elem_id="backend-slot"):
+        with gr.Row():
+            backend = gr.Radio([SINGLE, BRANCH_PARALLEL], value=SINGLE, label="backend", scale=3, elem_id="backend")
+            workers = gr.Number(value=WORKER_RANGE[0], precision=0,    # range checked by the callbacks, with a message
+                                label=f"workers (ranks, {WORKER_RANGE[0]}–{WORKER_RANGE[1]})", scale=1,
+                                elem_id="workers")
+        gr.Markdown("*Branch-parallel: the k+1 branches are spread over worker processes, each with a model replica "
+                    "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
+    # ---- END BACKEND SLOT ----------------------------------------------------------------------
+    return {"preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
+            "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
+            "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
+            "workers": workers}
+
+
+def build_controls() -> dict:
+    with gr.Row():
+        run = gr.Button("▶ Run", variant="primary", elem_id="run")
+        stop = gr.Button("■ Stop", variant="stop", elem_id="stop")
+        step = gr.Button("Step one round", elem_id="step")
+        reset = gr.Button("Reset", elem_id="reset")
+    status = gr.Markdown("Press **Run** to stream a decode live, or **Step** to advance one round.", elem_id="status")
+    counters = gr.HTML(elem_id="counters")
+    return {"run": run, "stop": stop, "step": step, "reset": reset, "status": status, "counters": counters}
+
+
+def build_round_view() -> dict:
+    with gr.Row():
+        round_slider = gr.Slider(0, 1, value=0, step=1, label="round (scrub through recorded rounds)", scale=5,
+                                 elem_id="round-slider")
+        play = gr.Button("▶ Play", scale=1, min_width=90, elem_id="play")
+    timer = gr.Timer(0.6, active=False)
+    # Start with the empty views: the page then loads plotly.js (~2 s on a small CPU) when it opens,
+    # not when the first round arrives.
+    empty = dict(zip(VIEW_OUTPUTS, view(Session())))
+    canvas = gr.HTML(empty["canvas"], elem_id="canvas")
+    answer = gr.Textbox(label="output so far (up to the first EOS)", lines=3, interactive=False, elem_id="answer")
+    explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
+    branches = gr.HTML(empty["branches"], elem_id="branches")
+    heatmap = gr.Plot(empty["heatmap"], label="confidence: branches × masked positions", elem_id="heatmap")
+    ranks = gr.Plot(empty["ranks"], label="rank lanes: who computed which branch, and when", elem_id="rank-lanes")
+    chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
+    return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
+            "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart}
+
+
+def build_trace_panel() -> dict:
+    with gr.Accordion("Save / replay a trace", open=True):
+        with gr.Row():
+            fmt = gr.Radio(["JSON", "Parquet"], value="JSON", label="format", elem_id="export-format")
+            export = gr.Button("Export trace", elem_id="export")
+        export_file = gr.File(label="download", interactive=False, elem_id="export-file")
+        upload = gr.File(label="load a trace (.json / .parquet) to replay it without a model",
+                         file_types=[".json", ".parquet"], elem_id="trace-upload")
+    return {"export_format": fmt, "export": export, "export_file": export_file, "trace_upload": upload}
+
+
+def build_compare_panel() -> dict:
+    gr.Markdown("Decode the same prompt with the same settings twice: a vanilla baseline and LoPA. "
+                "The rounds alternate, so both sides stream live.")
+    with gr.Row():
+        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="vanilla baseline", elem_id="baseline")
+        compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
+        stop = gr.Button("■ Stop", variant="stop", elem_id="compare-stop")
+    status = gr.Markdown(elem_id="compare-status")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            base_counters = gr.HTML(elem_id="base-counters")
+            base_answer = gr.Textbox(label="vanilla output", lines=3, interactive=False, elem_id="base-answer")
+            base_tfo = gr.Plot(label="vanilla TFO map", elem_id="base-tfo")
+        with gr.Column():
+            lopa_counters = gr.HTML(elem_id="lopa-counters")
+            lopa_answer = gr.Textbox(label="LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
+            lopa_tfo = gr.Plot(label="LoPA TFO map", elem_id="lopa-tfo")
+    summary = gr.Markdown(elem_id="compare-summary")
+    return {"baseline": baseline, "compare": compare, "compare_stop": stop, "compare_status": status,
+            "base_counters": base_counters, "base_answer": base_answer, "base_tfo": base_tfo,
+            "lopa_counters": lopa_counters, "lopa_answer": lopa_answer, "lopa_tfo": lopa_tfo,
+            "compare_summary": summary}

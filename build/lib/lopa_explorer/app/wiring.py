@@ -1,0 +1,100 @@
+"""The one place where components meet callbacks: build_demo() lays out the panels, wire() connects
+every event. Model events share one concurrency group of size 1 (the model is shared by all
+sessions and a CPU runs one forward well at a time); view-only events run beside them."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import callbacks as cb
+from .compare import COMPARE_OUTPUTS, compare_stream, stop_compare
+from .panels import (
+    INTRO,
+    build_compare_panel,
+    build_controls,
+    build_input_panel,
+    build_model_panel,
+    build_round_view,
+    build_settings_panel,
+    build_trace_panel,
+)
+from .session import BACKEND_NAMES, SETTING_NAMES, new_session
+
+MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
+VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
+QUEUE = dict(max_size=32, default_concurrency_limit=1)
+CSS = """
+#counters, #base-counters, #lopa-counters {min-height: 64px}
+.lopa-canvas {overflow-x: auto}
+#backend-slot {border: 1px dashed #999}
+"""
+LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default())
+
+
+def build_demo() -> gr.Blocks:
+    """The whole app; nothing is loaded until a user needs the model."""
+    with gr.Blocks(title="LoPA Explorer") as demo:
+        gr.Markdown(INTRO)
+        # A factory, not an instance: gradio calls it once per browser session.
+        c: dict = {"session": gr.State(new_session), "playing": gr.State(False)}
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=320):
+                c.update(build_model_panel())
+                c.update(build_input_panel())
+                c.update(build_settings_panel())
+            # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
+            # and those errors made the browser drop other components' updates.
+            with gr.Column(scale=3):
+                with gr.Column(elem_id="round-view"):
+                    gr.Markdown("## Round by round")
+                    c.update(build_controls())
+                    c.update(build_round_view())
+                c.update(build_trace_panel())
+                with gr.Column(elem_id="compare-view"):
+                    gr.Markdown("## Vanilla vs LoPA")
+                    c.update(build_compare_panel())
+        wire(demo, c)
+    demo.queue(**QUEUE)
+    return demo
+
+
+def wire(demo: gr.Blocks, c: dict) -> None:
+    """Connect every event. `c` maps names (as in the callbacks' output constants) to components."""
+    def pick(*names):
+        return [c[n] for n in names]
+
+    session, settings = c["session"], pick(*SETTING_NAMES)
+    live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
+    backend = pick(*BACKEND_NAMES)          # after the settings: the callbacks' values are settings + backend
+
+    # Model events: run, step, compare, model loading.
+    c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
+                               show_progress="hidden", **MODEL)
+    c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
+                    show_progress="hidden", **MODEL)
+    c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
+                                       pick(*COMPARE_OUTPUTS), api_name="compare", show_progress="hidden", **MODEL)
+    c["load_model"].click(cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
+                          **MODEL)
+    demo.load(cb.warm_model, None, [c["model_info"]], api_visibility="private", **MODEL)
+
+    # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
+    c["stop"].click(cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
+    c["compare_stop"].click(stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private")
+    c["reset"].click(cb.reset_session, [session], live, api_name="reset", **VIEW)
+
+    # Recorded rounds: scrub, play / pause.
+    c["round_slider"].input(cb.show_round, [session, c["round_slider"]], view, api_name="show_round",
+                            trigger_mode="always_last", show_progress="hidden", **VIEW)
+    c["play"].click(cb.toggle_play, [session, c["playing"], c["round_slider"]], [c["timer"], c["play"], c["playing"]],
+                    api_visibility="private", **VIEW)
+    c["timer"].tick(cb.play_tick, [session, c["playing"], c["round_slider"]],
+                    [c["round_slider"], c["timer"], c["play"], c["playing"], *view], api_visibility="private",
+                    show_progress="hidden", **VIEW)
+
+    # Traces and settings.
+    c["export"].click(cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
+                      api_name="export_trace", **VIEW)
+    c["trace_upload"].upload(cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
+        cb.clear_upload, None, [c["trace_upload"]], api_visibility="private", **VIEW)
+    c["preset"].change(cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)

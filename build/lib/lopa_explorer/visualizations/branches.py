@@ -1,0 +1,128 @@
+"""One round's branches (anchor + k lookahead) as an HTML table, and the round in plain words.
+
+The table answers "why did the winner win": each branch's extra token, its score C(B) (mean Conf
+over its still-masked positions, paper Sec. 3 / LoPA step 5), the change against the anchor, and
+how many positions now clear tau_conf (what the next anchor would commit).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from .labels import token_label, token_repr
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
+from .timeline import predictions
+
+
+def _score(x: float) -> str:
+    return "∞ (nothing left masked)" if math.isinf(x) else f"{x:.3f}"
+
+
+def _ready(record, j: int, tau: float) -> int:
+    return sum(p > tau for p in record.branch_max_prob[j])
+
+
+def _lookahead_conf(run, r: int, pos: int) -> float:
+    before = predictions(run.records[r - 1]).get(pos) if r > 0 else None
+    return before.conf if before else float("nan")
+
+
+def _positions_text(positions, tokens, names, mask_id, limit=6) -> str:
+    parts = [f"{p}←{token_label(t, names, mask_id)}" for p, t in zip(positions, tokens)]
+    more = f" … +{len(parts) - limit}" if len(parts) > limit else ""
+    return ", ".join(parts[:limit]) + more
+
+
+def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
+    """HTML table of round r's branches; the winner's row is outlined and starred."""
+    if not run.records:
+        return '<div class="lopa-branches lopa-empty">No rounds yet.</div>'
+    r = max(0, min(r, len(run.records) - 1))
+    record = run.records[r]
+    tau, mask_id = float(run.settings["tau_conf"]), int(run.spec["mask_token_id"])
+    if record.kind == "final":
+        return ('<div class="lopa-branches">Final round: the anchor\'s commits completed every block, so there '
+                'was nothing left to verify and no forward ran.</div>')
+    finite = [s for s in record.branch_scores if not math.isinf(s)]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    anchor_score = record.branch_scores[0]
+    rows = []
+    for j, score in enumerate(record.branch_scores):
+        win = j == record.winner
+        if j == 0:
+            name = "B0 anchor" if record.kind == "round" else "prompt forward"
+            adds = (f"anchor commits {len(record.anchor_positions)}: "
+                    f"{_positions_text(record.anchor_positions, record.anchor_tokens, names, mask_id)}"
+                    if record.anchor_positions else "anchor commits nothing")
+            colour = ANCHOR_COLOUR
+        else:
+            pos, tok = record.lookahead_positions[j - 1], record.lookahead_tokens[j - 1]
+            name, colour = f"B{j} lookahead", LOOKAHEAD_COLOUR
+            adds = (f"anchor + position {pos} ← <b title=\"{html.escape(token_repr(tok, names))}\">"
+                    f"{html.escape(token_label(tok, names, mask_id))}</b> (its Conf was {_lookahead_conf(run, r, pos):.3f})")
+        width = 100 if math.isinf(score) else (8 + 92 * (score - lo) / (hi - lo) if hi > lo else 100)
+        delta = "" if j == 0 or math.isinf(score) or math.isinf(anchor_score) else f"{score - anchor_score:+.3f}"
+        bar = (f'<div style="background:{WINNER_COLOUR if win else colour};height:10px;width:{width:.0f}%;'
+               f'border-radius:2px"></div>')
+        style = f"outline:3px solid {WINNER_COLOUR};font-weight:600" if win else ""
+        rows.append(
+            f'<tr class="lopa-branch{" lopa-winner" if win else ""}" data-branch="{j}" style="{style}">'
+            f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else html.escape(adds)}</td>'
+            f'<td style="text-align:right">{len(record.branch_positions[j])}</td>'
+            f'<td style="text-align:right">{_ready(record, j, tau)}</td>'
+            f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td></tr>')
+    head = ("<tr><th>branch</th><th>what it fills</th><th>masked left</th>"
+            f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th></tr>")
+    legend = (f'<div style="font-size:12px;margin-top:4px">Bars: <span style="color:{ANCHOR_COLOUR}">■</span> anchor, '
+              f'<span style="color:{LOOKAHEAD_COLOUR}">■</span> lookahead branch, '
+              f'<span style="color:{WINNER_COLOUR}">■</span> ★ winner (highest C; ties go to lookahead branches in '
+              f'rank order). Conf = {html.escape(str(run.settings["confidence"]))}.</div>')
+    return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
+            f'font-size:13px">{head}{"".join(rows)}</table>{legend}</div>')
+
+
+def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
+    """A few plain sentences (Markdown) on round r: anchor, lookahead branches, winner, commits."""
+    if not run.records:
+        return "Press **Run** to stream a decode round by round, or **Step** to advance one round."
+    r = max(0, min(r, len(run.records) - 1))
+    rec, s = run.records[r], run.settings
+    tau, mask_id, N = float(s["tau_conf"]), int(run.spec["mask_token_id"]), int(s["block_size"])
+    if rec.kind == "prefill":
+        ready = _ready(rec, 0, tau)
+        return (f"**Round 0 — prompt forward.** The model reads the prompt and one all-mask block of {N} positions "
+                f"and predicts every position; nothing is committed yet. {ready} positions already have max prob "
+                f"> τ_conf = {tau}; the next round's anchor commits them (or, if none, the single most confident).")
+    if rec.kind == "final":
+        done = (f"The anchor committed the last {len(rec.anchor_positions)} token(s)" if rec.anchor_positions
+                else f"Round {r - 1} already completed the last masked positions")
+        return (f"**Round {r} — finish.** {done}: every appended block is complete and no block will be added, "
+                "so no forward was needed. Decoding is done.")
+    n_anchor = len(rec.anchor_positions)
+    anchor = (f"the commit rule on round {r - 1}'s winner predictions committed **{n_anchor}** token(s) "
+              f"(max prob > τ_conf = {tau}, or the single most confident position of a fully activated block)"
+              if n_anchor else "no position qualified and no block was fully activated, so it commits nothing")
+    k = len(rec.lookahead_positions)
+    if k == 0:
+        look = ("k = 0 (vanilla D2F): no lookahead branches, only the anchor was verified."
+                if int(s["k"]) == 0 else "no masked position was left for a lookahead branch.")
+    else:
+        look = (f"the {k} most confident remaining positions ({', '.join(map(str, rec.lookahead_positions[:8]))}"
+                f"{'…' if k > 8 else ''}) each made one branch: the anchor plus that single extra token. All {k + 1} "
+                f"branches were verified in one batched forward ({rec.forward_seconds * 1e3:.0f} ms).")
+    score0, w = rec.branch_scores[0], rec.winner
+    if w == 0:
+        win = (f"**Winner: the anchor** (C = {_score(score0)}). No extra token raised the mean confidence of the "
+               "remaining positions, so only the anchor's tokens are kept.")
+    else:
+        pos, tok = rec.lookahead_positions[w - 1], rec.lookahead_tokens[w - 1]
+        sw = rec.branch_scores[w]
+        gain = "" if math.isinf(sw) or math.isinf(score0) else f" ({sw - score0:+.3f} over the anchor's {score0:.3f})"
+        win = (f"**Winner: B{w}**, which adds `{token_label(tok, names, mask_id)}` at position {pos}: mean Conf of its "
+               f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
+               f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
+               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.")
+    cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
+    return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
+            f"This round kept **{rec.committed}** token(s).{cached}")

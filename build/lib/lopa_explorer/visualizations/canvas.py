@@ -1,0 +1,116 @@
+"""The token canvas: every generated position after one round, as an HTML grid (one row per block).
+
+A cell's fill is its confidence (viridis on max prob: when it was committed, or what the last
+forward predicts for a still-masked position); its border and corner tag say its state:
+
+    cached          committed earlier, its block is in the prefix cache (faded)
+    committed       committed in an earlier round, block still in the window (thin border)
+    anchor (A)      committed by this round's anchor (thick solid blue)
+    lookahead (+)   the winning branch's extra token (thick dashed orange)
+    masked          still masked: pale, the current prediction in grey italics, its confidence as a
+                    viridis stripe along the bottom
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from .labels import token_label, token_repr
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
+from .timeline import ANCHOR, fills, predictions
+
+CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
+STATE_STYLE = {
+    CACHED: ("1px solid #bbbbbb", "opacity:0.45;", ""),
+    COMMITTED: ("1px solid #555555", "", ""),
+    ANCHOR: (f"3px solid {ANCHOR_COLOUR}", "", "A"),
+    "lookahead": (f"3px dashed {LOOKAHEAD_COLOUR}", "", "+"),
+    MASKED: ("1px dotted #777777", "font-style:italic;", ""),
+}
+STATE_WORDS = {
+    CACHED: "committed earlier, block cached",
+    COMMITTED: "committed in an earlier round",
+    ANCHOR: "committed by this round's anchor",
+    "lookahead": "winning branch's lookahead token",
+    MASKED: "still masked: current prediction, its max prob as the bottom stripe",
+}
+BLOCK_WORDS = {"cached": "cached", "complete": "complete", "active_full": "active (full)",
+               "active_semi": "active (semi)"}
+MASKED_BACKGROUND = "#f7f7f7"
+
+
+def _fmt(x: float) -> str:
+    return "?" if x is None or math.isnan(x) else f"{x:.3f}"
+
+
+def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str) -> str:
+    border, extra, tag = STATE_STYLE[state]
+    fill = viridis(max_prob) if not math.isnan(max_prob) else MISSING_COLOUR
+    if state == MASKED:
+        # Not committed: a pale cell with the prediction's confidence as a thick bottom stripe.
+        background, colour = f"linear-gradient(0deg, {fill} 0 7px, {MASKED_BACKGROUND} 7px)", "#444444"
+    else:
+        background, colour = fill, text_on(fill)
+    label = token_label(token, names, mask_id) if token is not None else "▢"
+    title = (f"position {pos} — {STATE_WORDS[state]}&#10;{html.escape(why)}&#10;"
+             f"token {html.escape(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
+             f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
+    corner = (f'<span style="position:absolute;top:-1px;right:1px;font-size:9px;font-weight:700;font-style:normal">'
+              f'{tag}</span>') if tag else ""
+    return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-state="{state}" title="{title}" '
+            f'style="position:relative;box-sizing:border-box;width:40px;height:30px;margin:1px;border:{border};'
+            f'border-radius:3px;background:{background};color:{colour};font:11px/26px monospace;text-align:center;'
+            f'overflow:hidden;white-space:nowrap;{extra}">{html.escape(label)}{corner}</div>')
+
+
+def canvas_legend() -> str:
+    swatches = []
+    for state, words in STATE_WORDS.items():
+        border, extra, tag = STATE_STYLE[state]
+        bg = (f"linear-gradient(0deg, {viridis(0.5)} 0 5px, {MASKED_BACKGROUND} 5px)" if state == MASKED
+              else viridis(0.5))
+        swatches.append(f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px">'
+                        f'<span style="display:inline-block;width:22px;height:16px;border:{border};border-radius:3px;'
+                        f'background:{bg};{extra};color:#fff;font-size:9px;text-align:right">{tag}</span>'
+                        f'{html.escape(words)}</span>')
+    return (f'<div class="lopa-legend" style="margin:4px 0 6px 0">{"".join(swatches)}'
+            f'{viridis_legend("fill = max prob")}</div>')
+
+
+def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
+    """HTML grid of every generated position after round `r` of `run` (a RunResult)."""
+    if not run.records:
+        return '<div class="lopa-canvas lopa-empty">No rounds yet: press Run or Step.</div>'
+    r = max(0, min(r, len(run.records) - 1))
+    record = run.records[r]
+    N, mask_id = int(run.settings["block_size"]), int(run.spec["mask_token_id"])
+    done = fills(run.records, r)
+    predicted = predictions(record)
+    first_window_block = record.window_start // N
+    rows = []
+    for b, block_state in enumerate(record.block_states):
+        cells = []
+        for pos in range(b * N, (b + 1) * N):
+            fill = done.get(pos)
+            if fill is not None:
+                state = fill.how if fill.round == r else (CACHED if b < record.n_cached_blocks else COMMITTED)
+                why = f"committed in round {fill.round} by the {'anchor' if fill.how == ANCHOR else 'lookahead'}"
+                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
+            else:
+                guess = predicted.get(pos)
+                why = "prediction of the winning branch's forward this round" if guess else "not predicted yet"
+                cells.append(_cell(pos, MASKED, guess.token if guess else None,
+                                   guess.max_prob if guess else float("nan"),
+                                   guess.conf if guess else float("nan"), names, mask_id, why))
+        in_window = b >= first_window_block
+        bar = "4px solid #333333" if in_window else "4px solid transparent"
+        label = f"block {b}<br><small>{BLOCK_WORDS.get(block_state, block_state)}</small>"
+        rows.append(f'<div class="lopa-block" data-block="{b}" style="display:flex;align-items:center;'
+                    f'border-left:{bar};padding-left:4px;margin:2px 0">'
+                    f'<div style="width:78px;font-size:11px;line-height:1.1;flex:none">{label}</div>'
+                    f'<div style="display:flex;flex-wrap:wrap">{"".join(cells)}</div></div>')
+    note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({record.kind}) — rows with a dark left bar '
+            f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
+            f' Hover a cell for its token and probabilities.</div>')
+    return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'

@@ -1,0 +1,63 @@
+"""Run-level charts: tokens committed per round, and the TFO map (round in which each position filled)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .labels import token_text
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS
+from .timeline import committed_per_round, fills, n_positions
+
+
+def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
+    """Stacked bars: tokens the anchor committed and the winning lookahead token, per round."""
+    per_round = committed_per_round(run.records)
+    rounds = list(range(len(per_round)))
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=rounds, y=[a for a, _ in per_round], name="anchor commits", marker_color=ANCHOR_COLOUR))
+    fig.add_trace(go.Bar(x=rounds, y=[b for _, b in per_round], name="winning lookahead token",
+                         marker_color=LOOKAHEAD_COLOUR, marker_pattern_shape="/"))
+    if current is not None and run.records:
+        fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="rgba(0,0,0,0.08)", line_width=0)
+    fig.update_layout(barmode="stack", height=270, margin=dict(l=10, r=10, t=36, b=36),
+                      title=dict(text="Tokens committed per round" + (f" (shaded: round {current})" if current is not None
+                                 and run.records else ""), font=dict(size=13)),
+                      xaxis=dict(title_text="round", rangemode="tozero"), yaxis=dict(title_text="tokens"),
+                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"), plot_bgcolor="white")
+    return fig
+
+
+def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int | None = None) -> go.Figure:
+    """Token filling order: one row per block, one cell per position, colour = round it was filled.
+
+    zmax: shared top of the colour scale, so two runs side by side read on the same scale.
+    """
+    fig = go.Figure()
+    if not run.records:
+        fig.add_annotation(text="No rounds yet.", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(height=200, xaxis=dict(visible=False), yaxis=dict(visible=False), title=title)
+        return fig
+    N = int(run.settings["block_size"])
+    done = fills(run.records)
+    n_blocks = n_positions(run.records[-1], N) // N
+    z, text, hover = [], [], []       # [n_blocks, N] each
+    for b in range(n_blocks):
+        z.append([]), text.append([]), hover.append([])
+        for i in range(N):
+            fill = done.get(b * N + i)
+            z[b].append(fill.round if fill else None)
+            text[b].append(str(fill.round) if fill else "")
+            hover[b].append(f"position {b * N + i}<br>filled in round {fill.round} by the {fill.how}<br>"
+                            f"token {token_text(fill.token, names)!r}" if fill else f"position {b * N + i}<br>masked")
+    # zmin < zmax always: a colour bar over an empty range makes plotly.js throw on every relayout.
+    top = max(zmax or max((f.round for f in done.values()), default=1), 2)
+    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", textfont=dict(size=9), customdata=hover,
+                             hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS, zmin=1, zmax=top,
+                             xgap=1, ygap=1, colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
+    fig.update_yaxes(autorange="reversed", title_text="block", dtick=1)
+    fig.update_xaxes(title_text="position in block")
+    fig.update_layout(title=dict(text=title or "Token filling order (round each position was committed)",
+                                 font=dict(size=13)),
+                      # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
+                      height=230 + 26 * n_blocks, margin=dict(l=10, r=10, t=40, b=36), plot_bgcolor="#f2f2f2")
+    return fig

@@ -1,0 +1,122 @@
+"""Confidence heatmap of one round: branches x masked window positions (plotly).
+
+Top strip: the anchor's Conf at every masked position (viridis). Below: for each lookahead
+branch B_j, Conf_j - Conf_anchor at the same positions (RdBu, 0 = white): blue where the one
+extra token made the model surer, red where it made it less sure. The cell where B_j placed its
+extra token has no Conf of its own (it is no longer masked) and carries an X marker. The winning
+row is outlined. This is the paper's observation (Sec. 2) made visible: one well-chosen token
+lifts the confidence of many others.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .labels import token_label, token_text
+from .palette import DIVERGING, VIRIDIS, WINNER_COLOUR
+
+NAN = float("nan")
+
+
+def _message_figure(text: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.update_layout(height=220, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
+                      margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
+    return fig
+
+
+def _row_label(record, j: int, names, mask_id) -> str:
+    score = record.branch_scores[j]
+    score_text = "∞" if math.isinf(score) else f"{score:.2f}"
+    if j == 0:
+        text = f"B0 anchor  C={score_text}"
+    else:
+        tok = token_label(record.lookahead_tokens[j - 1], names, mask_id)
+        text = f"B{j} +{tok}@{record.lookahead_positions[j - 1]}  C={score_text}"
+    return ("★ " + text) if j == record.winner else text
+
+
+def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.Figure:
+    """Figure for round r of `run` (a RunResult)."""
+    if not run.records:
+        return _message_figure("No rounds yet.")
+    r = max(0, min(r, len(run.records) - 1))
+    rec = run.records[r]
+    if rec.kind == "final" or not rec.branch_positions or not rec.branch_positions[0]:
+        return _message_figure(f"Round {r}: nothing left masked, so no forward and no confidence to show.<br>"
+                               "Scrub back to an earlier round to see its branches.")
+    mask_id, metric = int(run.spec["mask_token_id"]), run.settings["confidence"]
+    conf = [dict(zip(p, c)) for p, c in zip(rec.branch_positions, rec.branch_conf)]      # per branch: pos -> Conf
+    argmax = [dict(zip(p, t)) for p, t in zip(rec.branch_positions, rec.branch_argmax)]
+    columns = sorted(set().union(*map(set, rec.branch_positions), rec.lookahead_positions))  # [M] positions
+    x = [str(p) for p in columns]
+    # Anchor strip: [1, M]
+    anchor_z = [[conf[0].get(p, NAN) for p in columns]]
+    anchor_hover = [[f"position {p}<br>anchor predicts {token_text(argmax[0][p], names)!r}<br>Conf {conf[0][p]:.3f}"
+                     if p in conf[0] else f"position {p}<br>not in the anchor's window" for p in columns]]
+    finite = [v for v in anchor_z[0] if not math.isnan(v)]
+    # A colour bar needs zmin < zmax (plotly.js throws on an empty range): widen a single value.
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-6 else (lo, hi)
+    k = len(rec.branch_scores) - 1
+    rows = 2 if k else 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        row_heights=[1, max(k, 1)] if k else [1])
+    fig.add_trace(go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS, zmin=lo, zmax=hi,
+                             text=anchor_hover, hoverinfo="text", xgap=1, ygap=1, name="anchor Conf",
+                             colorbar=dict(title=dict(text=f"anchor<br>{metric}", side="right"), len=0.34 if k else 0.9,
+                                           y=1.0, yanchor="top", thickness=12)), row=1, col=1)
+    if k:
+        # Lookahead rows: [k, M] of Conf_j - Conf_anchor; nan where either side has no masked position.
+        delta, hover, marks = [], [], ([], [])
+        labels = [_row_label(rec, j, names, mask_id) for j in range(1, k + 1)]
+        for j in range(1, k + 1):
+            row_z, row_h = [], []
+            for p in columns:
+                if p == rec.lookahead_positions[j - 1]:
+                    row_z.append(NAN)
+                    row_h.append(f"position {p}<br>B{j} placed its lookahead token "
+                                 f"{token_text(rec.lookahead_tokens[j - 1], names)!r} here")
+                    marks[0].append(str(p))
+                    marks[1].append(labels[j - 1])
+                elif p in conf[j] and p in conf[0]:
+                    d = conf[j][p] - conf[0][p]
+                    row_z.append(d)
+                    row_h.append(f"position {p}<br>B{j} predicts {token_text(argmax[j][p], names)!r}<br>"
+                                 f"Conf {conf[j][p]:.3f} (anchor {conf[0][p]:.3f}, Δ {d:+.3f})")
+                else:
+                    row_z.append(NAN)
+                    row_h.append(f"position {p}<br>masked in only one of B{j} and the anchor (a block was added "
+                                 "or the position was committed)")
+            delta.append(row_z)
+            hover.append(row_h)
+        finite = [abs(v) for row in delta for v in row if not math.isnan(v)]
+        bound = max(finite, default=0.0) or 1e-3
+        fig.add_trace(go.Heatmap(z=delta, x=x, y=labels, colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound,
+                                 text=hover, hoverinfo="text", xgap=1, ygap=1, name="Δ Conf vs anchor",
+                                 colorbar=dict(title=dict(text="Δ Conf<br>vs anchor", side="right"), len=0.58,
+                                               y=0.0, yanchor="bottom", thickness=12)), row=2, col=1)
+        fig.add_trace(go.Scatter(x=marks[0], y=marks[1], mode="markers", name="lookahead token",
+                                 marker=dict(symbol="x", size=10, color="black", line=dict(width=1, color="white")),
+                                 hoverinfo="skip", showlegend=True), row=2, col=1)
+        fig.update_yaxes(autorange="reversed", row=2, col=1)
+        if rec.winner > 0:
+            fig.add_shape(type="rect", xref="x2 domain", yref="y2", x0=0, x1=1, y0=rec.winner - 1.5,
+                          y1=rec.winner - 0.5, line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
+    if rec.winner == 0 and rec.kind == "round":
+        fig.add_shape(type="rect", xref="x domain", yref="y", x0=0, x1=1, y0=-0.5, y1=0.5,
+                      line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
+    # Categories fill the width exactly (the marker trace would otherwise pad the range).
+    fig.update_xaxes(type="category", range=[-0.5, len(columns) - 0.5])
+    fig.update_xaxes(title_text="masked window position", row=rows, col=1)
+    fig.update_layout(
+        title=dict(text=f"Round {r}: top, the anchor's Conf; below, each branch's Conf minus the anchor's<br>"
+                        "<sup>blue = its one extra token (✕) raised the others' Conf, red = lowered it; outline/★ = "
+                        "winner</sup>", font=dict(size=13)),
+        height=min(230 + 26 * (k + 1), 680), margin=dict(l=10, r=10, t=64, b=40), plot_bgcolor="#f2f2f2",
+        legend=dict(orientation="h", y=-0.15 if k else -0.4, x=1, xanchor="right"))
+    return fig

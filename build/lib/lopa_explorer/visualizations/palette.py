@@ -1,0 +1,56 @@
+"""Colour-blind-safe colours: Okabe-Ito for categories, viridis for confidence, RdBu for signed changes.
+
+Okabe & Ito (2008) "Color Universal Design"; viridis and ColorBrewer RdBu are readable with the
+common forms of colour blindness. Every figure that uses a colour also draws its legend.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+}
+# Roles, so figures agree on what a colour means.
+ANCHOR_COLOUR = OKABE_ITO["blue"]
+LOOKAHEAD_COLOUR = OKABE_ITO["orange"]
+WINNER_COLOUR = OKABE_ITO["vermillion"]
+CACHED_COLOUR = "#d9d9d9"
+MISSING_COLOUR = "#f2f2f2"
+
+VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725"]
+DIVERGING = "RdBu"   # plotly name; red = the extra token lowered Conf, blue = raised it
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    h = hex_colour.lstrip("#")
+    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+
+
+def viridis(value: float) -> str:
+    """Hex colour for a value in [0, 1] (clamped); grey for nan."""
+    if value is None or math.isnan(value):
+        return OKABE_ITO["grey"]
+    x = min(max(float(value), 0.0), 1.0) * (len(VIRIDIS) - 1)
+    i = min(int(x), len(VIRIDIS) - 2)
+    a, b, t = _rgb(VIRIDIS[i]), _rgb(VIRIDIS[i + 1]), x - i
+    return "#" + "".join(f"{round(ca + (cb - ca) * t):02x}" for ca, cb in zip(a, b))
+
+
+def text_on(background: str) -> str:
+    """Black or white text, whichever reads better on `background` (WCAG relative luminance)."""
+    def channel(c: int) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(c) for c in _rgb(background))
+    return "#000000" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.25 else "#ffffff"
+
+
+def viridis_legend(label: str) -> str:
+    """A small HTML gradient bar 0 -> 1 for viridis fills."""
+    stops = ", ".join(VIRIDIS)
+    return (f'<span style="display:inline-flex;align-items:center;gap:4px;font-size:12px">{html.escape(label)}: 0'
+            f'<span style="display:inline-block;width:110px;height:12px;border-radius:2px;'
+            f'background:linear-gradient(90deg, {stops})"></span>1</span>')
