@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import re
-import struct
 import threading
 from pathlib import Path
 
@@ -152,23 +152,17 @@ def _short(path: Path) -> str:
 
 
 def safetensors_param_count(model_dir: Path) -> int:
-    """Parameters stored in a directory's *.safetensors files, read from their JSON headers only
-    (8-byte little-endian header length, then a JSON of tensor shapes); 0 if unreadable."""
+    """Parameters stored in a directory's *.safetensors files, read from their headers only (no
+    tensor is loaded); 0 if any file is unreadable."""
+    from safetensors import SafetensorError, safe_open
     total = 0
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         skip = {"lm_head.weight"} if config.get("tie_word_embeddings") else set()   # stored, but shared
         for file in Path(model_dir).glob("*.safetensors"):
-            with open(file, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(size))
-            for name, info in header.items():
-                if name != "__metadata__" and name not in skip:
-                    n = 1
-                    for d in info["shape"]:
-                        n *= d
-                    total += n
-    except (OSError, ValueError, KeyError, struct.error):
+            with safe_open(file, framework="pt") as f:
+                total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys() if name not in skip)
+    except (OSError, ValueError, KeyError, SafetensorError):
         return 0
     return total
 

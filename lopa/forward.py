@@ -215,6 +215,7 @@ class PrefixKV:
 
     def __init__(self, capacity: int):
         self.capacity, self.length = capacity, 0
+        self.kernel = "sdpa"             # the window attention kernel of the last forward (lopa.attention)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -269,9 +270,11 @@ class BatchedExecutor(_CachedExecutor):
 
     def _logits(self, inputs, segments, start):
         mask = attention_mask(segments, self.settings.attention, not self.prompt_cached)  # window part only
+        # Without a prompt segment, full attention needs no window mask: FlashAttention may serve it.
+        unmasked = self.settings.attention == "full" and self.prompt_cached
         out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=self._position_ids(inputs, start).to(self.device),
-                         use_cache=False, lopa_prefix=self.kv)
+                         position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False,
+                         lopa_prefix=self.kv, lopa_window_lengths=(segments >= 0).sum(1).tolist() if unmasked else None)
         return out.logits
 
     def _cache(self, winner, n_input_positions):

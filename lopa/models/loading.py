@@ -9,8 +9,10 @@ and tokenizer's special tokens. Nothing is downloaded and no remote code is trus
 caller asks for it.
 
 Hardware: `torch.accelerator` picks the device (cuda, npu once `torch_npu` is imported, xpu, mps),
-else the CPU; bf16 on accelerators. Attention is SDPA, or on CUDA with `flash_attn` installed the
-dispatcher of lopa.attention, which uses FlashAttention-2 where no block mask is needed.
+else the CPU; bf16 on accelerators. A model loads with SDPA attention, or on CUDA with `flash_attn`
+installed with `FLASH_OR_SDPA` (FlashAttention-2 for mask-free forwards, SDPA otherwise). The
+engine's batched executor then switches the model to lopa.attention's shared-prefix attention,
+which makes the same choice per forward (FlashAttention for full-attention rounds).
 """
 
 from __future__ import annotations
@@ -141,9 +143,10 @@ FLASH_OR_SDPA = "lopa_fa2_or_sdpa"
 
 def flash_or_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """FlashAttention-2 for forwards without a mask (bidirectional: diffusion LMs are not causal),
-    SDPA for everything else. The engine always passes a 4-D block mask, which FlashAttention cannot
-    express, so its forwards (and the shared-prefix attention's fallback) take SDPA: this function
-    is safe as that fallback, where plain "flash_attention_2" would silently ignore the mask or fail.
+    SDPA for everything else: a forward with a 4-D block mask (the per-branch and uncached
+    executors, the shared-prefix attention's fallback) stays correct, where plain
+    "flash_attention_2" would silently ignore the mask or fail. The batched executor's own flash
+    path is lopa.attention.flash_shared_prefix.
     query: [B, H, L, D]; key, value: [B, Hkv, L, D]. Returns ([B, L, H, D], None)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if attention_mask is not None or not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16):
