@@ -7,6 +7,7 @@ ranges do not accept the pinned versions the tests run with.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +30,12 @@ def run(cmd, cwd, env, timeout=300):
 def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    run([sys.executable, "-m", "pip", "wheel", str(ROOT), "-w", str(base / "dist"), "--no-deps",
+    # Build from a clean copy: setuptools reuses a build/ folder, which could carry stale modules.
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or n.endswith(".egg-info") or n.startswith((".git", ".venv"))
+        or (Path(folder) == ROOT and n in ("build", "dist", "runs", "checkpoints", "test-artifacts", "bench-out"))])
+    run([sys.executable, "-m", "pip", "wheel", str(source), "-w", str(base / "dist"), "--no-deps",
          "--no-build-isolation", "-q"], cwd=base, env=env)
     wheel = next((base / "dist").glob("lopa_explorer-*.whl"))
     venv = base / "venv"

@@ -1,3 +1,0 @@
-from lopa.cli import main
-
-raise SystemExit(main())

@@ -1,3 +1,0 @@
-from lopa.bench.decoders import main
-
-raise SystemExit(main())

@@ -1,3 +1,0 @@
-from lopa.train.trainer import main
-
-raise SystemExit(main())
