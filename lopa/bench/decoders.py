@@ -112,7 +112,7 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m lopa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory or D2F preset name")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")

@@ -67,7 +67,7 @@ def save_tokenizer(tok: Tokenizer, out: str | Path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lopa.train.tokenizer", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--gsm8k", default=str(GSM8K_TRAIN))
     ap.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)

@@ -323,7 +323,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lopa.train", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="run dir: tokenizer/ and checkpoint/")
     ap.add_argument("--export", type=Path, default=None, help="where to save the model (default: --out)")
     ap.add_argument("--minutes", type=float, default=None)
