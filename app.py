@@ -1,16 +1,16 @@
 """LoPA Explorer: `python app.py [--host H] [--port P]` (also GRADIO_SERVER_NAME / GRADIO_SERVER_PORT).
-The Hugging Face Space entry point; the model loads on first use, not here."""
+The Hugging Face Space entry point; the model loads on first use, not here. Installed from the
+wheel, the same app starts with `lopa app`."""
 
 import argparse
-import os
 
-from app import LAUNCH_KWARGS, build_demo
+from app import DEFAULT_HOST, DEFAULT_PORT, build_demo, serve
 
 demo = build_demo()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Serve the LoPA Explorer")
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args()
-    demo.launch(server_name=args.host, server_port=args.port, **LAUNCH_KWARGS)
+    serve(args.host, args.port, demo)

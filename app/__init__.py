@@ -2,6 +2,16 @@
 app/compare.py), per-user session state (app/session.py), the shared lazily loaded model
 (app/models.py) and the one wiring site (app/wiring.py)."""
 
-from app.wiring import LAUNCH_KWARGS, build_demo
+import os
 
-__all__ = ["build_demo", "LAUNCH_KWARGS"]
+from .wiring import LAUNCH_KWARGS, build_demo
+
+__all__ = ["build_demo", "LAUNCH_KWARGS", "serve", "DEFAULT_HOST", "DEFAULT_PORT"]
+
+DEFAULT_HOST = os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0")
+DEFAULT_PORT = int(os.environ.get("GRADIO_SERVER_PORT", "7860"))
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, demo=None) -> None:
+    """Build the app (unless given) and serve it until interrupted: `python app.py`, `lopa app`."""
+    (demo or build_demo()).launch(server_name=host, server_port=port, **LAUNCH_KWARGS)

@@ -15,12 +15,21 @@ from pathlib import Path
 import gradio as gr
 
 from lopa import PAPER_PRESETS, RunResult
-from app.gpu import gpu
-from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
-from app.session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
-from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, rank_lanes,
-                            token_canvas, tokens_per_round_chart)
-from visualizations.timeline import last_forward_round, partial_metrics
+from lopa.trace import metrics
+
+from .gpu import gpu
+from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
+from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
+from .viz import (
+    branches_table,
+    confidence_heatmap,
+    counters_html,
+    explain_round,
+    last_forward_round,
+    rank_lanes,
+    token_canvas,
+    tokens_per_round_chart,
+)
 
 # "ranks" last: API clients read the earlier outputs by position.
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
@@ -126,7 +135,7 @@ def _describe(session: Session) -> str:
     r = session.run
     if r is None:
         return ""
-    m = partial_metrics(r)
+    m = metrics(r)
     state = "stopped (cancelled)" if r.stopped else "finished"
     return f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
 

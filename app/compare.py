@@ -13,11 +13,12 @@ import time
 import gradio as gr
 
 from lopa import decoder_settings
-from app.callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
-from app.gpu import gpu
-from app.models import MODELS, token_names
-from app.session import Backend, Session, forkable, parse_ui
-from visualizations import comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
+
+from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
+from .gpu import gpu
+from .models import MODELS, token_names
+from .session import Backend, Session, forkable, parse_ui
+from .viz import comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS

@@ -13,12 +13,12 @@ import html
 import gradio as gr
 
 from lopa.order import top_tokens
-from app.callbacks import drain, error_message, live_outputs
-from app.gpu import gpu
-from app.models import MODELS, token_names
-from app.session import Session
-from visualizations.labels import token_label, token_repr
-from visualizations.timeline import fills, predictions
+
+from .callbacks import drain, error_message, live_outputs
+from .gpu import gpu
+from .models import MODELS, token_names
+from .session import Session
+from .viz import fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
 TOP_N = 5

@@ -3,7 +3,7 @@
 One process holds one model: loading is guarded by a lock so two first clicks do not load it
 twice, and a failed load of another directory keeps the previous model. The model's forwards are
 serialised by the queue (every model event shares one concurrency group of size 1, see wiring).
-The branch-parallel backend is one persistent lopa.bp_group.BPGroup beside it, started on first
+The branch-parallel backend is one persistent lopa.dist.group.BPGroup beside it, started on first
 use, shared by every session, restarted when the worker count or model changes, closed at exit.
 """
 
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import re
-import struct
 import threading
 from pathlib import Path
 
 from lopa import DecodeSettings
-from lopa.loading import DEFAULT_MODEL, load_model, load_tokenizer
+from lopa.models import ASSETS, DEFAULT_MODEL, load
+from lopa.models.loading import ROOT, load_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS_DIR = ROOT / "assets" / "models"
-EXAMPLE_FILES = (ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl", ROOT / "assets" / "data" / "gsm8k" / "test.jsonl")
+MODELS_DIR = ASSETS / "models"
+EXAMPLE_FILES = (ASSETS / "data" / "synthetic" / "heldout.jsonl", ASSETS / "data" / "gsm8k" / "test.jsonl")
 
 
 def allowed_model_roots() -> list[Path] | None:
@@ -57,10 +57,10 @@ class ModelCache:
 
     def __init__(self, default: Path = DEFAULT_MODEL):
         self.default = Path(default)
-        self.loaded = None          # lopa.loading.LoadedModel once loaded
+        self.loaded = None          # lopa.models.loading.LoadedModel once loaded
         self._lock = threading.Lock()
         self._warmed: set[int] = set()      # ids of LoadedModels that ran warm_up
-        self.bp = None              # lopa.bp_group.BPGroup of the branch-parallel backend, once started
+        self.bp = None              # lopa.dist.group.BPGroup of the branch-parallel backend, once started
 
     def get(self):
         """The current model, loading the default one the first time. Raises ValueError if it does not load."""
@@ -85,7 +85,7 @@ class ModelCache:
         """The shared branch-parallel group of `workers` ranks over the current model directory,
         started (about 10 s the first time) or restarted when the worker count or directory
         changed. Raises RuntimeError (from BPGroup) when the ranks do not start."""
-        from lopa.bp_group import BPGroup       # not at import: the app may never use it
+        from lopa.dist.group import BPGroup  # not at import: the app may never use it
         with self._lock:
             model_dir = str(Path(self.loaded.path if self.loaded is not None else self.default).resolve())
             if self.bp is not None and (self.bp.world != workers or self.bp.model_dir != model_dir):
@@ -137,7 +137,7 @@ class ModelCache:
 
 def _load(path: Path):
     try:
-        return load_model(path)
+        return load(path)
     except FileNotFoundError as err:
         raise ValueError(str(err)) from None
     except (OSError, RuntimeError, KeyError) as err:    # e.g. a half-written safetensors file
@@ -152,23 +152,17 @@ def _short(path: Path) -> str:
 
 
 def safetensors_param_count(model_dir: Path) -> int:
-    """Parameters stored in a directory's *.safetensors files, read from their JSON headers only
-    (8-byte little-endian header length, then a JSON of tensor shapes); 0 if unreadable."""
+    """Parameters stored in a directory's *.safetensors files, read from their headers only (no
+    tensor is loaded); 0 if any file is unreadable."""
+    from safetensors import SafetensorError, safe_open
     total = 0
     try:
         config = json.loads((Path(model_dir) / "config.json").read_text())
         skip = {"lm_head.weight"} if config.get("tie_word_embeddings") else set()   # stored, but shared
         for file in Path(model_dir).glob("*.safetensors"):
-            with open(file, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(size))
-            for name, info in header.items():
-                if name != "__metadata__" and name not in skip:
-                    n = 1
-                    for d in info["shape"]:
-                        n *= d
-                    total += n
-    except (OSError, ValueError, KeyError, struct.error):
+            with safe_open(file, framework="pt") as f:
+                total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys() if name not in skip)
+    except (OSError, ValueError, KeyError, SafetensorError):
         return 0
     return total
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import gradio as gr
 
 from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD, ORDERS
-from app.callbacks import PRESETS, VIEW_OUTPUTS, view
-from app.compare import BASELINES
-from app.models import MODELS, example_prompts
-from app.session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
+
+from .callbacks import PRESETS, VIEW_OUTPUTS, view
+from .compare import BASELINES
+from .models import MODELS, example_prompts
+from .session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.

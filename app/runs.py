@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lopa import RunResult
-from visualizations.timeline import partial_metrics
+from lopa.trace import metrics
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
 
@@ -62,7 +62,7 @@ class RunTree:
         return out
 
     def label(self, entry: RunEntry) -> str:
-        m = partial_metrics(entry.run)
+        m = metrics(entry.run)
         depth = entry.id.count(".")
         answer = " ".join(entry.run.text.split())
         answer = answer if len(answer) <= 28 else answer[:27] + "…"

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
 from lopa.engine import fork_decoder
-from app.models import token_names
-from app.runs import RunTree
+
+from .models import token_names
+from .runs import RunTree
 
 # Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.
 SETTING_NAMES = ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens", "confidence", "attention",

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app import callbacks as cb
-from app import forks
-from app.compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
-from app.panels import (INTRO, build_compare_panel, build_controls, build_input_panel, build_model_panel,
-                        build_round_view, build_settings_panel, build_trace_panel)
-from app.session import BACKEND_NAMES, ORDER_NAMES, SETTING_NAMES, new_session
+from . import callbacks as cb
+from . import forks
+from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
+from .panels import (
+    INTRO,
+    build_compare_panel,
+    build_controls,
+    build_input_panel,
+    build_model_panel,
+    build_round_view,
+    build_settings_panel,
+    build_trace_panel,
+)
+from .session import BACKEND_NAMES, ORDER_NAMES, SETTING_NAMES, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only

@@ -4,7 +4,7 @@ The engine decodes D2F-style pipelined blocks and, each round, verifies an ancho
 ``k`` lookahead branches in one batched forward (Xu et al., arXiv 2512.16229; the method as we
 implement it is restated in ``docs/method.md``). Every round yields a :class:`RoundRecord`.
 
-Shape notation, used in every shape comment of the package:
+Shape notation, used in every shape comment of the package; each letter means one thing:
 
     B   branches verified together in one forward (k + 1)
     W   window length: generated positions not yet in the prefix cache
@@ -14,11 +14,13 @@ Shape notation, used in every shape comment of the package:
     N   block size
     H   attention heads, Hkv key/value heads, G = H // Hkv, D head dim
     M   masked positions under consideration
+    R   ranks (world size) of a branch-parallel group (lopa.dist)
+    S   sequences in a training batch (lopa.train)
 """
 
-from lopa.settings import DecodeSettings, ModelSpec, decoder_settings, PAPER_PRESETS, DECODERS
-from lopa.trace import RoundRecord, RunResult
 from lopa.engine import Decoder, decode, fork
+from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
+from lopa.trace import RoundRecord, RunResult
 
 __all__ = [
     "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",

@@ -5,6 +5,15 @@ without custom modeling code. When the forward is called with `lopa_prefix=Prefi
 pre-writes its window K/V there and attends to [prefix ; own window]; otherwise it is plain SDPA
 (or whatever the model used before), so the same model object serves every executor.
 
+FlashAttention-2 (the optional `flash_attn` package, extra `.[cuda]`) takes no arbitrary masks, so
+it serves exactly the forwards whose window attention needs none: `full` attention after the
+prefill, where every branch's window attends to all of [prefix ; own window]. Those run as two
+kernel calls for all k + 1 branches together: the branches' queries, folded into one sequence,
+against the shared prefix, and one variable-length call over the branches' own windows; the two
+partial softmaxes are merged by their log-sum-exps. Everything with a block mask (block_causal,
+the prefill's prompt segment) stays on the function below. `window_kernel` decides; the trace of
+a forward's choice is PrefixKV.kernel.
+
 Why not expand the cache to batch k + 1? A DynamicCache concatenates the prefix with each
 branch's window, materialising k + 1 copies of the prefix every layer of every round. Here the
 branch and head-group axes are folded into the query length instead, so the prefix is read
@@ -13,16 +22,63 @@ once and never copied (the scores [B, H, W, P] are the only per-branch cost, as 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 NAME = "lopa_shared_prefix"
 _FALLBACK_ATTR = "_lopa_fallback_attn"
 
 
+@functools.cache
+def flash_kernels():
+    """(flash_attn_func, flash_attn_varlen_func) where `flash_attn` imports, else None (detected once)."""
+    try:
+        from flash_attn import flash_attn_func, flash_attn_varlen_func
+    except ImportError:
+        return None
+    return flash_attn_func, flash_attn_varlen_func
+
+
+def window_kernel(query: torch.Tensor, window_lengths, kernels) -> str:
+    """"flash" where FlashAttention applies to this forward, else "sdpa": it needs the kernels, a
+    CUDA half-precision query, and a window without a block mask (window_lengths given)."""
+    if kernels is None or window_lengths is None:
+        return "sdpa"
+    return "flash" if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) else "sdpa"
+
+
+def flash_shared_prefix(query, key, value, prefix_k, prefix_v, window_lengths, scaling, kernels):
+    """All branches in two kernel calls: queries against the shared prefix, and one varlen call over
+    each branch's own window, merged by log-sum-exp. query [B, H, L, D]; key, value [B, Hkv, L, D];
+    prefix_k, prefix_v [1, Hkv, P, D]; window_lengths [B] (padding excluded). -> [B, L, H, D]"""
+    dense, varlen = kernels
+    B, H, L, D = query.shape
+    lengths = torch.as_tensor(window_lengths, device=query.device)
+    valid = torch.arange(L, device=query.device)[None] < lengths[:, None]             # [B, L]
+    q = query.transpose(1, 2)[valid]                                                # [T, H, D], T = sum(lengths)
+    k, v = key.transpose(1, 2)[valid], value.transpose(1, 2)[valid]                 # [T, Hkv, D]
+    cu = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)         # [B + 1]
+    longest = int(lengths.max())
+    out, lse, _ = varlen(q, k, v, cu, cu, longest, longest, softmax_scale=scaling, causal=False,
+                         return_attn_probs=True)                                    # [T, H, D], [H, T]
+    if prefix_k.shape[2]:
+        out_p, lse_p, _ = dense(q[None], prefix_k.transpose(1, 2), prefix_v.transpose(1, 2), softmax_scale=scaling,
+                                causal=False, return_attn_probs=True)              # [1, T, H, D], [1, H, T]
+        total = torch.logaddexp(lse, lse_p[0])                                      # [H, T]
+        out = (out.float() * torch.exp(lse - total).T[..., None]
+               + out_p[0].float() * torch.exp(lse_p[0] - total).T[..., None])
+    full = query.new_zeros(B, L, H, D)
+    full[valid] = out.to(query.dtype)
+    return full
+
+
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                            lopa_prefix=None, **kwargs):
+                            lopa_prefix=None, lopa_window_lengths=None, **kwargs):
     """query: [B, H, L, D]; key, value: [B, Hkv, L, D] (RoPE applied); attention_mask: [B, 1, L, L]
-    bool over the window. Returns ([B, L, H, D], None) like transformers' attention functions."""
+    bool over the window. lopa_window_lengths: each branch's window length [B] when the window
+    needs no mask (full attention after the prefill), else None. Returns ([B, L, H, D], None)
+    like transformers' attention functions."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if lopa_prefix is None:
@@ -37,6 +93,10 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     Hkv = key.shape[1]
     G, P = H // Hkv, prefix_k.shape[2]
     scaling = D ** -0.5 if scaling is None else scaling
+    kernels = flash_kernels()
+    lopa_prefix.kernel = window_kernel(query, lopa_window_lengths, kernels)
+    if lopa_prefix.kernel == "flash":
+        return flash_shared_prefix(query, key, value, prefix_k, prefix_v, lopa_window_lengths, scaling, kernels), None
 
     # Query head h uses key/value head h // G (the repeat_kv convention).
     q = query.reshape(B, Hkv, G * L, D)                                     # [B, Hkv, G*L, D]

@@ -24,7 +24,7 @@ class Branch:
     mask_id: int
 
     @classmethod
-    def start(cls, settings: DecodeSettings, spec: ModelSpec) -> "Branch":
+    def start(cls, settings: DecodeSettings, spec: ModelSpec) -> Branch:
         """One all-mask block after the prompt (D2F step 1)."""
         tokens = torch.full((settings.block_size,), spec.mask_token_id, dtype=torch.long)  # [N]
         return cls(tokens, 0, settings.block_size, spec.mask_token_id)
@@ -61,13 +61,13 @@ class Branch:
     def eos_committed(self, spec: ModelSpec) -> bool:
         return bool(torch.isin(self.tokens, torch.tensor(spec.eos_token_ids)).any())
 
-    def with_tokens(self, positions: torch.Tensor, tokens: torch.Tensor) -> "Branch":
+    def with_tokens(self, positions: torch.Tensor, tokens: torch.Tensor) -> Branch:
         """A copy with `tokens` written at generated `positions`."""
         new = self.tokens.clone()
         new[positions] = tokens
         return Branch(new, self.n_cached, self.block_size, self.mask_id)
 
-    def with_block_added(self, settings: DecodeSettings, spec: ModelSpec) -> "Branch":
+    def with_block_added(self, settings: DecodeSettings, spec: ModelSpec) -> Branch:
         """D2F step 2: append one all-mask block when the last block's decoded fraction >= tau_add,
         fewer than max_new_tokens / N blocks exist and no EOS has been committed."""
         if (self.n_blocks >= settings.max_blocks or self.eos_committed(spec)
@@ -86,7 +86,7 @@ class Branch:
             n += 1
         return n
 
-    def with_cached(self, n_blocks: int) -> "Branch":
+    def with_cached(self, n_blocks: int) -> Branch:
         return Branch(self.tokens, self.n_cached + n_blocks, self.block_size, self.mask_id)
 
     def finished(self, settings: DecodeSettings, spec: ModelSpec) -> bool:

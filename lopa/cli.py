@@ -1,59 +1,19 @@
-"""Command line: `python -m lopa generate --prompt "..." --k 4` decodes one prompt and prints the
-answer and the metrics; `--trace run.json` (or .parquet) writes the round-by-round trace."""
+"""Command line (`lopa`, or `python -m lopa`):
+
+    lopa generate --prompt "..." --k 4     decode one prompt, print the answer and the metrics;
+                                           --trace run.json (or .parquet) writes the round-by-round trace
+    lopa app [--host H] [--port P]         start the explorer app on the bundled model
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 import torch
 
-from lopa.settings import (ATTENTION_MODES, COMMIT_RULES, CONFIDENCE_METRICS, DECODERS, ORDERS, PAPER_PRESETS,
-                           DecodeSettings, decoder_settings)
-
-DEFAULTS = DecodeSettings()
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser, choose_decoder: bool = True) -> None:
-    """Decoding settings as flags; shared by `generate` and the benchmarks (which choose the
-    decoder, k and commit rule per row themselves: choose_decoder=False)."""
-    g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
-    if choose_decoder:
-        g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
-                       help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
-        g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
-        g.add_argument("--k", type=int, help="lookahead branches per round (default 4 for lopa; gsm8k preset 14)")
-        g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
-    g.add_argument("--tau-conf", type=float, help=f"commit threshold on max prob (default {DEFAULTS.tau_conf})")
-    g.add_argument("--tau-add", type=float, help=f"block add threshold (default {DEFAULTS.tau_add})")
-    g.add_argument("--tau-act", type=float, help=f"block activation threshold (default {DEFAULTS.tau_act})")
-    g.add_argument("--block-size", type=int, help=f"block size N (default {DEFAULTS.block_size})")
-    g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {DEFAULTS.max_new_tokens})")
-    g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {DEFAULTS.confidence})")
-    g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
-    g.add_argument("--temperature", type=float, help="0 = greedy (default)")
-    g.add_argument("--seed", type=int, help="sampling seed (default 0)")
-    g.add_argument("--order", choices=ORDERS,
-                   help="token filling order: confidence (the paper's, default), random (lookahead positions drawn "
-                        "uniformly from the masked window, seeded by --order-seed) or left_to_right (lowest first)")
-    g.add_argument("--order-seed", type=int, help="seed of the random order (default 0)")
-
-
-def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset (or the settings of a trace given as --script), then the model's own attention and
-    block size, then explicit flags; the decoder's overrides (e.g. k = 0 for d2f) come last."""
-    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
-    fields.update(getattr(args, "script_settings", None) or {})
-    if spec is not None:
-        fields.setdefault("attention", spec.attention)
-        if spec.block_size:
-            fields.setdefault("block_size", spec.block_size)
-    flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
-                                                     "commit", "confidence", "attention", "temperature", "seed",
-                                                     "order", "order_seed")}
-    fields.update({k: v for k, v in flags.items() if v is not None})
-    fields.setdefault("k", 4)
-    return decoder_settings(args.decoder, DecodeSettings(**fields))
+from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
 
 
 def _read_script(args) -> None:
@@ -73,9 +33,9 @@ def _read_script(args) -> None:
 def _generate(args) -> int:
     _read_script(args)
     if args.backend == "bp":
-        from lopa.parallel import generate_bp
+        from lopa.dist.launch import generate_bp
         return generate_bp(args, settings_from_args, _report)
-    from lopa.presets import load_from_args
+    from lopa.models import load_from_args
     loaded = load_from_args(args)
     settings = settings_from_args(args, loaded.spec)
     return _report(args, loaded.decoder(settings, executor=args.executor), loaded.describe())
@@ -105,8 +65,29 @@ def _report(args, decoder, description: str) -> int:
     return 0
 
 
+def explorer():
+    """The explorer app package: `lopa_explorer.app` when installed from the wheel, the top-level
+    `app/` folder in a checkout or on a Space."""
+    for name in ("lopa_explorer.app", "app"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name not in (name, name.split(".")[0]):
+                raise                                  # the app is there but something it needs is not
+            continue
+        if hasattr(module, "serve"):
+            return module
+    raise ValueError("the explorer app is not installed: pip install lopa-explorer (or run from a checkout)")
+
+
+def _app(args) -> int:
+    module = explorer()
+    module.serve(args.host or module.DEFAULT_HOST, args.port or module.DEFAULT_PORT)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from lopa.presets import add_model_arguments
+    from lopa.models import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")
@@ -134,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
+    app = sub.add_parser("app", help="start the explorer app (the bundled model unless another is loaded in it)")
+    app.add_argument("--host", default=None, help="interface to listen on (default $GRADIO_SERVER_NAME or 0.0.0.0)")
+    app.add_argument("--port", type=int, default=None, help="port (default $GRADIO_SERVER_PORT or 7860)")
+    app.set_defaults(func=_app)
     return parser
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
-from typing import Iterator
 
 import torch
 
@@ -35,7 +35,7 @@ class Decoder:
 
     executor: "batched" (all branches in one forward; default), "per_branch" (the reference:
     one forward per branch, each on its own cache copy) or "uncached" (recompute everything).
-    Any Executor instance is accepted too (the branch-parallel backend passes its own).
+    Any object speaking the Executor protocol is accepted too (the branch-parallel backends pass theirs).
     order: the token filling order policy (default: the one settings.order names).
     script: {round: lopa.order.Forced} decisions forced on top of the policy.
     keep_states: save a resumable state after every round, so forks of this run start at their
@@ -46,7 +46,7 @@ class Decoder:
                  executor: str | Executor = "batched", order: OrderPolicy | None = None,
                  script: dict[int, Forced] | None = None, keep_states: bool = False):
         self.spec, self.settings, self.tokenizer = spec, settings, tokenizer
-        self.executor = executor if isinstance(executor, Executor) else make_executor(executor, model, spec, settings)
+        self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
         self.base_order = order if order is not None else make_order(settings)
         self.apply_script(script)
         self.keep_states = keep_states
@@ -129,7 +129,7 @@ class Decoder:
         return run
 
     # -- the loop --------------------------------------------------------------------------
-    def _rounds(self, prompt_ids: torch.Tensor, resume: "Saved | None" = None) -> Iterator[RoundRecord]:
+    def _rounds(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
         if resume is None:
             predictions = yield from self._prefill(prompt_ids)          # round 0: the prompt forward
         else:
@@ -204,7 +204,7 @@ class Decoder:
         if self.keep_states and type(self.executor) in EXECUTORS.values():
             self.states[r] = Saved(r, self.state, predictions, _copy_executor(self.executor))
 
-    def _restore(self, saved: "Saved") -> Predictions:
+    def _restore(self, saved: Saved) -> Predictions:
         self.state, self.executor = saved.state, _copy_executor(saved.executor)   # the saved one stays intact
         return saved.predictions
 
@@ -283,14 +283,14 @@ def _copy_executor(executor: Executor) -> Executor:
 def fork_decoder(run: RunResult, model=None) -> Decoder:
     """A Decoder for forks of `run`, with the run's settings and policy. Uses the in-process decoder
     that made `run` when there is one (then forks resume from its saved states); otherwise `model`,
-    anything with .decoder(settings) such as lopa.loading.LoadedModel (forks then replay the run)."""
+    anything with .decoder(settings) such as lopa.models.LoadedModel (forks then replay the run)."""
     parent = run.decoder
     if parent is not None and type(parent.executor) in EXECUTORS.values():
         return Decoder(None, parent.spec, parent.settings, parent.tokenizer, executor=_copy_executor(parent.executor),
                        order=parent.base_order, keep_states=parent.keep_states)
     if model is None:
         raise ValueError("forks need a model: this run was loaded from a file (or decoded by another process); "
-                         "pass model=, e.g. lopa.loading.load_model(...) of the model that made it")
+                         "pass model=, e.g. lopa.models.load(...) of the model that made it")
     decoder = model.decoder(DecodeSettings.from_dict(run.settings))
     decoder.keep_states = True
     return decoder

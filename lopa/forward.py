@@ -1,10 +1,13 @@
-"""Executors: how one round's branches go through the model. The engine speaks three verbs.
+"""Executors: how one round's branches go through the model. The engine speaks three verbs, the
+`Executor` protocol:
 
     start(prompt_ids)          a new sequence; the prompt is not cached yet
     verify(branches) -> Verified   one forward over every branch's window (LoPA step 4)
     commit(winner, n)          the winner's first n window positions join the prefix cache
 
-Three executors implement them:
+Three local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.dist
+implement the same protocol and reuse the public helpers here (`forward_windows`, `summarize`,
+`PrefixKV`), never private methods:
 - BatchedExecutor (fast path): all k + 1 windows in one batch; attention reads the shared
   prefix K/V, stored once with batch 1, through a custom attention function (no per-branch copy).
 - PerBranchExecutor (reference): one forward per branch, each on its own copy of a transformers
@@ -18,6 +21,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -62,8 +66,39 @@ def attention_mask(segments: torch.Tensor, mode: str, prompt_segment: bool, pref
     return torch.cat([prefix, allowed], dim=-1)[:, None]     # [B, 1, L, P + L]
 
 
-class Executor:
-    """Shared logic: building inputs, summarising logits, the logit shift and the boundary row."""
+@runtime_checkable
+class Executor(Protocol):
+    """What the engine calls, once per run (start) and once per round (verify, then commit)."""
+
+    def start(self, prompt_ids: torch.Tensor) -> None: ...
+
+    def verify(self, branches: list[Branch]) -> Verified: ...
+
+    def commit(self, winner: int, n_positions: int) -> None: ...
+
+
+def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, boundary) -> torch.Tensor:
+    """Rows over input positions -> predictions for window positions. [B, L] -> [B, W].
+    q0: input index of window position 0. With the logit shift, position i is predicted by the
+    output at i - 1; the first window position then uses `boundary`, the row kept from the round
+    that cached its predecessor (a scalar, broadcast over the branches)."""
+    first = q0 - int(shift)
+    if first >= 0:
+        return rows[:, first:first + width]
+    head = boundary.expand(rows.shape[0], 1).to(rows.dtype)
+    return torch.cat([head, rows[:, :width - 1]], dim=1)
+
+
+def boundary_rows(rows: tuple, q0: int, winner: int, n_positions: int, current):
+    """The winner's (token, max_prob, conf) at the last position that `commit` caches, or `current`
+    when nothing new is cached. rows: 3 x [B, L] over input positions."""
+    last = q0 + n_positions - 1           # input index of the last newly cached position
+    return tuple(r[winner, last] for r in rows) if last >= 0 else current
+
+
+class LocalExecutor:
+    """Shared logic of the in-process executors: building inputs, summarising logits, the logit
+    shift and the boundary row."""
 
     def __init__(self, model, spec: ModelSpec, settings: DecodeSettings):
         self.model, self.spec, self.settings = model, spec, settings
@@ -80,26 +115,27 @@ class Executor:
     @torch.no_grad()
     def verify(self, branches: list[Branch]) -> Verified:
         t0 = time.perf_counter()
-        inputs, segments, q0, start = self._inputs(branches)      # [B, L], [B, L]
-        logits = self._logits(inputs, segments, start)             # [B, L, V]
-        # A prediction is never the mask token: committing it would leave the position masked
-        # forever (random and undertrained models do rank it first).
-        logits[..., self.spec.mask_token_id] = float("-inf")
-        rows = summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
-        rows = tuple(r.cpu() for r in rows)                        # 3 x [B, L]
+        logits, q0 = self._forward(branches)                       # [B, L, V]
+        rows = tuple(r.cpu() for r in self.summarize(logits))      # 3 x [B, L]
         self._last = (rows, q0)
         lengths = [b.window().numel() for b in branches]
-        token, max_prob, conf = (self._align(r, q0, max(lengths), i) for i, r in enumerate(rows))
+        token, max_prob, conf = (window_predictions(r, q0, max(lengths), self.spec.logit_shift,
+                                                    self.boundary[i] if self.boundary else None) for i, r in enumerate(rows))
         return Verified(token, max_prob, conf, lengths, time.perf_counter() - t0)
 
     def commit(self, winner: int, n_positions: int) -> None:
         """The winner's first n window positions (and the prompt, after the first round) are cached."""
         rows, q0 = self._last
-        last = q0 + n_positions - 1           # input index of the last newly cached position
-        if last >= 0:
-            self.boundary = tuple(r[winner, last] for r in rows)
+        self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
         self._cache(winner, q0 + n_positions)
         self.prompt_cached = True
+
+    def summarize(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, L, V] logits -> (token, max_prob, conf), 3 x [B, L]: what the decisions need.
+        A prediction is never the mask token: committing it would leave the position masked
+        forever (random and undertrained models do rank it first). Modifies `logits` in place."""
+        logits[..., self.spec.mask_token_id] = float("-inf")
+        return summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
 
     # -- shared helpers --------------------------------------------------------------------
     def _window_inputs(self, windows: list[torch.Tensor], with_prompt: bool, block_offset: int):
@@ -116,22 +152,11 @@ class Executor:
             segments[j, head.numel():seq.numel()] = 1 + block_offset + torch.arange(w.numel()) // N
         return inputs, segments
 
-    def _align(self, rows: torch.Tensor, q0: int, width: int, which: int) -> torch.Tensor:
-        """Rows over input positions -> predictions for window positions. [B, L] -> [B, W].
-        With the logit shift, position i is predicted by the output at i - 1; the first window
-        position then uses the boundary row kept from the round that cached its predecessor."""
-        shift = int(self.spec.logit_shift)
-        first = q0 - shift
-        if first >= 0:
-            return rows[:, first:first + width]
-        head = self.boundary[which].expand(rows.shape[0], 1).to(rows.dtype)
-        return torch.cat([head, rows[:, :width - 1]], dim=1)
-
     def _position_ids(self, inputs: torch.Tensor, start: int) -> torch.Tensor:
         return (start + torch.arange(inputs.shape[1])).expand_as(inputs)   # [B, L]
 
     # -- what differs between executors ----------------------------------------------------
-    def _inputs(self, branches):  # -> inputs, segments, q0 (input index of window position 0), start
+    def _forward(self, branches):  # -> logits [B, L, V], q0 (input index of window position 0)
         raise NotImplementedError
 
     def _logits(self, inputs, segments, start):
@@ -144,12 +169,12 @@ class Executor:
         return 0
 
 
-class UncachedExecutor(Executor):
+class UncachedExecutor(LocalExecutor):
     """Recompute everything every round: prompt + all generated tokens. The reference for the cache."""
 
-    def _inputs(self, branches):
+    def _forward(self, branches):
         inputs, segments = self._window_inputs([b.tokens for b in branches], True, 0)
-        return inputs, segments, self.prompt.numel() + branches[0].window_start, 0
+        return self._logits(inputs, segments, 0), self.prompt.numel() + branches[0].window_start
 
     def _logits(self, inputs, segments, start):
         mask = attention_mask(segments, self.settings.attention, True)
@@ -160,20 +185,23 @@ class UncachedExecutor(Executor):
     def _cache(self, winner, n_input_positions):
         pass
 
-    def _align(self, rows, q0, width, which):
-        # Nothing is cached, so the shifted predecessor of every window position is in the input.
-        return rows[:, q0 - int(self.spec.logit_shift):][:, :width]
 
-
-class _CachedExecutor(Executor):
+class _CachedExecutor(LocalExecutor):
     """Inputs for executors with a prefix cache: the window, behind the prompt in the first round."""
 
-    def _inputs(self, branches):
+    def _forward(self, branches):
+        return self.forward_windows([b.window() for b in branches], branches[0].window_start)
+
+    def forward_windows(self, windows: list[torch.Tensor], window_start: int, rows: list[int] | None = None):
+        """One forward over `windows` [W_j] each, padded into a batch (behind the prompt until it is
+        cached), or over the batch rows `rows` of that same padded batch (a branch-parallel rank's
+        share, padded exactly as one process pads the whole round). -> logits [b, L, V], q0."""
         with_prompt = not self.prompt_cached
-        inputs, segments = self._window_inputs([b.window() for b in branches], with_prompt, 0)
-        q0 = self.prompt.numel() if with_prompt else 0
-        start = 0 if with_prompt else self.prompt.numel() + branches[0].window_start
-        return inputs, segments, q0, start
+        inputs, segments = self._window_inputs(windows, with_prompt, 0)       # [B, L] each
+        if rows is not None:
+            inputs, segments = inputs[rows], segments[rows]
+        start = 0 if with_prompt else self.prompt.numel() + window_start
+        return self._logits(inputs, segments, start), (self.prompt.numel() if with_prompt else 0)
 
 
 class PrefixKV:
@@ -187,6 +215,7 @@ class PrefixKV:
 
     def __init__(self, capacity: int):
         self.capacity, self.length = capacity, 0
+        self.kernel = "sdpa"             # the window attention kernel of the last forward (lopa.attention)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -201,13 +230,27 @@ class PrefixKV:
     def prewrite(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> None:
         self.pending[layer] = (key, value)                                   # [B, Hkv, L, D] each
 
-    def commit(self, branch: int, n: int) -> None:
+    def pending_slice(self, branch: int, n: int) -> torch.Tensor:
+        """Branch `branch`'s pre-written K/V, first n input positions. -> [layers, 2, Hkv, n, D]"""
+        return torch.stack([torch.stack([k[branch, :, :n], v[branch, :, :n]]) for _, (k, v) in sorted(self.pending.items())])
+
+    def empty_slice(self, n: int) -> torch.Tensor:
+        """A buffer shaped like pending_slice(., n), for receiving one. -> [layers, 2, Hkv, n, D]"""
+        key = next(iter(self.pending.values()))[0]                            # [B, Hkv, L, D]
+        return key.new_empty(len(self.pending), 2, key.shape[1], n, key.shape[3])
+
+    def append(self, kv: torch.Tensor) -> None:
+        """Phase 2: write a slice [layers, 2, Hkv, n, D] behind the prefix; the round's pending K/V is done."""
+        n = kv.shape[3]
         assert self.length + n <= self.capacity, "prefix cache overflow"
-        for layer, (key, value) in self.pending.items():
-            self.keys[layer][:, :, self.length:self.length + n] = key[branch:branch + 1, :, :n]
-            self.values[layer][:, :, self.length:self.length + n] = value[branch:branch + 1, :, :n]
+        for i, layer in enumerate(sorted(self.pending)):
+            self.keys[layer][0, :, self.length:self.length + n] = kv[i, 0]
+            self.values[layer][0, :, self.length:self.length + n] = kv[i, 1]
         self.length += n
         self.pending.clear()
+
+    def commit(self, branch: int, n: int) -> None:
+        self.append(self.pending_slice(branch, n))
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self.keys.values(), *self.values.values()])
@@ -227,9 +270,11 @@ class BatchedExecutor(_CachedExecutor):
 
     def _logits(self, inputs, segments, start):
         mask = attention_mask(segments, self.settings.attention, not self.prompt_cached)  # window part only
+        # Without a prompt segment, full attention needs no window mask: FlashAttention may serve it.
+        unmasked = self.settings.attention == "full" and self.prompt_cached
         out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=self._position_ids(inputs, start).to(self.device),
-                         use_cache=False, lopa_prefix=self.kv)
+                         position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False,
+                         lopa_prefix=self.kv, lopa_window_lengths=(segments >= 0).sum(1).tolist() if unmasked else None)
         return out.logits
 
     def _cache(self, winner, n_input_positions):
@@ -279,7 +324,7 @@ class PerBranchExecutor(_CachedExecutor):
 EXECUTORS = {"batched": BatchedExecutor, "per_branch": PerBranchExecutor, "uncached": UncachedExecutor}
 
 
-def make_executor(name: str, model, spec: ModelSpec, settings: DecodeSettings) -> Executor:
+def make_executor(name: str, model, spec: ModelSpec, settings: DecodeSettings) -> LocalExecutor:
     if name not in EXECUTORS:
         raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {name!r}")
     return EXECUTORS[name](model, spec, settings)

@@ -84,14 +84,14 @@ class DecodeSettings:
     def max_blocks(self) -> int:
         return self.max_new_tokens // self.block_size
 
-    def replace(self, **changes) -> "DecodeSettings":
+    def replace(self, **changes) -> DecodeSettings:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecodeSettings":
+    def from_dict(cls, data: dict) -> DecodeSettings:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -161,6 +161,52 @@ class ModelSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelSpec":
+    def from_dict(cls, data: dict) -> ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# -- the command-line flags of these settings (lopa generate, the benchmarks) -------------------
+_DEFAULTS = DecodeSettings()
+
+
+def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
+    """Decoding settings as flags; shared by `generate` and the benchmarks (which choose the
+    decoder, k and commit rule per row themselves: choose_decoder=False)."""
+    g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
+    if choose_decoder:
+        g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
+                       help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
+        g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
+        g.add_argument("--k", type=int, help="lookahead branches per round (default 4 for lopa; gsm8k preset 14)")
+        g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
+    g.add_argument("--tau-conf", type=float, help=f"commit threshold on max prob (default {_DEFAULTS.tau_conf})")
+    g.add_argument("--tau-add", type=float, help=f"block add threshold (default {_DEFAULTS.tau_add})")
+    g.add_argument("--tau-act", type=float, help=f"block activation threshold (default {_DEFAULTS.tau_act})")
+    g.add_argument("--block-size", type=int, help=f"block size N (default {_DEFAULTS.block_size})")
+    g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {_DEFAULTS.max_new_tokens})")
+    g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {_DEFAULTS.confidence})")
+    g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
+    g.add_argument("--temperature", type=float, help="0 = greedy (default)")
+    g.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    g.add_argument("--order", choices=ORDERS,
+                   help="token filling order: confidence (the paper's, default), random (lookahead positions drawn "
+                        "uniformly from the masked window, seeded by --order-seed) or left_to_right (lowest first)")
+    g.add_argument("--order-seed", type=int, help="seed of the random order (default 0)")
+
+
+def settings_from_args(args, spec=None) -> DecodeSettings:
+    """Preset (or the settings of a trace given as --script), then the model's own attention and
+    block size, then explicit flags; the decoder's overrides (e.g. k = 0 for d2f) come last."""
+    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
+    fields.update(getattr(args, "script_settings", None) or {})
+    if spec is not None:
+        fields.setdefault("attention", spec.attention)
+        if spec.block_size:
+            fields.setdefault("block_size", spec.block_size)
+    flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
+                                                     "commit", "confidence", "attention", "temperature", "seed",
+                                                     "order", "order_seed")}
+    fields.update({k: v for k, v in flags.items() if v is not None})
+    fields.setdefault("k", 4)
+    return decoder_settings(args.decoder, DecodeSettings(**fields))

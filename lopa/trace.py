@@ -49,7 +49,7 @@ class RoundRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RoundRecord":
+    def from_dict(cls, data: dict) -> RoundRecord:
         names = [f.name for f in dataclasses.fields(cls)]
         optional = {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
         missing = [n for n in names if n not in data and n not in optional]      # older traces lack the optional
@@ -60,6 +60,34 @@ class RoundRecord:
 
 def _first_eos(tokens: list[int], eos_ids: list[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in eos_ids), None)
+
+
+def metrics(run: RunResult | None) -> dict:
+    """The design note's metrics, the one place they are computed: the CLI, the benchmarks, the
+    app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
+    live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
+    Forwards: a batched k + 1 forward counts once, the prompt round counts, a final round without
+    a forward does not. TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
+    every position of every appended block, EOS padding included."""
+    records = run.records if run is not None else []
+    forwards = sum(r.kind != "final" for r in records)
+    latency = sum(r.round_seconds for r in records)
+    first = records[0].round_seconds if records else 0.0
+    useful = len(run.useful_tokens) if records else 0
+    paper = sum(t != run.spec["mask_token_id"] for t in run.tokens) if records else 0
+    return {
+        "rounds": len(records),
+        "forwards": forwards,
+        "tokens_useful": useful,
+        "tokens_paper": paper,
+        "tpf_useful": useful / forwards if forwards else 0.0,
+        "tpf_paper": paper / forwards if forwards else 0.0,
+        "latency_s": latency,
+        "tps": useful / latency if latency > 0 else 0.0,
+        "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
+        "forward_s": sum(r.forward_seconds for r in records),
+        "first_round_s": first,
+    }
 
 
 @dataclass
@@ -88,26 +116,7 @@ class RunResult:
         return [t for t in kept if t != self.spec["mask_token_id"]]
 
     def metrics(self) -> dict:
-        """The design note's metrics. TPF 'useful' counts tokens up to the first EOS (headline);
-        'paper' counts every position of every appended block, EOS padding included."""
-        forwards = sum(r.kind != "final" for r in self.records)
-        latency = sum(r.round_seconds for r in self.records)
-        first = self.records[0].round_seconds if self.records else 0.0
-        useful = len(self.useful_tokens)
-        paper = sum(t != self.spec["mask_token_id"] for t in self.tokens)
-        return {
-            "rounds": len(self.records),
-            "forwards": forwards,
-            "tokens_useful": useful,
-            "tokens_paper": paper,
-            "tpf_useful": useful / forwards if forwards else 0.0,
-            "tpf_paper": paper / forwards if forwards else 0.0,
-            "latency_s": latency,
-            "tps": useful / latency if latency > 0 else 0.0,
-            "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
-            "forward_s": sum(r.forward_seconds for r in self.records),
-            "first_round_s": first,
-        }
+        return metrics(self)
 
     # -- serialisation -----------------------------------------------------------------------
     def header(self) -> dict:
@@ -119,7 +128,7 @@ class RunResult:
         return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
 
     @classmethod
-    def from_json(cls, text: str) -> "RunResult":
+    def from_json(cls, text: str) -> RunResult:
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -129,7 +138,7 @@ class RunResult:
         return cls._from_parts(data, data.get("records", []))
 
     @classmethod
-    def _from_parts(cls, header: dict, records: list[dict]) -> "RunResult":
+    def _from_parts(cls, header: dict, records: list[dict]) -> RunResult:
         try:
             return cls(prompt=header["prompt"], prompt_ids=list(header["prompt_ids"]), settings=header["settings"],
                        spec=header["spec"], records=[RoundRecord.from_dict(r) for r in records],
@@ -149,7 +158,7 @@ class RunResult:
         return df
 
     @classmethod
-    def from_dataframe(cls, df) -> "RunResult":
+    def from_dataframe(cls, df) -> RunResult:
         if "lopa" not in df.attrs:
             raise ValueError("DataFrame has no LoPA run header in df.attrs['lopa']")
         rows = []
@@ -177,7 +186,7 @@ class RunResult:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "RunResult":
+    def load(cls, path: str | Path) -> RunResult:
         """Read a trace written by `save`. Only parses data; nothing in the file is executed."""
         path = Path(path)
         if path.suffix == ".json":

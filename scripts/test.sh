@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs everything the tests need into a fresh virtual environment, then runs them all.
+# Installs everything the tests need into a fresh virtual environment, then runs the lint and every test.
 # Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +17,5 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped"
   fi
 fi
+"$VENV/bin/ruff" check .          # the lint pre-commit runs (configured in pyproject.toml)
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -7,12 +7,14 @@ import time
 
 import pytest
 from gradio_client import Client, handle_file
+from servers import free_port
+from tiny import save_tiny_model_dir
 
 from app import build_demo
 from app.models import MODELS
 from app.session import SETTING_NAMES
-from servers import free_port
-from tiny import save_tiny_model_dir
+
+pytestmark = pytest.mark.timeout(300)                 # starts the app on a local port
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",

@@ -6,17 +6,18 @@ import signal
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+from tiny import save_tiny_model_dir
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
 from app.models import MODELS
 from app.session import BRANCH_PARALLEL, SETTING_NAMES, SINGLE, Backend, Session, backend_from_ui, parse_ui
 from lopa import DecodeSettings
-from lopa.bp_group import BPGroup
-from tiny import save_tiny_model_dir
+from lopa.dist.group import BPGroup
 from visualizations.ranks import lane_segments, rank_lanes
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")   # gr.Warning outside a request
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),   # gr.Warning outside a request
+              pytest.mark.distributed, pytest.mark.timeout(300)]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",

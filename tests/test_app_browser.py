@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+              pytest.mark.browser, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -42,14 +42,15 @@ OBSERVE_COUNTERS = """() => {
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
+    from tiny import save_tiny_model_dir
+
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
-    from lopa.loading import load_model
-    from tiny import save_tiny_model_dir
+    from lopa.models import load
 
     saved = (MODELS.default, MODELS.loaded)
     try:
-        MODELS.loaded = load_model(MODELS.default)          # the bundled model, if it loads right now
+        MODELS.loaded = load(MODELS.default)          # the bundled model, if it loads right now
     except Exception:                                       # (it may be mid re-export): a tiny random one
         MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
         MODELS.loaded = None

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
+from tiny import save_tiny_model_dir
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.models import MODELS, example_prompts, safetensors_param_count
 from app.session import SETTING_NAMES, Session, settings_from_ui
-from tiny import save_tiny_model_dir
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

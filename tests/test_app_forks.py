@@ -6,13 +6,13 @@ import json
 
 import gradio as gr
 import pytest
+from tiny import save_tiny_model_dir
 
 from app import callbacks as cb
 from app import forks
 from app.compare import COMPARE_OUTPUTS, compare_runs
 from app.models import MODELS
 from app.session import SETTING_NAMES, SINGLE, Session, parse_ui
-from tiny import save_tiny_model_dir
 from visualizations.timeline import fills
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -3,8 +3,10 @@
 import csv
 import json
 
-from lopa import bench, bench_round
 from tiny import save_tiny_model_dir
+
+from lopa.bench import decoders as bench
+from lopa.bench import round as bench_round
 
 
 def test_bench_writes_summary_details_and_plot(tmp_path, capsys):
@@ -34,7 +36,7 @@ def test_bench_round_prints_the_table(tmp_path, capsys):
 
 
 def test_bench_fork_prints_resume_and_replay(tmp_path, capsys):
-    from lopa import bench_fork
+    from lopa.bench import fork as bench_fork
     model = save_tiny_model_dir(tmp_path / "model")
     assert bench_fork.main(["--model", str(model), "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out

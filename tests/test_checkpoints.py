@@ -1,6 +1,6 @@
 """Real checkpoint formats, built tiny inside the tests: Dream-family directories (config.json with
 model_type Dream + auto_map, Dream's tokenizer files, safetensors single and sharded), a peft LoRA
-adapter, LLaDA directories. Each is loaded through the users' code path (load_model / the CLI)
+adapter, LLaDA directories. Each is loaded through the users' code path (lopa.models.load / the CLI)
 and must compute exactly what a stock model with the same weights computes."""
 
 import json
@@ -9,13 +9,14 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import save_file
+from tiny import save_tiny_model_dir
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from lopa import DecodeSettings, checkpoints, presets
+from lopa import DecodeSettings
 from lopa.cli import main
 from lopa.forward import attention_mask
-from lopa.loading import FLASH_OR_SDPA, load_model, register_flash_or_sdpa
-from tiny import save_tiny_model_dir
+from lopa.models import families, load, presets
+from lopa.models.loading import FLASH_OR_SDPA, register_flash_or_sdpa
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"]
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -120,7 +121,7 @@ def no_hf_cache(monkeypatch, tmp_path):
 @pytest.mark.parametrize("sharded", [True, False])
 def test_dream_checkpoint_loads_into_stock_qwen2_with_identical_logits(tmp_path, sharded):
     path, ids = save_dream_dir(tmp_path / "Dream-v0-Base-7B", sharded=sharded)
-    loaded = load_model(path, device="cpu")
+    loaded = load(path, device="cpu")
     assert type(loaded.model) is Qwen2ForCausalLM
     reference = tiny_dream(max(ids.values()) + 8)
     x = torch.randint(0, 290, (1, 12))
@@ -137,7 +138,7 @@ def test_dream_checkpoint_loads_into_stock_qwen2_with_identical_logits(tmp_path,
 def test_dream_tokenizer_special_tokens_and_chat_template(tmp_path, dream):
     path = tmp_path / "Dream-v0-Instruct-7B"
     shutil.copytree(dream[0], path)
-    loaded = load_model(path, device="cpu")
+    loaded = load(path, device="cpu")
     ids, tok = dream[1], loaded.tokenizer
     assert tok.mask_token_id == ids["<|mask|>"] and tok.eos_token_id == ids["<|endoftext|>"]
     assert tok("a<|mask|>b<|endoftext|>", add_special_tokens=False)["input_ids"][1] == ids["<|mask|>"]
@@ -156,17 +157,17 @@ def test_dream_checkpoint_with_missing_shard_or_wrong_mask_is_refused(tmp_path, 
     shutil.copytree(dream[0], broken)
     (broken / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ValueError, match="could not load the weights"):
-        load_model(broken)
+        load(broken)
     wrong = tmp_path / "wrong"
     shutil.copytree(dream[0], wrong)
     raw = json.loads((wrong / "config.json").read_text())
     (wrong / "config.json").write_text(json.dumps({**raw, "mask_token_id": 5}))
     with pytest.raises(ValueError, match="mask_token_id 5 != the tokenizer's mask token id"):
-        load_model(wrong)
+        load(wrong)
 
 
 def test_lora_merge_equals_unmerged_peft_model(dream, adapter):
-    loaded = presets.load(str(dream[0]), device="cpu", lora=str(adapter[0]))
+    loaded = load(str(dream[0]), device="cpu", lora=str(adapter[0]))
     assert type(loaded.model) is Qwen2ForCausalLM and loaded.spec.attention == "block_causal"
     x = torch.randint(0, 290, (2, 12))
     mask = block_mask(12).expand(2, 1, 12, 12)
@@ -175,7 +176,7 @@ def test_lora_merge_equals_unmerged_peft_model(dream, adapter):
     assert not torch.allclose(merged, logits(tiny_dream(max(dream[1].values()) + 8), x, mask), atol=1e-3)
 
 
-def test_preset_resolves_local_checkpoints_and_loads_through_load_model(dream, adapter, no_hf_cache):
+def test_preset_resolves_local_checkpoints_and_loads_through_load(dream, adapter, no_hf_cache):
     ok, message = presets.availability("d2f-dream-base")
     assert not ok and "hf download Dream-org/Dream-v0-Base-7B --local-dir" in message
     assert "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora" in message
@@ -184,7 +185,7 @@ def test_preset_resolves_local_checkpoints_and_loads_through_load_model(dream, a
     (no_hf_cache / "D2F_Dream_Base_7B_Lora").symlink_to(adapter[0])
     assert presets.availability("d2f-dream-base")[0]
     assert [r["available"] for r in presets.list_presets()] == [True, False, False]
-    loaded = load_model("d2f-dream-base", device="cpu")
+    loaded = load("d2f-dream-base", device="cpu")
     assert loaded.spec.name == "d2f-dream-base" and loaded.spec.prompt_template == "{prompt}"
     x = torch.randint(0, 290, (1, 12))
     torch.testing.assert_close(logits(loaded.model, x, block_mask(12)), logits(adapter[1], x, block_mask(12)),
@@ -275,7 +276,7 @@ def llada_forward(state, ids, heads=4, kv_heads=2, theta=500000.0, eps=1e-5):
 
 def test_llada_checkpoint_maps_onto_stock_llama_without_logit_shift(tmp_path):
     path, reference = save_llada_dir(tmp_path / "LLaDA-8B-Base")
-    loaded = load_model(path, device="cpu")
+    loaded = load(path, device="cpu")
     assert type(loaded.model) is LlamaForCausalLM
     x = torch.randint(3, 40, (1, 12))
     assert torch.equal(logits(loaded.model, x, block_mask(12, "full")), logits(reference, x, block_mask(12, "full")))
@@ -292,7 +293,7 @@ def test_llada_checkpoint_maps_onto_stock_llama_without_logit_shift(tmp_path):
 def test_unmappable_llada_is_refused_without_trust_remote_code(tmp_path, capsys):
     path, _ = save_llada_dir(tmp_path / "llada-sequential", block_type="sequential")
     with pytest.raises(ValueError, match="pass --trust-remote-code"):
-        load_model(path)
+        load(path)
     assert main(["generate", "--model", str(path), "--prompt", "hi"]) == 2
     assert "block_type='sequential'" in capsys.readouterr().err
 
@@ -300,8 +301,8 @@ def test_unmappable_llada_is_refused_without_trust_remote_code(tmp_path, capsys)
 def test_remote_code_model_is_restricted_to_uncached_full_attention(tmp_path):
     """What a --trust-remote-code LLaDA gets: its code ignores masks, so only uncached + full."""
     path, reference = save_llada_dir(tmp_path / "LLaDA-8B-Base")
-    loaded = load_model(path, device="cpu")
-    loaded.model = checkpoints.MaskIgnoringModel(reference)
+    loaded = load(path, device="cpu")
+    loaded.model = families.MaskIgnoringModel(reference)
     loaded.spec = loaded.spec.__class__(**{**loaded.spec.to_dict(), "extra": {
         "executors": ("uncached",), "ignores_attention_mask": True}})
     settings = DecodeSettings(k=1, block_size=8, max_new_tokens=16, attention="full")
@@ -316,7 +317,7 @@ def test_remote_code_model_is_restricted_to_uncached_full_attention(tmp_path):
 def test_flash_or_sdpa_is_a_safe_fallback_for_the_engines_4d_masks(tmp_path):
     """With flash_attn installed the model's attention is the flash-or-SDPA dispatcher; the engine's
     shared-prefix attention falls back to it for the reference executors, which pass 4-D masks."""
-    loaded = load_model(save_tiny_model_dir(tmp_path / "tiny"), device="cpu")
+    loaded = load(save_tiny_model_dir(tmp_path / "tiny"), device="cpu")
     settings = DecodeSettings(k=2, block_size=8, max_new_tokens=16, attention="block_causal")
     expected = loaded.decoder(settings, executor="per_branch").run("how many apples").tokens
     loaded.model.set_attn_implementation(register_flash_or_sdpa())

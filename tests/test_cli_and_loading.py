@@ -4,11 +4,11 @@ import json
 
 import pytest
 import torch
-
-from lopa import DecodeSettings, Decoder
-from lopa.cli import main
-from lopa.loading import load_model
 from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
+
+from lopa import Decoder, DecodeSettings
+from lopa.cli import main
+from lopa.models import load
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_load_reads_the_spec_from_the_checkpoint(model_dir):
-    loaded = load_model(model_dir, device="cpu")
+    loaded = load(model_dir, device="cpu")
     assert loaded.spec.mask_token_id == MASK_ID and loaded.spec.eos_token_ids == (EOS_ID,)
     assert loaded.spec.logit_shift and loaded.spec.block_size == 8
     assert loaded.spec.prompt_template == "Question : {prompt} Answer :"
@@ -60,7 +60,7 @@ def test_cli_refuses_missing_model(tmp_path, capsys):
 
 
 def test_empty_and_oversized_prompts_are_refused(model_dir):
-    loaded = load_model(model_dir)
+    loaded = load(model_dir)
     decoder = loaded.decoder(DecodeSettings(block_size=8, max_new_tokens=16))
     with pytest.raises(ValueError, match="prompt is empty"):
         next(decoder.stream("   "))
@@ -71,7 +71,7 @@ def test_empty_and_oversized_prompts_are_refused(model_dir):
 def test_model_without_mask_token_is_refused(tmp_path):
     path = save_tiny_model_dir(tmp_path / "nomask", with_spec=False, with_mask=False)
     with pytest.raises(ValueError, match="no mask token"):
-        load_model(path)
+        load(path)
 
 
 def test_settings_validation_messages():

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from tiny import tiny_qwen2, tiny_spec
 
-from lopa import DecodeSettings, Decoder, decoder_settings
+from lopa import Decoder, DecodeSettings, decoder_settings
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor, PerBranchExecutor
-from tiny import tiny_qwen2, tiny_spec
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
 # Low thresholds so that a random model commits several tokens per round and lookahead matters.
@@ -117,7 +117,8 @@ def test_stored_prefix_does_not_grow_with_k(model):
     ex = PerBranchExecutor(model, tiny_spec(), DecodeSettings(k=8, **LIVELY))
     ex.start(PROMPT)
     branch = Branch.start(DecodeSettings(**LIVELY), tiny_spec())
-    ex.verify([branch]); ex.commit(0, 0)
+    ex.verify([branch])
+    ex.commit(0, 0)
     ex.verify([branch] * 9)
     assert len(ex.copies) == 9
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-
 from fake_model import EOS, MASK, FakeDLLM, table_script
-from lopa import DecodeSettings, Decoder, ModelSpec
+
+from lopa import Decoder, DecodeSettings, ModelSpec
 from lopa.rules import summarize
 
 PROMPT = torch.tensor([7, 8, 9])

@@ -6,9 +6,12 @@ import json
 import time
 
 import pytest
-
-from lopa import bench, humaneval
 from tiny import save_tiny_model_dir
+
+from lopa.bench import decoders as bench
+from lopa.bench import humaneval
+
+pytestmark = pytest.mark.timeout(120)                 # grades code in sandboxed child processes
 
 ADD = {"task_id": "Test/0", "entry_point": "add",
        "prompt": 'def add(a: int, b: int) -> int:\n    """Return a + b.\n    >>> add(2, 3)\n    5\n    """\n',

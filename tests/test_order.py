@@ -4,13 +4,21 @@ import json
 
 import pytest
 import torch
-
 from fake_model import EOS, MASK, FakeDLLM, table_script
-from lopa import DecodeSettings, Decoder, ModelSpec, RunResult, decoder_settings
-from lopa.engine import fork
-from lopa.order import (Forced, LeftToRightOrder, RandomOrder, RoundView, load_script, script_from_json,
-                        script_from_trace, script_to_json)
 from tiny import tiny_qwen2, tiny_spec
+
+from lopa import Decoder, DecodeSettings, ModelSpec, RunResult, decoder_settings
+from lopa.engine import fork
+from lopa.order import (
+    Forced,
+    LeftToRightOrder,
+    RandomOrder,
+    RoundView,
+    load_script,
+    script_from_json,
+    script_from_trace,
+    script_to_json,
+)
 
 PROMPT = torch.tensor([7, 8, 9])
 SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)

@@ -8,16 +8,17 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-
-from lopa import DecodeSettings, Decoder
-from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor
-from lopa.loading import load_model
-from lopa.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
 from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="torch.distributed with gloo is not available")
+from lopa import Decoder, DecodeSettings
+from lopa.blocks import Branch
+from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
+from lopa.forward import BatchedExecutor
+from lopa.models import load
+
+pytestmark = [pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with gloo is not available"),
+              pytest.mark.distributed, pytest.mark.timeout(300)]
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
 LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
@@ -36,12 +37,12 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(model_dir):
-    return load_model(model_dir, device="cpu")
+    return load(model_dir, device="cpu")
 
 
 @pytest.fixture(scope="module")
 def groups(model_dir):
-    from lopa.bp_group import BPGroup
+    from lopa.dist.group import BPGroup
     made = {w: BPGroup.start(model_dir, workers=w, timeout_s=TIMEOUT_S, start_timeout_s=120) for w in (2, 3)}
     yield made
     for group in made.values():
@@ -197,7 +198,8 @@ def test_a_run_superseded_by_another_on_the_same_group_fails_clearly(groups, loa
 def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
     """As from a Gradio worker thread: start, decode, close, all off the main thread."""
     import threading
-    from lopa.bp_group import BPGroup
+
+    from lopa.dist.group import BPGroup
     settings, out = DecodeSettings(k=3, **LIVELY), {}
 
     def work():
@@ -212,7 +214,7 @@ def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
 
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
-    from lopa import bp_ranks
+    from lopa.dist import ranks as bp_ranks
     pid = bp_ranks.Launcher.current.proc.pid
     return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
 
@@ -268,7 +270,7 @@ def test_cli_bp_backend_prints_the_single_process_answer(model_dir, capsys):
     assert bp_answer == single_answer and "x 2 ranks" in out
 
 
-@pytest.mark.skipif(not os.environ.get("LOPA_SLOW_TESTS"), reason="starts torchrun (~20 s); set LOPA_SLOW_TESTS=1")
+@pytest.mark.slow                    # starts torchrun (~20 s); deselect with -m "not slow"
 def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp_path):
     import subprocess
     import sys
@@ -284,8 +286,8 @@ def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp
 
 # -- last: it also stops the shared launcher ---------------------------------------------------------
 def test_close_leaves_nothing_running(model_dir):
-    from lopa import bp_ranks
-    from lopa.bp_group import BPGroup, stop_launcher
+    from lopa.dist import ranks as bp_ranks
+    from lopa.dist.group import BPGroup, stop_launcher
     with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
         group.decoder(DecodeSettings(k=2, **LIVELY)).run(PROMPT)
         pids = list(group.pids.values())
@@ -296,3 +298,37 @@ def test_close_leaves_nothing_running(model_dir):
     assert set(launcher_children()).isdisjoint(pids)
     stop_launcher()
     assert launcher.poll() is not None
+
+
+def test_every_executor_speaks_one_protocol_and_dist_uses_no_private_executor_methods():
+    """The engine's three verbs are one protocol; the branch-parallel executors implement it and
+    reuse the local executor's public helpers only (style: 'never private methods of it')."""
+    import re
+    from pathlib import Path
+
+    from lopa.dist.group import RemoteExecutor
+    from lopa.forward import Executor, PerBranchExecutor, UncachedExecutor
+    for cls in (BatchedExecutor, PerBranchExecutor, UncachedExecutor, BPExecutor, RemoteExecutor):
+        assert all(callable(getattr(cls, verb, None)) for verb in ("start", "verify", "commit")), cls
+    assert isinstance(BPExecutor.__new__(BPExecutor), Executor)
+    dist = Path(__file__).resolve().parent.parent / "lopa" / "dist"
+    private = [f"{f.name}: {m.group(0)}" for f in dist.glob("*.py")
+               for m in re.finditer(r"\b(?:ex|executor)\._[a-z]\w*", f.read_text())]
+    assert not private, private
+
+
+def test_prefix_commit_is_one_append_of_the_pending_slice():
+    """PrefixKV.commit (local) and a broadcast slice (remote) go through the same append."""
+    from lopa.forward import PrefixKV
+    a, b = PrefixKV(16), PrefixKV(16)
+    for kv in (a, b):
+        kv.prefix(0, torch.zeros(1, 2, 1, 4))
+    pending = torch.arange(3 * 2 * 5 * 4, dtype=torch.float32).view(3, 2, 5, 4)      # [B, Hkv, L, D]
+    for kv in (a, b):
+        kv.prewrite(0, pending, -pending)
+    a.commit(1, 3)
+    pending_slice = b.pending_slice(1, 3)
+    b.append(pending_slice)
+    assert pending_slice.shape == (1, 2, 2, 3, 4)
+    assert torch.equal(a.keys[0], b.keys[0]) and torch.equal(a.values[0], b.values[0]) and a.length == b.length == 3
+    assert torch.equal(a.keys[0][0, :, :3], pending[1, :, :3]) and not a.pending

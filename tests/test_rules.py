@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from lopa.rules import (branch_score, confidence, lookahead_positions, select_winner, summarize,
-                        threshold_commit, top1_commit)
+from lopa.rules import (
+    branch_score,
+    confidence,
+    lookahead_positions,
+    select_winner,
+    summarize,
+    threshold_commit,
+    top1_commit,
+)
 
 
 def test_confidence_metrics():
@@ -81,3 +88,23 @@ def test_select_winner_ties_prefer_lookahead_in_rank_order():
     assert select_winner(torch.tensor([0.7, 0.7, 0.7])).item() == 1
     assert select_winner(torch.tensor([0.7])).item() == 0
     assert select_winner(torch.tensor([0.9, 0.7])).item() == 0
+
+
+def test_helpers_never_change_their_inputs():
+    """Style habit 15: every pure helper leaves its arguments as it found them."""
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.1, 0.2, 3.0]])
+    probs = logits.softmax(-1)
+    max_prob, conf = torch.tensor([0.95, 0.3, 0.91]), torch.tensor([-0.1, -0.9, -0.2])
+    candidate, scores = torch.tensor([True, True, False]), torch.tensor([0.2, 0.7, 0.7])
+    before = [t.clone() for t in (logits, probs, max_prob, conf, candidate, scores)]
+    for metric in ("max_prob", "neg_entropy", "margin"):
+        confidence(probs, metric)
+        summarize(logits, metric, 0.0)
+        summarize(logits, metric, 0.7, torch.Generator().manual_seed(0))
+    threshold_commit(max_prob, conf, 0.9, True)
+    top1_commit(max_prob, conf, 0.9, True)
+    lookahead_positions(conf, candidate, 2)
+    branch_score(conf)
+    select_winner(scores)
+    after = (logits, probs, max_prob, conf, candidate, scores)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))

@@ -1,6 +1,6 @@
 import pytest
 
-from lopa.tokenizer_build import EOS, MASK, PAD, build_tokenizer, save_tokenizer, training_texts
+from lopa.train.tokenizer import EOS, MASK, PAD, build_tokenizer, save_tokenizer, training_texts
 
 
 @pytest.fixture(scope="module")

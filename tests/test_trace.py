@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
-
-from lopa import DecodeSettings, Decoder, RunResult
-from lopa.rules import COMMIT_RULES, branch_score, lookahead_positions, select_winner
 from tiny import tiny_qwen2, tiny_spec
+
+from lopa import Decoder, DecodeSettings, RunResult
+from lopa.rules import COMMIT_RULES, branch_score, lookahead_positions, select_winner
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
 SETTINGS = DecodeSettings(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32,

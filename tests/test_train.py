@@ -1,8 +1,8 @@
 
 import torch
 
-from lopa import train as T
-from lopa import train_layout
+from lopa.train import layout as train_layout
+from lopa.train import trainer as T
 
 TINY = T.Recipe(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, batch=4, warmup=2, bf16=False)
 
@@ -32,7 +32,7 @@ def test_noise_is_monotone_and_spares_the_prompt():
 def _train(out, steps, resume=False, n_eval=0):
     # A small tokenizer placed where train() looks keeps the test fast (no GSM8K pass).
     if not (out / "tokenizer" / "tokenizer.json").exists():
-        from lopa.tokenizer_build import build_tokenizer, save_tokenizer, training_texts
+        from lopa.train.tokenizer import build_tokenizer, save_tokenizer, training_texts
         save_tokenizer(build_tokenizer(training_texts(None, n_synthetic=300), vocab_size=400), out / "tokenizer")
     return T.train(out, TINY, minutes=None, steps=steps, seed=0, resume=resume, export_dir=out / "model",
                    ckpt_minutes=100, n_eval=n_eval, log=lambda *_: None, threads=1)

@@ -9,14 +9,23 @@ import math
 import re
 
 import pytest
-
-from lopa import DecodeSettings, Decoder, RunResult
 from tiny import tiny_qwen2, tiny_spec, tiny_tokenizer
-from visualizations import (branches_table, comparison_summary, confidence_heatmap, counters_html, explain_round,
-                            tfo_map, token_canvas, tokens_per_round_chart)
+
+from lopa import Decoder, DecodeSettings, RunResult
+from lopa.trace import metrics
+from visualizations import (
+    branches_table,
+    comparison_summary,
+    confidence_heatmap,
+    counters_html,
+    explain_round,
+    tfo_map,
+    token_canvas,
+    tokens_per_round_chart,
+)
 from visualizations.labels import token_label
 from visualizations.palette import text_on, viridis
-from visualizations.timeline import commits, fills, partial_metrics
+from visualizations.timeline import commits, fills
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 # Low thresholds so that a random model commits several tokens per round and lookahead matters.
@@ -158,15 +167,15 @@ def test_counters_and_comparison_summary(lopa, vanilla):
 
 def test_live_counters_count_committed_tokens_not_masks(lopa):
     run, _ = lopa
-    assert partial_metrics(run) == run.metrics()                     # finished: the engine's own metrics
+    assert metrics(run) == run.metrics()                     # finished: the engine's own metrics
     mask = run.spec["mask_token_id"]
     after = RunResult(prompt=run.prompt, prompt_ids=run.prompt_ids, settings=run.settings, spec=run.spec,
                       records=run.records[:3], tokens=[fills(run.records, 2).get(p).token if p in fills(run.records, 2)
                                                        else mask for p in range(16)], stopped=True)
-    m = partial_metrics(after)
+    m = metrics(after)
     committed = sum(rec.committed for rec in run.records[:3])
     assert m["tokens_paper"] == committed and m["tpf_paper"] == pytest.approx(committed / 3)
-    assert partial_metrics(None)["rounds"] == 0
+    assert metrics(None)["rounds"] == 0
 
 
 def test_replayed_trace_renders_without_names(lopa, tmp_path):

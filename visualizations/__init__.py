@@ -4,13 +4,16 @@ Nothing here runs the model or imports gradio: the app calls these with a live s
 loaded trace file, and the tests call them with a trace made by the engine.
 """
 
-from visualizations.branches import branches_table, explain_round
-from visualizations.canvas import token_canvas
-from visualizations.charts import tfo_map, tokens_per_round_chart
-from visualizations.compare import comparison_summary, run_diff, tfo_diff_html
-from visualizations.counters import counters_html
-from visualizations.heatmap import confidence_heatmap
-from visualizations.ranks import rank_lanes
+from .branches import branches_table, explain_round
+from .canvas import token_canvas
+from .charts import tfo_map, tokens_per_round_chart
+from .compare import comparison_summary, run_diff, tfo_diff_html
+from .counters import counters_html
+from .heatmap import confidence_heatmap
+from .labels import token_label, token_repr
+from .ranks import rank_lanes
+from .timeline import fills, last_forward_round, predictions
 
 __all__ = ["branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
-           "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes"]
+           "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
+           "token_label", "token_repr", "fills", "last_forward_round", "predictions"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 import math
 
-from visualizations.labels import token_label, token_repr
-from visualizations.palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
-from visualizations.timeline import predictions
+from .labels import token_label, token_repr
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
+from .timeline import predictions
 
 
 def _score(x: float) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import html
 import math
 
-from visualizations.labels import token_label, token_repr
-from visualizations.palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
-from visualizations.timeline import ANCHOR, fills, predictions
+from .labels import token_label, token_repr
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
+from .timeline import ANCHOR, fills, predictions
 
 CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
 STATE_STYLE = {

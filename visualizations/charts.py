@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from visualizations.compare import DIFF_COLOUR
-from visualizations.labels import token_text
-from visualizations.palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS
-from visualizations.timeline import committed_per_round, fills, n_positions
+from .compare import DIFF_COLOUR
+from .labels import token_text
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS
+from .timeline import committed_per_round, fills, n_positions
 
 
 def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:

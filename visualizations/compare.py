@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import html
 
-from visualizations.labels import token_label
-from visualizations.palette import text_on, viridis
-from visualizations.timeline import commits, fills, partial_metrics
+from lopa.trace import metrics
+
+from .labels import token_label
+from .palette import text_on, viridis
+from .timeline import commits, fills
 
 DIFF_COLOUR = "#D55E00"       # Okabe-Ito vermillion: a position filled in a different round
 
@@ -34,7 +36,7 @@ def run_diff(a, b) -> dict:
     rounds = {p: (fa[p].round if p in fa else None, fb[p].round if p in fb else None) for p in positions}
     tokens = {p: (fa[p].token if p in fa else None, fb[p].token if p in fb else None) for p in positions}
     differs = [p for p in positions if rounds[p][0] != rounds[p][1] or tokens[p][0] != tokens[p][1]]
-    ma, mb = partial_metrics(a), partial_metrics(b)
+    ma, mb = metrics(a), metrics(b)
     return {"rounds": rounds, "tokens": tokens, "differs": differs, "first_divergence": first_divergence(a, b),
             "metrics": (ma, mb), "delta_rounds": mb["rounds"] - ma["rounds"],
             "delta_forwards": mb["forwards"] - ma["forwards"], "delta_tpf": mb["tpf_useful"] - ma["tpf_useful"],
@@ -104,7 +106,7 @@ def tfo_diff_html(a, b, name_a: str = "A", name_b: str = "B", names: dict | None
     blocks = []
     for b0 in range(0, n, N):
         rows = []
-        for side, (title, run_index) in enumerate(((name_a, 0), (name_b, 1))):
+        for title, run_index in ((name_a, 0), (name_b, 1)):
             cells = "".join(_diff_cell(p, d["rounds"][p][run_index], d["tokens"][p][run_index],
                                        d["rounds"][p][1 - run_index], p in differs, top, names, mask_id)
                             for p in range(b0, min(b0 + N, n)))

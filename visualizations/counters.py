@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from visualizations.timeline import partial_metrics
+from lopa.trace import metrics
 
 STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
                   "replay": "#CC79A7", "paused": "#E69F00"}
@@ -13,7 +13,7 @@ STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00",
 def counters_html(run, elapsed_s: float, status: str = "running", title: str = "") -> str:
     """A row of counters. `elapsed_s` is wall clock since Run was pressed (includes streaming and UI);
     latency is the engine's own sum of round times. Values carry data-* attributes for tests."""
-    m = partial_metrics(run)
+    m = metrics(run)
     boxes = [
         ("rounds", "rounds", f"{m['rounds']}", "model forwards + a possible final no-forward round"),
         ("forwards", "forwards", f"{m['forwards']}", "forward passes; a batched k+1 forward counts once"),

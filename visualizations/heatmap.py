@@ -15,8 +15,8 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizations.labels import token_label, token_text
-from visualizations.palette import DIVERGING, VIRIDIS, WINNER_COLOUR
+from .labels import token_label, token_text
+from .palette import DIVERGING, VIRIDIS, WINNER_COLOUR
 
 NAN = float("nan")
 

@@ -1,6 +1,6 @@
 """Rank lanes of one round: which process computed which branch, and where the round's time went.
 
-One horizontal lane per rank of a branch-parallel group (lopa.parallel), on a time axis in ms:
+One horizontal lane per rank of a branch-parallel group (lopa.dist.parallel), on a time axis in ms:
 rank 0 sends the control message, every rank runs the forward of its own branches, rank 0
 gathers the small per-position summaries (the peers wait at the collective), then the winner's
 new cache entries are broadcast from the rank that holds them when another rank does not
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from visualizations.heatmap import _message_figure
-from visualizations.palette import OKABE_ITO, WINNER_COLOUR
+from .heatmap import _message_figure
+from .palette import OKABE_ITO, WINNER_COLOUR
 
 PHASES = {   # phase -> (legend name, colour): Okabe-Ito, colour-blind safe
     "control": ("control message (rank 0)", OKABE_ITO["grey"]),

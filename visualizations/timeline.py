@@ -73,23 +73,3 @@ def n_positions(record, block_size: int) -> int:
 def committed_per_round(records) -> list[tuple[int, int]]:
     """(anchor commits, lookahead commits) per round."""
     return [(len(r.anchor_positions), int(r.winner > 0 and r.kind == "round")) for r in records]
-
-
-def partial_metrics(run) -> dict:
-    """RunResult.metrics() for any snapshot: zeros before the first round (run None or no records);
-    while unfinished, only committed tokens count, not the masks still in the window."""
-    if run is None or not run.records:
-        return {"rounds": 0, "forwards": 0, "tokens_useful": 0, "tokens_paper": 0, "tpf_useful": 0.0,
-                "tpf_paper": 0.0, "latency_s": 0.0, "tps": 0.0, "tps_excl_first": 0.0, "forward_s": 0.0}
-    metrics = run.metrics()
-    mask = run.spec.get("mask_token_id")
-    if mask not in run.tokens:
-        return metrics
-    # Unfinished (live or stopped): count committed tokens only, not the masks still in the window.
-    useful = sum(t != mask for t in run.useful_tokens)
-    paper = sum(t != mask for t in run.tokens)
-    forwards, latency = metrics["forwards"], metrics["latency_s"]
-    rest = latency - (run.records[0].round_seconds if run.records else 0.0)
-    return {**metrics, "tokens_useful": useful, "tokens_paper": paper,
-            "tpf_useful": useful / forwards if forwards else 0.0, "tpf_paper": paper / forwards if forwards else 0.0,
-            "tps": useful / latency if latency > 0 else 0.0, "tps_excl_first": useful / rest if rest > 0 else 0.0}

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from lopa.loading import ROOT
+from lopa.models.loading import ASSETS
 
-DATA_DIR = ROOT / "assets" / "data" / "humaneval"
+DATA_DIR = ASSETS / "data" / "humaneval"
 LOCAL_DATA = (DATA_DIR / "HumanEval.jsonl.gz", DATA_DIR / "HumanEval.jsonl")
 # The Codex paper's stop sequences: a base model's completion ends where the function body ends.
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")

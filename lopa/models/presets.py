@@ -1,5 +1,5 @@
-"""The D2F checkpoints the paper evaluates (Table 5) as presets, where to find them on disk, and
-the model arguments every command line shares (`--model NAME|DIR`, `--lora`, `--base-path`...).
+"""The D2F checkpoints the paper evaluates (Table 5) as presets, and where to find them on disk.
+Loading a preset is lopa.models.load's job; this module only names and locates.
 
 A preset is a base checkpoint plus a D2F LoRA adapter, named by their hub ids. Nothing is
 downloaded unless the caller allows it: a preset resolves to an explicit path, to
@@ -13,8 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lopa.checkpoints import load_checkpoint
-from lopa.loading import ROOT, LoadedModel
+from lopa.models.loading import ROOT
 from lopa.settings import PAPER_PRESETS
 
 # Where `hf download ... --local-dir` should put checkpoints so presets find them without flags.
@@ -114,39 +113,3 @@ def list_presets() -> list[dict]:
         rows.append({"name": name, "description": preset.description, "base": preset.base,
                      "adapter": preset.adapter, "tasks": list(preset.tasks), "available": ok, "message": message})
     return rows
-
-
-def load_preset(name: str, device: str | None = None, base_path=None, lora_path=None,
-                allow_download: bool = False) -> LoadedModel:
-    base, adapter = resolve_preset(name, base_path, lora_path, allow_download)
-    return load_checkpoint(base, device=device, lora=adapter, chat=PRESETS[name].chat, name=name)
-
-
-def load(model: str | Path | None, device: str | None = None, trust_remote_code: bool = False, lora=None,
-         base_path=None, lora_path=None, allow_download: bool = False) -> LoadedModel:
-    """What the CLI and the benchmark call: a preset name or a directory, plus an optional adapter."""
-    from lopa.loading import DEFAULT_MODEL, load_model
-    model = model or DEFAULT_MODEL
-    if str(model) in PRESETS and not Path(str(model)).is_dir():
-        return load_preset(str(model), device, base_path or None, lora_path or lora, allow_download)
-    if base_path or lora_path:
-        raise ValueError("--base-path/--lora-path go with a preset name (--model d2f-dream-base); "
-                         "for a directory use --model DIR [--lora ADAPTER_DIR]")
-    if lora:
-        return load_checkpoint(model, device=device, trust_remote_code=trust_remote_code, lora=lora)
-    return load_model(model, device=device, trust_remote_code=trust_remote_code)
-
-
-def add_model_arguments(parser) -> None:
-    g = parser.add_argument_group("checkpoints (presets: " + ", ".join(PRESETS) + ")")
-    g.add_argument("--lora", help="LoRA adapter directory to merge into --model (e.g. a D2F adapter)")
-    g.add_argument("--base-path", help="local base checkpoint for a preset --model (default: look in "
-                                       f"{CHECKPOINTS_DIR} and the Hugging Face cache)")
-    g.add_argument("--lora-path", help="local adapter directory for a preset --model")
-    g.add_argument("--allow-download", action="store_true",
-                   help=f"let a preset download missing checkpoints from the Hugging Face Hub into {CHECKPOINTS_DIR}")
-
-
-def load_from_args(args) -> LoadedModel:
-    return load(args.model, device=args.device, trust_remote_code=getattr(args, "trust_remote_code", False),
-                lora=args.lora, base_path=args.base_path, lora_path=args.lora_path, allow_download=args.allow_download)

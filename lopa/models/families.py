@@ -1,6 +1,6 @@
 """Real checkpoints: Dream-family and LLaDA directories on stock transformers classes, D2F LoRA
 adapters merged with peft. The D2F presets of the paper (Table 5) and the CLI's model arguments
-are in lopa.presets.
+are in lopa.models.presets.
 
 - Dream, Dream-Instruct, DiffuCoder (config `model_type: "Dream"`, remote `DreamModel`) are Qwen2
   with bidirectional attention: same parameter names (`model.layers.N.self_attn.q_proj.weight`,
@@ -21,13 +21,12 @@ prompt template for instruct models. Nothing is downloaded unless the caller all
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import torch
 
-from lopa.loading import LoadedModel, attention_implementation, load_tokenizer, pick_device, pick_dtype
+from lopa.models.loading import LoadedModel, from_pretrained_kwargs, load_tokenizer, pick_device, pick_dtype
 from lopa.settings import ModelSpec
 
 # Instruct chat templates end a turn with one of these; a chat model stops there, not at <|endoftext|>.
@@ -170,10 +169,7 @@ def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attentio
 def _from_pretrained(cls, path: Path, config, device: torch.device, key_mapping=None):
     """Load safetensors (single file or sharded with an index) into a stock class; every parameter
     must be found, so a checkpoint in an unexpected layout fails here instead of running random weights."""
-    kwargs = dict(config=config, dtype=pick_dtype(device), attn_implementation=attention_implementation(device),
-                  local_files_only=True, output_loading_info=True)
-    if device.type != "cpu":
-        kwargs["device_map"] = {"": str(device)}     # straight to the accelerator, no fp32 copy in RAM
+    kwargs = dict(config=config, output_loading_info=True, **from_pretrained_kwargs(device))
     if key_mapping:
         kwargs["key_mapping"] = key_mapping
     try:
@@ -239,26 +235,20 @@ def _remote_llada(path: Path, device: torch.device):
 
 
 # -- loading --------------------------------------------------------------------------------------
-def load_checkpoint(path: str | Path, device: str | None = None, trust_remote_code: bool = False,
-                    lora: str | Path | None = None, chat: bool | None = None, name: str | None = None) -> LoadedModel:
-    """Load a Dream-family, LLaDA or stock directory, optionally merging a LoRA adapter.
+def load_family(path: str | Path, device: str | None = None, trust_remote_code: bool = False,
+                lora: str | Path | None = None, chat: bool | None = None, name: str | None = None) -> LoadedModel:
+    """Load a Dream-family or LLaDA directory, optionally merging a LoRA adapter. A leaf loader:
+    lopa.models.load decides that `path` is one of these families.
 
     chat: apply the tokenizer's chat template to prompts (default: when the directory name says
     "instruct"). A D2F adapter means block-causal training (spec.attention); otherwise Dream and
     LLaDA were trained with full bidirectional attention.
     """
     path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {path}: expected config.json and safetensors weights")
     family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
-    chat = ("instruct" in path.name.lower()) if chat is None else chat
     if family == "hf":
-        from lopa.loading import load_model
-        loaded = load_model(path, device=device, trust_remote_code=trust_remote_code)
-        if lora:
-            loaded.model = merge_lora(loaded.model, Path(lora))
-            loaded.spec = dataclasses.replace(loaded.spec, name=name or f"{path.name}+{Path(lora).name}")
-        return loaded
+        raise ValueError(f"{path} is a stock transformers directory, not a Dream or LLaDA checkpoint")
+    chat = ("instruct" in path.name.lower()) if chat is None else chat
     tokenizer = load_family_tokenizer(path, trust_remote_code)
     extra = {}
     if family == "dream":

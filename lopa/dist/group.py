@@ -1,14 +1,14 @@
 """A persistent branch-parallel group for long-lived callers (the app, benchmarks, tests).
 
-    from lopa.bp_group import BPGroup
-    group = BPGroup.start("assets/models/tiny-gsm-dllm", workers=3, timeout_s=60)   # W = 3 ranks
+    from lopa.dist.group import BPGroup
+    group = BPGroup.start("assets/models/tiny-gsm-dllm", workers=3, timeout_s=60)   # R = 3 ranks
     decoder = group.decoder(settings)          # a lopa Decoder: .stream(prompt) / .run(prompt) as usual
     for record in decoder.stream("Tom has 3 apples ..."):
         ...                                    # record.branch_rank, record.extra["gather_s"], ...
     group.close()                              # or `with BPGroup.start(...) as group:`
 
-- `workers` is the world size W: W rank processes, each with a model replica; rank 0 drives the
-  others (lopa.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
+- `workers` is the world size R: R rank processes, each with a model replica; rank 0 drives the
+  others (lopa.dist.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
   through a RemoteExecutor (a socket pair, pickled verbs), so a crashed or hung group can never
   leave the caller's own process in a broken torch.distributed state.
 - Reused across runs and settings. One run at a time: calls are serialised by a lock (Gradio worker
@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 from lopa.engine import Decoder
-from lopa.forward import Executor, Verified
-from lopa.bp_ranks import Launcher, kill_pid, recv, send, stop_launcher
+from lopa.forward import Verified
+from lopa.dist.ranks import Launcher, kill_pid, recv, send, stop_launcher
 from lopa.settings import DecodeSettings
 
 __all__ = ["BPGroup", "RemoteExecutor", "stop_launcher"]
@@ -49,9 +49,9 @@ __all__ = ["BPGroup", "RemoteExecutor", "stop_launcher"]
 _PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out")
 
 
-class RemoteExecutor(Executor):
-    """The executor verbs, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work).
-    Executor.__init__ is skipped on purpose: the model replicas live in the rank processes."""
+class RemoteExecutor:
+    """The Executor protocol, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work);
+    the model replicas live in the rank processes."""
 
     def __init__(self, group: "BPGroup", settings: DecodeSettings):
         self.group, self.spec, self.settings, self._extra = group, group.spec, settings, {}
@@ -79,24 +79,24 @@ class RemoteExecutor(Executor):
 
 
 class BPGroup:
-    """W rank processes serving branch-parallel rounds; see the module docstring.
+    """R rank processes serving branch-parallel rounds; see the module docstring.
     device: "cpu" (gloo), "cuda" (NCCL; rank r on cuda:r) or "npu" (HCCL, needs torch_npu).
-    threads: torch intra-op threads per rank. load_options: passed to lopa.presets.load in every
+    threads: torch intra-op threads per rank. load_options: passed to lopa.models.load in every
     rank (trust_remote_code, lora, base_path, lora_path, allow_download)."""
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
                  device: str = "cpu", threads: int = 1, **load_options):
-        from lopa.loading import DEFAULT_MODEL
-        from lopa.parallel import dist_backend
+        from lopa.models.loading import DEFAULT_MODEL
+        from lopa.dist.parallel import dist_backend
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers (ranks) must be a positive integer, got {workers!r}")
         if timeout_s <= 0 or start_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
-        dist_backend(torch.device(device).type)                 # a clear error now, not in W children
+        dist_backend(torch.device(device).type)                 # a clear error now, not in R children
         self.model_dir = str(model_dir or DEFAULT_MODEL)
         self.world, self.timeout_s, self.start_timeout_s = workers, float(timeout_s), float(start_timeout_s)
         self.device, self.threads, self.load_options = device, threads, load_options
-        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.presets.load), once started
+        self.spec = self.tokenizer = None    # as rank 0 loaded them (lopa.models.load), once started
         self.pids: dict[int, int] = {}
         self.description = self.last_failure = ""
         self._lock = threading.RLock()
@@ -129,7 +129,7 @@ class BPGroup:
         return Decoder(None, self.spec, settings, tokenizer or self.tokenizer, executor=executor)
 
     def digests(self) -> list[list[float]]:
-        """Every rank's cache checksum after the last run (lopa.parallel.kv_digest), rank order."""
+        """Every rank's cache checksum after the last run (lopa.dist.parallel.kv_digest), rank order."""
         return self._call(("digest",))
 
     @property

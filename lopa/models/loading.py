@@ -1,14 +1,18 @@
-"""Load a masked diffusion LM from a local Hugging Face directory, with its ModelSpec.
+"""Load a stock Hugging Face directory (a masked diffusion LM on a transformers class) with its
+ModelSpec, and the helpers every loader shares: device, dtype, tokenizer, spec, where the bundled
+assets live. This is a leaf loader: it never dispatches. `lopa.models.load` is the one entry point
+that picks a loader (this one, a Dream / LLaDA family loader, or a D2F preset).
 
 The spec (mask id, EOS ids, logit shift, prompt template, trained block size) comes from the
-checkpoint: our own models store it as `config.lopa`; other checkpoints fall back to the
-config's and tokenizer's special tokens. Dream-family and LLaDA checkpoints, D2F presets and
-LoRA adapters go through `lopa.checkpoints`. Nothing is downloaded and no remote code is trusted
-unless the caller asks for it.
+checkpoint: our own models store it as `config.lopa`; other checkpoints fall back to the config's
+and tokenizer's special tokens. Nothing is downloaded and no remote code is trusted unless the
+caller asks for it.
 
-Hardware: CUDA, then Ascend NPU (when `torch_npu` is importable), then CPU; bf16 on accelerators.
-Attention is SDPA, or on CUDA with `flash_attn` installed a dispatcher that uses FlashAttention-2
-only for mask-free forwards (see `attention_implementation`).
+Hardware: `torch.accelerator` picks the device (cuda, npu once `torch_npu` is imported, xpu, mps),
+else the CPU; bf16 on accelerators. A model loads with SDPA attention, or on CUDA with `flash_attn`
+installed with `FLASH_OR_SDPA` (FlashAttention-2 for mask-free forwards, SDPA otherwise). The
+engine's batched executor then switches the model to lopa.attention's shared-prefix attention,
+which makes the same choice per forward (FlashAttention for full-attention rounds).
 """
 
 from __future__ import annotations
@@ -21,8 +25,13 @@ import torch
 
 from lopa.settings import DecodeSettings, ModelSpec
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = ROOT / "assets" / "models" / "tiny-gsm-dllm"
+PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
+# The bundled model and data: `assets/` beside the package in a checkout (and on a Space), shipped
+# inside the package as `lopa/assets/` by the wheel (pyproject.toml maps one onto the other).
+_INSTALLED = (PACKAGE / "assets").is_dir()
+ASSETS = PACKAGE / "assets" if _INSTALLED else PACKAGE.parent / "assets"
+ROOT = Path.cwd() if _INSTALLED else PACKAGE.parent       # the checkout, or where an installed lopa runs
+DEFAULT_MODEL = ASSETS / "models" / "tiny-gsm-dllm"
 # Architectures initialised from autoregressive LMs predict token i at output i - 1.
 SHIFTED_MODEL_TYPES = {"qwen2", "dream", "llama", "mistral"}
 
@@ -93,27 +102,34 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False):
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
 
 
-def npu_available() -> bool:
-    """Ascend NPU through the optional `torch_npu` package (extra `.[npu]`); importing it registers
-    the "npu" device with torch."""
+def _register_npu() -> None:
+    """Ascend NPUs come through the optional `torch_npu` package (extra `.[npu]`): importing it
+    registers the "npu" device (and torch.accelerator support) with torch."""
     import importlib.util
-    if importlib.util.find_spec("torch_npu") is None:
-        return False
-    try:
-        import torch_npu  # noqa: F401
-        return bool(torch.npu.is_available())
-    except (ImportError, RuntimeError, AttributeError):
-        return False
+    if importlib.util.find_spec("torch_npu") is not None:
+        try:
+            import torch_npu  # noqa: F401
+        except (ImportError, RuntimeError):
+            pass
 
 
 def pick_device(device: str | None = None) -> torch.device:
+    """The requested device, checked; by default the current accelerator (cuda, npu, xpu, mps alike,
+    via torch.accelerator), else the CPU."""
+    _register_npu()
     if device:
-        if device.startswith("npu") and not npu_available():
-            raise ValueError("device 'npu' needs torch_npu and an Ascend NPU (pip install -e '.[npu]')")
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    return torch.device("npu") if npu_available() else torch.device("cpu")
+        try:
+            dev = torch.device(device)
+        except RuntimeError as err:
+            raise ValueError(f"unknown device {device!r}: {err}") from None
+        if dev.type != "cpu":
+            current = torch.accelerator.current_accelerator(check_available=True)
+            if current is None or current.type != dev.type:
+                hint = " (pip install -e '.[npu]' for Ascend)" if dev.type == "npu" else ""
+                raise ValueError(f"device {device!r} is not available here{hint}; available: "
+                                 + ", ".join(["cpu"] + ([current.type] if current is not None else [])))
+        return dev
+    return torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
 
 
 def pick_dtype(device: torch.device) -> torch.dtype:
@@ -127,9 +143,10 @@ FLASH_OR_SDPA = "lopa_fa2_or_sdpa"
 
 def flash_or_sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """FlashAttention-2 for forwards without a mask (bidirectional: diffusion LMs are not causal),
-    SDPA for everything else. The engine always passes a 4-D block mask, which FlashAttention cannot
-    express, so its forwards (and the shared-prefix attention's fallback) take SDPA: this function
-    is safe as that fallback, where plain "flash_attention_2" would silently ignore the mask or fail.
+    SDPA for everything else: a forward with a 4-D block mask (the per-branch and uncached
+    executors, the shared-prefix attention's fallback) stays correct, where plain
+    "flash_attention_2" would silently ignore the mask or fail. The batched executor's own flash
+    path is lopa.attention.flash_shared_prefix.
     query: [B, H, L, D]; key, value: [B, Hkv, L, D]. Returns ([B, L, H, D], None)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if attention_mask is not None or not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16):
@@ -159,34 +176,26 @@ def register_flash_or_sdpa() -> str:
     return FLASH_OR_SDPA
 
 
-def load_model(path: str | Path | None = None, device: str | None = None,
-               trust_remote_code: bool = False) -> LoadedModel:
-    """Load model, tokenizer and spec from a local directory (default: the bundled model), or a
-    D2F preset name (`lopa.presets.PRESETS`) whose checkpoints are already on disk."""
+def from_pretrained_kwargs(device: torch.device) -> dict:
+    """How every loader places a model: its dtype, its attention, and on an accelerator straight
+    to the device (no full-precision copy in host memory)."""
+    kwargs = dict(dtype=pick_dtype(device), attn_implementation=attention_implementation(device), local_files_only=True)
+    if device.type != "cpu":
+        kwargs["device_map"] = {"": str(device)}
+    return kwargs
+
+
+def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+    """A stock transformers directory (config.json + weights) with its spec. No dispatch: callers
+    go through lopa.models.load, which sends Dream / LLaDA directories and presets elsewhere."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from lopa import checkpoints, presets
-
-    path = Path(path) if path else DEFAULT_MODEL
-    if not (path / "config.json").is_file():
-        if str(path) in presets.PRESETS:
-            return presets.load_preset(str(path), device=device)
-        if (path / "adapter_config.json").is_file():
-            raise ValueError(f"{path} is a LoRA adapter, not a model: pass the base model and the adapter "
-                             f"(--model BASE_DIR --lora {path})")
-        raise FileNotFoundError(
-            f"no model at {path}: expected a Hugging Face directory with config.json and weights "
-            f"(the bundled model lives in {DEFAULT_MODEL}), or a preset name: {', '.join(presets.PRESETS)}")
-    if checkpoints.checkpoint_family(path) != "hf":
-        return checkpoints.load_checkpoint(path, device=device, trust_remote_code=trust_remote_code)
-    dev = pick_device(device)
-    dtype = pick_dtype(dev)
+    path, dev = Path(path), pick_device(device)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
         tokenizer = load_tokenizer(path, trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
-                                                     attn_implementation=attention_implementation(dev),
-                                                     trust_remote_code=trust_remote_code, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
+                                                     **from_pretrained_kwargs(dev))
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load the model in {path}: {err}") from err
     spec = spec_from_pretrained(config, tokenizer, path.name)

@@ -1,20 +1,20 @@
-"""Branch parallelism (BP): one round's k + 1 branches spread over W processes, each holding a
+"""Branch parallelism (BP): one round's k + 1 branches spread over R processes (ranks), each holding a
 full model replica, in a torch.distributed group (design note, "Branch parallelism").
 
 Who does what
 - Rank 0 drives. It runs the unchanged Decoder loop with a `BPExecutor`, which speaks the engine's
-  three verbs (start / verify / commit) by sending control messages to ranks 1..W-1 and doing its
+  three verbs (start / verify / commit) by sending control messages to ranks 1..R-1 and doing its
   own share of the forward work.
 - Every rank holds a `Shard`: a BatchedExecutor (one batched forward over the rank's branches,
-  shared-prefix attention) with its own PrefixKV. Ranks 1..W-1 run `serve()`.
-- Launch: `torchrun ... -m lopa generate --backend bp` (see `generate_bp`), or a persistent group
-  for long-lived callers such as the app: `lopa.bp_group.BPGroup` (its docstring has the API).
+  shared-prefix attention) with its own PrefixKV. Ranks 1..R-1 run `serve()`.
+- Launch: `torchrun ... -m lopa generate --backend bp` (see lopa.dist.launch), or a persistent group
+  for long-lived callers such as the app: `lopa.dist.group.BPGroup` (its docstring has the API).
 
 Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the group's timeout.
     ("start", settings, prompt_ids)    each shard starts a fresh cache
     ("verify", windows, window_start)  every branch's window (token ids, ~8 bytes a position);
         each rank computes its own branches, then ONE all_gather of per-position summaries:
-        token (argmax, or sampled), max_prob and Conf as float32 [B/W, 3, L], plus its forward time
+        token (argmax, or sampled), max_prob and Conf as float32 [B/R, 3, L], plus its forward time
     ("commit", n, plan)                the winner's first n input positions join every cache;
         plan["src"] set: a broadcast of the winner's K/V slice [layers, 2, Hkv, n, D] from its rank
     ("ping",) + a 1-float all_gather   liveness check while idle; keeps idle waits from timing out
@@ -23,7 +23,7 @@ Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the gr
 Full [positions x V] logits never leave a rank: per round rank 0 receives about
 12 bytes x (k + 1) x W_window instead of 2-4 bytes x (k + 1) x W_window x V (extra["full_logits_bytes"]).
 
-Branch j runs on rank j % W, at local batch index j // W. A rank with no branch (k + 1 < W; the
+Branch j runs on rank j % R, at local batch index j // R. A rank with no branch (k + 1 < R; the
 prefill) runs a *shadow* copy of branch 0: nothing of it is gathered, but it pre-writes K/V, so the
 prompt's K/V never needs a broadcast.
 
@@ -39,9 +39,9 @@ the winner's rank broadcasts it and everyone overwrites. `commit_plan` decides:
   winner, or the anchor when it wins) holds the slice; otherwise broadcast.
 
 Sampling (temperature > 0): the rank that computes a branch samples it, with its own generator
-seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so W = 1 reproduces the
-single-process engine exactly, while W > 1 draws different (equally valid) samples. At temperature 0
-every W gives the single-process tokens and decisions.
+seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so R = 1 reproduces the
+single-process engine exactly, while R > 1 draws different (equally valid) samples. At temperature 0
+every R gives the single-process tokens and decisions.
 """
 
 from __future__ import annotations
@@ -55,8 +55,7 @@ import torch
 import torch.distributed as dist
 
 from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor, Executor, PrefixKV, Verified
-from lopa.rules import summarize
+from lopa.forward import BatchedExecutor, PrefixKV, Verified, boundary_rows, window_predictions
 from lopa.settings import DecodeSettings, ModelSpec
 
 SEED_STRIDE = 1_000_003      # rank r samples with seed + r * SEED_STRIDE (rank 0: the seed itself)
@@ -125,7 +124,7 @@ class Comm:
         return len(payload)
 
     def recv_control(self) -> tuple:
-        """Ranks 1..W-1: the next control message. Only rank 0 of our own group ever sends one."""
+        """Ranks 1..R-1: the next control message. Only rank 0 of our own group ever sends one."""
         size = torch.zeros(1, dtype=torch.long)
         dist.broadcast(size, 0, group=self.ctrl_group)
         payload = torch.empty(int(size), dtype=torch.uint8)
@@ -175,27 +174,6 @@ def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, atte
     return {"local": local}
 
 
-def pack_kv(kv: PrefixKV, index: int, n: int) -> torch.Tensor:
-    """The pending K/V of local branch `index`, first n input positions. -> [layers, 2, Hkv, n, D]"""
-    return torch.stack([torch.stack([k[index, :, :n], v[index, :, :n]]) for _, (k, v) in sorted(kv.pending.items())])
-
-
-def empty_kv(kv: PrefixKV, n: int) -> torch.Tensor:
-    key = next(iter(kv.pending.values()))[0]                      # [B, Hkv, L, D]
-    return key.new_empty(len(kv.pending), 2, key.shape[1], n, key.shape[3])
-
-
-def append_kv(kv: PrefixKV, payload: torch.Tensor) -> None:
-    """Write a broadcast slice [layers, 2, Hkv, n, D] behind the prefix (PrefixKV.commit's twin)."""
-    n = payload.shape[3]
-    assert kv.length + n <= kv.capacity, "prefix cache overflow"
-    for i, layer in enumerate(sorted(kv.pending)):
-        kv.keys[layer][0, :, kv.length:kv.length + n] = payload[i, 0]
-        kv.values[layer][0, :, kv.length:kv.length + n] = payload[i, 1]
-    kv.length += n
-    kv.pending.clear()
-
-
 def kv_digest(kv: PrefixKV) -> torch.Tensor:
     """[5] float64: length and sums / abs sums of the cached keys and values (cache equality checks)."""
     parts = [float(kv.length)]
@@ -207,42 +185,42 @@ def kv_digest(kv: PrefixKV) -> torch.Tensor:
 
 # -- one rank's share ---------------------------------------------------------------------------
 class Shard:
-    """One rank's branches in one batched forward, over its own prefix cache."""
+    """One rank's branches in one batched forward, over its own prefix cache. Its methods are the
+    control verbs, run by every rank alike (rank 0 right after broadcasting the message), each
+    with plain arguments as they arrive and each ending in its collective."""
+
+    VERBS = ("start", "verify", "commit", "ping", "digest")
 
     def __init__(self, model, spec: ModelSpec, comm: Comm):
         self.model, self.spec, self.comm = model, spec, comm
+        self.ex: BatchedExecutor | None = None
 
-    def start(self, settings: DecodeSettings, prompt_ids: torch.Tensor) -> None:
-        self.settings = settings
-        self.ex = BatchedExecutor(self.model, self.spec, settings)
-        self.ex.generator.manual_seed(rank_seed(settings.seed, self.comm.rank))
-        self.ex.start(prompt_ids)
+    def start(self, settings: dict, prompt_ids: list[int]) -> None:
+        self.settings = DecodeSettings.from_dict(settings)
+        self.ex = BatchedExecutor(self.model, self.spec, self.settings)
+        self.ex.generator.manual_seed(rank_seed(self.settings.seed, self.comm.rank))
+        self.ex.start(torch.tensor(prompt_ids, dtype=torch.long))
 
     @torch.no_grad()
-    def forward(self, windows: list[torch.Tensor], window_start: int) -> torch.Tensor:
-        """Forward this rank's branches; -> packed summaries [1 + ceil(B/W) * 3 * L'] float32
-        (element 0: forward seconds). L' = L - lo drops prompt rows no prediction needs."""
+    def verify(self, windows: list[list[int]], window_start: int) -> torch.Tensor:
+        """Forward this rank's branches, then all_gather every rank's packed summaries.
+        -> [world, 1 + ceil(B/R) * 3 * L'] float32 (element 0: forward seconds). L' = L - lo drops
+        prompt rows no prediction needs."""
         t0 = time.perf_counter()
-        ex, rank, world = self.ex, self.comm.rank, self.comm.world
-        with_prompt = not ex.prompt_cached
-        # Pad every rank's batch to the longest window of the round, exactly as one process would.
-        inputs, segments = ex._window_inputs(windows, with_prompt, 0)          # [B, L] each
+        rank, world = self.comm.rank, self.comm.world
+        windows = [torch.tensor(w, dtype=torch.long) for w in windows]
         mine = assigned(rank, world, len(windows))
-        start = 0 if with_prompt else ex.prompt.numel() + window_start
-        logits = ex._logits(inputs[mine], segments[mine], start)              # [b, L, V]
+        logits, q0 = self.ex.forward_windows(windows, window_start, rows=mine)   # [b, L, V]
         self.logits_shape, self.logits_itemsize = tuple(logits.shape), logits.element_size()
-        q0 = ex.prompt.numel() if with_prompt else 0
         lo = max(q0 - 1, 0)                                                   # first row any prediction uses
         n_slots = -(-len(windows) // world)
-        body = torch.zeros(n_slots, 3, inputs.shape[1] - lo, dtype=torch.float32, device=logits.device)
+        body = torch.zeros(n_slots, 3, logits.shape[1] - lo, dtype=torch.float32, device=logits.device)
         if rank < len(windows):                                               # a shadow sends nothing real
-            logits[..., self.spec.mask_token_id] = float("-inf")              # as Executor.verify does
-            token, max_prob, conf = summarize(logits, self.settings.confidence, self.settings.temperature,
-                                              ex.generator)                   # 3 x [b, L]
+            token, max_prob, conf = self.ex.summarize(logits)                 # 3 x [b, L]
             assert logits.shape[-1] <= MAX_EXACT_TOKEN, "vocabulary too large for float32 token ids"
             body[:len(mine)] = torch.stack([token.float(), max_prob.float(), conf.float()], dim=1)[..., lo:]
         seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float32, device=logits.device)
-        return torch.cat([seconds, body.flatten()])
+        return self.comm.all_gather(torch.cat([seconds, body.flatten()]))
 
     @torch.no_grad()
     def commit(self, n_input: int, plan: dict) -> int:
@@ -252,61 +230,62 @@ class Shard:
         if "local" in plan:
             kv.commit(plan["local"][rank], n_input)
             return 0
-        payload = pack_kv(kv, plan["index"], n_input) if rank == plan["src"] else empty_kv(kv, n_input)
+        payload = kv.pending_slice(plan["index"], n_input) if rank == plan["src"] else kv.empty_slice(n_input)
         self.comm.broadcast(payload.contiguous(), plan["src"])
-        append_kv(kv, payload)
+        kv.append(payload)
         return payload.numel() * payload.element_size()
 
+    def ping(self) -> None:
+        """A liveness round trip (the persistent group's idle heartbeat)."""
+        self.comm.all_gather(torch.zeros(1, device=self.comm.device))
+
     def digest(self) -> torch.Tensor:
-        digest = kv_digest(self.ex.kv) if hasattr(self, "ex") else torch.zeros(5, dtype=torch.float64)
-        return digest.to(self.comm.device)
+        """Every rank's kv_digest, [world, 5] (tests: all ranks must hold the same cache)."""
+        digest = kv_digest(self.ex.kv) if self.ex is not None else torch.zeros(5, dtype=torch.float64)
+        return self.comm.all_gather(digest.to(self.comm.device))
 
 
 def serve(model, spec: ModelSpec, comm: Comm) -> None:
-    """Ranks 1..W-1: act on rank 0's control messages until "stop". Errors propagate: a rank that
+    """Ranks 1..R-1: run rank 0's control verbs by name until "stop". Errors propagate: a rank that
     fails exits, and its peers' next collective fails (or times out) instead of hanging."""
     shard = Shard(model, spec, comm)
     while True:
         verb, *args = comm.recv_control()
         if verb == "stop":
             return
-        if verb == "start":
-            shard.start(DecodeSettings.from_dict(args[0]), torch.tensor(args[1], dtype=torch.long))
-        elif verb == "verify":
-            comm.all_gather(shard.forward([torch.tensor(w, dtype=torch.long) for w in args[0]], args[1]))
-        elif verb == "commit":
-            shard.commit(args[0], args[1])
-        elif verb == "ping":
-            comm.all_gather(torch.zeros(1, device=comm.device))
-        elif verb == "digest":
-            comm.all_gather(shard.digest())
-        else:
+        if verb not in Shard.VERBS:
             raise RuntimeError(f"unknown control message {verb!r}")
+        getattr(shard, verb)(*args)
 
 
 # -- rank 0: the executor the engine talks to ---------------------------------------------------
-class BPExecutor(Executor):
-    """Executor verbs over a branch-parallel group. Lives on rank 0, next to the Decoder.
+class BPExecutor:
+    """The Executor protocol over a branch-parallel group. Lives on rank 0, next to the Decoder.
 
     Verified.ranks gives the rank of each branch; Verified.extra (copied into the trace) holds the
     round's forward_s (rank 0), rank_forward_s (every rank), gather_s, control_s, commit_s, the bytes
     rank 0 exchanged with its peers (control + summaries + commit broadcast) and full_logits_bytes,
-    what gathering full logits would have cost instead. commit() adds its part to the same dict,
-    which the engine copies into the round's record after committing."""
+    what gathering full logits would have cost instead. commit() adds its part to the same dict
+    (`extra`), which the engine copies into the round's record after committing."""
 
     def __init__(self, model, spec: ModelSpec, settings: DecodeSettings, comm: Comm):
         allowed = spec.extra.get("executors")
         if allowed and "batched" not in allowed:
             raise ValueError(f"{spec.name} supports only the {'/'.join(allowed)} executor; branch parallelism "
                              "needs the batched one (a model that takes attention masks and the prefix cache)")
-        super().__init__(model, spec, settings)
-        self.comm = comm
+        self.spec, self.settings, self.comm = spec, settings, comm
         self.shard = Shard(model, spec, comm)
+        self.extra: dict = {}
+
+    def _run(self, verb: str, *args):
+        """Broadcast a verb to the other ranks, then run it here. -> (message bytes, its result)"""
+        size = self.comm.send_control((verb, *args))
+        return size, getattr(self.shard, verb)(*args)
 
     def start(self, prompt_ids: torch.Tensor) -> None:
-        super().start(prompt_ids)
-        self.comm.send_control(("start", self.settings.to_dict(), self.prompt.tolist()))
-        self.shard.start(self.settings, self.prompt)
+        self.prompt = prompt_ids.cpu()
+        self.prompt_cached, self.boundary = False, None
+        self._run("start", self.settings.to_dict(), self.prompt.tolist())
 
     @torch.no_grad()
     def verify(self, branches: list[Branch]) -> Verified:
@@ -315,10 +294,9 @@ class BPExecutor(Executor):
         self._windows = [b.window() for b in branches]
         control_bytes = self.comm.send_control(("verify", [w.tolist() for w in self._windows], branches[0].window_start))
         t1 = time.perf_counter()
-        packed = self.shard.forward(self._windows, branches[0].window_start)
-        t2 = time.perf_counter()
-        gathered = self.comm.all_gather(packed).cpu()                          # [world, 1 + slots * 3 * L']
-        t3 = time.perf_counter()
+        gathered = self.shard.verify([w.tolist() for w in self._windows], branches[0].window_start).cpu()
+        t3 = time.perf_counter()                                               # [world, 1 + slots * 3 * L']
+        t2 = t1 + float(gathered[0, 0])                                        # rank 0's own forward ended
         self._q0 = 0 if self.prompt_cached else self.prompt.numel()
         lo = max(self._q0 - 1, 0)
         body = gathered[:, 1:].reshape(world, -(-B // world), 3, -1)          # [world, slots, 3, L']
@@ -326,11 +304,14 @@ class BPExecutor(Executor):
         rows = (rows[:, 0].long(), rows[:, 1], rows[:, 2])
         self._last = (rows, self._q0 - lo)
         lengths = [w.numel() for w in self._windows]
-        token, max_prob, conf = (self._align(r, self._q0 - lo, max(lengths), i) for i, r in enumerate(rows))
+        token, max_prob, conf = (window_predictions(r, self._q0 - lo, max(lengths), self.spec.logit_shift,
+                                                    self.boundary[i] if self.boundary else None)
+                                 for i, r in enumerate(rows))
         V, itemsize = self.shard.logits_shape[-1], self.shard.logits_itemsize
         peers = world - 1
-        summary_bytes = peers * packed.numel() * packed.element_size()
-        self._extra = {
+        packed_bytes = gathered.shape[1] * gathered.element_size()
+        summary_bytes = peers * packed_bytes
+        self.extra = {
             "world": world, "forward_s": t2 - t1, "rank_forward_s": gathered[:, 0].tolist(),
             "control_s": t1 - t0, "gather_s": t3 - t2, "commit_s": 0.0,
             "control_bytes": peers * control_bytes, "summary_bytes": summary_bytes, "commit_bytes": 0,
@@ -338,29 +319,25 @@ class BPExecutor(Executor):
             "full_logits_bytes": peers * -(-B // world) * self.shard.logits_shape[1] * V * itemsize,
         }
         return Verified(token, max_prob, conf, lengths, time.perf_counter() - t0,
-                        ranks=[j % world for j in range(B)], extra=self._extra)
+                        ranks=[j % world for j in range(B)], extra=self.extra)
 
     def commit(self, winner: int, n_positions: int) -> None:
         t0 = time.perf_counter()
         rows, q0 = self._last
-        last = q0 + n_positions - 1            # row of the last newly cached position (Executor.commit)
-        if last >= 0:
-            self.boundary = tuple(r[winner, last] for r in rows)
+        self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
         n_input = self._q0 + n_positions
         plan = commit_plan(self._windows, winner, n_positions, self.settings.attention, self.comm.world)
-        control_bytes = self.comm.send_control(("commit", n_input, plan))
-        sent = self.shard.commit(n_input, plan)
+        control_bytes, sent = self._run("commit", n_input, plan)
         self.prompt_cached = True
         peers = self.comm.world - 1
-        self._extra.update(commit_s=time.perf_counter() - t0, commit_bytes=sent, commit_broadcast="src" in plan,
-                           control_bytes=self._extra["control_bytes"] + peers * control_bytes,
-                           bytes=self._extra["bytes"] + peers * control_bytes + sent)
+        self.extra.update(commit_s=time.perf_counter() - t0, commit_bytes=sent, commit_broadcast="src" in plan,
+                          control_bytes=self.extra["control_bytes"] + peers * control_bytes,
+                          bytes=self.extra["bytes"] + peers * control_bytes + sent)
 
     # -- group management ----------------------------------------------------------------------
     def digests(self) -> list[list[float]]:
         """Every rank's kv_digest, rank order (for tests: all ranks must hold the same cache)."""
-        self.comm.send_control(("digest",))
-        return self.comm.all_gather(self.shard.digest()).cpu().tolist()
+        return self._run("digest")[1].cpu().tolist()
 
     def shutdown(self) -> None:
         self.comm.send_control(("stop",))
@@ -372,48 +349,4 @@ class BPExecutor(Executor):
 def ping(comm: Comm) -> None:
     """A liveness round trip without an executor (the persistent group's idle heartbeat)."""
     comm.send_control(("ping",))
-    comm.all_gather(torch.zeros(1, device=comm.device))
-
-
-# -- the command line: `generate --backend bp` ----------------------------------------------------
-def generate_bp(args, settings_from_args, report) -> int:
-    """Under torchrun (RANK / WORLD_SIZE set) this process is one rank: rank 0 decodes and calls
-    `report(args, decoder, description)`, the others serve. Without torchrun: a local BPGroup of
-    --workers ranks. Every rank loads the model on its own device (cuda:LOCAL_RANK, npu:LOCAL_RANK)."""
-    from lopa.presets import load
-    from lopa.loading import pick_device
-    options = {name: getattr(args, name, None) for name in ("lora", "base_path", "lora_path")}
-    options.update(trust_remote_code=args.trust_remote_code, allow_download=getattr(args, "allow_download", False))
-    if not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
-        from lopa.bp_group import BPGroup
-        with BPGroup.start(args.model, workers=args.workers, timeout_s=args.bp_timeout,
-                           device=pick_device(args.device).type, **options) as group:
-            return report(args, group.decoder(settings_from_args(args, group.spec)), group.description)
-    from lopa.engine import Decoder
-    device = torchrun_device(args.device)
-    loaded = load(args.model, device=str(device), **options)
-    comm = Comm.init(device, args.bp_timeout, start_timeout_s=max(600.0, args.bp_timeout))
-    if comm.rank != 0:
-        serve(loaded.model, loaded.spec, comm)
-        comm.close()
-        return 0
-    try:
-        settings = settings_from_args(args, loaded.spec)
-        executor = BPExecutor(loaded.model, loaded.spec, settings, comm)
-        description = f"{loaded.describe()} x {comm.world} ranks ({dist_backend(device.type)})"
-        return report(args, Decoder(loaded.model, loaded.spec, settings, loaded.tokenizer, executor), description)
-    finally:
-        comm.send_control(("stop",))       # also after an error, so that the other ranks exit now
-        comm.close()
-
-
-def torchrun_device(requested: str | None) -> torch.device:
-    """This rank's device: the requested type (default cuda if available) at index LOCAL_RANK."""
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    kind = torch.device(requested).type if requested else ("cuda" if torch.cuda.is_available() else "cpu")
-    dist_backend(kind)                                 # fail early and clearly (e.g. torch_npu missing)
-    if kind == "cuda":
-        torch.cuda.set_device(local)
-    elif kind == "npu":
-        torch.npu.set_device(local)
-    return torch.device("cpu") if kind == "cpu" else torch.device(kind, local)
+    Shard(None, None, comm).ping()

@@ -22,18 +22,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lopa import humaneval
-from lopa.cli import add_settings_arguments
-from lopa.loading import DEFAULT_MODEL, ROOT
-from lopa.presets import add_model_arguments, load_from_args
+from lopa.bench import humaneval
+from lopa.models import add_model_arguments, load_from_args
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import final_answer, read_jsonl
-from lopa.settings import ORDERS, DecodeSettings, decoder_settings
+from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings
 
 DATA = {
-    "synthetic": ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl",
-    "gsm8k": ROOT / "assets" / "data" / "gsm8k" / "test.jsonl",
+    "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
+    "gsm8k": ASSETS / "data" / "gsm8k" / "test.jsonl",
 }
-SHOTS_FROM = ROOT / "assets" / "data" / "gsm8k" / "train.jsonl"
+SHOTS_FROM = ASSETS / "data" / "gsm8k" / "train.jsonl"
 # lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
 # the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
 GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"
@@ -119,7 +118,7 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m lopa.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory or D2F preset name")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")

@@ -1,10 +1,10 @@
-"""The process side of a lopa.bp_group.BPGroup: the launcher that forks rank processes, and the
-loop each rank runs. The caller's side (BPGroup, RemoteExecutor) lives in lopa.bp_group.
+"""The process side of a lopa.dist.group.BPGroup: the launcher that forks rank processes, and the
+loop each rank runs. The caller's side (BPGroup, RemoteExecutor) lives in lopa.dist.group.
 
 - The launcher (a "zygote") is one helper process per caller process. It imports torch,
   transformers and the model's code once, then forks a rank per request, reaps it and writes
   why it ended (signal or exit code) to that rank's exit file, which the caller watches.
-- A rank loads its model replica, joins the torch.distributed group (lopa.parallel.Comm) and
+- A rank loads its model replica, joins the torch.distributed group (lopa.dist.parallel.Comm) and
   either drives the round (rank 0, answering the caller's verbs over a socket) or serves.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from lopa.settings import DecodeSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # what holds the lopa package (checkout or site-packages)
 
 
 # Plain pickle, not Connection.send: torch registers shared-memory reductions for tensors with
@@ -51,8 +51,8 @@ def kill_pid(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.presets import load
-    from lopa.parallel import Comm, serve
+    from lopa.models import load
+    from lopa.dist.parallel import Comm, serve
 
     torch.set_num_threads(cfg["threads"])
     rank, device = cfg["rank"], torch.device(cfg["device"])
@@ -68,13 +68,40 @@ def _rank_main(cfg: dict, conn: Connection | None) -> None:
     comm.close()                 # only reached on a clean stop; after an error the process just exits
 
 
+class Driver:
+    """Rank 0 of a BPGroup: the caller's verbs, by name, on a fresh BPExecutor per run."""
+
+    VERBS = ("start", "verify", "commit", "digest")
+
+    def __init__(self, loaded, comm):
+        self.loaded, self.comm, self.executor = loaded, comm, None
+
+    def start(self, settings: dict, prompt_ids: list[int]) -> None:
+        from lopa.dist.parallel import BPExecutor
+        # settings may change from run to run: a fresh executor
+        self.executor = BPExecutor(self.loaded.model, self.loaded.spec, DecodeSettings.from_dict(settings), self.comm)
+        self.executor.start(torch.tensor(prompt_ids, dtype=torch.long))
+
+    def verify(self, branches):
+        return self.executor.verify(branches)
+
+    def commit(self, winner: int, n_positions: int) -> dict:
+        """-> the commit's timings and traffic, which the caller adds to the round's extra."""
+        self.executor.commit(winner, n_positions)
+        return {k: self.executor.extra[k] for k in ("commit_s", "commit_bytes", "commit_broadcast", "control_bytes",
+                                                    "bytes")}
+
+    def digest(self) -> list:
+        return self.executor.digests() if self.executor else []
+
+
 def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
-    """Rank 0 of a BPGroup: run the caller's verbs on a BPExecutor; ping the ranks while idle so
-    that their waits (bounded by timeout_s) never expire between runs."""
-    from lopa.parallel import BPExecutor, ping
+    """Rank 0 of a BPGroup: run the caller's verbs on a Driver; ping the ranks while idle so that
+    their waits (bounded by timeout_s) never expire between runs."""
+    from lopa.dist.parallel import ping
 
     send(conn, ("ok", (f"{loaded.describe()} x {comm.world} ranks", loaded.spec, loaded.tokenizer)))
-    executor = None
+    driver = Driver(loaded, comm)
     while True:
         if not conn.poll(timeout_s / 4):
             ping(comm)
@@ -84,21 +111,12 @@ def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
         except EOFError:              # the caller is gone
             verb = "close"
         try:
-            reply = None
             if verb == "close":
                 comm.send_control(("stop",))
                 return
-            if verb == "start":            # settings may change from run to run: a fresh executor
-                executor = BPExecutor(loaded.model, loaded.spec, DecodeSettings.from_dict(args[0]), comm)
-                executor.start(torch.tensor(args[1], dtype=torch.long))
-            elif verb == "verify":
-                reply = executor.verify(args[0])
-            elif verb == "commit":
-                executor.commit(*args)
-                reply = {k: executor._extra[k] for k in ("commit_s", "commit_bytes", "commit_broadcast",
-                                                         "control_bytes", "bytes")}
-            elif verb == "digest":
-                reply = executor.digests() if executor else []
+            if verb not in Driver.VERBS:
+                raise RuntimeError(f"unknown verb {verb!r}")
+            reply = getattr(driver, verb)(*args)
         except Exception as err:      # a failed collective leaves the group unusable: report, exit
             send(conn, ("error", f"rank 0: {type(err).__name__}: {err}"))
             raise
@@ -130,7 +148,7 @@ class Launcher:
         env.setdefault("OPENBLAS_NUM_THREADS", "1")   # no BLAS threads in a process that forks
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")    # the ranks all live on this host
         self.log = tempfile.NamedTemporaryFile(prefix="lopa-bp-launcher-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "lopa.bp_ranks", "--launcher", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "lopa.dist.ranks", "--launcher", str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=self.log, env=env, start_new_session=True)
         theirs.close()
@@ -176,8 +194,8 @@ def _launcher_main(fd: int) -> None:
     import transformers  # noqa: F401  (the slow imports, done once and shared by every fork)
     from transformers import AutoModelForCausalLM  # noqa: F401
 
-    import lopa.loading  # noqa: F401
-    import lopa.parallel  # noqa: F401
+    import lopa.models.loading  # noqa: F401
+    import lopa.dist.parallel  # noqa: F401
     conn, children, preloaded = Connection(fd), {}, set()
     conn.send(("ready", os.getpid()))
     while True:
@@ -210,7 +228,7 @@ def _preload(model_dir: str) -> None:
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir, local_files_only=True))]
-        import lopa.presets  # noqa: F401  (Dream / LLaDA / preset loading, where present)
+        import lopa.models.presets  # noqa: F401  (Dream / LLaDA / preset loading, where present)
     except Exception:
         pass
 
@@ -255,4 +273,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--launcher":
         _launcher_main(int(sys.argv[2]))
     else:
-        sys.exit("usage: python -m lopa.bp_ranks --launcher FD (started by BPGroup; not for direct use)")
+        sys.exit("usage: python -m lopa.dist.ranks --launcher FD (started by BPGroup; not for direct use)")

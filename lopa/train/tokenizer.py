@@ -6,7 +6,7 @@ vocabulary is kept small (~1k) because embeddings dominate a tiny model's parame
 Trained on GSM8K train text plus synthetic problems, so the synthetic templates' words are
 whole tokens and real GSM8K questions still tokenize sensibly.
 
-    python -m lopa.tokenizer_build --out DIR
+    python -m lopa.train.tokenizer --out DIR
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from lopa.models.loading import ASSETS
 from lopa.problems import make_problem, read_jsonl
 
 EOS, MASK, PAD = "<|endoftext|>", "<|mask|>", "<|pad|>"
 SPECIAL_TOKENS = (EOS, MASK, PAD)  # ids 0, 1, 2 in this order
 VOCAB_SIZE = 1024
-REPO_ROOT = Path(__file__).resolve().parents[1]
-GSM8K_TRAIN = REPO_ROOT / "assets" / "data" / "gsm8k" / "train.jsonl"
+GSM8K_TRAIN = ASSETS / "data" / "gsm8k" / "train.jsonl"
 
 
 def training_texts(gsm8k_train: Path | None = GSM8K_TRAIN, n_synthetic: int = 20000, seed: int = 0):
@@ -67,7 +67,7 @@ def save_tokenizer(tok: Tokenizer, out: str | Path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lopa.train.tokenizer", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--gsm8k", default=str(GSM8K_TRAIN))
     ap.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)

@@ -1,7 +1,7 @@
 """Benchmark one round: the cost of verifying k + 1 branches in one batched forward, and the share
 of a round spent outside the forward (bookkeeping). Prints numbers; asserts nothing.
 
-    python -m lopa.bench_round [--model DIR] [--device cpu|cuda] [--repeats 20]
+    python -m lopa.bench.round [--model DIR] [--device cpu|cuda] [--repeats 20]
 
 LoPA pays off when a forward over k + 1 short windows costs little more than over one; that holds
 on a GPU at batch 1 (memory-bound) and not on a CPU (compute-bound). See the design note, "Why it
@@ -19,7 +19,7 @@ import torch
 
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
-from lopa.loading import DEFAULT_MODEL, ROOT, load_model
+from lopa.models import ASSETS, DEFAULT_MODEL, load
 from lopa.settings import DecodeSettings
 
 BRANCH_COUNTS = (1, 2, 4, 8, 15)
@@ -70,7 +70,7 @@ def bookkeeping_share(loaded, prompts: list[str], settings: DecodeSettings) -> t
 
 
 def heldout_prompts(n: int) -> list[str]:
-    path = ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl"
+    path = ASSETS / "data" / "synthetic" / "heldout.jsonl"
     if path.is_file():
         with path.open() as f:
             return [json.loads(line)["question"] for _, line in zip(range(n), f)]
@@ -78,7 +78,7 @@ def heldout_prompts(n: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m lopa.bench.round", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--device")
     parser.add_argument("--repeats", type=int, default=20)
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device)
+    loaded = load(args.model, device=args.device)
     device = next(loaded.model.parameters()).device
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     block = loaded.spec.block_size or 32

@@ -1,9 +1,9 @@
 """Branch-parallel cost on this machine: time per round and where it goes, bytes per round, tokens/s.
 
-    python -m lopa.bench_bp                          # bundled model, W = 1..4, k = 7, 2 held-out prompts
-    python -m lopa.bench_bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
+    python -m lopa.bench.bp                          # bundled model, R = 1..4, k = 7, 2 held-out prompts
+    python -m lopa.bench.bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
 
-For each W the same prompts are decoded by a BPGroup of W ranks and by the single-process batched
+For each R (ranks) the same prompts are decoded by a BPGroup of R ranks and by the single-process batched
 engine (the reference), and the table shows, per round with a forward (means):
     round_ms      wall time of the round as the Decoder sees it
     fwd_ms        rank 0's forward + summaries; fwd_max_ms the slowest rank's
@@ -13,7 +13,7 @@ engine (the reference), and the table shows, per round with a forward (means):
     KB/round      what rank 0 exchanged with its peers; full-logits KB what gathering logits would cost
 and tokens/s (useful tokens / latency) beside the single-process engine's, and whether the tokens
 matched it. On a CPU the forward is compute-bound, so spreading branches over ranks can win only
-when there are idle cores; on a shared 2-core box W > 2 only adds contention (design note, "Why
+when there are idle cores; on a shared 2-core box R > 2 only adds contention (design note, "Why
 it is faster, and where it is not").
 """
 
@@ -29,11 +29,11 @@ from statistics import mean
 import torch
 
 from lopa.engine import Decoder
-from lopa.loading import DEFAULT_MODEL, ROOT
+from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import read_jsonl
 from lopa.settings import DecodeSettings
 
-HELDOUT = ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl"
+HELDOUT = ASSETS / "data" / "synthetic" / "heldout.jsonl"
 
 
 def random_model_dir() -> Path:
@@ -81,8 +81,8 @@ def decode_all(make_decoder, prompts, repeats: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lopa.bench_bp", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help=f"model directory (default {DEFAULT_MODEL.relative_to(ROOT)}, else a random one)")
+    ap = argparse.ArgumentParser(prog="python -m lopa.bench.bp", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", help=f"model directory (default {DEFAULT_MODEL}, else a random one)")
     ap.add_argument("--workers", default="1,2,3,4", help="world sizes to try (default 1,2,3,4)")
     ap.add_argument("--k", type=int, default=7, help="lookahead branches (default 7: 8 branches a round)")
     ap.add_argument("--prompts", type=int, default=2, help="held-out questions to decode (default 2)")
@@ -93,8 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank and for the reference")
     args = ap.parse_args(argv)
 
-    from lopa.bp_group import BPGroup
-    from lopa.presets import load
+    from lopa.dist.group import BPGroup
+    from lopa.models import load
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL
     if not (model_dir / "config.json").is_file():
@@ -116,17 +116,17 @@ def main(argv=None) -> int:
     for attention in args.attention.split(","):
         settings = DecodeSettings(k=args.k, block_size=loaded.spec.block_size or 32, attention=attention,
                                   max_new_tokens=args.max_new_tokens)
-        ref_runs = decode_all(lambda: Decoder(loaded.model, loaded.spec, settings, loaded.tokenizer), prompts,
+        ref_runs = decode_all(lambda s=settings: Decoder(loaded.model, loaded.spec, s, loaded.tokenizer), prompts,
                               args.repeats)
         ref = round_stats(ref_runs)
         print(f"{attention:12s} {'single':9s} {ref['round_ms']:8.1f} {ref['fwd_ms']:7.1f} {'':>7s} {'':>7s} "
               f"{'':>7s} {'':>6s} {'':>6s} {'':>7s} {'':>14s} {ref['tpf']:5.2f} {ref['tps']:7.1f} {1:6.2f}")
         for world in worlds:
             with BPGroup.start(str(model_dir), workers=world, device=args.device, threads=args.threads) as group:
-                runs = decode_all(lambda: group.decoder(settings), prompts, args.repeats)
+                runs = decode_all(lambda g=group, s=settings: g.decoder(s), prompts, args.repeats)
             s = round_stats(runs)
             same = all(a.tokens == b.tokens for a, b in zip(runs, ref_runs))
-            print(f"{'':12s} {f'BP W={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "
+            print(f"{'':12s} {f'BP R={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "
                   f"{s['gather_ms']:7.1f} {s['commit_ms']:7.1f} {s['ipc_ms']:6.1f} {s['bcast_pct']:6.0f} "
                   f"{s['kb']:7.2f} {s['full_kb']:14.1f} {s['tpf']:5.2f} {s['tps']:7.1f} {s['tps'] / ref['tps']:6.2f} "
                   f"{'yes' if same else 'NO'}")

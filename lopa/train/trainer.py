@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from lopa.problems import DEFAULT_MAX_VALUE, is_heldout, make_problem, split
-from lopa.tokenizer_build import EOS, MASK, PAD
-from lopa.train_layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
+from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
+from lopa.train.tokenizer import EOS, MASK, PAD
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def load_or_build_tokenizer(out: Path):
 
     tok_dir = out / "tokenizer"
     if not (tok_dir / "tokenizer.json").exists():
-        from lopa.tokenizer_build import build_tokenizer, save_tokenizer, training_texts
+        from lopa.train.tokenizer import build_tokenizer, save_tokenizer, training_texts
         save_tokenizer(build_tokenizer(training_texts()), tok_dir)
     return AutoTokenizer.from_pretrained(str(tok_dir))
 
@@ -323,7 +323,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lopa.train", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="run dir: tokenizer/ and checkpoint/")
     ap.add_argument("--export", type=Path, default=None, help="where to save the model (default: --out)")
     ap.add_argument("--minutes", type=float, default=None)

@@ -1,6 +1,6 @@
 """What a fork costs: time to the fork's first round, resumed from a saved state or replayed.
 
-    python -m lopa.bench_fork                 # bundled model, one held-out prompt
+    python -m lopa.bench.fork                 # bundled model, one held-out prompt
 
 For a fork at an early and at a late round of a run: the seconds until the fork's first own round
 is computed when it resumes from the parent's saved state (Decoder(keep_states=True)), and when it
@@ -17,7 +17,7 @@ import time
 import torch
 
 from lopa.engine import fork_decoder
-from lopa.loading import DEFAULT_MODEL, load_model
+from lopa.models import ASSETS, DEFAULT_MODEL, load
 from lopa.problems import read_jsonl
 from lopa.settings import DecodeSettings, decoder_settings
 from lopa.trace import RunResult
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    loaded = load_model(args.model)
-    prompt = read_jsonl(DEFAULT_MODEL.parent.parent / "data" / "synthetic" / "heldout.jsonl")[0]["question"]
+    loaded = load(args.model)
+    prompt = read_jsonl(ASSETS / "data" / "synthetic" / "heldout.jsonl")[0]["question"]
     print(f"model: {loaded.describe()}   hardware: {platform.machine()} CPU, {args.threads} threads   "
           f"max_new_tokens {args.max_new_tokens}")
     print(f"{'decoder':>20} {'rounds':>6} {'fork at':>7} {'resume ms':>9} {'replay ms':>9} {'replayed fwd':>12} "

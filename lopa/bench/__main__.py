@@ -1,0 +1,3 @@
+from lopa.bench.decoders import main
+
+raise SystemExit(main())

@@ -1,0 +1,3 @@
+from lopa.train.trainer import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The package's layers, checked: imports go down only, and no module reaches itself again.
+
+    core (lopa/*.py)  <-  models  <-  dist  <-  train / bench / visualizations  <-  cli / app
+
+Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
+still a cycle (docs/style: "Data flows one way").
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"core": 0, "models": 1, "dist": 2, "train": 3, "bench": 3, "visualizations": 3, "cli": 4, "app": 4}
+# app/viz.py becomes the visualizations package at import time (see its docstring).
+ALIASES = {"app.viz": "visualizations"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, Path]:
+    files = [ROOT / "app.py", *ROOT.glob("lopa/**/*.py"), *ROOT.glob("app/**/*.py"), *ROOT.glob("visualizations/**/*.py")]
+    return {module_name(f): f for f in files}
+
+
+def layer(module: str) -> str:
+    top, _, rest = module.partition(".")
+    if top == "lopa":
+        sub = rest.split(".")[0]
+        return sub if sub in LAYERS and sub != "core" else ("cli" if sub in ("cli", "__main__") else "core")
+    return top if top in LAYERS else "app"          # app.py (the Space entry) belongs to the app
+
+
+def imports(module: str, path: Path, known: dict) -> set[str]:
+    """Project modules that `module` imports anywhere in its file, relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import sub` imports the submodule pkg.sub where one exists
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            name = ALIASES.get(name, name)
+            while name and name not in known:        # `import lopa.models.loading` -> the module itself
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = sources()
+    return {m: imports(m, p, known) for m, p in known.items()}
+
+
+def test_imports_only_go_down_the_layers():
+    upward = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in graph().items() for d in deps
+              if LAYERS[layer(d)] > LAYERS[layer(m)]]
+    assert not upward, "imports that go up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_cycles():
+    edges = graph()
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for dep in sorted(edges[node]):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_core_is_exactly_the_engine():
+    """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
+    core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
+    assert core == ["__init__", "__main__", "attention", "blocks", "cli", "engine", "forward", "order", "problems",
+                    "rules", "settings", "trace"]
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
+    """The walker itself: a lazy import inside a function and a relative import are both edges."""
+    known = {"lopa.engine": None, "lopa.models": None, "lopa.models.loading": None}
+    src = tmp_path / "loading.py"
+    src.write_text("def f():\n    from lopa.engine import Decoder\nfrom . import presets\nfrom .loading import x\n")
+    found = imports("lopa.models.other", src, known)
+    assert found == {"lopa.engine", "lopa.models", "lopa.models.loading"}

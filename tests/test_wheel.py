@@ -1,0 +1,69 @@
+"""The package as a user installs it: build the wheel, install it (not editable) into a fresh venv,
+and decode on the bundled model from a directory outside the checkout.
+
+The fresh venv sees this test environment's packages through a .pth file, and pip installs the
+wheel with --no-index: so no download happens, and the install fails if the wheel's dependency
+ranges do not accept the pinned versions the tests run with.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def run(cmd, cwd, env, timeout=300):
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Build from a clean copy: setuptools reuses a build/ folder, which could carry stale modules.
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or n.endswith(".egg-info") or n.startswith((".git", ".venv"))
+        or (Path(folder) == ROOT and n in ("build", "dist", "runs", "checkpoints", "test-artifacts", "bench-out"))])
+    run([sys.executable, "-m", "pip", "wheel", str(source), "-w", str(base / "dist"), "--no-deps",
+         "--no-build-isolation", "-q"], cwd=base, env=env)
+    wheel = next((base / "dist").glob("lopa_explorer-*.whl"))
+    venv = base / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base, env=env)
+    python = venv / "bin" / "python"
+    purelib = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                       cwd=base, env=env).strip())
+    (purelib / "_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    run([str(python), "-m", "pip", "install", "--no-index", "--no-build-isolation", "-q", str(wheel)], cwd=base, env=env)
+    return wheel, venv, purelib, env
+
+
+def test_the_wheel_holds_the_bundled_model_and_no_generic_top_level_names(installed):
+    wheel, _, purelib, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "lopa/assets/models/tiny-gsm-dllm/model.safetensors" in names
+    assert "lopa_explorer/app/wiring.py" in names and "lopa_explorer/visualizations/canvas.py" in names
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"lopa", "lopa_explorer", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    assert not (purelib / "app").exists() and not (purelib / "visualizations").exists()
+
+
+def test_installed_lopa_generate_decodes_outside_the_checkout(installed, tmp_path):
+    _, venv, purelib, env = installed
+    out = run([str(venv / "bin" / "lopa"), "generate", "--prompt", "Tom has 23 apples. He gives 7 to Ann. "
+               "How many apples does Tom have now?", "--k", "2", "--trace", "run.json"], cwd=tmp_path, env=env)
+    assert "tpf_useful" in out and (tmp_path / "run.json").is_file()
+    where = run([str(venv / "bin" / "python"), "-c", "import lopa, lopa_explorer.app as a; "
+                 "print(lopa.__file__); print(a.__file__); a.build_demo()"], cwd=tmp_path, env=env)
+    assert all(line.startswith(str(purelib)) for line in where.split()[:2]), where
+    assert "usage" in run([str(venv / "bin" / "lopa"), "app", "--help"], cwd=tmp_path, env=env)
