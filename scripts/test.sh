@@ -8,13 +8,17 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r requirements-test.txt
-# Browser tests drive Debian's Chromium through Playwright (playwright install cannot download here).
-if [ ! -x /usr/bin/chromium ]; then
+# Browser tests drive Debian's Chromium through Playwright (playwright install cannot download here);
+# generated code is graded under Debian's bubblewrap.
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || echo "warning: could not install chromium; browser tests will be skipped"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \
+      || echo "warning: could not install ${missing[*]}; the tests that need them will be skipped"
   else
-    echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped"
+    echo "warning: ${missing[*]} missing and not root; the tests that need them will be skipped"
   fi
 fi
 "$VENV/bin/ruff" check .          # the lint pre-commit runs (configured in pyproject.toml)

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import torch
 
-from lopa.models.loading import LoadedModel, from_pretrained_kwargs, load_tokenizer, pick_device, pick_dtype
+from lopa.models.loading import (
+    LoadedModel,
+    check_weights,
+    from_pretrained_kwargs,
+    load_tokenizer,
+    pick_device,
+    pick_dtype,
+)
 from lopa.settings import ModelSpec
 
 # Instruct chat templates end a turn with one of these; a chat model stops there, not at <|endoftext|>.
@@ -169,6 +176,7 @@ def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attentio
 def _from_pretrained(cls, path: Path, config, device: torch.device, key_mapping=None):
     """Load safetensors (single file or sharded with an index) into a stock class; every parameter
     must be found, so a checkpoint in an unexpected layout fails here instead of running random weights."""
+    check_weights(path)
     kwargs = dict(config=config, output_loading_info=True, **from_pretrained_kwargs(device))
     if key_mapping:
         kwargs["key_mapping"] = key_mapping
@@ -227,6 +235,7 @@ class MaskIgnoringModel(torch.nn.Module):
 
 def _remote_llada(path: Path, device: torch.device):
     from transformers import AutoModel
+    check_weights(path)
     try:
         inner = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=pick_dtype(device), local_files_only=True)
     except (OSError, ValueError, KeyError, ImportError) as err:

@@ -176,10 +176,31 @@ def register_flash_or_sdpa() -> str:
     return FLASH_OR_SDPA
 
 
+def check_weights(path: Path) -> None:
+    """Every weights file of `path` must be safetensors with a header that tells the truth (read by
+    safe_open without loading a tensor). Pickled weights (pytorch_model.bin, *.pt) are refused, never
+    unpickled. ValueError naming the file otherwise."""
+    from safetensors import SafetensorError, safe_open
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        pickled = sorted(f.name for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for f in Path(path).glob(pattern))
+        raise ValueError(f"no safetensors weights in {path}" + (
+            f": {', '.join(pickled)} {'is' if len(pickled) == 1 else 'are'} pickled, which can run code when loaded, "
+            "so it is refused; convert it to safetensors" if pickled else ""))
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError) as err:
+            raise ValueError(f"{file} is not a valid safetensors file (corrupt, truncated, or its header does not "
+                             f"match its size): {err}") from None
+
+
 def from_pretrained_kwargs(device: torch.device) -> dict:
     """How every loader places a model: its dtype, its attention, and on an accelerator straight
     to the device (no full-precision copy in host memory)."""
-    kwargs = dict(dtype=pick_dtype(device), attn_implementation=attention_implementation(device), local_files_only=True)
+    kwargs = dict(dtype=pick_dtype(device), attn_implementation=attention_implementation(device), local_files_only=True,
+                  use_safetensors=True)
     if device.type != "cpu":
         kwargs["device_map"] = {"": str(device)}
     return kwargs
@@ -191,6 +212,7 @@ def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = Fal
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path, dev = Path(path), pick_device(device)
+    check_weights(path)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
         tokenizer = load_tokenizer(path, trust_remote_code)
