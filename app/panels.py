@@ -30,7 +30,7 @@ def build_model_panel() -> dict:
 
 def build_input_panel() -> dict:
     examples = example_prompts()
-    prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=3, value=examples[0] if examples else "",
+    prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=1, max_lines=8, value=examples[0] if examples else "",
                         elem_id="prompt")
     gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="examples: held-out synthetic problems, "
                 "then GSM8K test questions", examples_per_page=8)

@@ -8,8 +8,8 @@ import gradio as gr
 
 from lopa.schema import MAX_TRACE_BYTES
 
+from . import api, forks
 from . import callbacks as cb
-from . import forks
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
     INTRO,
@@ -79,6 +79,10 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Model events: run, step, compare, forks, model loading.
     c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
+    # Enter in the prompt box runs too (same callback; the API keeps the one name "run").
+    c["prompt"].submit(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
+                       show_progress="hidden", **MODEL)
+    gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],

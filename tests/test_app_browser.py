@@ -317,3 +317,10 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
         page.wait_for_timeout(300)
     assert page.evaluate("window.__pwned === undefined && !document.querySelector('img[src=\"x\"]')")
     assert not page_errors(page)
+
+
+def test_enter_in_the_prompt_box_runs(page):
+    page.locator("#prompt textarea").fill("Tom has 3 apples. He buys 4 more. How many apples does Tom have now?")
+    page.locator("#prompt textarea").press("Enter")
+    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    assert rounds(page) >= 2 and not page_errors(page)
