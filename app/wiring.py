@@ -8,7 +8,7 @@ import gradio as gr
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, forks
+from . import api, forks, share
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
@@ -83,6 +83,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     c["prompt"].submit(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
                        show_progress="hidden", **MODEL)
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
+    # A shared link restores the inputs; the link and the command line follow the inputs.
+    shared = [c["prompt"], *settings, *pick(*ORDER_NAMES)]
+    demo.load(share.on_load, shared, shared, api_visibility="private", queue=False)
+    gr.on([x.change for x in shared], share.links, shared, [c["share_link"], c["command"]], api_visibility="private",
+          queue=False)
     c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
