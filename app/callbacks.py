@@ -15,11 +15,13 @@ from pathlib import Path
 import gradio as gr
 
 from lopa import PAPER_PRESETS, RunResult
+from app.examples import check_answer
 from app.gpu import gpu
 from app.models import MODELS, token_names, tokenizer_for_trace, trace_ids
 from app.session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
 from visualizations import (branches_table, confidence_heatmap, counters_html, explain_round, rank_lanes,
                             token_canvas, tokens_per_round_chart)
+from visualizations.answer_mark import answer_mark
 from visualizations.timeline import partial_metrics
 
 # "ranks" last: API clients read the earlier outputs by position.
@@ -70,6 +72,8 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     session.last_render.update({kind: now for kind in due})
     answer = session.run.text if session.run is not None else ""
     counters = counters_html(session.run, session.elapsed, session.status())
+    if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
+        counters += answer_mark(check_answer(session.run.prompt, session.run.text))
     return (status, counters, _slider(session), answer) + view(session, kinds=due)
 
 

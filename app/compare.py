@@ -12,10 +12,12 @@ import gradio as gr
 
 from lopa import decoder_settings
 from app.callbacks import REFRESH_S, bp_fault_message, error_message
+from app.examples import check_answer
 from app.gpu import gpu
 from app.models import MODELS, token_names
 from app.session import Session, parse_ui
 from visualizations import comparison_summary, counters_html, tfo_map
+from visualizations.answer_mark import answer_mark
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary")
@@ -54,7 +56,8 @@ class Side:
     def counters(self) -> str:
         latency = sum(r.round_seconds for r in self.run.records) if self.run else 0.0
         status = "running" if not self.done else ("stopped" if self.run is not None and self.run.stopped else "done")
-        return counters_html(self.run, latency, status, title=self.title)
+        mark = answer_mark(check_answer(self.run.prompt, self.run.text)) if status == "done" else ""
+        return counters_html(self.run, latency, status, title=self.title) + mark
 
 
 def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:

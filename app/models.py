@@ -22,7 +22,6 @@ from lopa.loading import DEFAULT_MODEL, load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / "assets" / "models"
-EXAMPLE_FILES = (ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl", ROOT / "assets" / "data" / "gsm8k" / "test.jsonl")
 
 
 def allowed_model_roots() -> list[Path] | None:
@@ -215,13 +214,6 @@ def tokenizer_for_trace(spec: dict):
 
 # -- example prompts -----------------------------------------------------------------------------
 def example_prompts(per_file: int = 4) -> list[str]:
-    """A few held-out synthetic problems, then a few GSM8K test questions."""
-    out = []
-    for file in EXAMPLE_FILES:
-        try:
-            with open(file) as f:
-                for line, _ in zip(f, range(per_file)):
-                    out.append(json.loads(line)["question"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
+    """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.examples)."""
+    from app.examples import example_groups
+    return [prompt for _, prompts in example_groups(per_file) for prompt in prompts]
