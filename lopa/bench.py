@@ -129,7 +129,7 @@ def print_step_table(summary: list[dict], details: list[dict]) -> None:
     first = [r for r in details if r["decoder"] == summary[0]["decoder"]]
     keys = [k for k in summary[0] if k.startswith("acc_") and k.endswith("step")]
     counts = {f"acc_{r['steps']}step": sum(1 for q in first if q["steps"] == r["steps"]) for r in first}
-    heads = [f"{k[4:]} (n={counts[k]})" for k in keys]
+    heads = [f"{k[4:-4]}-step (n={counts[k]})" for k in keys]
     print("\n" + f"{'decoder':>12}" + "".join(f"{h:>14}" for h in heads) + f"{'names/objects':>16}")
     for s in summary:
         print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:13.1f}%" for k in keys)
