@@ -59,3 +59,28 @@ def test_finished_run_in_the_app_is_marked(monkeypatch):
     monkeypatch.setattr(Session, "status", lambda self: "running")
     run.prompt, run.text = LEO, "#### 9"
     assert "lopa-answer-mark" not in cb.live_outputs(session, "Running")[1]   # only once the run ends
+
+
+def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
+    from app.compare import COMPARE_OUTPUTS, compare_stream
+    from app.models import MODELS
+    from app.session import SETTING_NAMES, Session
+    from tiny import save_tiny_model_dir
+
+    settings = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,
+                    confidence="max_prob", attention="block_causal", temperature=0.0, seed=0)
+    saved = (MODELS.default, MODELS.loaded)
+    MODELS.default, MODELS.loaded = save_tiny_model_dir(tmp_path / "tiny-dllm"), None
+    try:
+        monkeypatch.setattr(examples, "reference_answer", lambda p: "9" if p == LEO else None)
+        outs = [dict(zip(COMPARE_OUTPUTS, o)) for o in
+                compare_stream(Session(), LEO, "D2F vanilla (k = 0)", *[settings[n] for n in SETTING_NAMES])]
+        assert all("lopa-answer-mark" not in o["base_counters"] for o in outs[:-1] if isinstance(o["base_counters"], str)
+                   and 'data-status="running"' in o["base_counters"])
+        for side in ("base_counters", "lopa_counters"):     # a random model: wrong, with the reference shown
+            assert 'data-correct="false"' in outs[-1][side] and "reference answer is 9" in outs[-1][side]
+        other = list(compare_stream(Session(), "Tom has 3 apples.", "D2F vanilla (k = 0)",
+                                    *[settings[n] for n in SETTING_NAMES]))[-1]
+        assert all("lopa-answer-mark" not in str(v) for v in other)
+    finally:
+        MODELS.default, MODELS.loaded = saved
