@@ -7,6 +7,9 @@ Decodes with the engine (D2F vanilla at k = 0, paper GSM8K settings) and checks 
 copied from the previous line's result after that), the second operand (always from the
 question), the operation, the arithmetic given the line's own operands, the copy after `>>`, the
 `####` line, and the person and object named. Each wrong answer is charged to its first error.
+It also prints how uneven the confidence landscape is: rounds per answer, the share of answer
+tokens filled in the first round, and the spread (standard deviation) of the fill round over an
+answer's positions; a model sure of every token would fill everything in one or two rounds.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -24,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lopa.loading import load_model  # noqa: E402
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
+from visualizations.timeline import fills  # noqa: E402
 
 CALC = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -82,8 +87,15 @@ def main(argv=None) -> int:
     settings = decoder_settings("lopa", base, k=args.k) if args.k else decoder_settings("d2f", base)
     first, every, lines, names_ok, by_steps = collections.Counter(), collections.Counter(), 0, 0, collections.Counter()
     problems = read_jsonl(args.data)[: args.n]
+    rounds, first_round, spread = [], [], []
     for p in problems:
-        text = loaded.decoder(settings).run(p["question"]).text
+        run = loaded.decoder(settings).run(p["question"])
+        text = run.text
+        useful = len(run.useful_tokens)
+        filled = [f.round for pos, f in fills(run.records).items() if pos < useful]
+        rounds.append(len(run.records) - 1)                     # rounds after the prefill
+        first_round.append(filled.count(min(filled)) / len(filled) if filled else 0.0)
+        spread.append(statistics.pstdev(filled) if len(filled) > 1 else 0.0)
         steps = p["answer"].count("<<")
         right = final_answer(text) == final_answer(p["answer"])
         by_steps[(steps, right)] += 1
@@ -99,6 +111,8 @@ def main(argv=None) -> int:
         print(f"  {s}-step: {ok}/{total} right ({100 * ok / total:.1f}%)")
     print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
           f"object: {names_ok}/{lines} ({100 * names_ok / max(lines, 1):.1f}%)")
+    print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, {100 * statistics.mean(first_round):.0f}% of "
+          f"answer tokens filled in the first round, fill-round spread over positions {statistics.mean(spread):.2f} rounds")
     print("\n| first error in a wrong answer | answers | answers with this error anywhere |\n|---|---:|---:|")
     for error, count in first.most_common():
         print(f"| {error} | {count} | {every[error]} |")
