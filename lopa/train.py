@@ -56,7 +56,8 @@ class Recipe:
     hard_bias: float = 1.0       # after the curriculum, draw s steps with weight s**hard_bias
     digit_weight: float = 3.0    # loss weight on digit targets: operands and results carry the answer
     name_weight: float = 5.0     # loss weight on name and object targets, which must be copied from the question
-    dep_weight: float = 1.0      # loss weight on a result or copied number while a number it comes from is masked (1 = off; 0.1 failed, see the model card)
+    dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
+                                 # (1 = off; 0.1 failed, see the model card)
     max_value: int = DEFAULT_MAX_VALUE
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 

@@ -111,8 +111,9 @@ def main(argv=None) -> int:
         print(f"  {s}-step: {ok}/{total} right ({100 * ok / total:.1f}%)")
     print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
           f"object: {names_ok}/{lines} ({100 * names_ok / max(lines, 1):.1f}%)")
-    print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, {100 * statistics.mean(first_round):.0f}% of "
-          f"answer tokens filled in the first round, fill-round spread over positions {statistics.mean(spread):.2f} rounds")
+    print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "
+          f"{100 * statistics.mean(first_round):.0f}% of answer tokens filled in the first round, "
+          f"fill-round spread over positions {statistics.mean(spread):.2f} rounds")
     print("\n| first error in a wrong answer | answers | answers with this error anywhere |\n|---|---:|---:|")
     for error, count in first.most_common():
         print(f"| {error} | {count} | {every[error]} |")

@@ -73,8 +73,9 @@ def main(argv=None) -> int:
             break
     with open(args.out, "w") as f:
         for disagreement, rounds, p in picked:
-            f.write(json.dumps({"question": p["question"], "answer": p["answer"], "order_disagreement": round(disagreement, 3),
-                                "rounds_d2f": rounds[0], f"rounds_lopa_k{args.k}": rounds[1]}) + "\n")
+            f.write(json.dumps({"question": p["question"], "answer": p["answer"],
+                                "order_disagreement": round(disagreement, 3), "rounds_d2f": rounds[0],
+                                f"rounds_lopa_k{args.k}": rounds[1]}) + "\n")
             print(f"{disagreement:.2f} rounds D2F {rounds[0]} LoPA {rounds[1]}: {p['question']}")
     print(f"wrote {len(picked)} of {len(scored)} candidates to {args.out}")
     return 0

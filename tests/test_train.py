@@ -173,7 +173,6 @@ def test_blocked_by_mask_marks_targets_with_a_masked_source():
 
 
 def test_dep_and_name_weights_change_only_their_targets(tmp_path):
-    from lopa.problems import make_problem
     import random
 
     _, tok = _train(tmp_path, steps=1)
