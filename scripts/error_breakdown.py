@@ -36,14 +36,16 @@ APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a *
 
 
 def line_errors(question: str, reference: str, text: str) -> tuple[list[str], list[str]]:
-    """(errors in order of appearance, per-line name/object verdicts 'ok'/'wrong')."""
+    """(errors in order of appearance, per-line verdicts: 'ok', or what is wrong: 'person', 'object', 'both')."""
     asked, known = set(WORD_RE.findall(question)), set(NAMES) | set(OBJECTS)
     want = [CALC.search(line) for line in reference.splitlines() if "<<" in line]
     got_lines = [line for line in text.splitlines() if "<<" in line]
     errors, names, previous = [], [], None
     for i, line in enumerate(got_lines):
         named = [w for w in WORD_RE.findall(line) if w in known]
-        names.append("ok" if named and all(w in asked for w in named) else "wrong")
+        person = any(w in NAMES for w in named) and all(w in asked for w in named if w in NAMES)
+        thing = all(w in asked for w in named if w in OBJECTS)  # a sell line names dollars, no object
+        names.append("ok" if person and thing else "person" if thing else "object" if person else "both")
         m = CALC.search(line)
         if m is None:
             errors.append("unreadable line")
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
     loaded = load_model(args.model)
     base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention)
     settings = decoder_settings("lopa", base, k=args.k) if args.k else decoder_settings("d2f", base)
-    first, every, lines, names_ok, by_steps = collections.Counter(), collections.Counter(), 0, 0, collections.Counter()
+    first, every, by_steps, verdicts = collections.Counter(), collections.Counter(), collections.Counter(), []
     problems = read_jsonl(args.data)[: args.n]
     rounds, first_round, spread = [], [], []
     for p in problems:
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
         right = final_answer(text) == final_answer(p["answer"])
         by_steps[(steps, right)] += 1
         errors, names = line_errors(p["question"], p["answer"], text)
-        lines, names_ok = lines + len(names), names_ok + names.count("ok")
+        verdicts += names
         every.update(set(errors))
         if not right:
             first[errors[0] if errors else "other"] += 1
@@ -109,8 +111,10 @@ def main(argv=None) -> int:
     for s in sorted({s for s, _ in by_steps}):
         ok, total = by_steps[(s, True)], by_steps[(s, True)] + by_steps[(s, False)]
         print(f"  {s}-step: {ok}/{total} right ({100 * ok / total:.1f}%)")
+    lines, count = max(len(verdicts), 1), collections.Counter(verdicts)
     print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
-          f"object: {names_ok}/{lines} ({100 * names_ok / max(lines, 1):.1f}%)")
+          f"object: {count['ok']}/{len(verdicts)} ({100 * count['ok'] / lines:.1f}%); wrong person only "
+          f"{count['person']}, wrong object only {count['object']}, both wrong {count['both']}")
     print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "
           f"{100 * statistics.mean(first_round):.0f}% of answer tokens filled in the first round, "
           f"fill-round spread over positions {statistics.mean(spread):.2f} rounds")
