@@ -130,9 +130,9 @@ def print_step_table(summary: list[dict], details: list[dict]) -> None:
     keys = [k for k in summary[0] if k.startswith("acc_") and k.endswith("step")]
     counts = {f"acc_{r['steps']}step": sum(1 for q in first if q["steps"] == r["steps"]) for r in first}
     heads = [f"{k[4:-4]}-step (n={counts[k]})" for k in keys]
-    print("\n" + f"{'decoder':>12}" + "".join(f"{h:>14}" for h in heads) + f"{'names/objects':>16}")
+    print("\n" + f"{'decoder':>12}" + "".join(f"{h:>16}" for h in heads) + f"{'names/objects':>16}")
     for s in summary:
-        print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:13.1f}%" for k in keys)
+        print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:15.1f}%" for k in keys)
               + f"{s['names_ok'] * 100:15.1f}%")
 
 
