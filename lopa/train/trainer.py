@@ -14,7 +14,8 @@ expects (they are written into config.json as `config.lopa`):
 - noise: the prompt is never masked; block b is masked with ratio t_b, non-decreasing along
   the blocks, so a later block learns to be denoised while an earlier one is unfinished (D2F).
 
-Shapes: B batch, L sequence length, V vocabulary, N block size, M masked positions.
+Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, V vocabulary, N block
+size, M masked positions, E dependency edges (result -> operand positions).
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ def number_dependencies(tok, answer: str) -> list[tuple[int, int]]:
 
 
 def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
-    """Clean sequences: ids [B, L], answer-block id per position (0 = prompt), valid mask, and the
-    number dependencies [D, 3] as (row, target position, source position)."""
+    """Clean sequences: ids [S, L], answer-block id per position (0 = prompt), valid mask, and the
+    number dependencies [E, 3] as (row, target position, source position)."""
     rows, deps = [], []
     steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
@@ -173,19 +174,19 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
 
 
 def block_mask_ratios(block_id, valid, recipe: Recipe, gen: torch.Generator) -> torch.Tensor:
-    """Per-position mask ratio t [B, L]: 0 on the prompt, non-decreasing over answer blocks.
+    """Per-position mask ratio t [S, L]: 0 on the prompt, non-decreasing over answer blocks.
 
     Block ratios t_b = min(1, t_first + d * (b - first)) from a first noisy block `first`;
     with probability clean_prefix_prob the blocks before it are clean (what the decoder sees
     once earlier blocks are finished), otherwise first = 0.
     """
-    B = block_id.shape[0]
-    n_blocks = (block_id * valid).amax(dim=1)  # [B]
-    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(B, generator=gen)
-    slope = 0.5 * torch.rand(B, generator=gen)
-    first = (torch.rand(B, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
-    first = torch.where(torch.rand(B, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
-    rel = (block_id - first[:, None]).float()  # [B, L]
+    S = block_id.shape[0]
+    n_blocks = (block_id * valid).amax(dim=1)  # [S]
+    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(S, generator=gen)
+    slope = 0.5 * torch.rand(S, generator=gen)
+    first = (torch.rand(S, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
+    first = torch.where(torch.rand(S, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
+    rel = (block_id - first[:, None]).float()  # [S, L]
     t = (t0[:, None] + slope[:, None] * rel).clamp(max=1.0)
     t = torch.where((rel >= 0) & (block_id > 0) & valid, t, torch.zeros_like(t))
     return t
@@ -211,7 +212,7 @@ def name_ids(tok) -> torch.Tensor:
 
 
 def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
-    """Bool [B, L]: positions with at least one masked source in `deps` [D, 3] (row, target, source)."""
+    """Bool [S, L]: positions with at least one masked source in `deps` [E, 3] (row, target, source)."""
     blocked = torch.zeros(masked.shape, dtype=torch.long)
     if len(deps):
         row, target, source = deps.unbind(1)
@@ -221,12 +222,12 @@ def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
                    is_digit: torch.Tensor, is_name: torch.Tensor | None = None, deps: torch.Tensor | None = None):
-    t = block_mask_ratios(block_id, valid, recipe, gen)  # [B, L]
-    masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [B, L]
+    t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
+    masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [S, L]
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    h = hidden_states(model, noisy, block_id, valid)  # [B, L, hidden]
+    h = hidden_states(model, noisy, block_id, valid)  # [S, L, hidden]
     # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.
-    sel = masked[:, 1:]  # [B, L-1]
+    sel = masked[:, 1:]  # [S, L-1]
     logits = model.lm_head(h[:, :-1][sel]).float()  # [M, V]
     target = ids[:, 1:][sel]  # [M]
     ce = F.cross_entropy(logits, target, reduction="none")  # [M]
