@@ -10,6 +10,7 @@ import html
 import gradio as gr
 import pandas as pd
 
+from lopa.settings import DecodeSettings
 from lopa.study import STUDIES
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
@@ -141,7 +142,6 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
 
 
 def _base(loaded):
-    from lopa.settings import DecodeSettings
     return DecodeSettings(k=LIVE_K, max_new_tokens=128, block_size=loaded.spec.block_size or 32,
                           attention=loaded.spec.attention)
 
