@@ -106,7 +106,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
             yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", _progress(0, 1), \
                 gr.skip(), gr.skip()
             verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
-                                                              repeats=2)
+                                                              repeats=3)
             cost = [t + bookkeeping for t in verify]
             configs = adaptive_study.configurations(base, adaptive_study.FIXED_KS, 14, cost)
             total = n * len(configs)

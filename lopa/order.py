@@ -137,15 +137,20 @@ class AdaptiveOrder:
                  release: float = 1.0, lift: float = 0.25):
         self.cost = torch.as_tensor(cost, dtype=torch.float64)          # [K + 1] seconds for B = 1 .. K + 1
         self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
+        # For a quick "no branch can pay" check: the cheapest round with branches against one without.
+        self.single, self.cheapest = float(self.cost[0]), float(self.cost[1:].min()) if self.cost.numel() > 1 else 0.0
 
     def anchor(self, view: RoundView) -> Commits:
         return self.base.anchor(view)
 
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        anchor_commits = int(view.masked.sum() - free.sum())
+        n_near = int((free & (view.max_prob > view.settings.tau_conf - self.near)).sum())
+        best_gain = self.gain["release"] + self.gain["lift"] * n_near        # what a sure win could add
+        if self.cheapest <= 0 or (anchor_commits + best_gain) / self.cheapest < anchor_commits / self.single:
+            return torch.zeros(0, dtype=torch.long)                      # no k >= 1 can pay: skip the ranking
         ranked = self.base.lookahead(view, free)                         # [<= k] best first
-        near = free & (view.max_prob > view.settings.tau_conf - self.near)
-        k = choose_k(ranked.numel(), int(view.masked.sum() - free.sum()), int(near.sum()), self.cost, **self.gain)
-        return ranked[:int(k)]
+        return ranked[:int(choose_k(ranked.numel(), anchor_commits, n_near, self.cost, **self.gain))]
 
 
 ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder}

@@ -63,6 +63,12 @@ def test_order_metrics_afp_and_kendall_tau_of_the_fill_order():
     assert percentile_among(5, [1, 5, 9, 10]) == pytest.approx(37.5)
 
 
+def test_the_cost_curve_never_falls_with_more_branches():
+    assert adaptive.monotone([2.0, 4.0, 6.0]) == [2.0, 4.0, 6.0]
+    assert adaptive.monotone([3.0, 1.0, 2.0]) == [2.0, 2.0, 2.0]            # never cheaper with more branches
+    assert adaptive.monotone([1.0, 5.0, 3.0, 4.0]) == [1.0, 4.0, 4.0, 4.0]  # a spike averaged with what follows
+
+
 def test_aup_and_the_pareto_front():
     assert aup([(4.0, 0.5)]) == pytest.approx(2.0)                          # the best accuracy: weight 1
     assert aup([(4.0, 0.5)], y_max=1.0) == pytest.approx(4 * 0.5 * math.exp(-1.5))
@@ -232,7 +238,7 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
     for name in ("adaptive.parquet", "adaptive_cost.parquet", "adaptive.html", "adaptive.png", "adaptive.json"):
         assert (out / name).stat().st_size > 0, name
     df = pd.read_parquet(out / "adaptive.parquet")
-    assert list(df.config.unique()) == ["k=0", "k=2", "adaptive"]
+    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=2"] and len(df) == 6
     summary = json.loads((out / "adaptive.json").read_text())["summary"]
     assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
     question = json.loads(data.read_text().splitlines()[0])["question"]

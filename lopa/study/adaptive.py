@@ -33,15 +33,37 @@ from lopa.study.stats import pareto_front
 FIXED_KS = (0, 1, 2, 4, 8, 14)
 
 
-def measure_cost(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: int = 3) -> tuple[list[float], float]:
+def measure_cost(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: int = 5) -> tuple[list[float], float]:
     """(verify seconds for B = 1 .. k_max + 1 windows of two blocks, bookkeeping seconds per round) on
-    this device. Bookkeeping (anchor, lookahead, scoring, records) is the median time outside the
-    forward of a vanilla decode's rounds; a round with B branches costs verify[B] + bookkeeping."""
+    this device. The B are timed in turn, `repeats` times over, and the medians fitted with a line
+    a + b * B (b >= 0): a shared machine makes single timings jump by 2x, a line through 15 medians
+    does not. Bookkeeping (anchor, lookahead, scoring, records) is the median time outside the forward
+    of a vanilla decode's rounds; a round with B branches costs verify(B) + bookkeeping."""
+    import statistics
+
     from lopa.bench.round import forward_times
-    times = forward_times(loaded, prompt, settings, repeats, counts=range(1, k_max + 2))
+    counts = range(1, k_max + 2)
+    samples = {B: [] for B in counts}
+    for _ in range(repeats):
+        for B, t in forward_times(loaded, prompt, settings, 1, counts=counts).items():
+            samples[B].append(t)
+    medians = [statistics.median(samples[B]) for B in counts]
     run = loaded.decoder(settings.replace(k=0)).run(prompt)
     outside = sorted(r.round_seconds - r.forward_seconds for r in run.records if r.kind == "round")
-    return [times[B] for B in range(1, k_max + 2)], (outside[len(outside) // 2] if outside else 0.0)
+    return monotone(medians), (outside[len(outside) // 2] if outside else 0.0)
+
+
+def monotone(y: list[float]) -> list[float]:
+    """The closest non-decreasing curve to y in least squares (pool adjacent violators): a timing spike
+    is averaged with its neighbours, and more branches never cost less than fewer."""
+    blocks = []                                     # [sum, count] of pooled runs
+    for v in y:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, n = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += n
+    return [total / n for total, n in blocks for _ in range(n)]
 
 
 def describe_cost(verify: list[float], bookkeeping: float) -> str:
@@ -63,10 +85,17 @@ def configurations(base: DecodeSettings, ks, k_max: int, cost) -> list[tuple[str
             + [("adaptive", base.replace(k=k_max), AdaptiveOrder(cost))])
 
 
-def iter_adaptive(loaded, problems: list[dict], configs, data: str = "") -> Iterator[dict]:
-    for problem in problems:
-        for name, settings, order in configs:
-            _, row = decode_one(loaded, settings, problem, order=order, data=data)
+def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats: int = 1) -> Iterator[dict]:
+    """One row per (problem, configuration). With repeats > 1 each decode runs that many times (same
+    tokens: decoding is deterministic) and the fastest counts, which filters a shared machine's noise.
+    The configurations take turns going first (problem i starts at configuration i mod C): on this
+    machine a decode's place in the sequence moves its time by 10-20%, more than what is measured."""
+    for i, problem in enumerate(problems):
+        for name, settings, order in configs[i % len(configs):] + configs[:i % len(configs)]:
+            timed = sorted((decode_one(loaded, settings, problem, order=order, data=data)[1] for _ in range(repeats)),
+                           key=lambda r: r["latency_s"])
+            row = timed[0]
+            row["timing_spread"] = timed[-1]["latency_s"] / row["latency_s"] - 1     # same decode, other timings
             yield {"problem": row.pop("problem"), "config": name, "k": -1 if order is not None else settings.k, **row}
 
 
@@ -82,7 +111,8 @@ def summarize_adaptive(df) -> dict:
     for i, r in enumerate(rows):
         r["pareto"] = i in front
     by = {r["config"]: r for r in rows}
-    out = {"problems": int(df.problem.nunique()), "configs": rows}
+    out = {"problems": int(df.problem.nunique()), "configs": rows,
+           "timing_spread_median": float(df.timing_spread.median()) if "timing_spread" in df else None}
     if "adaptive" in by and "k=0" in by:
         a, v = by["adaptive"], by["k=0"]
         out["adaptive_vs_vanilla"] = {"tps_ratio": a["tps"] / v["tps"], "tpf_ratio": a["tpf"] / v["tpf"],
@@ -98,6 +128,8 @@ def report(summary: dict) -> str:
         acc = "n/a" if r["accuracy"] is None else f"{r['accuracy'] * 100:.1f}%"
         lines.append(f"{r['config']:>9} {acc:>9} {r['tpf']:>6.2f} {r['tps']:>9.0f} {r['mean_k']:>7.2f} "
                      f"{r['latency_ms']:>11.1f} {'yes' if r['pareto'] else '':>7}")
+    if summary.get("timing_spread_median"):
+        lines.append(f"timing noise: the same decode timed twice differs by a median {summary['timing_spread_median'] * 100:.0f}%")
     c = summary.get("adaptive_vs_vanilla")
     if c:
         delta = "n/a" if c["accuracy_delta"] is None else f"{c['accuracy_delta'] * 100:+.1f} points"
@@ -113,6 +145,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ks", default=",".join(map(str, FIXED_KS)), help="fixed k to compare, comma-separated")
     parser.add_argument("--k-max", type=int, default=14, help="most branches the adaptive budget may verify (default 14)")
     parser.add_argument("--repeats", type=int, default=5, help="timed forwards per B for the cost curve (default 5)")
+    parser.add_argument("--timing-repeats", type=int, default=2,
+                        help="decodes per problem and configuration; the fastest counts (default 2)")
     args = parser.parse_args(argv)
     import pandas as pd
     from tqdm import tqdm
@@ -126,10 +160,10 @@ def main(argv=None) -> int:
     verify, bookkeeping = measure_cost(loaded, base, args.k_max, prompt_ids(loaded, problems[0]["question"], args.data),
                                        args.repeats)
     cost = [t + bookkeeping for t in verify]
-    print("cost curve measured at start-up (verify forward over B windows of two blocks):\n"
+    print("cost curve measured at start-up (verify forward over B windows of two blocks, medians made non-decreasing):\n"
           + describe_cost(verify, bookkeeping))
     configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost)
-    df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data),
+    df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats),
                                 total=len(problems) * len(configs), leave=False)))
     summary = summarize_adaptive(df)
     summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping

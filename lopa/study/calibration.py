@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import torch
 
-from lopa.rules import branch_scores
+from lopa.rules import branch_scores, score_split
 from lopa.settings import BRANCH_SCORE_RULES, CONFIDENCE_METRICS, DecodeSettings
 from lopa.study.common import add_common_arguments, base_settings, decode_one, load_problems, setup, write_results
 from lopa.study.stats import aup, bootstrap_ci, kendall_tau, spearman
@@ -48,11 +48,17 @@ def round_rows(run, problem: int, metric: str) -> list[dict]:
                   for p, m, c in zip(rec.branch_positions, rec.branch_max_prob, rec.branch_conf)]
         scores = {rule: branch_scores(masked, rule, tau).tolist() for rule in BRANCH_SCORE_RULES}
         nxt = run.records[i + 1] if i + 1 < len(run.records) else None
+        anchor_conf = dict(zip(rec.branch_positions[0], rec.branch_conf[0]))
+        filled_conf = [anchor_conf.get(p, float("nan")) for p in rec.lookahead_positions]
         for j in range(len(masked)):
+            parts = (score_split(rec.branch_positions[0], rec.branch_conf[0], rec.branch_positions[j], rec.branch_conf[j],
+                                 rec.lookahead_positions[j - 1]) if j else None) or {}
             rows.append({"problem": problem, "metric": metric, "round": rec.round, "branch": j,
                          "branches": len(masked), "winner": int(j == rec.winner),
                          "masked": len(rec.branch_positions[j]), "target": sum(m > tau for m in rec.branch_max_prob[j]),
                          "next_committed": len(nxt.anchor_positions) if (nxt is not None and j == rec.winner) else None,
+                         "removal": parts.get("removal"), "change": parts.get("change"),
+                         "filled_least_confident": int(j > 0 and filled_conf[j - 1] == min(filled_conf)),
                          **{f"score_{rule}": scores[rule][j] for rule in BRANCH_SCORE_RULES}})
     return rows
 
@@ -122,9 +128,25 @@ def selection(runs) -> list[dict]:
     return out
 
 
+def winner_split(rounds) -> dict:
+    """Over the rounds a lookahead branch won under the mean rule (per metric): the median share of its
+    gain that came from removal (its own position leaving the mean), and how often it was the branch
+    that filled the least confident candidate."""
+    out = {}
+    if not len(rounds):
+        return out
+    for metric, m in rounds.groupby("metric"):
+        won = m[(m.winner == 1) & (m.branch > 0) & m.removal.notna()]
+        won = won[(won.removal + won.change) > 0]
+        shares = (won.removal / (won.removal + won.change)).tolist()
+        out[metric] = {"rounds": len(won), "median_removal_share": statistics.median(shares) if shares else None,
+                       "share_filled_least_confident": float(won.filled_least_confident.mean()) if len(won) else None}
+    return out
+
+
 def summarize_calibration(runs, rounds, n_boot: int = CORRELATION_BOOTSTRAP) -> dict:
     winners = rounds[(rounds.winner == 1) & rounds.next_committed.notna()] if len(rounds) else rounds
-    return {"problems": int(runs.problem.nunique()) if len(runs) else 0,
+    return {"winner_split": winner_split(rounds),"problems": int(runs.problem.nunique()) if len(runs) else 0,
             "correlations": correlations(rounds, n_boot) if len(rounds) else [],
             "selection": selection(runs) if len(runs) else [],
             "winner_target_vs_committed": {
@@ -147,6 +169,12 @@ def report(summary: dict) -> str:
         acc = "n/a" if s["accuracy"] is None else f"{s['accuracy'] * 100:.1f}%"
         aup_text = "n/a" if s["aup"] is None else f"{s['aup']:.2f}"
         lines.append(f"{s['metric']:>12} {s['rule']:>8} {s['tpf']:>6.2f} {acc:>9} {aup_text:>6}")
+    for metric, w in summary.get("winner_split", {}).items():
+        if w["rounds"]:
+            lines.append(f"\n{metric}: in the {w['rounds']} rounds a lookahead branch won, a median "
+                         f"{w['median_removal_share'] * 100:.0f}% of its score gain was removal (its own filled "
+                         f"position leaving the mean); it had filled the least confident candidate in "
+                         f"{w['share_filled_least_confident'] * 100:.0f}% of them")
     w = summary["winner_target_vs_committed"]
     if w["rounds"]:
         lines.append(f"\nwinners ({w['rounds']} rounds): predicted next-round commits {w['mean_target']:.2f}, "
