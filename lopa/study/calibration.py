@@ -64,14 +64,14 @@ def round_rows(run, problem: int, metric: str) -> list[dict]:
 
 
 def iter_calibration(loaded, problems: list[dict], base: DecodeSettings, metrics, rules,
-                     data: str = "") -> Iterator[tuple[dict, list[dict]]]:
+                     data: str = "", shots: int = 0) -> Iterator[tuple[dict, list[dict]]]:
     """(run row, round rows) per decode: problem by problem, every (metric, rule). Round rows come
     from the runs under the paper's rule only (the calibration question is about its trajectory)."""
     for problem in problems:
         for metric in metrics:
             for rule in rules:
                 settings = base.replace(confidence=metric, branch_score=rule)
-                run, row = decode_one(loaded, settings, problem, data=data)
+                run, row = decode_one(loaded, settings, problem, data=data, shots=shots)
                 rounds = round_rows(run, problem["id"], metric) if rule == "mean" else []
                 yield {"problem": row.pop("problem"), "metric": metric, "rule": rule, "k": settings.k, **row}, rounds
 
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     base = base_settings(args, loaded.spec)
     print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
     run_rows, rounds = [], []
-    for row, more in tqdm(iter_calibration(loaded, problems, base, metrics, rules, args.data),
+    for row, more in tqdm(iter_calibration(loaded, problems, base, metrics, rules, args.data, args.shots),
                           total=len(problems) * len(metrics) * len(rules), leave=False):
         run_rows.append(row)
         rounds += more

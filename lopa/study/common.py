@@ -35,6 +35,7 @@ def add_common_arguments(parser, n: int) -> None:
     parser.add_argument("--problem-seed", type=int, default=DEFAULT_SEED,
                         help=f"seed of the fresh synthetic problems (default {DEFAULT_SEED})")
     parser.add_argument("--n", type=int, default=n, help=f"problems (default {n})")
+    parser.add_argument("--shots", type=int, default=0, help="few-shot GSM8K train examples before each question (paper: 4)")
     parser.add_argument("--k", type=int, help="lookahead branches (default 4)")
     parser.add_argument("--out", default="study-out", help="output folder")
     parser.add_argument("--device")
@@ -73,16 +74,18 @@ def base_settings(args, spec) -> DecodeSettings:
     return DecodeSettings(**fields)
 
 
-def prompt_ids(loaded, question: str, data: str = "") -> torch.Tensor:
-    """The same ids `lopa generate --prompt QUESTION` decodes (the model's prompt template applied)."""
+def prompt_ids(loaded, question: str, data: str = "", shots: int = 0) -> torch.Tensor:
+    """The same ids `lopa generate --prompt QUESTION` decodes (the model's prompt template applied),
+    after `shots` GSM8K training examples as lopa.bench renders them (shots = 0: none)."""
+    from lopa.bench.decoders import few_shot_prefix
     template = GSM8K_TEMPLATE if data == "gsm8k" and loaded.spec.prompt_template == "{prompt}" else loaded.spec.prompt_template
-    text = template.format(prompt=question.strip())
+    text = few_shot_prefix(template, shots) + template.format(prompt=question.strip())
     return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def decode_one(loaded, settings: DecodeSettings, problem: dict, order=None, data: str = ""):
+def decode_one(loaded, settings: DecodeSettings, problem: dict, order=None, data: str = "", shots: int = 0):
     """Decode one problem; -> (RunResult, row). The row's TPF and tokens/s come from lopa.trace.metrics."""
-    run = loaded.decoder(settings, order=order).run(prompt_ids(loaded, problem["question"], data))
+    run = loaded.decoder(settings, order=order).run(prompt_ids(loaded, problem["question"], data, shots))
     return run, run_row(run, problem)
 
 

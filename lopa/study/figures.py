@@ -86,10 +86,17 @@ def binned(rounds, metric: str, rule: str, bins: int = BINS):
     return [(i + 0.5) / bins for i in means.index], list(means.values)
 
 
+def _default_metric(rounds) -> str:
+    """The settings' default Conf (neg_entropy, the paper's for D2F-Dream) when the table has it."""
+    if not len(rounds):
+        return ""
+    return "neg_entropy" if (rounds.metric == "neg_entropy").any() else str(rounds.metric.iloc[0])
+
+
 def calibration_figure(runs, rounds, summary: dict, title: str = "", metric: str | None = None) -> go.Figure:
     """Left: next round's committable tokens (target) per score decile, one line per candidate score,
     for one Conf metric. Right: each rule as the selection rule: TPF against accuracy, per metric."""
-    metric = metric or (rounds.metric.iloc[0] if len(rounds) else "")
+    metric = metric or _default_metric(rounds)
     fig = make_subplots(1, 2, horizontal_spacing=0.1, subplot_titles=(
         f"positions over τ next round, by score decile (Conf = {html.escape(str(metric))})",
         "each score as the selection rule"))
@@ -116,7 +123,7 @@ def calibration_figure(runs, rounds, summary: dict, title: str = "", metric: str
 
 def calibration_png(runs, rounds, summary: dict, title: str, path, metric: str | None = None) -> None:
     plt = _pyplot()
-    metric = metric or (rounds.metric.iloc[0] if len(rounds) else "")
+    metric = metric or _default_metric(rounds)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for rule in BRANCH_SCORE_RULES:
         x, y = binned(rounds, metric, rule) if len(rounds) else ([], [])

@@ -32,11 +32,12 @@ def order_runs(base: DecodeSettings, random_orders: int) -> list[tuple[str, int,
     return runs + [("random", s, base.replace(order="random", order_seed=s)) for s in range(random_orders)]
 
 
-def iter_orders(loaded, problems: list[dict], base: DecodeSettings, random_orders: int, data: str = "") -> Iterator[dict]:
+def iter_orders(loaded, problems: list[dict], base: DecodeSettings, random_orders: int, data: str = "",
+                shots: int = 0) -> Iterator[dict]:
     """One row per run, problem by problem (so a stopped study has whole problems)."""
     for problem in problems:
         for order, seed, settings in order_runs(base, random_orders):
-            _, row = decode_one(loaded, settings, problem, data=data)
+            _, row = decode_one(loaded, settings, problem, data=data, shots=shots)
             yield {"problem": row.pop("problem"), "order": order, "seed": seed, "k": settings.k, **row}
 
 
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
     base = base_settings(args, loaded.spec)
     print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
     total = len(problems) * len(order_runs(base, args.random))
-    rows = list(tqdm(iter_orders(loaded, problems, base, args.random, args.data), total=total, leave=False))
+    rows = list(tqdm(iter_orders(loaded, problems, base, args.random, args.data, args.shots), total=total, leave=False))
     df = pd.DataFrame(rows)
     summary = summarize_orders(df, args.bootstrap)
     print(report(summary))
