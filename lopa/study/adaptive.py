@@ -26,6 +26,7 @@ from lopa.study.common import (
     load_problems,
     prompt_ids,
     setup,
+    weights_digest,
     write_results,
 )
 from lopa.study.stats import pareto_front
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "hardware": hw, "data": where, "seed": args.problem_seed,
+    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
             "settings": base.to_dict(), "summary": summary}
     files = write_results(args.out, "adaptive", {"": df, "cost": cost_df}, meta, adaptive_figure(df, summary, title),
                           lambda path: adaptive_png(summary, title, path))

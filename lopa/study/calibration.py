@@ -30,7 +30,15 @@ import torch
 
 from lopa.rules import branch_scores, score_split
 from lopa.settings import BRANCH_SCORE_RULES, CONFIDENCE_METRICS, DecodeSettings
-from lopa.study.common import add_common_arguments, base_settings, decode_one, load_problems, setup, write_results
+from lopa.study.common import (
+    add_common_arguments,
+    base_settings,
+    decode_one,
+    load_problems,
+    setup,
+    weights_digest,
+    write_results,
+)
 from lopa.study.stats import aup, bootstrap_ci, kendall_tau, spearman
 
 CORRELATION_BOOTSTRAP = 200          # resamples of problems for the pooled correlations
@@ -210,7 +218,7 @@ def main(argv=None) -> int:
     summary = summarize_calibration(runs, rounds, args.bootstrap)
     print(report(summary))
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "hardware": hw, "data": where, "seed": args.problem_seed,
+    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
             "settings": base.to_dict(), "summary": summary}
     files = write_results(args.out, "calibration", {"runs": runs, "rounds": rounds}, meta,
                           calibration_figure(runs, rounds, summary, title),

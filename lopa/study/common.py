@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -121,6 +122,17 @@ def setup(args):
     return loaded, hardware(loaded, args.hardware_note)
 
 
+def weights_digest(loaded) -> str:
+    """The first 12 hex digits of the sha256 of the model's safetensors files: which weights ran."""
+    import hashlib
+    digest = hashlib.sha256()
+    for path in sorted(Path(getattr(loaded, "path", "") or ".").glob("*.safetensors")):
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
 def write_results(out: str | Path, name: str, tables: dict, meta: dict, figure=None, png=None) -> list[Path]:
     """tables {suffix: DataFrame} -> <name>[_suffix].csv and .parquet; figure -> <name>.html (plotly);
     png(path) draws <name>.png; meta -> <name>.json, with the command, date and Python/torch versions."""
@@ -139,7 +151,7 @@ def write_results(out: str | Path, name: str, tables: dict, meta: dict, figure=N
         png(out / f"{name}.png")
         written.append(out / f"{name}.png")
     argv = sys.argv[2:] if meta.get("command") is None else meta["command"]
-    meta = {"study": name, "command": " ".join(["python -m lopa.study", name, *argv]),
+    meta = {"study": name, "command": shlex.join(["python", "-m", "lopa.study", name, *argv]),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "python": platform.python_version(), "torch": torch.__version__,
             **{k: v for k, v in meta.items() if k != "command"}}

@@ -18,7 +18,15 @@ import statistics
 from collections.abc import Iterator
 
 from lopa.settings import DecodeSettings
-from lopa.study.common import add_common_arguments, base_settings, decode_one, load_problems, setup, write_results
+from lopa.study.common import (
+    add_common_arguments,
+    base_settings,
+    decode_one,
+    load_problems,
+    setup,
+    weights_digest,
+    write_results,
+)
 from lopa.study.stats import bootstrap_ci, percentile_among, ratio_of_means
 
 ORDER_NAMES = ("vanilla", "lopa", "left_to_right", "random")
@@ -113,7 +121,7 @@ def main(argv=None) -> int:
     summary = summarize_orders(df, args.bootstrap)
     print(report(summary))
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "hardware": hw, "data": where, "seed": args.problem_seed,
+    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
             "settings": base.to_dict(), "summary": summary}
     files = write_results(args.out, "orders", {"": df}, meta, orders_figure(df, summary, title),
                           lambda path: orders_png(df, summary, title, path))
