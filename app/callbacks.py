@@ -24,6 +24,7 @@ from .viz import (
     branches_table,
     confidence_heatmap,
     counters_html,
+    esc,
     explain_round,
     last_forward_round,
     rank_lanes,
@@ -48,7 +49,7 @@ PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() 
 
 def error_message(err: Exception | str) -> str:
     """Status-panel Markdown for a problem the user can fix; also raised as a toast."""
-    text = str(err)
+    text = esc(err)                    # messages can quote file names and values from an upload
     gr.Warning(text)
     return f"**⚠ Error:** {text}"
 
@@ -270,7 +271,7 @@ def load_trace(session: Session, file) -> tuple:
     where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
     k = run.settings.get("k", "?")
     return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "
-                                 f"with {where}. Prompt: “{run.prompt[:120]}”")
+                                 f"with {where}. Prompt: “{esc(run.prompt[:120])}”")
 
 
 def clear_upload():

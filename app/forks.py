@@ -8,8 +8,6 @@ model, resuming from the parent's saved state when it has one (lopa.engine.Decod
 
 from __future__ import annotations
 
-import html
-
 import gradio as gr
 
 from lopa.order import top_tokens
@@ -18,7 +16,7 @@ from .callbacks import drain, error_message, live_outputs
 from .gpu import gpu
 from .models import MODELS, token_names
 from .session import Session
-from .viz import fills, predictions, token_label, token_repr
+from .viz import esc, fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
 TOP_N = 5
@@ -74,13 +72,13 @@ def pick_cell(session: Session, clicked: str) -> tuple:
     if record.kind == "final" or guess is None or position in fills(run.records, r):
         return _closed(f"Position {position} is not masked after round {r}: click a still-masked (pale) cell.")
     names, mask_id = session.names, run.spec.get("mask_token_id")
-    head = (f"**What if position {position} were filled first?** Run {html.escape(entry)}, after round {r}: "
-            f"still masked; round {r}'s forward predicts {html.escape(token_repr(guess.token, names))} "
+    head = (f"**What if position {position} were filled first?** Run {esc(entry)}, after round {r}: "
+            f"still masked; round {r}'s forward predicts {esc(token_repr(guess.token, names))} "
             f"with probability {guess.max_prob:.3f}.")
     try:
         loaded = fork_model(run)
     except ValueError as err:
-        return _closed(f"{head}\n\n**⚠** {html.escape(str(err))}")
+        return _closed(f"{head}\n\n**⚠** {esc(str(err))}")
     top = top_tokens(loaded.model, run.spec, run, r, position, TOP_N)
     names.update(token_names(loaded.tokenizer, [t for t, _ in top if t not in names]))
     choices = [(f"{token_label(t, names, mask_id)} · p = {p:.3f}", str(t)) for t, p in top]

@@ -13,6 +13,11 @@ from lopa import RunResult
 from lopa.trace import metrics
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
+# A session's memory is bounded: at most MAX_RUNS runs (the oldest original run and its forks go
+# first), and only the KEEP_STATES newest keep the per-round states a fork resumes from (when the
+# model keeps any: app.session.forkable); older ones fork by replaying their recorded decisions.
+MAX_RUNS = 24
+KEEP_STATES = 1
 
 
 @dataclass
@@ -43,7 +48,27 @@ class RunTree:
         run_id = str(n) if parent is None else f"{parent}.{n}"
         entry = RunEntry(run_id, note, run, dict(names or {}), parent, at_round, source)
         self.entries[run_id] = entry
+        self.trim(keep=run_id)
         return entry
+
+    def trim(self, keep: str) -> None:
+        """Enforce MAX_RUNS and KEEP_STATES (see above); `keep` and its ancestors always stay."""
+        protected = {keep}
+        node = self.entries.get(keep)
+        while node is not None and node.parent is not None:
+            protected.add(node.parent)
+            node = self.entries.get(node.parent)
+        roots = [e.id for e in self.entries.values() if e.parent is None and e.id not in protected]
+        while len(self.entries) > MAX_RUNS and roots:
+            self._drop_tree(roots.pop(0))
+        for entry in list(self.entries.values())[:-KEEP_STATES]:
+            if entry.run is not None and entry.id not in protected:
+                entry.run.decoder = None            # frees the saved states (prefix caches per round)
+
+    def _drop_tree(self, run_id: str) -> None:
+        for child in [e.id for e in self.entries.values() if e.parent == run_id]:
+            self._drop_tree(child)
+        self.entries.pop(run_id, None)
 
     def remove(self, run_id: str) -> None:
         self.entries.pop(run_id, None)

@@ -30,8 +30,12 @@ WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a mo
 # The order inputs follow the backend inputs (optional too: callers that leave them out get the
 # paper's confidence order).
 ORDER_NAMES = ("order", "order_seed")
-# Forks resume from a copy of the prefix cache saved after every round. For the bundled model that
-# is a few hundred KB a round; past this size (a 7B model: tens of MB a round) forks replay instead.
+# Forks resume from a copy of the prefix cache saved after every round, or replay the parent's
+# recorded decisions (same result, more forwards). Below MIN a replay costs less than a page
+# refresh (the bundled model: ~8 ms a forward) while the copies cost ~1 MB a run in every
+# session, which grew a Space's memory with its visitors; past MAX (a 7B model: tens of MB a
+# round) the copies are too large. Between the two the app keeps them, for the newest run only.
+KEEP_STATES_MIN_PARAMS = 10_000_000
 KEEP_STATES_MAX_PARAMS = 100_000_000
 
 
@@ -259,9 +263,22 @@ class Session:
 
 
 def forkable(loaded, backend: Backend) -> bool:
-    """Keep per-round states (forks resume from them) for a small model in this process."""
-    return not backend.parallel and getattr(loaded, "n_params", KEEP_STATES_MAX_PARAMS + 1) <= KEEP_STATES_MAX_PARAMS
+    """Keep per-round states (forks resume from them) for a mid-sized model in this process."""
+    n = getattr(loaded, "n_params", 0)
+    return not backend.parallel and KEEP_STATES_MIN_PARAMS <= n <= KEEP_STATES_MAX_PARAMS
+
+
+# A session lives this long after its last change, then Gradio drops it and end_session frees
+# what it holds (a closed tab is dropped sooner, by Gradio itself).
+SESSION_TTL_S = 30 * 60
 
 
 def new_session() -> Session:
     return Session()
+
+
+def end_session(session: Session) -> None:
+    """Gradio's delete callback for an expired or closed session: stop its decode, drop its runs."""
+    if isinstance(session, Session):
+        session.close()
+        session.runs, session.run, session.compare = RunTree(), None, None

@@ -5,8 +5,6 @@ app/wiring.py."""
 
 from __future__ import annotations
 
-import html
-
 import gradio as gr
 import pandas as pd
 
@@ -20,7 +18,7 @@ from lopa.study.common import DEFAULT_SEED, load_problems, load_results, prompt_
 from .callbacks import error_message
 from .gpu import gpu
 from .models import MODELS
-from .viz import adaptive_figure, calibration_figure, orders_figure
+from .viz import adaptive_figure, calibration_figure, esc, orders_figure
 
 STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_summary")
 TITLES = {"orders": "1. LoPA's orders against random orders", "calibration": "2. What the branch score measures",
@@ -49,7 +47,7 @@ def report(study: str, summary: dict) -> str:
 
 def _progress(done: int, total: int, what: str = "") -> str:
     return (f'<div class="lopa-study-progress"><progress value="{done}" max="{max(total, 1)}" style="width:100%">'
-            f'</progress><div style="font-size:12px">{done} / {total} decodes {html.escape(what)}</div></div>')
+            f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
 
 
 def show_shipped(study: str) -> tuple:
@@ -61,9 +59,9 @@ def show_shipped(study: str) -> tuple:
         return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
                 f"`python -m lopa.study {study}`.", "", None, "")
     tables, meta = shipped
-    status = (f"**Shipped results** of `{html.escape(meta.get('command', ''))}` on {html.escape(meta.get('model', ''))}"
-              f" — {html.escape(meta.get('hardware', ''))}, {html.escape(meta.get('date', ''))}; "
-              f"{html.escape(meta.get('data', ''))}.")
+    status = (f"**Shipped results** of `{esc(meta.get('command', ''))}` on {esc(meta.get('model', ''))}"
+              f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
+              f"{esc(meta.get('data', ''))}.")
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
     return status, "", figure(study, tables, meta["summary"], title), report(study, meta["summary"])
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from lopa.schema import MAX_TRACE_BYTES
+
 from . import callbacks as cb
 from . import forks, studies
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
@@ -20,7 +22,7 @@ from .panels import (
     build_studies_panel,
     build_trace_panel,
 )
-from .session import BACKEND_NAMES, ORDER_NAMES, SETTING_NAMES, new_session
+from .session import BACKEND_NAMES, ORDER_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -32,7 +34,8 @@ CSS = """
 .lopa-hidden {display: none !important}
 #run-list label {font-size: 12px}
 """
-LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS)
+# Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
+LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS, max_file_size=MAX_TRACE_BYTES)
 
 
 def build_demo() -> gr.Blocks:
@@ -40,7 +43,9 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="LoPA Explorer") as demo:
         gr.Markdown(INTRO)
         # A factory, not an instance: gradio calls it once per browser session.
-        c: dict = {"session": gr.State(new_session), "playing": gr.State(False)}
+        # Sessions expire and free their runs (bounded memory on a Space; README "Limits").
+        c: dict = {"session": gr.State(new_session, time_to_live=SESSION_TTL_S, delete_callback=end_session),
+                   "playing": gr.State(False)}
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 c.update(build_model_panel())

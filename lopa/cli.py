@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
+from pathlib import Path
 
 import torch
 
@@ -30,7 +32,37 @@ def _read_script(args) -> None:
         raise ValueError("--prompt is required (unless --script is a recorded trace: its prompt is used)")
 
 
+def _check_inputs(args) -> None:
+    """What can be checked before any model loads, so that a bad flag loses no work."""
+    if args.prompt is not None:
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(f"the prompt is not valid UTF-8 text (undecodable byte at character {err.start}); "
+                             "pass it as UTF-8") from None
+    if not (math.isfinite(args.bp_timeout) and args.bp_timeout > 0):
+        raise ValueError(f"--bp-timeout must be a positive number of seconds, got {args.bp_timeout}")
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.trace:
+        trace = Path(args.trace)
+        if trace.suffix not in (".json", ".parquet"):
+            raise ValueError(f"--trace must end in .json or .parquet, got {trace.name!r}")
+        folder = trace.parent
+        if not folder.is_dir():
+            raise ValueError(f"--trace {trace}: {folder} is not a folder")
+        existed = trace.exists()
+        try:                                         # the real test: create it now, not after decoding
+            with open(trace, "ab"):
+                pass
+        except OSError as err:
+            raise ValueError(f"--trace {trace}: cannot write there ({err.strerror})") from None
+        if not existed:
+            trace.unlink()
+
+
 def _generate(args) -> int:
+    _check_inputs(args)
     _read_script(args)
     if args.backend == "bp":
         from lopa.dist.launch import generate_bp
@@ -123,9 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Exit 0 on success; 2 with one `error:` line for anything the user can fix (bad flags, files,
+    devices, a failed branch-parallel rank); 130 on Ctrl-C."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as err:            # OSError: files and sockets (FileNotFoundError included)
+        message = str(err)
+    except RuntimeError as err:                     # a branch-parallel group's failure names the rank; other
+        if getattr(args, "backend", None) != "bp":  # RuntimeErrors are bugs and keep their traceback
+            raise
+        message = str(err)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    lines = message.strip().splitlines() or ["(no message)"]
+    print(f"error: {lines[0]}", file=sys.stderr)
+    if len(lines) > 1 and getattr(args, "verbose", False):
+        print("\n".join(lines[1:]), file=sys.stderr)     # e.g. a failed rank's last log lines
+    return 2

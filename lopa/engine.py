@@ -121,7 +121,7 @@ class Decoder:
             raise RuntimeError("nothing decoded yet: call stream() or run() first")
         tokens = self.state.tokens.tolist()
         run = RunResult(prompt=self.prompt, prompt_ids=self.prompt_ids.tolist(), settings=self.settings.to_dict(),
-                        spec=self.spec.to_dict(), records=list(self.records), tokens=tokens,
+                        spec={**self.spec.to_dict(), "vocab_size": self.vocab_size}, records=list(self.records), tokens=tokens,
                         stopped=not self.finished, run_id=self.run_id, forked_from=self.forked_from, decoder=self)
         if self.tokenizer is not None:
             answer = [t for t in run.useful_tokens if t not in self.spec.eos_token_ids and t != self.spec.mask_token_id]

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TRACE_FORMAT = "lopa-trace/1"
+from lopa.schema import MAX_TRACE_BYTES, TRACE_FORMAT, validate_trace
 
 
 @dataclass
@@ -129,13 +129,17 @@ class RunResult:
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:
+        """Parse and validate (lopa.schema) a JSON trace; ValueError naming the bad field."""
+        if len(text) > MAX_TRACE_BYTES:
+            raise ValueError(f"the trace is over {MAX_TRACE_BYTES >> 20} MB")
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"not a JSON trace: {err}") from None
-        if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
-            raise ValueError(f"not a LoPA trace (expected format {TRACE_FORMAT!r})")
-        return cls._from_parts(data, data.get("records", []))
+        except RecursionError:
+            raise ValueError("not a LoPA trace: the JSON is nested too deeply") from None
+        validate_trace(data)
+        return cls._from_parts(data, data["records"])
 
     @classmethod
     def _from_parts(cls, header: dict, records: list[dict]) -> RunResult:
@@ -187,23 +191,44 @@ class RunResult:
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:
-        """Read a trace written by `save`. Only parses data; nothing in the file is executed."""
+        """Read a trace written by `save`. Only parses data, never executes or unpickles anything;
+        every field is validated (lopa.schema) before the run is built. ValueError otherwise."""
         path = Path(path)
+        if path.suffix not in (".json", ".parquet"):
+            raise ValueError(f"trace file must end in .json or .parquet, got {path.name!r}")
+        try:
+            size = path.stat().st_size
+        except OSError as err:
+            raise ValueError(f"cannot read {path.name}: {err.strerror}") from None
+        if size > MAX_TRACE_BYTES:
+            raise ValueError(f"{path.name} is {size >> 20} MB; traces are limited to {MAX_TRACE_BYTES >> 20} MB")
         if path.suffix == ".json":
-            return cls.from_json(path.read_bytes().decode("utf-8", errors="strict"))
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
             try:
-                table = pq.read_table(path)
-            except Exception as err:  # pyarrow raises several types for corrupt files
-                raise ValueError(f"not a readable Parquet file: {err}") from None
+                text = path.read_bytes().decode("utf-8", errors="strict")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path.name} is not UTF-8 text: {err.reason}") from None
+            return cls.from_json(text)
+        import pyarrow.parquet as pq
+        try:
+            table = pq.read_table(path)
             meta = (table.schema.metadata or {}).get(b"lopa")
-            if meta is None:
-                raise ValueError("Parquet file has no LoPA run header")
-            df = table.to_pandas()
-            df.attrs["lopa"] = meta.decode()
-            return cls.from_dataframe(df)
-        raise ValueError(f"trace file must end in .json or .parquet, got {path.name!r}")
+            # Rows straight from Arrow: the file's pandas metadata (which pandas would interpret) is never read.
+            rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()] if meta else []
+        except Exception as err:  # pyarrow raises several types for corrupt files
+            raise ValueError(f"not a readable Parquet file: {err}") from None
+        if meta is None:
+            raise ValueError("Parquet file has no LoPA run header")
+        try:
+            header = json.loads(meta.decode("utf-8"))
+            for row in rows:
+                for name, empty in (("extra", {}), ("forced", [])):
+                    value = row.get(name)
+                    row[name] = json.loads(value) if isinstance(value, str) else (empty if value is None else value)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"the Parquet trace's header or JSON columns are not valid JSON: {err}") from None
+        data = {**header, "records": rows} if isinstance(header, dict) else header
+        validate_trace(data)
+        return cls._from_parts(data, rows)
 
 
 def _plain(value):

@@ -107,3 +107,40 @@ def test_comparison_through_the_api(client):
     assert len(outs) >= 3 and final[0].startswith("Done")
     assert 'data-status="done"' in final[1] and 'data-status="done"' in final[4]
     assert "Speed-up of LoPA" in final[7]
+
+
+def _rss_mb() -> float:
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.parametrize("case", ["huge block size", "many blocks", "script in kind", "string settings",
+                                  "deep nesting", "pickle as json", "not utf-8"])
+def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serves(client, tmp_path, case):
+    """Each bad trace comes back as a message (never "the upstream app has raised an exception"),
+    the server's memory does not jump, and the same session then decodes normally."""
+    run_final = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
+    file_update, _ = client.predict("JSON", api_name="/export_trace")
+    data = json.loads(open(file_update["value"] if isinstance(file_update, dict) else file_update).read())
+    if case == "huge block size":
+        data["settings"].update(block_size=1 << 30, max_new_tokens=1 << 30)
+    elif case == "many blocks":
+        data["records"][-1]["block_states"] = ["active_full"] * 200_000
+    elif case == "script in kind":
+        data["records"][0]["kind"] = '<img src=x onerror="alert(1)">'
+    elif case == "string settings":
+        data["settings"] = "k=4"
+    path = tmp_path / "bad.json"
+    if case == "deep nesting":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif case == "pickle as json":
+        path.write_bytes(__import__("pickle").dumps({"format": "lopa-trace/1"}))
+    elif case == "not utf-8":
+        path.write_bytes(b"\xff\xfe" + json.dumps(data).encode())
+    else:
+        path.write_text(json.dumps(data))
+    before = _rss_mb()
+    out = client.predict(handle_file(str(path)), api_name="/load_trace")
+    assert "Error" in out[0] and ("trace" in out[0] or "UTF-8" in out[0]), out[0]
+    assert _rss_mb() - before < 200
+    again = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
+    assert again[0].startswith("Done") and again[3] == run_final[3]

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -137,9 +138,16 @@ def test_a_fault_becomes_a_message_and_the_next_run_restarts(tiny_model_dir):
     session = Session()
     cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 2))
     group = MODELS.bp
+    old = dict(group.pids)
     os.kill(group.pids[1], signal.SIGKILL)              # a rank dies mid-decode
     out = dict(zip(cb.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 2))))
     assert out["status"].startswith("**⚠ Error:** the branch-parallel backend failed"), out["status"]
+    deadline = time.monotonic() + 3                     # no rank process outlives the failure by 3 s
+    while any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+              for pid in old.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in old.values()
+                if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
     outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2))]
     assert outs[-1]["status"].startswith("Done"), outs[-1]["status"]
 

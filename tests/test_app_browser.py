@@ -297,3 +297,23 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
                                                f"original_rounds {n}\n")
     print(f"fork shown {early_s:.2f} s after Fill first at round 2; {late_s:.2f} s after Hold back at round {late} "
           f"(run of {n} rounds)")
+
+
+def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
+    """A shared trace carrying markup in every free-text field: replayed and scrubbed through in
+    Chromium, no script runs and no injected element appears."""
+    from test_hostile_traces import hostile
+
+    from app.models import MODELS
+    from lopa import DecodeSettings
+    run = MODELS.get().decoder(DecodeSettings(k=2, max_new_tokens=64)).run("Tom has 3 apples. He buys 4 more.")
+    path = hostile(run).save(tmp_path / "hostile.json")
+    page.set_input_files("#trace-upload input[type=file]", str(path))
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Replaying')")
+    slider = page.locator("#round-slider input[type=range]")
+    slider.focus()
+    for key in ("Home", "ArrowRight", "ArrowRight", "End"):
+        page.keyboard.press(key)
+        page.wait_for_timeout(300)
+    assert page.evaluate("window.__pwned === undefined && !document.querySelector('img[src=\"x\"]')")
+    assert not page_errors(page)

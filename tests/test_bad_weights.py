@@ -84,3 +84,22 @@ def test_the_app_keeps_its_model(broken, good, monkeypatch):
     before = MODELS.loaded
     info, status = cb.load_model_dir(str(d))
     assert "Error" in status and name in status and MODELS.loaded is before
+
+
+def test_remote_code_in_a_model_folder_never_runs(good, tmp_path):
+    """A folder whose config points at its own Python (auto_map) loads without running it, or
+    fails clearly; the code runs only with --trust-remote-code."""
+    import json
+    d = tmp_path / "remote"
+    shutil.copytree(good, d)
+    marker = tmp_path / "RAN"
+    (d / "evil_config.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n"
+                                      "from transformers import Qwen2Config as EvilConfig\n")
+    config = json.loads((d / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evil_config.EvilConfig"}
+    (d / "config.json").write_text(json.dumps(config))
+    try:
+        load(d)
+    except ValueError as err:
+        assert "remote" in str(err).lower() or "trust" in str(err).lower()
+    assert not marker.exists()

@@ -167,6 +167,15 @@ def test_branch_score_setting_picks_the_winner_by_that_rule():
         DecodeSettings(branch_score="best")
 
 
+def test_the_branch_score_setting_survives_a_trace_round_trip(tmp_path):
+    from lopa import RunResult
+    settings = DecodeSettings(k=2, branch_score="loo", **LIVELY)
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
+    for suffix in (".json", ".parquet"):
+        loaded = RunResult.load(run.save(tmp_path / f"run{suffix}"))
+        assert loaded.settings["branch_score"] == "loo"
+
+
 # -- each study end to end, against `lopa generate` ---------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):

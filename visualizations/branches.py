@@ -9,12 +9,12 @@ rule a lookahead branch's gain splits into *removal* (its own filled position le
 
 from __future__ import annotations
 
-import html
 import math
 
 from lopa.rules import score_split
 
 from .labels import token_label, token_repr
+from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
 from .timeline import predictions
 
@@ -77,8 +77,8 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
         else:
             pos, tok = record.lookahead_positions[j - 1], record.lookahead_tokens[j - 1]
             name, colour = f"B{j} lookahead", LOOKAHEAD_COLOUR
-            adds = (f"anchor + position {pos} ← <b title=\"{html.escape(token_repr(tok, names))}\">"
-                    f"{html.escape(token_label(tok, names, mask_id))}</b> (its Conf was {_lookahead_conf(run, r, pos):.3f})")
+            adds = (f"anchor + position {pos} ← <b title=\"{esc(token_repr(tok, names))}\">"
+                    f"{esc(token_label(tok, names, mask_id))}</b> (its Conf was {_lookahead_conf(run, r, pos):.3f})")
         width = 100 if math.isinf(score) else (8 + 92 * (score - lo) / (hi - lo) if hi > lo else 100)
         delta = "" if j == 0 or math.isinf(score) or math.isinf(anchor_score) else f"{score - anchor_score:+.3f}"
         bar = (f'<div style="background:{WINNER_COLOUR if win else colour};height:10px;width:{width:.0f}%;'
@@ -86,7 +86,7 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
         style = f"outline:3px solid {WINNER_COLOUR};font-weight:600" if win else ""
         rows.append(
             f'<tr class="lopa-branch{" lopa-winner" if win else ""}" data-branch="{j}" style="{style}">'
-            f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else html.escape(adds)}</td>'
+            f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else esc(adds)}</td>'
             f'<td style="text-align:right">{len(record.branch_positions[j])}</td>'
             f'<td style="text-align:right">{_ready(record, j, tau)}</td>'
             f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td>'
@@ -98,7 +98,7 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     legend = (f'<div style="font-size:12px;margin-top:4px">Bars: <span style="color:{ANCHOR_COLOUR}">■</span> anchor, '
               f'<span style="color:{LOOKAHEAD_COLOUR}">■</span> lookahead branch, '
               f'<span style="color:{WINNER_COLOUR}">■</span> ★ winner (highest C; ties go to lookahead branches in '
-              f'rank order). Conf = {html.escape(str(run.settings["confidence"]))}. '
+              f'rank order). Conf = {esc(str(run.settings["confidence"]))}. '
               'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '
               'itself (removal); only the change is the extra token raising the confidence of the others.</div>')
     return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
@@ -143,7 +143,7 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         pos, tok = rec.lookahead_positions[w - 1], rec.lookahead_tokens[w - 1]
         sw = rec.branch_scores[w]
         gain = "" if math.isinf(sw) or math.isinf(score0) else f" ({sw - score0:+.3f} over the anchor's {score0:.3f})"
-        win = (f"**Winner: B{w}**, which adds `{token_label(tok, names, mask_id)}` at position {pos}: mean Conf of its "
+        win = (f"**Winner: B{w}**, which adds <code>{esc(token_label(tok, names, mask_id))}</code> at position {pos}: mean Conf of its "
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
                f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
                f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}")

@@ -13,10 +13,10 @@ forward predicts for a still-masked position); its border and corner tag say its
 
 from __future__ import annotations
 
-import html
 import math
 
 from .labels import token_label, token_repr
+from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
 from .timeline import ANCHOR, fills, predictions
 
@@ -53,8 +53,8 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
     else:
         background, colour = fill, text_on(fill)
     label = token_label(token, names, mask_id) if token is not None else "▢"
-    title = (f"position {pos} — {STATE_WORDS[state]}&#10;{html.escape(why)}&#10;"
-             f"token {html.escape(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
+    title = (f"position {pos} — {STATE_WORDS[state]}&#10;{esc(why)}&#10;"
+             f"token {esc(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
     corner = (f'<span style="position:absolute;top:-1px;right:1px;font-size:9px;font-weight:700;font-style:normal">'
               f'{tag}</span>') if tag else ""
@@ -62,7 +62,7 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
     return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-position="{pos}" data-state="{state}" '
             f'title="{title}" style="{pointer}position:relative;box-sizing:border-box;width:40px;height:30px;margin:1px;border:{border};'
             f'border-radius:3px;background:{background};color:{colour};font:11px/26px monospace;text-align:center;'
-            f'overflow:hidden;white-space:nowrap;{extra}">{html.escape(label)}{corner}</div>')
+            f'overflow:hidden;white-space:nowrap;{extra}">{esc(label)}{corner}</div>')
 
 
 def canvas_legend() -> str:
@@ -74,7 +74,7 @@ def canvas_legend() -> str:
         swatches.append(f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px">'
                         f'<span style="display:inline-block;width:22px;height:16px;border:{border};border-radius:3px;'
                         f'background:{bg};{extra};color:#fff;font-size:9px;text-align:right">{tag}</span>'
-                        f'{html.escape(words)}</span>')
+                        f'{esc(words)}</span>')
     return (f'<div class="lopa-legend" style="margin:4px 0 6px 0">{"".join(swatches)}'
             f'{viridis_legend("fill = max prob")}</div>')
 
@@ -106,12 +106,12 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                                    guess.conf if guess else float("nan"), names, mask_id, why))
         in_window = b >= first_window_block
         bar = "4px solid #333333" if in_window else "4px solid transparent"
-        label = f"block {b}<br><small>{BLOCK_WORDS.get(block_state, block_state)}</small>"
+        label = f"block {b}<br><small>{esc(BLOCK_WORDS.get(block_state, block_state))}</small>"
         rows.append(f'<div class="lopa-block" data-block="{b}" style="display:flex;align-items:center;'
                     f'border-left:{bar};padding-left:4px;margin:2px 0">'
                     f'<div style="width:78px;font-size:11px;line-height:1.1;flex:none">{label}</div>'
                     f'<div style="display:flex;flex-wrap:wrap">{"".join(cells)}</div></div>')
-    note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({record.kind}) — rows with a dark left bar '
+    note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({esc(record.kind)}) — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
             f' Hover a cell for its token and probabilities.</div>')
     return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'

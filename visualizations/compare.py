@@ -7,11 +7,10 @@ facts come from `run_diff`, the words from `comparison_summary`, the aligned TFO
 
 from __future__ import annotations
 
-import html
-
 from lopa.trace import metrics
 
 from .labels import token_label
+from .markup import esc
 from .palette import text_on, viridis
 from .timeline import commits, fills
 
@@ -50,7 +49,7 @@ def _ratio(a: float, b: float) -> str:
 def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     """Markdown: both runs' metrics, the speed-up of b over a in forwards and wall time, where the
     orders diverge and whether the answers agree."""
-    name_b = name_b or f"LoPA (k = {b.settings.get('k', '?')})"
+    name_a, name_b = esc(name_a), esc(name_b or f"LoPA (k = {b.settings.get('k', '?')})")
     d = run_diff(a, b)
     ma, mb = d["metrics"]
     rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
@@ -86,10 +85,10 @@ def _diff_cell(p: int, fill_round, token, other_round, differs: bool, top: int, 
     tip = (f"position {p}: filled in round {fill_round if fill_round is not None else '—'}"
            f" (other run: {other_round if other_round is not None else '—'})"
            + (f", token {token_label(token, names, mask_id)}" if token is not None else ""))
-    return (f'<div class="lopa-diff-cell" data-position="{p}" data-differs="{int(differs)}" title="{html.escape(tip)}" '
+    return (f'<div class="lopa-diff-cell" data-position="{p}" data-differs="{int(differs)}" title="{esc(tip)}" '
             f'style="box-sizing:border-box;width:19px;height:18px;margin:1px;border:{border};border-radius:2px;'
             f'background:{fill};color:{text_on(fill) if fill_round is not None else "#999"};font:9px/14px monospace;'
-            f'text-align:center">{html.escape(label)}</div>')
+            f'text-align:center">{esc(label)}</div>')
 
 
 def tfo_diff_html(a, b, name_a: str = "A", name_b: str = "B", names: dict | None = None) -> str:
@@ -111,7 +110,7 @@ def tfo_diff_html(a, b, name_a: str = "A", name_b: str = "B", names: dict | None
                                        d["rounds"][p][1 - run_index], p in differs, top, names, mask_id)
                             for p in range(b0, min(b0 + N, n)))
             rows.append(f'<div style="display:flex;align-items:center"><div style="width:130px;font-size:11px;'
-                        f'overflow:hidden;white-space:nowrap;flex:none">{html.escape(title)}</div>'
+                        f'overflow:hidden;white-space:nowrap;flex:none">{esc(title)}</div>'
                         f'<div style="display:flex;flex-wrap:wrap">{cells}</div></div>')
         blocks.append(f'<div class="lopa-diff-block" style="margin:3px 0;border-left:3px solid #333;padding-left:4px">'
                       f'<div style="font-size:11px">block {b0 // N}</div>{"".join(rows)}</div>')

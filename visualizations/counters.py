@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import html
-
 from lopa.trace import metrics
+
+from .markup import esc
 
 STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
                   "replay": "#CC79A7", "paused": "#E69F00"}
@@ -25,12 +25,12 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
     ]
     colour = STATUS_COLOURS.get(status, "#666666")
     cells = "".join(
-        f'<div class="lopa-counter" data-counter="{key}" data-value="{html.escape(value)}" title="{html.escape(tip)}" '
+        f'<div class="lopa-counter" data-counter="{key}" data-value="{esc(value)}" title="{esc(tip)}" '
         f'style="padding:4px 10px;border:1px solid #ccc;border-radius:6px;min-width:70px;text-align:center">'
-        f'<div style="font-size:11px;color:#555">{label}</div><div style="font-size:18px;font-weight:600">{value}</div></div>'
+        f'<div style="font-size:11px;color:#555">{label}</div><div style="font-size:18px;font-weight:600">{esc(value)}</div></div>'
         for key, label, value, tip in boxes)
-    head = f'<div style="font-weight:600;margin-bottom:2px">{html.escape(title)}</div>' if title else ""
-    badge = (f'<div class="lopa-status" data-status="{status}" style="align-self:center;padding:2px 8px;'
-             f'border-radius:10px;background:{colour};color:#fff;font-size:12px">{status}</div>')
-    return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{status}">{head}'
+    head = f'<div style="font-weight:600;margin-bottom:2px">{esc(title)}</div>' if title else ""
+    badge = (f'<div class="lopa-status" data-status="{esc(status)}" style="align-self:center;padding:2px 8px;'
+             f'border-radius:10px;background:{colour};color:#fff;font-size:12px">{esc(status)}</div>')
+    return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{esc(status)}">{head}'
             f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div></div>')

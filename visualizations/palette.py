@@ -6,8 +6,9 @@ common forms of colour blindness. Every figure that uses a colour also draws its
 
 from __future__ import annotations
 
-import html
 import math
+
+from .markup import esc
 
 OKABE_ITO = {
     "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "green": "#009E73",
@@ -51,6 +52,6 @@ def text_on(background: str) -> str:
 def viridis_legend(label: str) -> str:
     """A small HTML gradient bar 0 -> 1 for viridis fills."""
     stops = ", ".join(VIRIDIS)
-    return (f'<span style="display:inline-flex;align-items:center;gap:4px;font-size:12px">{html.escape(label)}: 0'
+    return (f'<span style="display:inline-flex;align-items:center;gap:4px;font-size:12px">{esc(label)}: 0'
             f'<span style="display:inline-block;width:110px;height:12px;border-radius:2px;'
             f'background:linear-gradient(90deg, {stops})"></span>1</span>')

@@ -118,16 +118,15 @@ def pick_device(device: str | None = None) -> torch.device:
     via torch.accelerator), else the CPU."""
     _register_npu()
     if device:
+        current = torch.accelerator.current_accelerator(check_available=True)
+        here = ", ".join(["cpu"] + ([current.type] if current is not None else []))
         try:
             dev = torch.device(device)
-        except RuntimeError as err:
-            raise ValueError(f"unknown device {device!r}: {err}") from None
-        if dev.type != "cpu":
-            current = torch.accelerator.current_accelerator(check_available=True)
-            if current is None or current.type != dev.type:
-                hint = " (pip install -e '.[npu]' for Ascend)" if dev.type == "npu" else ""
-                raise ValueError(f"device {device!r} is not available here{hint}; available: "
-                                 + ", ".join(["cpu"] + ([current.type] if current is not None else [])))
+        except RuntimeError:
+            raise ValueError(f"unknown device {device!r}; available here: {here}") from None
+        if dev.type != "cpu" and (current is None or current.type != dev.type):
+            hint = " (pip install '.[npu]' for Ascend)" if dev.type == "npu" else ""
+            raise ValueError(f"device {device!r} is not available here{hint}; available here: {here}")
         return dev
     return torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
 

@@ -1,0 +1,244 @@
+"""The trace format (`lopa-trace/1`), checked at the door.
+
+A trace file may come from anyone (a Space visitor's upload, a shared link), so `RunResult.load`
+and `RunResult.from_json` pass every field through these pydantic models before anything else
+touches it: types are strict (no "4" for 4), ranges hold (positions inside the sequence, token
+ids inside the vocabulary, probabilities in [0, 1]), the run agrees with its own settings (block
+counts, window starts, one entry per branch) and sizes are bounded, so a small file cannot make
+a replay allocate gigabytes. A failure is one ValueError that names the field, e.g.
+`invalid trace: records.3.anchor_positions.0: must be < 64 (the sequence length)`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lopa.settings import (
+    ATTENTION_MODES,
+    BRANCH_SCORE_RULES,
+    COMMIT_RULES,
+    CONFIDENCE_METRICS,
+    MAX_LOOKAHEAD,
+    ORDERS,
+    DecodeSettings,
+    ModelSpec,
+)
+
+TRACE_FORMAT = "lopa-trace/1"
+# Bounds on what a trace may declare; generous for real runs (a 7B model at the paper's 512 new
+# tokens and k = 14 stays far inside), small enough that a replay's figures stay within memory.
+MAX_TRACE_BYTES = 64 << 20             # the file itself
+MAX_POSITIONS = 8192                   # generated positions (max_new_tokens)
+MAX_BLOCK_SIZE = 1024
+MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
+MAX_PROMPT_TOKENS = 32768
+MAX_TOKEN_ID = 1 << 24                 # token ids travel as float32 between ranks (lopa.dist)
+MAX_TEXT = 1 << 20                     # prompt and answer characters
+MAX_NAME = 256
+
+BLOCK_STATES = ("cached", "complete", "active_full", "active_semi")
+
+Strict = ConfigDict(strict=True, extra="forbid")
+Id = Annotated[int, Field(ge=0, lt=MAX_TOKEN_ID)]
+Pos = Annotated[int, Field(ge=0, lt=MAX_POSITIONS)]
+Prob = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Name = Annotated[str, Field(max_length=MAX_NAME)]
+
+
+def _positions(n: int):
+    return Field(max_length=n)
+
+
+class Settings(BaseModel):
+    """DecodeSettings as stored; types strict here, ranges checked by DecodeSettings itself."""
+    model_config = ConfigDict(strict=True, extra="ignore")
+    k: Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD)] = 0
+    tau_conf: Finite = 0.9
+    tau_add: Finite = 0.1
+    tau_act: Finite = 0.95
+    block_size: Annotated[int, Field(ge=1, le=MAX_BLOCK_SIZE)] = 32
+    max_new_tokens: Annotated[int, Field(ge=1, le=MAX_POSITIONS)] = 256
+    commit: Literal[COMMIT_RULES] = "threshold"
+    confidence: Literal[CONFIDENCE_METRICS] = "neg_entropy"
+    attention: Literal[ATTENTION_MODES] = "block_causal"
+    temperature: Finite = 0.0
+    seed: Annotated[int, Field(ge=0)] = 0
+    order: Literal[ORDERS] = "confidence"
+    order_seed: Annotated[int, Field(ge=0)] = 0
+    branch_score: Literal[BRANCH_SCORE_RULES] = "mean"
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        DecodeSettings(**self.model_dump())            # its own checks: thresholds, multiples, ...
+        return self
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    mask_token_id: Id
+    eos_token_ids: list[Id] = Field(min_length=1, max_length=64)
+    logit_shift: bool
+    pad_token_id: Id | None = None
+    block_size: Annotated[int, Field(ge=1, le=MAX_BLOCK_SIZE)] | None = None
+    prompt_template: Annotated[str, Field(max_length=MAX_TEXT)] = "{prompt}"
+    max_context: Annotated[int, Field(ge=1)] = 2048
+    attention: Literal[ATTENTION_MODES] = "block_causal"
+    name: Name = "model"
+    extra: dict[str, Any] = {}
+    vocab_size: Annotated[int, Field(ge=1, le=MAX_TOKEN_ID)] | None = None
+
+    @model_validator(mode="after")
+    def _spec(self):
+        ModelSpec.from_dict(self.model_dump())
+        return self
+
+
+class Extra(BaseModel):
+    """Executor timings and traffic (lopa.dist); the known keys are typed, others pass as plain JSON."""
+    model_config = ConfigDict(strict=True, extra="allow")
+    world: Annotated[int, Field(ge=1, le=4096)] | None = None
+    forward_s: Seconds | None = None
+    rank_forward_s: list[Seconds] = Field(default=[], max_length=4096)
+    control_s: Seconds | None = None
+    gather_s: Seconds | None = None
+    commit_s: Seconds | None = None
+    ipc_s: Finite | None = None
+    control_bytes: Annotated[int, Field(ge=0)] | None = None
+    summary_bytes: Annotated[int, Field(ge=0)] | None = None
+    commit_bytes: Annotated[int, Field(ge=0)] | None = None
+    bytes: Annotated[int, Field(ge=0)] | None = None
+    full_logits_bytes: Annotated[int, Field(ge=0)] | None = None
+    commit_broadcast: bool | None = None
+
+
+class Forced(BaseModel):
+    model_config = Strict
+    action: Literal["commit", "hold", "lookahead"]
+    position: Pos
+    token: Id | None = None
+
+
+class ForkedFrom(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    run_id: Name
+    round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
+
+
+class Record(BaseModel):
+    model_config = Strict
+    round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
+    kind: Literal["prefill", "round", "final"]
+    window_start: Pos
+    anchor_positions: list[Pos] = _positions(MAX_POSITIONS)
+    anchor_tokens: list[Id] = _positions(MAX_POSITIONS)
+    lookahead_positions: list[Pos] = _positions(MAX_LOOKAHEAD)
+    lookahead_tokens: list[Id] = _positions(MAX_LOOKAHEAD)
+    branch_tokens: list[list[Id]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_positions: list[list[Pos]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_max_prob: list[list[Prob]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_conf: list[list[Finite]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_argmax: list[list[Id]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_scores: list[float] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_rank: list[Annotated[int, Field(ge=0, le=4096)]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    winner: Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD)]
+    block_states: list[Literal[BLOCK_STATES]] = Field(min_length=1, max_length=MAX_POSITIONS)
+    committed: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
+    n_cached_blocks: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
+    forward_seconds: Seconds
+    round_seconds: Seconds
+    extra: Extra = Extra()
+    forced: list[Forced] = Field(default=[], max_length=MAX_POSITIONS)
+
+    @field_validator("branch_scores")
+    @classmethod
+    def _scores(cls, scores):
+        if any(math.isnan(s) or s == -math.inf for s in scores):
+            raise ValueError("a branch score is NaN or -inf (only +inf, 'nothing left masked', is allowed)")
+        return scores
+
+    @model_validator(mode="after")
+    def _one_entry_per_branch(self):
+        n = len(self.branch_scores)
+        for name in ("branch_tokens", "branch_positions", "branch_max_prob", "branch_conf", "branch_argmax",
+                     "branch_rank"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} branches but branch_scores has {n}")
+        for j in range(n):
+            sizes = {len(self.branch_positions[j]), len(self.branch_max_prob[j]), len(self.branch_conf[j]),
+                     len(self.branch_argmax[j])}
+            if len(sizes) > 1:
+                raise ValueError(f"branch {j}: positions, max_prob, conf and argmax differ in length")
+        if self.winner >= n:
+            raise ValueError(f"winner {self.winner} is not one of the {n} branches")
+        if len(self.anchor_positions) != len(self.anchor_tokens):
+            raise ValueError("anchor_positions and anchor_tokens differ in length")
+        if len(self.lookahead_positions) != len(self.lookahead_tokens):
+            raise ValueError("lookahead_positions and lookahead_tokens differ in length")
+        return self
+
+
+class Trace(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    format: Literal[TRACE_FORMAT]
+    prompt: Annotated[str, Field(max_length=MAX_TEXT)]
+    prompt_ids: list[Id] = Field(max_length=MAX_PROMPT_TOKENS)
+    settings: Settings
+    spec: Spec
+    tokens: list[Id] = Field(max_length=MAX_POSITIONS)
+    text: Annotated[str, Field(max_length=MAX_TEXT)] = ""
+    stopped: bool = False
+    run_id: Name = ""
+    forked_from: ForkedFrom | None = None
+    records: list[Record] = Field(max_length=MAX_ROUNDS)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        """The run agrees with its own settings: sizes, positions and ids."""
+        N, limit, n = self.settings.block_size, self.settings.max_new_tokens, len(self.tokens)
+        if n % N or n > limit:
+            raise ValueError(f"tokens: {n} positions is not a whole number of blocks of {N} within max_new_tokens "
+                             f"{limit}")
+        vocab = self.spec.vocab_size or MAX_TOKEN_ID
+        for i, record in enumerate(self.records):
+            where = f"records.{i}"
+            if len(record.block_states) * N > limit:
+                raise ValueError(f"{where}.block_states: {len(record.block_states)} blocks of {N} exceed max_new_tokens "
+                                 f"{limit}")
+            if record.window_start > limit:
+                raise ValueError(f"{where}.window_start: {record.window_start} is past max_new_tokens {limit}")
+            positions = {"anchor_positions": record.anchor_positions, "lookahead_positions": record.lookahead_positions,
+                         **{f"branch_positions.{j}": p for j, p in enumerate(record.branch_positions)},
+                         "forced": [f.position for f in record.forced]}
+            for name, values in positions.items():
+                bad = next((p for p in values if p >= limit), None)
+                if bad is not None:
+                    raise ValueError(f"{where}.{name}: position {bad} is outside the sequence (max_new_tokens {limit})")
+            ids = [*record.anchor_tokens, *record.lookahead_tokens, *(t for row in record.branch_tokens for t in row),
+                   *(t for row in record.branch_argmax for t in row)]
+            if any(t >= vocab for t in ids):
+                raise ValueError(f"{where}: a token id is outside the vocabulary ({vocab} ids)")
+        if any(t >= vocab for t in [*self.tokens, *self.prompt_ids]):
+            raise ValueError(f"tokens: a token id is outside the vocabulary ({vocab} ids)")
+        return self
+
+
+def validate_trace(data: Any) -> dict:
+    """Check a parsed trace (header fields + "records") and return it as plain data; ValueError
+    naming the first bad field otherwise."""
+    if not isinstance(data, dict):
+        raise ValueError("not a LoPA trace: the file holds no JSON object")
+    if data.get("format") != TRACE_FORMAT:
+        raise ValueError(f"not a LoPA trace (expected format {TRACE_FORMAT!r})")
+    try:
+        Trace.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "trace"
+        more = f" (and {err.error_count() - 1} more problems)" if err.error_count() > 1 else ""
+        raise ValueError(f"invalid trace: {where}: {first['msg']}{more}") from None
+    return data

@@ -1,0 +1,93 @@
+"""The app's memory over time: RSS of the serving process after many runs in one session and after
+many sessions of one run each (bundled model, through gradio_client, app served in-process).
+
+    python scripts/bench_app_memory.py [--runs 200] [--sessions 100]
+
+Prints numbers and asserts nothing. The goal (issue "bound everything"): flat after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+TRIM = os.environ.get("TRIM") == "1"
+PROMPT = "Tom has 23 apples. He gives 7 to Ann. How many apples does Tom have now?"
+
+
+def rss_mb() -> float:
+    gc.collect()
+    if TRIM:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)          # what the allocator holds but no object uses
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--sessions", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    args = ap.parse_args(argv)
+
+    import torch
+    from gradio_client import Client
+    from servers import free_port
+
+    from app import LAUNCH_KWARGS, build_demo
+    from app.session import SETTING_NAMES
+    from lopa import DecodeSettings
+
+    torch.set_num_threads(1)
+    values = DecodeSettings(k=4, max_new_tokens=128).to_dict()
+    inputs = [values.get(name) for name in SETTING_NAMES]
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
+    url = f"http://127.0.0.1:{port}/"
+
+    def run(client):
+        client.predict(PROMPT, *inputs, api_name="/run")
+
+    print(f"hardware: {platform.machine()} CPU, 1 torch thread; python {platform.python_version()}")
+    client = Client(url, verbose=False)
+    for _ in range(args.warmup):
+        run(client)
+    gc.collect()
+    base = rss_mb()
+    print(f"after {args.warmup} warm-up runs: RSS {base:.0f} MB")
+    t0 = time.monotonic()
+    for i in range(1, args.runs + 1):
+        run(client)
+        if i % 25 == 0:
+            gc.collect()
+            print(f"  one session, {i} runs: RSS {rss_mb():.0f} MB ({rss_mb() - base:+.0f})")
+    print(f"{args.runs} runs in one session took {time.monotonic() - t0:.0f} s")
+    for i in range(1, args.sessions + 1):
+        other = Client(url, verbose=False)
+        run(other)
+        other.close() if hasattr(other, "close") else None
+        if i % 25 == 0:
+            gc.collect()
+            print(f"  {i} new sessions of one run: RSS {rss_mb():.0f} MB ({rss_mb() - base:+.0f})")
+    time.sleep(5)
+    gc.collect()
+    print(f"5 s idle later: RSS {rss_mb():.0f} MB ({rss_mb() - base:+.0f} over warm-up)")
+    demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""The command line against bad input: each case ends in one `error:` line and exit status 2
+(130 for Ctrl-C), checked before any work where it can be, and never a traceback."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(180)
+PROMPT = "Tom has 23 apples. He gives 7 to Ann. How many apples does Tom have now?"
+
+
+def lopa(*args, **kwargs) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "lopa", *args], capture_output=True, env=env, timeout=120, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def a_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "a_file"
+    path.write_text("not a folder")
+    return path
+
+
+CASES = {
+    "undecodable prompt bytes": (["--prompt", b"Tom \xff\xfe has 3 apples"], "not valid UTF-8"),
+    "unknown device": (["--prompt", PROMPT, "--device", "bogus"], "unknown device 'bogus'; available here: cpu"),
+    "absent device": (["--prompt", PROMPT, "--device", "cuda"], "device 'cuda' is not available here"),
+    "non-finite timeout": (["--prompt", PROMPT, "--backend", "bp", "--bp-timeout", "nan"], "--bp-timeout must be"),
+    "infinite timeout": (["--prompt", PROMPT, "--backend", "bp", "--bp-timeout", "inf"], "--bp-timeout must be"),
+    "trace under a file": (["--prompt", PROMPT, "--trace", "{a_file}/run.json"], "is not a folder"),
+    "trace where nothing can be created": (["--prompt", PROMPT, "--trace", "/proc/run.json"], "cannot write there"),
+    "trace of an unknown kind": (["--prompt", PROMPT, "--trace", "run.txt"], "must end in .json or .parquet"),
+    "no such model": (["--prompt", PROMPT, "--model", "/no/such/model"], "no model at /no/such/model"),
+    "empty prompt": (["--prompt", "   "], "the prompt is empty"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(case, a_file, tmp_path):
+    args, message = CASES[case]
+    args = [a.replace("{a_file}", str(a_file)) if isinstance(a, str) else a for a in args]
+    done = lopa("generate", *args, cwd=tmp_path)
+    err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    errors = [line for line in err if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], err
+    assert not any("Traceback" in line for line in err)
+    assert not list(tmp_path.glob("*.json"))                       # nothing half-written
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "lopa", "generate", "--prompt", PROMPT, "--decoder", "one_token",
+                             "--executor", "uncached", "--max-new-tokens", "448", "--block-size", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    time.sleep(3)
+    assert proc.poll() is None, "the decode finished before Ctrl-C could interrupt it"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err[-2000:]
