@@ -120,9 +120,17 @@ def correlations(rounds, n_boot: int = CORRELATION_BOOTSTRAP, seed: int = 0) -> 
     return out
 
 
-def selection(runs) -> list[dict]:
+def _tpf_ratio(pairs) -> float:
+    """TPF of a rule over TPF of the paper's rule, from per-problem (tokens, forwards, tokens, forwards)."""
+    a = sum(p[0] for p in pairs) / sum(p[1] for p in pairs)
+    b = sum(p[2] for p in pairs) / sum(p[3] for p in pairs)
+    return a / b
+
+
+def selection(runs, n_boot: int = 1000, seed: int = 0) -> list[dict]:
     """Per metric and rule: TPF (total tokens / total forwards), accuracy, AUP (weights against the best
-    accuracy of any rule and metric in the table)."""
+    accuracy of any rule and metric in the table), and against the paper's mean rule under the same
+    metric, on the same problems: the TPF ratio and the accuracy difference, with bootstrap 95% intervals."""
     out = []
     graded = runs.dropna(subset=["correct"])
     top = float(graded.groupby(["metric", "rule"]).correct.mean().max()) if len(graded) else 0.0
@@ -130,9 +138,23 @@ def selection(runs) -> list[dict]:
         tpf = g.tokens.sum() / g.forwards.sum()
         gg = graded[(graded.metric == metric) & (graded.rule == rule)]
         acc = float(gg.correct.mean()) if len(gg) else None
-        out.append({"metric": metric, "rule": rule, "problems": len(g), "tpf": float(tpf), "accuracy": acc,
-                    "aup": aup([(tpf, acc)], y_max=top) if acc is not None else None,
-                    "tps": float(g.tokens.sum() / g.latency_s.sum())})
+        row = {"metric": metric, "rule": rule, "problems": len(g), "tpf": float(tpf), "accuracy": acc,
+               "aup": aup([(tpf, acc)], y_max=top) if acc is not None else None,
+               "tps": float(g.tokens.sum() / g.latency_s.sum())}
+        paper = runs[(runs.metric == metric) & (runs.rule == "mean")].set_index("problem")
+        mine = g.set_index("problem")
+        shared = sorted(set(mine.index) & set(paper.index))
+        if rule != "mean" and shared:
+            pairs = [(mine.tokens[p], mine.forwards[p], paper.tokens[p], paper.forwards[p]) for p in shared]
+            row["tpf_vs_mean"] = _tpf_ratio(pairs)
+            row["tpf_vs_mean_ci95"] = bootstrap_ci(pairs, _tpf_ratio, n_boot, seed)
+            both = [(mine.correct[p], paper.correct[p]) for p in shared
+                    if mine.correct[p] == mine.correct[p] and paper.correct[p] == paper.correct[p]]   # graded only
+            if both:
+                diff = lambda ps: sum(a - b for a, b in ps) / len(ps)
+                row["accuracy_vs_mean"] = diff(both)
+                row["accuracy_vs_mean_ci95"] = bootstrap_ci(both, diff, n_boot, seed)
+        out.append(row)
     return out
 
 
@@ -172,11 +194,16 @@ def report(summary: dict) -> str:
         lines.append(f"{c['metric']:>12} {c['rule']:>8} {c['pairs']:>6} {c['spearman']:>7.3f} ({s[0]:.3f}..{s[1]:.3f}) "
                      f"{c['kendall']:>7.3f} ({k[0]:.3f}..{k[1]:.3f}) {c['spearman_per_problem_median']:>15.3f} "
                      f"{c['best_branch_agreement'] * 100:>10.0f}% {c['kendall_within_round_mean']:>12.3f}")
-    lines.append(f"\n{'metric':>12} {'rule':>8} {'TPF':>6} {'accuracy':>9} {'AUP':>6}")
+    lines.append(f"\n{'metric':>12} {'rule':>8} {'TPF':>6} {'accuracy':>9} {'AUP':>6} {'TPF vs mean (95% CI)':>22} "
+                 f"{'accuracy vs mean (95% CI)':>27}")
     for s in summary["selection"]:
         acc = "n/a" if s["accuracy"] is None else f"{s['accuracy'] * 100:.1f}%"
         aup_text = "n/a" if s["aup"] is None else f"{s['aup']:.2f}"
-        lines.append(f"{s['metric']:>12} {s['rule']:>8} {s['tpf']:>6.2f} {acc:>9} {aup_text:>6}")
+        ratio = (f"x{s['tpf_vs_mean']:.3f} ({s['tpf_vs_mean_ci95'][0]:.3f}..{s['tpf_vs_mean_ci95'][1]:.3f})"
+                 if "tpf_vs_mean" in s else "")
+        delta = (f"{s['accuracy_vs_mean'] * 100:+.1f} ({s['accuracy_vs_mean_ci95'][0] * 100:+.1f}.."
+                 f"{s['accuracy_vs_mean_ci95'][1] * 100:+.1f})" if "accuracy_vs_mean" in s else "")
+        lines.append(f"{s['metric']:>12} {s['rule']:>8} {s['tpf']:>6.2f} {acc:>9} {aup_text:>6} {ratio:>22} {delta:>27}")
     for metric, w in summary.get("winner_split", {}).items():
         if w["rounds"]:
             lines.append(f"\n{metric}: in the {w['rounds']} rounds a lookahead branch won, a median "
