@@ -59,7 +59,7 @@ def show_shipped(study: str) -> tuple:
         return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
                 f"`python -m lopa.study {study}`.", "", None, "")
     tables, meta = shipped
-    status = (f"**Shipped results** of `{esc(meta.get('command', ''))}` on {esc(meta.get('model', ''))}"
+    status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
               f"{esc(meta.get('data', ''))}.")
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"

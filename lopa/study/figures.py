@@ -149,13 +149,14 @@ def calibration_png(runs, rounds, summary: dict, title: str, path, metric: str |
 def adaptive_figure(df, summary: dict, title: str = "") -> go.Figure:
     """Left: TPF against tokens/s per configuration, the Pareto front joined. Right: the cost curve."""
     fig = make_subplots(1, 2, column_widths=[0.65, 0.35], horizontal_spacing=0.1,
-                        subplot_titles=("TPF vs tokens/s (Pareto front joined)", "measured verify cost"))
+                        subplot_titles=("TPF vs tokens/s (Pareto front joined)", "measured cost of a round"))
     rows = summary.get("configs", [])
     for r in rows:
         colour = COLOURS["adaptive"] if r["config"] == "adaptive" else COLOURS["lopa"]
         acc = "n/a" if r["accuracy"] is None else f"{r['accuracy'] * 100:.1f}%"
         fig.add_trace(go.Scatter(x=[r["tps"]], y=[r["tpf"]], mode="markers+text", text=[r["config"]], showlegend=False,
-                                 textposition="top center", marker=dict(size=12 if r["pareto"] else 8, color=colour,
+                                 textposition="bottom center" if r["config"] == "adaptive" else "top center",
+                                 marker=dict(size=12 if r["pareto"] else 8, color=colour,
                                                                         symbol="star" if r["config"] == "adaptive" else "circle"),
                                  hovertext=f"{r['config']}: accuracy {acc}, mean k {r['mean_k']:.2f}"), 1, 1)
     front = sorted((r["tps"], r["tpf"]) for r in rows if r["pareto"])
@@ -168,7 +169,7 @@ def adaptive_figure(df, summary: dict, title: str = "") -> go.Figure:
     fig.update_xaxes(title_text="tokens per second", row=1, col=1)
     fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
     fig.update_xaxes(title_text="branches B = k + 1", row=1, col=2)
-    fig.update_yaxes(title_text="ms per verify forward", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="ms per round (verify + bookkeeping)", rangemode="tozero", row=1, col=2)
     return _layout(fig, title)
 
 
@@ -179,7 +180,8 @@ def adaptive_png(summary: dict, title: str, path) -> None:
         adaptive = r["config"] == "adaptive"
         ax.scatter(r["tps"], r["tpf"], marker="*" if adaptive else "o", s=120 if adaptive else 40,
                    color=COLOURS["adaptive"] if adaptive else COLOURS["lopa"], edgecolor="k" if r["pareto"] else None)
-        ax.annotate(r["config"], (r["tps"], r["tpf"]), fontsize=8, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(r["config"], (r["tps"], r["tpf"]), fontsize=8, xytext=(4, -10 if adaptive else 4),
+                    textcoords="offset points")
     front = sorted((r["tps"], r["tpf"]) for r in summary.get("configs", []) if r["pareto"])
     ax.plot([p[0] for p in front], [p[1] for p in front], ls=":", color="#999")
     ax.set_xlabel("tokens per second")
@@ -187,7 +189,7 @@ def adaptive_png(summary: dict, title: str, path) -> None:
     cost = summary.get("cost_s", [])
     bx.plot(range(1, len(cost) + 1), [c * 1e3 for c in cost], marker="o", color="#444")
     bx.set_xlabel("branches B = k + 1")
-    bx.set_ylabel("ms per verify forward")
+    bx.set_ylabel("ms per round (verify + bookkeeping)")
     bx.set_ylim(bottom=0)
     fig.suptitle(title, fontsize=9)
     _save(fig, path)
