@@ -149,15 +149,16 @@ class Decoder:
                 self.state = anchor
                 yield self._final(r, anchor, commits, start)
                 return
-            # 2. lookahead: the policy's k positions (paper: highest Conf), one extra token each
+            # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
             look_pos = order.lookahead(view, anchor.window() == anchor.mask_id)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
             # 4. verify: one forward over all k + 1 windows
             verified = ex.verify(branches)
-            # 5. score and 6. select
-            scores = branch_scores([self._masked(b, verified, j) for j, b in enumerate(branches)], s.branch_score, s.tau_conf)
+            # 5. score (paper: mean Conf of the masked positions; settings.branch_score) and 6. select
+            masked = [self._masked(b, verified, j) for j, b in enumerate(branches)]
+            scores = branch_scores(masked, s.branch_score, s.tau_conf)
             winner = int(select_winner(scores))
             # 7. commit: the winner becomes the state; its complete leading blocks join the cache
             n_cache = branches[winner].cacheable_blocks()

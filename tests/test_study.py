@@ -224,7 +224,7 @@ def test_calibration_study_writes_its_files_and_agrees_with_lopa_generate(tiny_s
     out = root / "calibration"
     assert calibration.main(["--model", str(model), "--data", str(data), "--n", "2", "--k", "2", "--metrics", "max_prob",
                              "--rules", "mean,count", "--bootstrap", "10", "--out", str(out), *FLAGS]) == 0
-    for name in ("calibration_runs.parquet", "calibration_rounds.parquet", "calibration.html", "calibration.png",
+    for name in ("calibration_runs.parquet", "calibration_rounds.parquet", "calibration_problems.parquet", "calibration.html", "calibration.png",
                  "calibration.json"):
         assert (out / name).stat().st_size > 0, name
     runs, rounds = pd.read_parquet(out / "calibration_runs.parquet"), pd.read_parquet(out / "calibration_rounds.parquet")

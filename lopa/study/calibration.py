@@ -16,7 +16,9 @@ metric: TPF, accuracy and AUP on the same problems.
 Each Conf metric runs its own decodes (settings.confidence): the trace records one Conf per branch
 position, and a run under another metric also ranks lookahead candidates by it, so recomputing the
 others from one run would score branches a real run under that metric never builds. The default
-path's trace and speed are unchanged. Writes calibration_rounds.*, calibration_runs.*, .html, .png, .json.
+path's trace and speed are unchanged. Writes calibration_rounds.* (one row per round and branch),
+calibration_runs.* (one row per decode), calibration_problems.* (correlations per problem), .html,
+.png, .json.
 """
 
 from __future__ import annotations
@@ -100,8 +102,8 @@ def correlations(rounds, n_boot: int = CORRELATION_BOOTSTRAP, seed: int = 0) -> 
             d = _finite(m, col)
             groups = [g for _, g in d.groupby("problem")]
             pooled = lambda gs, f, col=col: f([v for g in gs for v in g[col]], [v for g in gs for v in g.target])
-            per_problem = [spearman(g[col], g.target) for g in groups]
-            per_problem = [v for v in per_problem if not math.isnan(v)]
+            per_problem = [v for v in (spearman(g[col], g.target) for g in groups) if not math.isnan(v)]
+            per_problem_tau = [v for v in (kendall_tau(g[col], g.target) for g in groups) if not math.isnan(v)]
             best, within = [], []
             for _, r in m[m.branches > 1].groupby(["problem", "round"]):
                 top = r[col].max()
@@ -114,6 +116,7 @@ def correlations(rounds, n_boot: int = CORRELATION_BOOTSTRAP, seed: int = 0) -> 
                         "kendall": pooled(groups, kendall_tau),
                         "kendall_ci95": bootstrap_ci(groups, lambda gs, pooled=pooled: pooled(gs, kendall_tau), n_boot, seed),
                         "spearman_per_problem_median": statistics.median(per_problem) if per_problem else float("nan"),
+                        "kendall_per_problem_median": statistics.median(per_problem_tau) if per_problem_tau else float("nan"),
                         "best_branch_agreement": sum(best) / len(best) if best else float("nan"),
                         "kendall_within_round_mean": statistics.mean(within) if within else float("nan"),
                         "rounds_ranked": len(within)})
@@ -125,6 +128,20 @@ def _tpf_ratio(pairs) -> float:
     a = sum(p[0] for p in pairs) / sum(p[1] for p in pairs)
     b = sum(p[2] for p in pairs) / sum(p[3] for p in pairs)
     return a / b
+
+
+def per_problem_correlations(rounds):
+    """One row per (metric, rule, problem): Spearman and Kendall of the score against the target over
+    that problem's (round, branch) pairs (nan where either side is constant)."""
+    import pandas as pd
+    rows = []
+    for (metric, problem), g in rounds.groupby(["metric", "problem"]):
+        for rule in BRANCH_SCORE_RULES:
+            d = _finite(g, f"score_{rule}")
+            rows.append({"metric": metric, "rule": rule, "problem": problem, "pairs": len(d),
+                         "spearman": spearman(d[f"score_{rule}"], d.target),
+                         "kendall": kendall_tau(d[f"score_{rule}"], d.target)})
+    return pd.DataFrame(rows)
 
 
 def selection(runs, n_boot: int = 1000, seed: int = 0) -> list[dict]:
@@ -188,11 +205,12 @@ def summarize_calibration(runs, rounds, n_boot: int = CORRELATION_BOOTSTRAP) -> 
 def report(summary: dict) -> str:
     lines = [f"{summary['problems']} problems",
              f"{'metric':>12} {'rule':>8} {'pairs':>6} {'Spearman (95% CI)':>24} {'Kendall (95% CI)':>24} "
-             f"{'per-problem rho':>15} {'best-branch':>11} {'tau in round':>12}"]
+             f"{'per-problem rho, tau':>21} {'best-branch':>11} {'tau in round':>12}"]
     for c in summary["correlations"]:
         s, k = c["spearman_ci95"], c["kendall_ci95"]
         lines.append(f"{c['metric']:>12} {c['rule']:>8} {c['pairs']:>6} {c['spearman']:>7.3f} ({s[0]:.3f}..{s[1]:.3f}) "
-                     f"{c['kendall']:>7.3f} ({k[0]:.3f}..{k[1]:.3f}) {c['spearman_per_problem_median']:>15.3f} "
+                     f"{c['kendall']:>7.3f} ({k[0]:.3f}..{k[1]:.3f}) {c['spearman_per_problem_median']:>14.3f} "
+                     f"{c['kendall_per_problem_median']:>6.3f} "
                      f"{c['best_branch_agreement'] * 100:>10.0f}% {c['kendall_within_round_mean']:>12.3f}")
     lines.append(f"\n{'metric':>12} {'rule':>8} {'TPF':>6} {'accuracy':>9} {'AUP':>6} {'TPF vs mean (95% CI)':>22} "
                  f"{'accuracy vs mean (95% CI)':>27}")
@@ -247,7 +265,8 @@ def main(argv=None) -> int:
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
     meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
             "settings": base.to_dict(), "summary": summary}
-    files = write_results(args.out, "calibration", {"runs": runs, "rounds": rounds}, meta,
+    tables = {"runs": runs, "rounds": rounds, "problems": per_problem_correlations(rounds)}
+    files = write_results(args.out, "calibration", tables, meta,
                           calibration_figure(runs, rounds, summary, title),
                           lambda path: calibration_png(runs, rounds, summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
