@@ -210,7 +210,7 @@ def report(summary: dict) -> str:
         s, k = c["spearman_ci95"], c["kendall_ci95"]
         lines.append(f"{c['metric']:>12} {c['rule']:>8} {c['pairs']:>6} {c['spearman']:>7.3f} ({s[0]:.3f}..{s[1]:.3f}) "
                      f"{c['kendall']:>7.3f} ({k[0]:.3f}..{k[1]:.3f}) {c['spearman_per_problem_median']:>14.3f} "
-                     f"{c['kendall_per_problem_median']:>6.3f} "
+                     f"{c.get('kendall_per_problem_median', float('nan')):>6.3f} "
                      f"{c['best_branch_agreement'] * 100:>10.0f}% {c['kendall_within_round_mean']:>12.3f}")
     lines.append(f"\n{'metric':>12} {'rule':>8} {'TPF':>6} {'accuracy':>9} {'AUP':>6} {'TPF vs mean (95% CI)':>22} "
                  f"{'accuracy vs mean (95% CI)':>27}")
