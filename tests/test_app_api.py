@@ -8,10 +8,9 @@ import time
 import pytest
 from gradio_client import Client, handle_file
 from servers import free_port
-from tiny import save_tiny_model_dir
+from tiny import app_model
 
 from app import build_demo
-from app.models import MODELS
 from app.session import SETTING_NAMES
 
 pytestmark = pytest.mark.timeout(300)                 # starts the app on a local port
@@ -29,15 +28,12 @@ def rounds(counters_html: str) -> int:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
-    demo = build_demo()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-    MODELS.default, MODELS.loaded = saved
+    with app_model(tmp_path_factory):
+        demo = build_demo()
+        port = free_port()
+        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+        yield f"http://127.0.0.1:{port}/"
+        demo.close()
 
 
 @pytest.fixture

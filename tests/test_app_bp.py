@@ -7,7 +7,7 @@ import time
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
-from tiny import save_tiny_model_dir
+from tiny import app_model
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
@@ -33,12 +33,9 @@ def values(backend=SINGLE, workers=2):
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
-    yield path
-    MODELS.close_bp()
-    MODELS.default, MODELS.loaded = saved
+    with app_model(tmp_path_factory) as path:
+        yield path
+        MODELS.close_bp()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
-from tiny import save_tiny_model_dir
+from tiny import app_model
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
@@ -37,11 +37,8 @@ def is_skip(value):
 @pytest.fixture(scope="module", autouse=True)
 def tiny_model(tmp_path_factory):
     """Every callback in this module decodes with a tiny random Qwen2 saved like the bundled model."""
-    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
-    yield path
-    MODELS.default, MODELS.loaded = saved
+    with app_model(tmp_path_factory) as path:
+        yield path
 
 
 def drain(gen):

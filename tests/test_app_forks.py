@@ -6,12 +6,11 @@ import json
 
 import gradio as gr
 import pytest
-from tiny import save_tiny_model_dir
+from tiny import app_model
 
 from app import callbacks as cb
 from app import forks
 from app.compare import COMPARE_OUTPUTS, compare_runs
-from app.models import MODELS
 from app.session import SETTING_NAMES, SINGLE, Session, parse_ui
 from visualizations.timeline import fills
 
@@ -28,11 +27,8 @@ def values(order="confidence", order_seed=0, **changes):
 
 @pytest.fixture(scope="module", autouse=True)
 def tiny_model(tmp_path_factory):
-    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
-    yield path
-    MODELS.default, MODELS.loaded = saved
+    with app_model(tmp_path_factory) as path:
+        yield path
 
 
 def live(outputs):

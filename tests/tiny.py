@@ -1,6 +1,8 @@
 """Tiny real models built inside tests: a random Qwen2 and a word-level tokenizer, saved in
 the same on-disk format as the bundled model (config.json with `lopa`, safetensors, tokenizer)."""
 
+from contextlib import contextmanager
+
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -45,3 +47,17 @@ def save_tiny_model_dir(path, with_spec=True, with_mask=True):
         tok = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|endoftext|>", unk_token="?")
     tok.save_pretrained(path)
     return path
+
+
+@contextmanager
+def app_model(tmp_path_factory):
+    """The app's shared model slot pointed at a fresh tiny model (loaded on first use) for the
+    duration, then restored. Yields the model directory."""
+    from app.models import MODELS
+    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    saved = (MODELS.default, MODELS.loaded)
+    MODELS.default, MODELS.loaded = path, None
+    try:
+        yield path
+    finally:
+        MODELS.default, MODELS.loaded = saved
