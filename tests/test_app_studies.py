@@ -3,10 +3,9 @@ Stop, bad input; and the results shipped in assets/studies/ load with their comm
 
 import plotly.graph_objects as go
 import pytest
-from tiny import save_tiny_model_dir
+from tiny import app_model
 
 from app import studies
-from app.models import MODELS
 from lopa.study import STUDIES
 from lopa.study.common import STUDIES_DIR, load_results
 
@@ -15,11 +14,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")     # gr.Warning 
 
 @pytest.fixture(scope="module", autouse=True)
 def tiny_model(tmp_path_factory):
-    path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
-    yield path
-    MODELS.default, MODELS.loaded = saved
+    with app_model(tmp_path_factory) as path:
+        yield path
 
 
 def named(outputs):
