@@ -30,7 +30,7 @@ def build_model_panel() -> dict:
 
 def build_input_panel() -> dict:
     examples = example_prompts()
-    prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=3, value=examples[0] if examples else "",
+    prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=1, max_lines=8, value=examples[0] if examples else "",
                         elem_id="prompt")
     gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="examples: held-out synthetic problems, "
                 "then GSM8K test questions", examples_per_page=8)
@@ -78,7 +78,11 @@ def build_settings_panel() -> dict:
         gr.Markdown("*Branch-parallel: the k+1 branches are spread over worker processes, each with a model replica "
                     "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
     # ---- END BACKEND SLOT ----------------------------------------------------------------------
-    return {"preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
+    with gr.Accordion("share this run: a link, or the same decode on the command line", open=False):
+        share_link = gr.Textbox(label="add to this page's address (opening it restores the prompt and settings)",
+                                interactive=False, buttons=["copy"], elem_id="share-link")
+        command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
+    return {"share_link": share_link, "command": command, "preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
             "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
             "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
             "workers": workers, "order": order, "order_seed": order_seed}

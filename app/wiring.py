@@ -8,8 +8,8 @@ import gradio as gr
 
 from lopa.schema import MAX_TRACE_BYTES
 
+from . import api, forks, share, studies
 from . import callbacks as cb
-from . import forks, studies
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
     INTRO,
@@ -84,6 +84,15 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Model events: run, step, compare, forks, model loading.
     c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
+    # Enter in the prompt box runs too (same callback; the API keeps the one name "run").
+    c["prompt"].submit(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
+                       show_progress="hidden", **MODEL)
+    gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
+    # A shared link restores the inputs; the link and the command line follow the inputs.
+    shared = [c["prompt"], *settings, *pick(*ORDER_NAMES)]
+    demo.load(share.on_load, shared, shared, api_visibility="private", queue=False)
+    gr.on([x.change for x in shared], share.links, shared, [c["share_link"], c["command"]], api_visibility="private",
+          queue=False)
     c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],

@@ -75,6 +75,12 @@ def metrics(run: RunResult | None) -> dict:
     first = records[0].round_seconds if records else 0.0
     useful = len(run.useful_tokens) if records else 0
     paper = sum(t != run.spec["mask_token_id"] for t in run.tokens) if records else 0
+    # Cost is paid per forward over whole windows, so tokens/s alone misleads: also the time to the
+    # first committed token, and what each forward cost (its time, and the window positions of
+    # every branch it verified).
+    first_commit = next((i for i, r in enumerate(records) if r.committed), None)
+    verified = sum(len(window) for r in records if r.kind != "final" for window in r.branch_tokens)
+    forward_s = sum(r.forward_seconds for r in records)
     return {
         "rounds": len(records),
         "forwards": forwards,
@@ -85,8 +91,11 @@ def metrics(run: RunResult | None) -> dict:
         "latency_s": latency,
         "tps": useful / latency if latency > 0 else 0.0,
         "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
-        "forward_s": sum(r.forward_seconds for r in records),
+        "forward_s": forward_s,
         "first_round_s": first,
+        "ttft_s": sum(r.round_seconds for r in records[:first_commit + 1]) if first_commit is not None else 0.0,
+        "ms_per_forward": 1e3 * forward_s / forwards if forwards else 0.0,
+        "verified_per_forward": verified / forwards if forwards else 0.0,
     }
 
 

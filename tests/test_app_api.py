@@ -4,6 +4,7 @@ final result, a trace round trip (export, then load), per-session state and erro
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
@@ -140,3 +141,28 @@ def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serv
     assert _rss_mb() - before < 200
     again = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
     assert again[0].startswith("Done") and again[3] == run_final[3]
+
+
+def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
+    from app.models import MODELS
+    from lopa.cli import main
+    result = client.predict(prompt=PROMPT, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8,
+                            max_new_tokens=32, confidence="max_prob", api_name="/decode")
+    assert set(result) >= {"answer", "metrics", "trace", "settings"} and result["settings"]["k"] == 3
+    trace = tmp_path / "cli.json"
+    assert main(["generate", "--model", str(MODELS.default), "--prompt", PROMPT, "--k", "3", "--tau-conf", "0.12",
+                 "--tau-add", "0.3", "--tau-act", "0.6", "--block-size", "8", "--max-new-tokens", "32",
+                 "--confidence", "max_prob", "--trace", str(trace)]) == 0
+    cli = json.loads(trace.read_text())
+    assert result["trace"]["tokens"] == cli["tokens"] and result["answer"] == cli["text"]
+    assert result["metrics"]["forwards"] == sum(r["kind"] != "final" for r in cli["records"])
+    with pytest.raises(Exception, match="k .lookahead branches. must be an integer"):
+        client.predict(prompt=PROMPT, k=99, api_name="/decode")
+
+
+def test_the_readme_client_snippet_runs(url):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    snippet = readme.split("<!-- client-snippet -->")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(snippet.replace("http://localhost:7860/", url), namespace)      # the README's own words, run as written
+    assert namespace["result"]["answer"] == namespace["result"]["trace"]["text"]

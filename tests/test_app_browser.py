@@ -340,3 +340,21 @@ def test_studies_show_shipped_results_and_run_live(page):
     assert page.locator("#study-progress progress").get_attribute("value") == "5"      # 1 problem x (3 + 2) runs
     page.wait_for_selector("#study-plot .js-plotly-plot")
     assert not page_errors(page)
+
+
+def test_enter_in_the_prompt_box_runs(page):
+    page.locator("#prompt textarea").fill("Tom has 3 apples. He buys 4 more. How many apples does Tom have now?")
+    page.locator("#prompt textarea").press("Enter")
+    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    assert rounds(page) >= 2 and not page_errors(page)
+
+
+def test_a_share_link_restores_the_prompt_and_settings(page, url):
+    """Last in this file: it reloads the page."""
+    page.goto(url + "?prompt=Ann+has+5+pens.+She+buys+3+more.&k=2&order=random&order_seed=7", timeout=WAIT_MS)
+    page.wait_for_function("document.querySelector('#prompt textarea')?.value?.startsWith('Ann has 5 pens')")
+    page.wait_for_function("document.querySelector('#k input[type=number]')?.value === '2'")
+    assert "random" in page.locator("#order input").input_value()
+    page.locator("#prompt textarea").press("Enter")                       # and it runs with them
+    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    assert not page_errors(page)

@@ -87,3 +87,25 @@ def test_every_decision_can_be_rederived_from_the_trace(run):
             scores = torch.stack([branch_score(torch.tensor(c)) for c in rec.branch_conf])
             assert scores.tolist() == pytest.approx(rec.branch_scores)
             assert int(select_winner(torch.tensor(rec.branch_scores))) == rec.winner
+
+
+def test_cost_metrics_time_to_first_token_and_work_per_forward():
+    from lopa.trace import RoundRecord, RunResult, metrics
+
+    def rec(r, kind, committed, windows, seconds):
+        return RoundRecord(round=r, kind=kind, window_start=0, anchor_positions=[], anchor_tokens=[],
+                           lookahead_positions=[], lookahead_tokens=[], branch_tokens=windows,
+                           branch_positions=[[]] * len(windows), branch_max_prob=[[]] * len(windows),
+                           branch_conf=[[]] * len(windows), branch_argmax=[[]] * len(windows),
+                           branch_scores=[0.0] * len(windows), branch_rank=[0] * len(windows), winner=0,
+                           block_states=["active_full"], committed=committed, n_cached_blocks=0,
+                           forward_seconds=0.0 if kind == "final" else seconds / 2, round_seconds=seconds)
+    records = [rec(0, "prefill", 0, [[1] * 8], 0.5), rec(1, "round", 3, [[1] * 8] * 3, 0.25),
+               rec(2, "final", 5, [[1] * 8], 0.125)]
+    run = RunResult(prompt="", prompt_ids=[1], settings={}, spec={"mask_token_id": 9, "eos_token_ids": [0]},
+                    records=records, tokens=[1] * 8)
+    m = metrics(run)
+    assert m["ttft_s"] == 0.75                                # prompt round + the first round that commits
+    assert m["ms_per_forward"] == 1e3 * (0.25 + 0.125) / 2   # two forwards; the final round has none
+    assert m["verified_per_forward"] == (8 + 24) / 2
+    assert metrics(None)["ttft_s"] == 0.0

@@ -21,6 +21,11 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
         ("tpf", "TPF", f"{m['tpf_useful']:.2f}", f"tokens per forward (paper's count: {m['tpf_paper']:.2f})"),
         ("tps", "tokens/s", f"{m['tps']:.1f}", f"engine latency only; excluding the first round: {m['tps_excl_first']:.1f}"),
         ("latency", "latency", f"{m['latency_s']:.2f} s", "sum of the engine's round times"),
+        ("ttft", "first token", f"{m['ttft_s']:.2f} s", "time to the first committed token (the prompt round and "
+         "the first round that commits)"),
+        ("ms-per-forward", "ms/forward", f"{m['ms_per_forward']:.1f}", "engine time per forward: the cost of a round"),
+        ("verified", "verified/forward", f"{m['verified_per_forward']:.0f}",
+         "window positions verified per forward, all branches together (windows × tokens)"),
         ("elapsed", "elapsed", f"{elapsed_s:.1f} s", "wall clock since the button was pressed"),
     ]
     colour = STATUS_COLOURS.get(status, "#666666")

@@ -1,0 +1,46 @@
+"""The typed API: one `decode` endpoint with named parameters, for gradio_client and scripts.
+
+    from gradio_client import Client
+    result = Client("http://localhost:7860/").predict(prompt="Tom has 23 apples. ...", k=4, api_name="/decode")
+    result["answer"], result["metrics"]["tpf_useful"], result["trace"]      # trace: the lopa-trace format
+
+The UI's own endpoints (`/run`, `/step`, ...) stream HTML and plots for the page; this one returns
+plain JSON. It decodes with the app's shared model (the bundled one unless a visitor loaded
+another), so `model` names that model or is left empty: an API call never loads a model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+
+from lopa import DecodeSettings
+
+from .models import MODELS
+
+
+def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", order_seed: int = 0,
+           tau_conf: float = 0.9, tau_add: float = 0.1, tau_act: float = 0.95, block_size: int = 32,
+           max_new_tokens: int = 64, attention: str = "", confidence: str = "neg_entropy",
+           temperature: float = 0.0, seed: int = 0) -> dict:
+    """Decode one prompt with LoPA (k lookahead branches; k = 0 is D2F vanilla).
+
+    Returns {"answer": text, "model": name, "settings": {...}, "metrics": {...}, "trace": {...}}; the
+    trace is the lopa-trace/1 JSON that `lopa.RunResult.from_json` reads. attention "" follows the
+    model's own (its config). Errors come back as messages naming what to fix.
+    """
+    try:
+        loaded = MODELS.get()
+        if model and model != loaded.spec.name:
+            raise ValueError(f"the app serves {loaded.spec.name!r}; pass model='' or that name "
+                             "(an API call never loads another model)")
+        settings = DecodeSettings(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add,
+                                  tau_act=tau_act, block_size=block_size, max_new_tokens=max_new_tokens,
+                                  attention=attention or loaded.spec.attention, confidence=confidence,
+                                  temperature=temperature, seed=seed)
+        run = loaded.decoder(settings).run(prompt)
+    except (ValueError, TypeError) as err:
+        raise gr.Error(str(err), print_exception=False) from None
+    return {"answer": run.text, "model": loaded.spec.name, "settings": settings.to_dict(), "metrics": run.metrics(),
+            "trace": json.loads(run.to_json())}

@@ -1,0 +1,40 @@
+"""A run as a link and as a command: the query restores exactly the inputs it was made from,
+bad or hostile queries change nothing, and the command decodes the same run as the page."""
+
+import shlex
+
+from app.session import APP_DEFAULTS, ORDER_NAMES, SETTING_NAMES
+from app.share import command_line, restore, share_query
+from lopa.cli import build_parser
+from lopa.settings import settings_from_args
+
+PROMPT = "Tom has 23 apples & 7 pears. How many?"
+CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES], "confidence", 0]
+
+
+def values(**changes):
+    fields = {**APP_DEFAULTS, "order": "confidence", "order_seed": 0, **changes}
+    return [fields[n] for n in (*SETTING_NAMES, *ORDER_NAMES)]
+
+
+def test_a_link_restores_what_it_was_made_from():
+    chosen = values(k=7, tau_conf=0.8, order="random", order_seed=3, attention="full")
+    from urllib.parse import parse_qsl
+    query = dict(parse_qsl(share_query(PROMPT, *chosen)[1:]))
+    assert restore(query, list(CURRENT)) == [PROMPT, *chosen]
+
+
+def test_bad_or_foreign_query_values_change_nothing():
+    assert restore({"k": "lots", "evil": "<script>", "tau_conf": "nan"}, list(CURRENT))[1:] == CURRENT[1:]
+    assert restore({"k": "99"}, list(CURRENT)) == CURRENT                      # out of range: the link is ignored
+    assert restore({"prompt": "x" * 10_000}, list(CURRENT))[0] == "x" * 4000    # bounded
+
+
+def test_the_command_line_parses_to_the_same_settings():
+    chosen = values(k=3, max_new_tokens=96, order="left_to_right", confidence="max_prob")
+    argv = shlex.split(command_line(PROMPT, *chosen))[3:]             # drop "python -m lopa"
+    args = build_parser().parse_args(argv)
+    assert args.prompt == PROMPT
+    settings = settings_from_args(args)
+    assert (settings.k, settings.max_new_tokens, settings.order, settings.confidence) == (3, 96, "left_to_right",
+                                                                                          "max_prob")
