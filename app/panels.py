@@ -196,11 +196,15 @@ def build_studies_panel() -> dict:
         run = gr.Button("▶ Run live", variant="primary", elem_id="study-run")
         stop = gr.Button("■ Stop", variant="stop", elem_id="study-stop")
         shipped = gr.Button("Show shipped results", elem_id="study-shipped")
+        interactive = gr.Button("Interactive plot of them", elem_id="study-interactive")
     first = dict(zip(names, show_shipped("orders")))
     status = gr.Markdown(first["study_status"], elem_id="study-status")
     progress = gr.HTML(first["study_progress"], elem_id="study-progress")
-    plot = gr.Plot(first["study_plot"], label="study", elem_id="study-plot")
+    plot = gr.Plot(label="study (interactive)", elem_id="study-plot")
+    image = gr.Image(first["study_image"]["value"], label="study (shipped results)", type="filepath",
+                     interactive=False, elem_id="study-image")
     summary = gr.Markdown(first["study_summary"], elem_id="study-summary")
     return {"study": study, "study_problems": problems, "study_random": random_orders, "study_seed": seed,
-            "study_run": run, "study_stop": stop, "study_shipped": shipped, "study_status": status,
-            "study_progress": progress, "study_plot": plot, "study_summary": summary}
+            "study_run": run, "study_stop": stop, "study_shipped": shipped, "study_interactive": interactive,
+            "study_status": status, "study_progress": progress, "study_plot": plot, "study_image": image,
+            "study_summary": summary}

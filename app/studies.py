@@ -13,14 +13,17 @@ from lopa.study import STUDIES
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
 from lopa.study import orders as orders_study
-from lopa.study.common import DEFAULT_SEED, load_problems, load_results, prompt_ids
+from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_problems, load_results, prompt_ids
 
 from .callbacks import error_message
 from .gpu import gpu
 from .models import MODELS
 from .viz import adaptive_figure, calibration_figure, esc, orders_figure
 
-STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_summary")
+# The shipped results show as their PNG (an image costs the page nothing when other outputs update;
+# a large plotly figure in the page made every streamed update of the round view relayout it), the
+# interactive plot on request and after a live run.
+STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_image", "study_summary")
 TITLES = {"orders": "1. LoPA's orders against random orders", "calibration": "2. What the branch score measures",
           "adaptive": "3. An adaptive branch budget"}
 LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
@@ -50,20 +53,33 @@ def _progress(done: int, total: int, what: str = "") -> str:
             f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
 
 
-def show_shipped(study: str) -> tuple:
-    """STUDY_OUTPUTS for the results shipped in assets/studies/ (what the command line produced)."""
+def show_shipped(study: str, interactive: bool = False) -> tuple:
+    """STUDY_OUTPUTS for the results shipped in assets/studies/ (what the command line produced): their
+    PNG, or with `interactive` the plotly figure made from the shipped tables."""
     if study not in STUDIES:
-        return (error_message(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}"),) + (gr.skip(),) * 3
+        return (error_message(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}"),) + (gr.skip(),) * 4
     shipped = load_results(study)
     if shipped is None:
         return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
-                f"`python -m lopa.study {study}`.", "", None, "")
+                f"`python -m lopa.study {study}`.", "", None, _image(None), "")
     tables, meta = shipped
     status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
               f"{esc(meta.get('data', ''))}.")
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
-    return status, "", figure(study, tables, meta["summary"], title), report(study, meta["summary"])
+    if interactive:
+        return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
+    png = STUDIES_DIR / f"{study}.png"
+    return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
+
+
+def show_interactive(study: str) -> tuple:
+    """STUDY_OUTPUTS with the shipped results as an interactive plot."""
+    return show_shipped(study, interactive=True)
+
+
+def _image(path):
+    return gr.update(value=path, visible=path is not None)
 
 
 def _as_int(name: str, value, bounds) -> int:
@@ -91,7 +107,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         loaded = MODELS.get()
         problems, where = load_problems("synthetic", n, seed)
         base = _base(loaded)
-        yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip()
+        yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
         rows, rounds, total, make = [], [], 0, None
         if study == "orders":
             total = n * len(orders_study.order_runs(base, r))
@@ -102,7 +118,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
             steps = calibration_study.iter_calibration(loaded, problems, base, metrics, rules)
         else:
             yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", _progress(0, 1), \
-                gr.skip(), gr.skip()
+                gr.skip(), gr.skip(), gr.skip()
             verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
                                                               repeats=3)
             cost = [t + bookkeeping for t in verify]
@@ -116,7 +132,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                 rounds += more
             else:
                 rows.append(step)
-            yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip()
+            yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
             if state["stop"]:
                 steps.close()
                 break
@@ -132,9 +148,10 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         stopped = " (stopped: the problems done so far)" if state["stop"] else ""
         make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(df.problem.unique())} problems")
         yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
-               f"`python -m lopa.study {study} --n 40`."), _progress(len(rows), total), make, report(study, summary)
+               f"`python -m lopa.study {study} --n 40`."), _progress(len(rows), total), make, _image(None), \
+            report(study, summary)
     except ValueError as err:
-        yield error_message(err), "", gr.skip(), gr.skip()
+        yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()
     finally:
         state["running"] = False
 

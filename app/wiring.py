@@ -142,3 +142,5 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     c["study_stop"].click(studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
     for event in (c["study"].input, c["study_shipped"].click):
         event(studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
+    c["study_interactive"].click(studies.show_interactive, [c["study"]], study_out, api_visibility="private",
+                                 show_progress="hidden", **VIEW)

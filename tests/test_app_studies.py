@@ -60,5 +60,8 @@ def test_shipped_results_load_with_command_hardware_and_date(study):
     tables, meta = shipped
     assert meta["command"].startswith(f"python -m lopa.study {study}") and "CPU" in meta["hardware"] and meta["date"]
     out = named(studies.show_shipped(study))
-    assert "Shipped results" in out["study_status"] and isinstance(out["study_plot"], go.Figure)
+    assert "Shipped results" in out["study_status"] and out["study_plot"] is None
+    assert out["study_image"]["value"].endswith(f"{study}.png") and out["study_image"]["visible"]
+    out = named(studies.show_interactive(study))
+    assert isinstance(out["study_plot"], go.Figure) and not out["study_image"]["visible"]
     assert meta["hardware"].split(",")[0] in out["study_status"]
