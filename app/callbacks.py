@@ -17,10 +17,12 @@ import gradio as gr
 from lopa import PAPER_PRESETS, RunResult
 from lopa.trace import metrics
 
+from .examples import check_answer
 from .gpu import gpu
 from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
 from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
 from .viz import (
+    answer_mark,
     branches_table,
     confidence_heatmap,
     counters_html,
@@ -97,6 +99,8 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     session.last_render.update({kind: now for kind in due})
     answer = session.run.text if session.run is not None else ""
     counters = counters_html(session.run, session.elapsed, session.status())
+    if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
+        counters += answer_mark(check_answer(session.run.prompt, session.run.text))
     return (status, counters, _slider(session), answer) + view(session, kinds=due) + run_list_outputs(session, final)
 
 

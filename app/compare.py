@@ -15,10 +15,11 @@ import gradio as gr
 from lopa import decoder_settings
 
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
+from .examples import check_answer
 from .gpu import gpu
 from .models import MODELS, token_names
 from .session import Backend, Session, forkable, parse_ui
-from .viz import comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
+from .viz import answer_mark, comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS
@@ -68,7 +69,8 @@ class Side:
     def counters(self) -> str:
         latency = sum(r.round_seconds for r in self.run.records) if self.run else 0.0
         status = "running" if not self.done else ("stopped" if self.run is not None and self.run.stopped else "done")
-        return counters_html(self.run, latency, status, title=self.title)
+        mark = answer_mark(check_answer(self.run.prompt, self.run.text)) if status == "done" else ""
+        return counters_html(self.run, latency, status, title=self.title) + mark
 
 
 def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
@@ -94,6 +96,7 @@ def compare_outputs(status: str, a, b, title_a: str, title_b: str, names_a=None,
             for run, names, title in ((a, names_a, title_a), (b, names_b, title_b))]
     counters = [counters_html(run, sum(r.round_seconds for r in run.records),
                               "stopped" if run.stopped else "done", title=title)
+                + ("" if run.stopped else answer_mark(check_answer(run.prompt, run.text)))   # ✓/✗ where known
                 for run, title in ((a, title_a), (b, title_b))]
     return (status, counters[0], a.text, maps[0], counters[1], b.text, maps[1],
             comparison_summary(a, b, title_a, title_b), tfo_diff_html(a, b, title_a, title_b, names_b)) + tuple(runs)

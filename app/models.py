@@ -21,8 +21,9 @@ from lopa import DecodeSettings
 from lopa.models import ASSETS, DEFAULT_MODEL, load
 from lopa.models.loading import ROOT, load_tokenizer
 
+from .examples import example_groups
+
 MODELS_DIR = ASSETS / "models"
-EXAMPLE_FILES = (ASSETS / "data" / "synthetic" / "heldout.jsonl", ASSETS / "data" / "gsm8k" / "test.jsonl")
 
 
 def allowed_model_roots() -> list[Path] | None:
@@ -209,13 +210,5 @@ def tokenizer_for_trace(spec: dict):
 
 # -- example prompts -----------------------------------------------------------------------------
 def example_prompts(per_file: int = 4) -> list[str]:
-    """A few held-out synthetic problems, then a few GSM8K test questions."""
-    out = []
-    for file in EXAMPLE_FILES:
-        try:
-            with open(file) as f:
-                for line, _ in zip(f, range(per_file)):
-                    out.append(json.loads(line)["question"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
+    """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.examples)."""
+    return [prompt for _, prompts in example_groups(per_file) for prompt in prompts]

@@ -9,6 +9,7 @@ from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD, OR
 
 from .callbacks import PRESETS, VIEW_OUTPUTS, view
 from .compare import BASELINES
+from .examples import example_groups
 from .models import MODELS, example_prompts
 from .session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
 
@@ -32,8 +33,8 @@ def build_input_panel() -> dict:
     examples = example_prompts()
     prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=1, max_lines=8, value=examples[0] if examples else "",
                         elem_id="prompt")
-    gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="examples: held-out synthetic problems, "
-                "then GSM8K test questions", examples_per_page=8)
+    for label, prompts in example_groups():
+        gr.Examples(examples=[[e] for e in prompts], inputs=[prompt], label=label, examples_per_page=8)
     return {"prompt": prompt}
 
 

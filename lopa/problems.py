@@ -54,6 +54,25 @@ def final_answer(text: str) -> str | None:
     return found[-1].replace(",", "")
 
 
+WORD_RE = re.compile(r"[A-Za-z]+")
+
+
+def copied_names(question: str, text: str) -> tuple[int, int]:
+    """(right, checked) answer lines: a line with a calculator annotation is checked, and right when
+    it names a person or an object of the problem family and every one it names is in the question.
+    ("Jack now has <<7+2=9>>9 pencils." for Leo's stickers is wrong twice over.)"""
+    asked = set(WORD_RE.findall(question))
+    known = set(NAMES) | set(OBJECTS)
+    right = checked = 0
+    for line in text.splitlines():
+        if "<<" not in line:
+            continue
+        named = [w for w in WORD_RE.findall(line) if w in known]
+        checked += 1
+        right += bool(named) and all(w in asked for w in named)
+    return right, checked
+
+
 def _operand(rng: random.Random, op: str, a: int, max_value: int) -> int | None:
     """A valid operand for `op` on amount `a`, or None when `op` cannot apply to `a`."""
     if op in ("add", "get"):

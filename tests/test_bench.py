@@ -41,3 +41,51 @@ def test_bench_fork_prints_resume_and_replay(tmp_path, capsys):
     assert bench_fork.main(["--model", str(model), "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
     assert "resume ms" in out and "replay ms" in out and "one token per round" in out
+
+
+# A fixed problem set with saved completions: right, wrong arithmetic on the last line, right
+# number with the wrong person and object, and no answer at all.
+SCORED = [
+    ({"question": "Leo has 7 stickers. He buys 2 more. How many stickers does Leo have now?",
+      "answer": "Leo now has <<7+2=9>>9 stickers.\n#### 9"},
+     "Leo now has <<7+2=9>>9 stickers.\n#### 9", dict(correct=1, steps=1, lines=1, names_right=1)),
+    ({"question": "Mia has 4 eggs. She gives 1 to a friend. She buys 5 more. How many eggs does Mia have now?",
+      "answer": "Mia has <<4-1=3>>3 eggs left.\nMia now has <<3+5=8>>8 eggs.\n#### 8"},
+     "Mia has <<4-1=3>>3 eggs left.\nMia now has <<3+5=9>>9 eggs.\n#### 9", dict(correct=0, steps=2, lines=2, names_right=2)),
+    ({"question": "Ben has 5 books. He buys 3 more. How many books does Ben have now?",
+      "answer": "Ben now has <<5+3=8>>8 books.\n#### 8"},
+     "Jack now has <<5+3=8>>8 pencils.\n#### 8", dict(correct=1, steps=1, lines=1, names_right=0)),
+    ({"question": "Sara has 6 cards. She gives 2 to a cousin. She buys 1 more. Then she ends up with 2 times as "
+                  "many. How many cards does Sara have now?",
+      "answer": "Sara has <<6-2=4>>4 cards left.\nSara now has <<4+1=5>>5 cards.\nSara ends up with <<5*2=10>>10 cards.\n"
+                "#### 10"},
+     "Sara has <<6-2=4>>4 cards left.\nSara now has", dict(correct=0, steps=3, lines=1, names_right=1)),
+]
+
+
+def test_score_answer_on_saved_completions():
+    for problem, text, expected in SCORED:
+        scored = bench.score_answer(problem, text)
+        assert {k: scored[k] for k in expected} == expected, text
+
+
+def test_summary_breaks_accuracy_down_by_steps_and_counts_names():
+    from lopa.settings import DecodeSettings
+
+    metrics = {"tokens_useful": 10, "tokens_paper": 12, "forwards": 4, "latency_s": 0.1, "first_round_s": 0.02}
+    rows = [{"decoder": "d2f", "problem": i, **bench.score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
+    s = bench.summarize_rows("d2f", DecodeSettings(), rows)
+    assert s["accuracy"] == 0.5
+    assert (s["acc_1step"], s["acc_2step"], s["acc_3step"]) == (1.0, 0.0, 0.0)
+    assert s["names_ok"] == 4 / 5  # Ben's line names Jack and pencils
+    assert s["tpf_useful"] == 2.5
+
+
+def test_copied_names_needs_a_name_and_only_the_question_s():
+    from lopa.problems import copied_names
+
+    q = "Leo has 7 stickers. He buys 2 more. How many stickers does Leo have now?"
+    assert copied_names(q, "Leo now has <<7+2=9>>9 stickers.\n#### 9") == (1, 1)
+    assert copied_names(q, "Leo now has <<7+2=9>>9 pencils.\n#### 9") == (0, 1)   # wrong object
+    assert copied_names(q, "now has <<7+2=9>>9.\n#### 9") == (0, 1)                # names nobody
+    assert copied_names(q, "#### 9") == (0, 0)                                       # no annotated line

@@ -29,13 +29,13 @@ def test_noise_is_monotone_and_spares_the_prompt():
     assert (per_block[:, -1] > 0).all()
 
 
-def _train(out, steps, resume=False, n_eval=0):
+def _train(out, steps, resume=False, n_eval=0, log=lambda *_: None, **kw):
     # A small tokenizer placed where train() looks keeps the test fast (no GSM8K pass).
     if not (out / "tokenizer" / "tokenizer.json").exists():
         from lopa.train.tokenizer import build_tokenizer, save_tokenizer, training_texts
         save_tokenizer(build_tokenizer(training_texts(None, n_synthetic=300), vocab_size=400), out / "tokenizer")
     return T.train(out, TINY, minutes=None, steps=steps, seed=0, resume=resume, export_dir=out / "model",
-                   ckpt_minutes=100, n_eval=n_eval, log=lambda *_: None, threads=1)
+                   ckpt_minutes=100, n_eval=n_eval, log=log, threads=1, **kw)
 
 
 def test_smoke_train_export_and_resume(tmp_path):
@@ -109,3 +109,84 @@ def test_digit_weight_scales_only_digit_targets(tmp_path):
     assert m1 == m3 and torch.equal(ce1, ce3)  # the reported CE is unweighted
     has_digit_target = bool(is_digit[ids[0, 5:]].any())
     assert has_digit_target and l3 > l1
+
+
+def _loss_curve(out, steps, **kw):
+    """{step: logged loss} of one run, logged every step."""
+    lines = []
+    model, _ = _train(out, steps, log=lines.append, log_every=1, **kw)
+    curve = {int(line.split()[1]): line.split(" loss ")[1].split()[0] for line in lines if line.startswith("step ")}
+    return curve, model
+
+
+def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    full, full_model = _loss_curve(tmp_path / "full", steps=8)
+    first, _ = _loss_curve(tmp_path / "part", steps=8, stop_after=3)
+    assert sorted(first) == [1, 2, 3]
+    assert torch.load(tmp_path / "part" / "checkpoint" / "state.pt", weights_only=False)["step"] == 3
+    resumed, resumed_model = _loss_curve(tmp_path / "part", steps=8, resume=True)
+    assert sorted(resumed) == [4, 5, 6, 7, 8]  # the same step count, continued from the checkpoint
+    assert resumed == {s: v for s, v in full.items() if s > 3} and first == {s: full[s] for s in (1, 2, 3)}
+    for name, p in full_model.state_dict().items():
+        assert torch.equal(resumed_model.state_dict()[name], p), name
+    assert torch.load(tmp_path / "part" / "checkpoint" / "state.pt", weights_only=False)["step"] == 8
+
+
+def test_resume_refuses_another_recipe_or_seed(tmp_path):
+    import dataclasses
+
+    import pytest
+
+    _train(tmp_path, steps=4, stop_after=1)
+    kw = dict(minutes=None, steps=4, resume=True, export_dir=tmp_path / "model", ckpt_minutes=100, n_eval=0,
+              log=lambda *_: None, threads=1)
+    with pytest.raises(ValueError, match="same flags"):
+        T.train(tmp_path, dataclasses.replace(TINY, lr=1e-3), seed=0, **kw)
+    with pytest.raises(ValueError, match="same flags"):
+        T.train(tmp_path, TINY, seed=1, **kw)
+
+
+def test_number_dependencies_link_results_to_their_operands(tmp_path):
+    _, tok = _train(tmp_path, steps=1)
+    answer = "Leo has <<16-3=13>>13 books left.\nLeo now has <<13+2=15>>15 books.\n#### 15"
+    pieces = [tok.decode([i]) for i in tok(" " + answer)["input_ids"]]
+    pairs = set(T.number_dependencies(tok, answer))
+    d = [i for i, p in enumerate(pieces) if p.isdigit()]  # 1 6 | 3 | 1 3 | 1 3 || 1 3 | 2 | 1 5 | 1 5 || 1 5
+    assert "".join(pieces[i] for i in d) == "1631313132151515"
+    a1, b1, c1, r1, a2, b2, c2, r2, final = d[0:2], d[2:3], d[3:5], d[5:7], d[7:9], d[9:10], d[10:12], d[12:14], d[14:16]
+
+    def links(targets, sources):
+        return {(t, s) for t in targets for s in sources}
+    expected = (links(c1, a1 + b1) | links(r1, c1) | links(a2, r1) | links(c2, a2 + b2) | links(r2, c2)
+                | links(final, r2))
+    assert pairs == expected  # names, words and the question's operands have no dependencies
+
+
+def test_blocked_by_mask_marks_targets_with_a_masked_source():
+    masked = torch.tensor([[False, True, False, False], [False, False, False, False]])
+    deps = torch.tensor([[0, 2, 1], [0, 3, 0], [1, 3, 1]])
+    before = masked.clone()
+    blocked = T.blocked_by_mask(masked, deps)
+    assert blocked.tolist() == [[False, False, True, False], [False, False, False, False]]
+    assert torch.equal(masked, before)  # inputs untouched
+    assert not T.blocked_by_mask(masked, torch.zeros(0, 3, dtype=torch.long)).any()
+
+
+def test_dep_and_name_weights_change_only_their_targets(tmp_path):
+    import random
+
+    _, tok = _train(tmp_path, steps=1)
+    torch.manual_seed(0)
+    model = T.build_model(TINY, tok).eval()
+    recipe = T.Recipe(batch=2, inv_t_weight=False)
+    ids, block_id, valid, deps = T.make_batch(tok, random.Random(0), recipe, progress=1.0)
+    assert deps.shape[1] == 3 and len(deps) > 0
+    assert (deps[:, 1] > deps[:, 2]).all()  # a number depends on numbers before it
+
+    def loss(**kw):
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            return T.diffusion_loss(model, ids, block_id, valid, tok.mask_token_id, T.Recipe(inv_t_weight=False, **kw),
+                                    gen, T.digit_ids(tok), T.name_ids(tok), deps)[0]
+    assert loss(dep_weight=1.0) > loss(dep_weight=0.1)
+    assert loss(dep_weight=1.0, name_weight=1.0) < loss(dep_weight=1.0, name_weight=3.0)

@@ -4,6 +4,7 @@ Nothing here runs the model or imports gradio: the app calls these with a live s
 loaded trace file, and the tests call them with a trace made by the engine.
 """
 
+from .answer_mark import answer_mark
 from .branches import branches_table, explain_round
 from .canvas import token_canvas
 from .charts import tfo_map, tokens_per_round_chart
@@ -16,7 +17,7 @@ from .ranks import rank_lanes
 from .studies import adaptive_figure, calibration_figure, orders_figure
 from .timeline import fills, last_forward_round, predictions
 
-__all__ = ["esc", "branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
+__all__ = ["esc", "answer_mark", "branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
            "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
            "token_label", "token_repr", "fills", "last_forward_round", "predictions", "orders_figure",
            "calibration_figure", "adaptive_figure"]

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from lopa.bench import humaneval
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
-from lopa.problems import final_answer, read_jsonl
+from lopa.problems import copied_names, final_answer, read_jsonl
 from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings
 
 DATA = {
@@ -63,6 +63,15 @@ def prompt_ids(loaded, prefix: str, question: str, template: str | None = None) 
     return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
+def score_answer(problem: dict, text: str) -> dict:
+    """Exact match on the `#### N` answer, the problem's reasoning steps (its calculator annotations),
+    and how many answer lines name the question's person and object (lopa.problems.copied_names)."""
+    predicted, expected = final_answer(text), final_answer(problem["answer"])
+    names_right, lines = copied_names(problem["question"], text)
+    return {"correct": int(predicted is not None and predicted == expected), "predicted": predicted,
+            "expected": expected, "steps": problem["answer"].count("<<"), "lines": lines, "names_right": names_right}
+
+
 def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
                 template: str | None = None, task: str = "gsm8k") -> list[dict]:
     rows = []
@@ -73,21 +82,24 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
         else:
             result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
             text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
-            predicted, expected = final_answer(text), final_answer(problem["answer"])
-            graded = {"correct": int(predicted is not None and predicted == expected),
-                      "predicted": predicted, "expected": expected,
-                      "steps": problem["answer"].count("<<")}  # calculator annotations: reasoning steps
+            graded = score_answer(problem, text)
         rows.append({"decoder": name, "problem": i, **graded, **result.metrics()})
     return rows
 
 
 def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dict:
     """Aggregate over problems: TPF and TPS are total tokens over total forwards / seconds."""
-    total = lambda key: sum(r[key] for r in rows)
+    total = lambda key: sum(r.get(key, 0) for r in rows)
     after_first = total("latency_s") - total("first_round_s")
+    by_steps = {}
+    for r in rows:
+        if "steps" in r:
+            by_steps.setdefault(r["steps"], []).append(r["correct"])
     return {
         "decoder": name, "k": settings.k, "n": len(rows),
         "accuracy": total("correct") / len(rows),
+        **{f"acc_{s}step": sum(v) / len(v) for s, v in sorted(by_steps.items())},
+        "names_ok": total("names_right") / total("lines") if total("lines") else float("nan"),
         "tpf_useful": total("tokens_useful") / total("forwards"),
         "tpf_paper": total("tokens_paper") / total("forwards"),
         "forwards_mean": total("forwards") / len(rows),
@@ -115,6 +127,18 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def print_step_table(summary: list[dict], details: list[dict]) -> None:
+    """Accuracy by reasoning steps per decoder, and the share of answer lines with the right names."""
+    first = [r for r in details if r["decoder"] == summary[0]["decoder"]]
+    keys = [k for k in summary[0] if k.startswith("acc_") and k.endswith("step")]
+    counts = {f"acc_{r['steps']}step": sum(1 for q in first if q["steps"] == r["steps"]) for r in first}
+    heads = [f"{k[4:-4]}-step (n={counts[k]})" for k in keys]
+    print("\n" + f"{'decoder':>12}" + "".join(f"{h:>16}" for h in heads) + f"{'names/objects':>16}")
+    for s in summary:
+        print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:15.1f}%" for k in keys)
+              + f"{s['names_ok'] * 100:15.1f}%")
 
 
 def main(argv=None) -> int:
@@ -173,6 +197,8 @@ def main(argv=None) -> int:
         print(f"{s['decoder']:>12}  acc {s['accuracy'] * 100:5.1f}%  TPF {s['tpf_useful']:5.2f} "
               f"(paper {s['tpf_paper']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
 
+    if task == "gsm8k":
+        print_step_table(summary, details)
     for name, rows in (("summary.csv", summary), ("problems.csv", details)):
         with (out / name).open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -5,7 +5,7 @@ batched greedy decoder that scores held-out problems during training (lopa.train
 The engine (lopa.engine) is the real decoder; this one exists because it decodes a whole batch
 of problems at once, one block at a time, which keeps an evaluation every few minutes cheap.
 
-Shapes: B batch, L sequence length, V vocabulary.
+Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, V vocabulary.
 """
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ ANSWER_PREFIX = " "  # the answer text follows "Answer:" after one space
 def block_causal_mask(block_id: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """4-D boolean mask (True = may attend) from per-position block ids.
 
-    block_id: [B, L] 0 for the prompt, b+1 for answer block b. valid: [B, L] False on padding.
+    block_id: [S, L] 0 for the prompt, b+1 for answer block b. valid: [S, L] False on padding.
     A query attends to every valid key whose block id is <= its own; padded queries attend
     only to themselves so no softmax row is empty (no NaNs).
     """
-    allowed = (block_id[:, None, :] <= block_id[:, :, None]) & valid[:, None, :]  # [B, L, L]
+    allowed = (block_id[:, None, :] <= block_id[:, :, None]) & valid[:, None, :]  # [S, L, L]
     eye = torch.eye(block_id.shape[1], dtype=torch.bool, device=block_id.device)
     allowed = torch.where(valid[:, :, None], allowed, eye)
-    return allowed[:, None]  # [B, 1, L, L]
+    return allowed[:, None]  # [S, 1, L, L]
 
 
 def hidden_states(model, ids, block_id, valid):
     L = ids.shape[1]
     pos = torch.arange(L, device=ids.device).expand_as(ids)
     out = model.model(input_ids=ids, attention_mask=block_causal_mask(block_id, valid), position_ids=pos)
-    return out.last_hidden_state  # [B, L, hidden]
+    return out.last_hidden_state  # [S, L, hidden]
 
 
 @torch.no_grad()
@@ -50,11 +50,11 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 3, thresho
     spec = model.config.lopa
     mask_id, eos_id = spec["mask_token_id"], spec["eos_token_ids"][0]
     prompts = [tok(PROMPT_TEMPLATE.format(prompt=q))["input_ids"] for q in questions]
-    B, P = len(prompts), max(len(p) for p in prompts)
+    S, P = len(prompts), max(len(p) for p in prompts)
     L = P + max_blocks * BLOCK_SIZE
-    ids = torch.full((B, L), tok.pad_token_id, dtype=torch.long)
-    block_id = torch.zeros((B, L), dtype=torch.long)
-    valid = torch.zeros((B, L), dtype=torch.bool)
+    ids = torch.full((S, L), tok.pad_token_id, dtype=torch.long)
+    block_id = torch.zeros((S, L), dtype=torch.long)
+    valid = torch.zeros((S, L), dtype=torch.bool)
     starts = torch.tensor([len(p) for p in prompts])
     for i, p in enumerate(prompts):
         n = len(p) + max_blocks * BLOCK_SIZE
@@ -62,12 +62,12 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 3, thresho
         ids[i, len(p): n] = mask_id
         block_id[i, len(p): n] = 1 + torch.arange(max_blocks * BLOCK_SIZE) // BLOCK_SIZE
         valid[i, :n] = True
-    done = torch.zeros(B, dtype=torch.bool)
+    done = torch.zeros(S, dtype=torch.bool)
     rounds = committed = 0
     cols = torch.arange(L)
     for b in range(max_blocks):
-        lo = starts + b * BLOCK_SIZE  # [B]
-        in_block = (cols[None] >= lo[:, None]) & (cols[None] < lo[:, None] + BLOCK_SIZE)  # [B, L]
+        lo = starts + b * BLOCK_SIZE  # [S]
+        in_block = (cols[None] >= lo[:, None]) & (cols[None] < lo[:, None] + BLOCK_SIZE)  # [S, L]
         width = P + (b + 1) * BLOCK_SIZE  # later blocks are invisible under block-causal attention
         while True:
             todo = in_block & (ids == mask_id) & ~done[:, None]
@@ -75,19 +75,19 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 3, thresho
                 break
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 h = hidden_states(model, ids[:, :width], block_id[:, :width], valid[:, :width])
-                logits = model.lm_head(h).float()  # [B, width, V]
+                logits = model.lm_head(h).float()  # [S, width, V]
             # never "commit" the mask or pad token, or a position could stay masked forever
             logits[..., [mask_id, tok.pad_token_id]] = float("-inf")
             probs = logits.softmax(-1)
-            conf, tokens = probs.max(-1)  # [B, width]
+            conf, tokens = probs.max(-1)  # [S, width]
             # shift: position j is predicted by the output at j-1
             conf, tokens = F.pad(conf[:, :-1], (1, 0)), F.pad(tokens[:, :-1], (1, 0))
             cand = todo[:, :width]
             conf = torch.where(cand, conf, torch.full_like(conf, -1.0))
             commit = conf > threshold
-            best = conf.argmax(-1)  # [B]
+            best = conf.argmax(-1)  # [S]
             has = cand.any(-1)
-            commit[torch.arange(B)[has], best[has]] = True
+            commit[torch.arange(S)[has], best[has]] = True
             commit &= cand
             ids[:, :width] = torch.where(commit, tokens, ids[:, :width])
             rounds += 1
@@ -96,7 +96,7 @@ def greedy_decode(model, tok, questions: list[str], max_blocks: int = 3, thresho
         if done.all():
             break
     texts = []
-    for i in range(B):
+    for i in range(S):
         ans = ids[i, starts[i]:].tolist()
         ans = ans[: ans.index(eos_id)] if eos_id in ans else ans
         texts.append(tok.decode([a for a in ans if a != mask_id]))

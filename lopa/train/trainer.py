@@ -14,7 +14,8 @@ expects (they are written into config.json as `config.lopa`):
 - noise: the prompt is never masked; block b is masked with ratio t_b, non-decreasing along
   the blocks, so a later block learns to be denoised while an earlier one is unfinished (D2F).
 
-Shapes: B batch, L sequence length, V vocabulary, N block size, M masked positions.
+Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, V vocabulary, N block
+size, M masked positions, E dependency edges (result -> operand positions).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lopa.problems import DEFAULT_MAX_VALUE, is_heldout, make_problem, split
+from lopa.problems import DEFAULT_MAX_VALUE, NAMES, OBJECTS, is_heldout, make_problem, split
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
 from lopa.train.tokenizer import EOS, MASK, PAD
 
@@ -54,6 +56,9 @@ class Recipe:
     max_steps: int = 3           # reasoning steps per problem at the end of the curriculum
     hard_bias: float = 1.0       # after the curriculum, draw s steps with weight s**hard_bias
     digit_weight: float = 3.0    # loss weight on digit targets: operands and results carry the answer
+    name_weight: float = 5.0     # loss weight on name and object targets, which must be copied from the question
+    dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
+                                 # (1 = off; 0.1 failed, see the model card)
     max_value: int = DEFAULT_MAX_VALUE
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 
@@ -115,9 +120,37 @@ def encode(tok, problem: dict) -> tuple[list[int], list[int]]:
     return prompt, answer
 
 
+CALC = re.compile(r"<<(\d+)[-+*/](\d+)=(\d+)>>(\d+)")
+FINAL = re.compile(r"#### (\d+)")
+
+
+def number_dependencies(tok, answer: str) -> list[tuple[int, int]]:
+    """(target, source) answer-token pairs: a number that is computed or copied from numbers
+    earlier in the answer. In `<<a+b=c>>c2`, c comes from a and b, c2 from c; a line's a from
+    the previous line's c2; the `####` number from the last c2. Token indices count from the
+    answer's first token (as `encode` tokenizes it)."""
+    text = ANSWER_PREFIX + answer
+    offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+
+    def tokens(span):
+        return [i for i, (s, e) in enumerate(offsets) if s < span[1] and e > span[0]]
+
+    pairs, previous = [], []
+    for m in CALC.finditer(text):
+        a, b, c, c2 = (tokens(m.span(g)) for g in (1, 2, 3, 4))
+        pairs += [(t, s) for t in c for s in a + b] + [(t, s) for t in c2 for s in c]
+        pairs += [(t, s) for t in a for s in previous]
+        previous = c2
+    final = FINAL.search(text)
+    if final:
+        pairs += [(t, s) for t in tokens(final.span(1)) for s in previous]
+    return pairs
+
+
 def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
-    """Clean sequences: ids [B, L], answer-block id per position (0 = prompt), valid mask."""
-    rows = []
+    """Clean sequences: ids [S, L], answer-block id per position (0 = prompt), valid mask, and the
+    number dependencies [E, 3] as (row, target position, source position)."""
+    rows, deps = [], []
     steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
         p = make_problem(rng, steps, recipe.max_value)
@@ -127,6 +160,7 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
         n_blocks = math.ceil(len(answer) / BLOCK_SIZE) + (rng.random() < recipe.extra_eos_block_prob)
         answer = answer + [tok.eos_token_id] * (n_blocks * BLOCK_SIZE - len(answer))
         blocks = [0] * len(prompt) + [1 + i // BLOCK_SIZE for i in range(len(answer))]
+        deps += [(len(rows), len(prompt) + t, len(prompt) + s) for t, s in number_dependencies(tok, p["answer"])]
         rows.append((prompt + answer, blocks))
     L = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), L), tok.pad_token_id, dtype=torch.long)
@@ -136,23 +170,23 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
         ids[i, : len(seq)] = torch.tensor(seq)
         block_id[i, : len(seq)] = torch.tensor(blk)
         valid[i, : len(seq)] = True
-    return ids, block_id, valid
+    return ids, block_id, valid, torch.tensor(deps, dtype=torch.long).reshape(-1, 3)
 
 
 def block_mask_ratios(block_id, valid, recipe: Recipe, gen: torch.Generator) -> torch.Tensor:
-    """Per-position mask ratio t [B, L]: 0 on the prompt, non-decreasing over answer blocks.
+    """Per-position mask ratio t [S, L]: 0 on the prompt, non-decreasing over answer blocks.
 
     Block ratios t_b = min(1, t_first + d * (b - first)) from a first noisy block `first`;
     with probability clean_prefix_prob the blocks before it are clean (what the decoder sees
     once earlier blocks are finished), otherwise first = 0.
     """
-    B = block_id.shape[0]
-    n_blocks = (block_id * valid).amax(dim=1)  # [B]
-    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(B, generator=gen)
-    slope = 0.5 * torch.rand(B, generator=gen)
-    first = (torch.rand(B, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
-    first = torch.where(torch.rand(B, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
-    rel = (block_id - first[:, None]).float()  # [B, L]
+    S = block_id.shape[0]
+    n_blocks = (block_id * valid).amax(dim=1)  # [S]
+    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(S, generator=gen)
+    slope = 0.5 * torch.rand(S, generator=gen)
+    first = (torch.rand(S, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
+    first = torch.where(torch.rand(S, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
+    rel = (block_id - first[:, None]).float()  # [S, L]
     t = (t0[:, None] + slope[:, None] * rel).clamp(max=1.0)
     t = torch.where((rel >= 0) & (block_id > 0) & valid, t, torch.zeros_like(t))
     return t
@@ -167,14 +201,33 @@ def digit_ids(tok) -> torch.Tensor:
     return is_digit
 
 
+def name_ids(tok) -> torch.Tensor:
+    """Bool [V]: True for the one-token names and objects of the synthetic problems (" Leo", " apples")."""
+    is_name = torch.zeros(len(tok), dtype=torch.bool)
+    for word in NAMES + OBJECTS:
+        ids = tok(" " + word)["input_ids"]
+        if len(ids) == 1:
+            is_name[ids[0]] = True
+    return is_name
+
+
+def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
+    """Bool [S, L]: positions with at least one masked source in `deps` [E, 3] (row, target, source)."""
+    blocked = torch.zeros(masked.shape, dtype=torch.long)
+    if len(deps):
+        row, target, source = deps.unbind(1)
+        blocked.index_put_((row, target), masked[row, source].long(), accumulate=True)
+    return blocked > 0
+
+
 def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
-                   is_digit: torch.Tensor):
-    t = block_mask_ratios(block_id, valid, recipe, gen)  # [B, L]
-    masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [B, L]
+                   is_digit: torch.Tensor, is_name: torch.Tensor | None = None, deps: torch.Tensor | None = None):
+    t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
+    masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [S, L]
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    h = hidden_states(model, noisy, block_id, valid)  # [B, L, hidden]
+    h = hidden_states(model, noisy, block_id, valid)  # [S, L, hidden]
     # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.
-    sel = masked[:, 1:]  # [B, L-1]
+    sel = masked[:, 1:]  # [S, L-1]
     logits = model.lm_head(h[:, :-1][sel]).float()  # [M, V]
     target = ids[:, 1:][sel]  # [M]
     ce = F.cross_entropy(logits, target, reduction="none")  # [M]
@@ -183,6 +236,14 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     # digit or two?) the optimum's odds lean digit_weight:1 toward the digit; among digits, and
     # wherever the class is certain, it is still the true conditional that LoPA's confidence reads.
     w = torch.where(is_digit[target], recipe.digit_weight, 1.0)  # [M]
+    if is_name is not None:  # the same for names and objects, which the model must copy from the question
+        w = torch.where(is_name[target], recipe.name_weight, w)
+    if deps is not None:
+        # A result whose operands are masked can only be recomputed from the question, and a model
+        # that learns that path uses it on later lines too, where it fails (model card). Weighting it
+        # down leaves most of the signal to the path that reads the operands written in the answer.
+        blocked = blocked_by_mask(masked, deps)[:, 1:][sel]  # [M]
+        w = torch.where(blocked, recipe.dep_weight * w, w)
     ce_w = ce * w
     if recipe.inv_t_weight:
         n_answer = ((block_id > 0) & valid).sum().clamp(min=1)
@@ -205,12 +266,12 @@ def export(model, tok, out: Path):
     tok.save_pretrained(str(out))
 
 
-def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=()):
+def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=(), seed=None):
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / "state.pt.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
                 "py_rng": rng.getstate(), "gen": gen.get_state(), "recipe": asdict(recipe),
-                "history": list(history)}, tmp)
+                "history": list(history), "seed": seed}, tmp)
     tmp.replace(path / "state.pt")  # atomic, so a kill mid-save keeps the previous checkpoint
 
 
@@ -244,7 +305,11 @@ def lr_at(step: int, progress: float, recipe: Recipe) -> float:
 
 
 def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, seed: int,
-          resume: bool, export_dir: Path, ckpt_minutes: float, n_eval: int, log=print, threads: int = 2):
+          resume: bool, export_dir: Path, ckpt_minutes: float, n_eval: int, log=print, threads: int = 2,
+          stop_after: int | None = None, log_every: int = 50):
+    """Train for `minutes` and/or `steps` (the LR schedule and curriculum run over whichever ends
+    first). `stop_after` ends the run at that step with a checkpoint but leaves the schedule as it
+    is, as an interruption would; `resume` then continues it from the checkpoint."""
     from tqdm import tqdm
 
     if minutes is None and steps is None:
@@ -261,6 +326,10 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     ckpt = out / "checkpoint"
     if resume and (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt", weights_only=False)
+        # A longer --minutes/--steps may extend a run; another recipe or seed would be another run.
+        if state["recipe"] != asdict(recipe) or state.get("seed", seed) != seed:
+            raise ValueError(f"{ckpt / 'state.pt'} was written with another recipe or seed "
+                             f"({state['recipe']}, seed {state.get('seed')}); resume with the same flags")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed, history = state["step"], state["elapsed"], state.get("history", [])
@@ -271,7 +340,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     log(f"params {n_params / 1e6:.2f}M recipe {asdict(recipe)}")
     heldout = split("heldout", n_eval, seed=0, max_steps=recipe.max_steps, max_value=recipe.max_value)
     mask_id = tok.convert_tokens_to_ids(MASK)
-    is_digit = digit_ids(tok)
+    is_digit, is_name = digit_ids(tok), name_ids(tok)
 
     def progress():
         parts = []
@@ -290,17 +359,17 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
             update_model_card(export_dir / "README.md", history, n_params, recipe)
             log(f"EVAL step {step} min {elapsed / 60:.1f} acc {r['acc']:.3f} by_steps {r['by_steps']} "
                 f"tok/round {r['tokens_per_round_per_sample']:.2f} ({r['eval_s']:.0f}s) ex {r['example']!r}")
-        save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe, history)
+        save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe, history, seed)
 
     model.train()
     bar = tqdm(total=steps, initial=step, mininterval=10, dynamic_ncols=False)
     last_ckpt, t_start, ema = elapsed, time.time() - elapsed, None
-    while progress() < 1.0:
+    while progress() < 1.0 and (stop_after is None or step < stop_after):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, progress(), recipe)
-        ids, block_id, valid = make_batch(tok, rng, recipe, progress())
+        ids, block_id, valid, deps = make_batch(tok, rng, recipe, progress())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
-            loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit)
+            loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit, is_name, deps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -310,7 +379,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         ema = float(ce) if ema is None else 0.98 * ema + 0.02 * float(ce)
         bar.update(1)
         bar.set_postfix(ce=f"{ema:.3f}", min=f"{elapsed / 60:.1f}", refresh=False)
-        if step % 50 == 0:
+        if step % log_every == 0:
             log(f"step {step} min {elapsed / 60:.1f} ce {ema:.4f} loss {loss.item():.4f} "
                 f"lr {opt.param_groups[0]['lr']:.2e} tok/s {step * recipe.batch * ids.shape[1] / max(elapsed, 1):.0f}")
         if elapsed - last_ckpt >= 60 * ckpt_minutes:
@@ -318,7 +387,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
             last_ckpt = elapsed = time.time() - t_start
     bar.close()
     checkpoint()
-    log(f"done: step {step}, {elapsed / 60:.1f} min")
+    log(f"{'done' if progress() >= 1.0 else 'stopped'}: step {step}, {elapsed / 60:.1f} min")
     return model, tok
 
 
@@ -333,6 +402,7 @@ def main(argv=None):
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
     ap.add_argument("--n-eval", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--stop-after", type=int, default=None, help="stop at this step (the schedule is unchanged)")
     for f, v in asdict(Recipe()).items():
         kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(v, bool) else type(v)
         ap.add_argument("--" + f.replace("_", "-"), type=kind, default=v)
@@ -343,7 +413,7 @@ def main(argv=None):
         print(msg, flush=True)
 
     train(args.out, recipe, args.minutes, args.steps, args.seed, args.resume,
-          args.export or args.out, args.ckpt_minutes, args.n_eval, log, args.threads)
+          args.export or args.out, args.ckpt_minutes, args.n_eval, log, args.threads, args.stop_after)
 
 
 if __name__ == "__main__":

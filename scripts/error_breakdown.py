@@ -1,0 +1,128 @@
+"""Where a model's answers go wrong, line by line, on synthetic problems (the model card's table).
+
+    python scripts/error_breakdown.py --data runs/data/dev_2611.jsonl --n 300 [--model DIR] [--k 0]
+
+Decodes with the engine (D2F vanilla at k = 0, paper GSM8K settings) and checks each answer line
+`<<a op b = c>>c2` against the reference: the first operand (read from the question on line 1,
+copied from the previous line's result after that), the second operand (always from the
+question), the operation, the arithmetic given the line's own operands, the copy after `>>`, the
+`####` line, and the person and object named. Each wrong answer is charged to its first error.
+It also prints how uneven the confidence landscape is: rounds per answer, the share of answer
+tokens filled in the first round, and the spread (standard deviation) of the fill round over an
+answer's positions; a model sure of every token would fill everything in one or two rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lopa.models import load  # noqa: E402
+from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
+from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
+from visualizations.timeline import fills  # noqa: E402
+
+CALC = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
+APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+         "/": lambda a, b: a // b if b else None}
+
+
+def line_errors(question: str, reference: str, text: str) -> tuple[list[str], list[str]]:
+    """(errors in order of appearance, per-line verdicts: 'ok', or what is wrong: 'person', 'object', 'both')."""
+    asked, known = set(WORD_RE.findall(question)), set(NAMES) | set(OBJECTS)
+    want = [CALC.search(line) for line in reference.splitlines() if "<<" in line]
+    got_lines = [line for line in text.splitlines() if "<<" in line]
+    errors, names, previous = [], [], None
+    for i, line in enumerate(got_lines):
+        named = [w for w in WORD_RE.findall(line) if w in known]
+        person = any(w in NAMES for w in named) and all(w in asked for w in named if w in NAMES)
+        thing = all(w in asked for w in named if w in OBJECTS)  # a sell line names dollars, no object
+        names.append("ok" if person and thing else "person" if thing else "object" if person else "both")
+        m = CALC.search(line)
+        if m is None:
+            errors.append("unreadable line")
+            continue
+        if i >= len(want):
+            errors.append("extra line")
+            break
+        a, op, b, c, c2 = m.groups()
+        _, want_op, want_b, _, _ = want[i].groups()
+        if i == 0 and a != want[0].group(1):
+            errors.append("line 1: first operand misread from the question")
+        if i > 0 and a != previous:
+            errors.append("later line: first operand not the previous line's result")
+        if op != want_op:
+            errors.append("wrong operation")
+        elif b != want_b:
+            errors.append(f"{'line 1' if i == 0 else 'later line'}: second operand misread from the question")
+        if APPLY[op](int(a), int(b)) != int(c):
+            errors.append(f"{'line 1' if i == 0 else 'later line'}: arithmetic wrong ({op}) for its own operands")
+        if c2 != c:
+            errors.append("result after >> not copied")
+        previous = c2
+    if len(got_lines) < len(want):
+        errors.append("missing lines")
+    if previous is not None and final_answer(text) != previous:
+        errors.append("#### not the last line's result")
+    return errors, names
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--k", type=int, default=0, help="lookahead branches (0 = D2F vanilla)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    loaded = load(args.model)
+    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention)
+    settings = decoder_settings("lopa", base, k=args.k) if args.k else decoder_settings("d2f", base)
+    first, every, by_steps, verdicts = collections.Counter(), collections.Counter(), collections.Counter(), []
+    problems = read_jsonl(args.data)[: args.n]
+    rounds, first_round, spread = [], [], []
+    for p in problems:
+        run = loaded.decoder(settings).run(p["question"])
+        text = run.text
+        useful = len(run.useful_tokens)
+        filled = [f.round for pos, f in fills(run.records).items() if pos < useful]
+        rounds.append(len(run.records) - 1)                     # rounds after the prefill
+        first_round.append(filled.count(min(filled)) / len(filled) if filled else 0.0)
+        spread.append(statistics.pstdev(filled) if len(filled) > 1 else 0.0)
+        steps = p["answer"].count("<<")
+        right = final_answer(text) == final_answer(p["answer"])
+        by_steps[(steps, right)] += 1
+        errors, names = line_errors(p["question"], p["answer"], text)
+        verdicts += names
+        every.update(set(errors))
+        if not right:
+            first[errors[0] if errors else "other"] += 1
+    n_wrong = sum(first.values())
+    print(f"{loaded.describe()}; {Path(args.data).name}, n={len(problems)}, k={args.k}")
+    for s in sorted({s for s, _ in by_steps}):
+        ok, total = by_steps[(s, True)], by_steps[(s, True)] + by_steps[(s, False)]
+        print(f"  {s}-step: {ok}/{total} right ({100 * ok / total:.1f}%)")
+    lines, count = max(len(verdicts), 1), collections.Counter(verdicts)
+    print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
+          f"object: {count['ok']}/{len(verdicts)} ({100 * count['ok'] / lines:.1f}%); wrong person only "
+          f"{count['person']}, wrong object only {count['object']}, both wrong {count['both']}")
+    print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "
+          f"{100 * statistics.mean(first_round):.0f}% of answer tokens filled in the first round, "
+          f"fill-round spread over positions {statistics.mean(spread):.2f} rounds")
+    print("\n| first error in a wrong answer | answers | answers with this error anywhere |\n|---|---:|---:|")
+    for error, count in first.most_common():
+        print(f"| {error} | {count} | {every[error]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
