@@ -64,6 +64,7 @@ def show_shipped(study: str, interactive: bool = False) -> tuple:
                 f"`python -m lopa.study {study}`.", "", None, _image(None), "")
     tables, meta = shipped
     status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
+              f" (weights {esc(meta.get('weights_sha256', '?'))})"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
               f"{esc(meta.get('data', ''))}.")
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
