@@ -176,3 +176,36 @@ def build_compare_panel() -> dict:
             "lopa_counters": lopa_counters, "lopa_answer": lopa_answer, "lopa_tfo": lopa_tfo,
             "compare_summary": summary, "compare_diff": diff, "compare_a": compare_a, "compare_b": compare_b,
             "compare_runs": compare_runs}
+
+
+def build_studies_panel() -> dict:
+    """The Studies section: shipped results of `python -m lopa.study` (instant), or a live run."""
+    from .studies import LIVE_LIMITS, TITLES, show_shipped
+    from .studies import STUDY_OUTPUTS as names
+    gr.Markdown("Three questions the paper leaves open, answered on the loaded model (docs/studies.md). The plots "
+                "start from the results the command line shipped; **Run live** repeats a study on a few fresh "
+                "problems here.")
+    with gr.Row():
+        study = gr.Dropdown([(title, name) for name, title in TITLES.items()], value="orders", label="study",
+                            scale=3, elem_id="study")
+        problems = gr.Number(value=3, precision=0, label=f"problems ({LIVE_LIMITS['problems'][0]}–"
+                             f"{LIVE_LIMITS['problems'][1]})", scale=1, min_width=90, elem_id="study-problems")
+        random_orders = gr.Number(value=5, precision=0, label="random orders (orders study)", scale=1, min_width=90,
+                                  elem_id="study-random")
+        seed = gr.Number(value=15, precision=0, label="problem seed", scale=1, min_width=90, elem_id="study-seed")
+    with gr.Row():
+        run = gr.Button("▶ Run live", variant="primary", elem_id="study-run")
+        stop = gr.Button("■ Stop", variant="stop", elem_id="study-stop")
+        shipped = gr.Button("Show shipped results", elem_id="study-shipped")
+        interactive = gr.Button("Interactive plot of them", elem_id="study-interactive")
+    first = dict(zip(names, show_shipped("orders")))
+    status = gr.Markdown(first["study_status"], elem_id="study-status")
+    progress = gr.HTML(first["study_progress"], elem_id="study-progress")
+    plot = gr.Plot(label="study (interactive)", elem_id="study-plot")
+    image = gr.Image(first["study_image"]["value"], label="study (shipped results)", type="filepath",
+                     interactive=False, elem_id="study-image")
+    summary = gr.Markdown(first["study_summary"], elem_id="study-summary")
+    return {"study": study, "study_problems": problems, "study_random": random_orders, "study_seed": seed,
+            "study_run": run, "study_stop": stop, "study_shipped": shipped, "study_interactive": interactive,
+            "study_status": status, "study_progress": progress, "study_plot": plot, "study_image": image,
+            "study_summary": summary}

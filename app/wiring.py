@@ -8,7 +8,7 @@ import gradio as gr
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, forks, share
+from . import api, forks, share, studies
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
@@ -19,6 +19,7 @@ from .panels import (
     build_model_panel,
     build_round_view,
     build_settings_panel,
+    build_studies_panel,
     build_trace_panel,
 )
 from .session import BACKEND_NAMES, ORDER_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
@@ -61,6 +62,10 @@ def build_demo() -> gr.Blocks:
                 with gr.Column(elem_id="compare-view"):
                     gr.Markdown("## Compare runs")
                     c.update(build_compare_panel())
+                with gr.Column(elem_id="studies-view"):
+                    gr.Markdown("## Studies")
+                    c["study_state"] = gr.State(studies.new_study_state)
+                    c.update(build_studies_panel())
         wire(demo, c)
     demo.queue(**QUEUE)
     return demo
@@ -128,3 +133,14 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     c["trace_upload"].upload(cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
         cb.clear_upload, None, [c["trace_upload"]], api_visibility="private", **VIEW)
     c["preset"].change(cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)
+
+    # Studies: shipped results (instant), or a live run with progress and Stop.
+    study_out = pick(*studies.STUDY_OUTPUTS)
+    c["study_run"].click(studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
+                                             c["study_seed"]], study_out, api_name="run_study", show_progress="hidden",
+                         **MODEL)
+    c["study_stop"].click(studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
+    for event in (c["study"].input, c["study_shipped"].click):
+        event(studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
+    c["study_interactive"].click(studies.show_interactive, [c["study"]], study_out, api_visibility="private",
+                                 show_progress="hidden", **VIEW)

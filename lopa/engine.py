@@ -23,7 +23,7 @@ import torch
 from lopa.blocks import Branch
 from lopa.forward import EXECUTORS, Executor, Verified, make_executor
 from lopa.order import Commits, Forced, OrderPolicy, RoundView, ScriptedOrder, make_order, script_from_trace
-from lopa.rules import branch_score, select_winner
+from lopa.rules import branch_scores, select_winner
 from lopa.settings import DecodeSettings, ModelSpec
 from lopa.trace import RoundRecord, RunResult
 
@@ -149,15 +149,16 @@ class Decoder:
                 self.state = anchor
                 yield self._final(r, anchor, commits, start)
                 return
-            # 2. lookahead: the policy's k positions (paper: highest Conf), one extra token each
+            # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
             look_pos = order.lookahead(view, anchor.window() == anchor.mask_id)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
             # 4. verify: one forward over all k + 1 windows
             verified = ex.verify(branches)
-            # 5. score and 6. select
-            scores = torch.stack([branch_score(self._masked_conf(b, verified, j)) for j, b in enumerate(branches)])
+            # 5. score (paper: mean Conf of the masked positions; settings.branch_score) and 6. select
+            masked = [self._masked(b, verified, j) for j, b in enumerate(branches)]
+            scores = branch_scores(masked, s.branch_score, s.tau_conf)
             winner = int(select_winner(scores))
             # 7. commit: the winner becomes the state; its complete leading blocks join the cache
             n_cache = branches[winner].cacheable_blocks()
@@ -180,7 +181,8 @@ class Decoder:
         self.executor.start(prompt_ids)
         verified = self.executor.verify([self.state])
         self.executor.commit(0, 0)                                # caches the prompt
-        scores = [float(branch_score(self._masked_conf(self.state, verified, 0)))]
+        s = self.settings
+        scores = branch_scores([self._masked(self.state, verified, 0)], s.branch_score, s.tau_conf).tolist()
         record = self._record(0, "prefill", [self.state], verified, None, scores, 0, start)
         predictions = verified.branch(0)
         self._save(0, predictions)
@@ -196,8 +198,11 @@ class Decoder:
                          self.settings, self.spec.mask_token_id, self.vocab_size)
 
     @staticmethod
-    def _masked_conf(branch: Branch, verified: Verified, j: int) -> torch.Tensor:
-        return verified.branch(j)[2][branch.window() == branch.mask_id]
+    def _masked(branch: Branch, verified: Verified, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Branch j's still-masked window positions [M], their max_prob [M] and Conf [M]."""
+        masked = branch.window() == branch.mask_id
+        _, max_prob, conf = verified.branch(j)
+        return masked.nonzero().flatten(), max_prob[masked], conf[masked]
 
     # -- saved states (forks resume from them) ---------------------------------------------
     def _save(self, r: int, predictions: Predictions) -> None:

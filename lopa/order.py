@@ -32,7 +32,7 @@ from typing import Protocol
 
 import torch
 
-from lopa.rules import COMMIT_RULES, lookahead_positions
+from lopa.rules import COMMIT_RULES, choose_k, lookahead_positions
 from lopa.settings import DecodeSettings
 
 SCRIPT_FORMAT = "lopa-script/1"
@@ -121,6 +121,36 @@ class LeftToRightOrder(ConfidenceOrder):
         return -torch.arange(view.token.numel(), dtype=torch.float)
 
     lookahead_rank = fallback_rank
+
+
+class AdaptiveOrder:
+    """k = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
+    top settings.k candidates as pay for themselves in committed tokens per second (lopa.rules.choose_k),
+    given `cost`, the seconds of a round with B = 1 .. K + 1 branches measured on the running device
+    (lopa.study.adaptive.measure_cost). Returns fewer than k positions, often none, which the engine
+    verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
+    near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
+    win, release, lift: the gain model of lopa.rules.choose_k."""
+    name = "adaptive"
+
+    def __init__(self, cost, base: OrderPolicy | None = None, near: float = 0.2, win: float = 0.35,
+                 release: float = 1.0, lift: float = 0.25):
+        self.cost = torch.as_tensor(cost, dtype=torch.float64)          # [K + 1] seconds for B = 1 .. K + 1
+        self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
+        # For a quick "no branch can pay" check: the cheapest round with branches against one without.
+        self.single, self.cheapest = float(self.cost[0]), float(self.cost[1:].min()) if self.cost.numel() > 1 else 0.0
+
+    def anchor(self, view: RoundView) -> Commits:
+        return self.base.anchor(view)
+
+    def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        anchor_commits = int(view.masked.sum() - free.sum())
+        n_near = int((free & (view.max_prob > view.settings.tau_conf - self.near)).sum())
+        best_gain = self.gain["release"] + self.gain["lift"] * n_near        # what a sure win could add
+        if self.cheapest <= 0 or (anchor_commits + best_gain) / self.cheapest < anchor_commits / self.single:
+            return torch.zeros(0, dtype=torch.long)                      # no k >= 1 can pay: skip the ranking
+        ranked = self.base.lookahead(view, free)                         # [<= k] best first
+        return ranked[:int(choose_k(ranked.numel(), anchor_commits, n_near, self.cost, **self.gain))]
 
 
 ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from lopa.settings import BRANCH_SCORE_RULES
+
 
 def confidence(probs: torch.Tensor, metric: str) -> torch.Tensor:
     """Conf of each distribution. probs: [..., V] -> [...].
@@ -102,3 +104,99 @@ def select_winner(scores: torch.Tensor) -> torch.Tensor:
     """
     preference = torch.cat([torch.arange(1, scores.numel()), torch.zeros(1, dtype=torch.long)])
     return preference[scores[preference].argmax()]
+
+
+# -- branch score rules (the setting `branch_score`; "mean" is the paper's C(B)) ---------------------
+# The paper scores a branch by the mean Conf of its still-masked positions "for simplicity" and names
+# alternatives without testing them (Sec. 3); `python -m lopa.study calibration` compares these.
+SCORE_WINDOW = 8        # positions of the sliding window and of the least-confident segment
+
+
+def _front_window(conf: torch.Tensor) -> torch.Tensor:
+    return conf[:SCORE_WINDOW].mean()
+
+
+def _least_confident_segment(conf: torch.Tensor) -> torch.Tensor:
+    if conf.numel() <= SCORE_WINDOW:
+        return conf.mean()
+    return conf.unfold(0, SCORE_WINDOW, 1).mean(-1).min()      # [M - w + 1] segment means
+
+
+def branch_scores(masked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], rule: str = "mean",
+                  tau: float = 0.9) -> torch.Tensor:
+    """C(B_j) for every branch of a round under one rule. masked: per branch j, its still-masked
+    window positions, their max_prob and their Conf, ([M_j], [M_j], [M_j]) in window order -> [B].
+
+    mean     the paper's: mean Conf of the branch's masked positions (branch_score)
+    loo      leave-one-out: mean Conf over the positions still masked in *every* branch, so all
+             branches are compared on the same set (a branch no longer gains from dropping the
+             low-confidence position it filled)
+    min      the least confident masked position
+    window   mean Conf of the first SCORE_WINDOW masked positions (the decoding front)
+    segment  the least-confident run of SCORE_WINDOW consecutive masked positions (its mean)
+    count    how many masked positions have max_prob > tau (what the next anchor would commit)
+    A branch with nothing left masked scores +inf under every rule, as in branch_score.
+    """
+    if rule not in BRANCH_SCORE_RULES:
+        raise ValueError(f"branch_score must be one of {BRANCH_SCORE_RULES}, got {rule!r}")
+    if rule == "loo":
+        common = masked[0][0]
+        for positions, _, _ in masked[1:]:
+            common = common[torch.isin(common, positions)]
+    scores = []
+    for positions, max_prob, conf in masked:
+        conf = conf.float()
+        if conf.numel() == 0:
+            scores.append(torch.tensor(float("inf")))
+        elif rule == "mean":
+            scores.append(branch_score(conf))
+        elif rule == "loo":
+            shared = torch.isin(positions, common)
+            scores.append(conf[shared].mean() if bool(shared.any()) else conf.mean())
+        elif rule == "min":
+            scores.append(conf.min())
+        elif rule == "window":
+            scores.append(_front_window(conf))
+        elif rule == "segment":
+            scores.append(_least_confident_segment(conf))
+        else:
+            scores.append((max_prob > tau).sum().float())
+    return torch.stack(scores)
+
+
+def score_split(anchor_positions: list[int], anchor_conf: list[float], positions: list[int], conf: list[float],
+                filled: int) -> dict | None:
+    """What a lookahead branch's gain over the anchor under the mean rule is made of, from a trace's
+    recorded lists. ΔC = C(B_j) - C(B_0) = removal + change, where
+        removal = mean of the anchor's Conf without the filled position - C(B_0): what the branch
+                  gains only because its own (usually low-confidence) position left the mean;
+        change  = C(B_j) - that mean: what the extra token did to the other positions' Conf
+                  (and to any block the branch alone added).
+    Returns {"removal", "change", "delta"}, or None when a mean is undefined (nothing left masked)."""
+    rest = [c for p, c in zip(anchor_positions, anchor_conf) if p != filled]
+    if not anchor_conf or not rest or not conf:
+        return None
+    c0, c0_rest, cj = sum(anchor_conf) / len(anchor_conf), sum(rest) / len(rest), sum(conf) / len(conf)
+    return {"removal": c0_rest - c0, "change": cj - c0_rest, "delta": cj - c0}
+
+
+def choose_k(n_candidates: int, anchor_commits: int, n_near: int, cost: torch.Tensor, win: float = 0.35,
+             release: float = 1.0, lift: float = 0.25) -> torch.Tensor:
+    """The adaptive branch budget: how many of the ranked lookahead candidates to verify this round.
+
+    cost: [K + 1] seconds of a round with B = 1 .. K + 1 branches, measured on the running device.
+    Expected tokens committed this round and the next with k branches:
+        E(k) = A + (1 - (1 - win)^k) * (release + lift * n_near)
+    A = the anchor's commits this round; 1 - (1 - win)^k = the chance that one of k branches wins
+    (each wins with chance `win`); a win commits its own token (`release` = 1) plus the share `lift`
+    of the n_near positions just under tau_conf that it pushes over. `win` is measured on the bundled
+    model (docs/studies.md): at k = 1 a lookahead branch wins 35% of rounds, at k = 2 71% (1 - 0.65^2
+    = 58% predicted: branches are not independent, so the model is conservative past k = 1).
+    Returns k in 0..n_candidates maximising E(k) / cost[k], committed tokens per second; ties go to
+    the larger k. Branches that cost nothing give the largest k; branches dearer than any gain, k = 0.
+    """
+    C = min(n_candidates, cost.numel() - 1)
+    k = torch.arange(C + 1, dtype=torch.float64)                                      # [C + 1]
+    expected = anchor_commits + (1 - (1 - win) ** k) * (release + lift * n_near)     # [C + 1]
+    rate = expected / cost[:C + 1].double()
+    return C - torch.flip(rate, [0]).argmax()                                          # the last maximum

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lopa.settings import (
     ATTENTION_MODES,
+    BRANCH_SCORE_RULES,
     COMMIT_RULES,
     CONFIDENCE_METRICS,
     MAX_LOOKAHEAD,
@@ -69,6 +70,7 @@ class Settings(BaseModel):
     seed: Annotated[int, Field(ge=0)] = 0
     order: Literal[ORDERS] = "confidence"
     order_seed: Annotated[int, Field(ge=0)] = 0
+    branch_score: Literal[BRANCH_SCORE_RULES] = "mean"
 
     @model_validator(mode="after")
     def _ranges(self):

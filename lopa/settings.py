@@ -10,6 +10,9 @@ ATTENTION_MODES = ("block_causal", "full")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right")
+# Branch score rules (lopa.rules.branch_scores): "mean" is the paper's C(B); the others are the
+# alternatives `python -m lopa.study calibration` compares (docs/studies.md).
+BRANCH_SCORE_RULES = ("mean", "loo", "min", "window", "segment", "count")
 # k verifies k + 1 windows in one batch; past 32 the batch stops being "small" even on a GPU,
 # and the paper never uses more than 14 (Table 5).
 MAX_LOOKAHEAD = 32
@@ -34,6 +37,9 @@ class DecodeSettings:
     attention: "block_causal" (how D2F models are trained) or "full" (paper's LoPA default).
     order: token filling order policy (lopa/order.py): "confidence" (the paper's), "random" (the
         lookahead drawn uniformly, seeded by order_seed) or "left_to_right".
+    branch_score: how a branch is scored to pick the winner (LoPA step 5): "mean" (the paper's mean
+        Conf over its masked positions), "loo", "min", "window", "segment" or "count"
+        (lopa.rules.branch_scores; docs/studies.md says what each does on the bundled model).
     """
 
     k: int = 0
@@ -49,6 +55,7 @@ class DecodeSettings:
     seed: int = 0
     order: str = "confidence"
     order_seed: int = 0
+    branch_score: str = "mean"
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or not (0 <= self.k <= MAX_LOOKAHEAD):
@@ -79,6 +86,8 @@ class DecodeSettings:
             raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
         if not isinstance(self.order_seed, int) or self.order_seed < 0:
             raise ValueError(f"order_seed must be a non-negative integer, got {self.order_seed!r}")
+        if self.branch_score not in BRANCH_SCORE_RULES:
+            raise ValueError(f"branch_score must be one of {BRANCH_SCORE_RULES}, got {self.branch_score!r}")
 
     @property
     def max_blocks(self) -> int:
@@ -193,6 +202,9 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
                    help="token filling order: confidence (the paper's, default), random (lookahead positions drawn "
                         "uniformly from the masked window, seeded by --order-seed) or left_to_right (lowest first)")
     g.add_argument("--order-seed", type=int, help="seed of the random order (default 0)")
+    g.add_argument("--branch-score", choices=BRANCH_SCORE_RULES,
+                   help="how a branch is scored to pick the winner: mean (the paper's mean Conf of its masked "
+                        "positions, default), loo, min, window, segment, count (docs/studies.md)")
 
 
 def settings_from_args(args, spec=None) -> DecodeSettings:
@@ -206,7 +218,7 @@ def settings_from_args(args, spec=None) -> DecodeSettings:
             fields.setdefault("block_size", spec.block_size)
     flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
                                                      "commit", "confidence", "attention", "temperature", "seed",
-                                                     "order", "order_seed")}
+                                                     "order", "order_seed", "branch_score")}
     fields.update({k: v for k, v in flags.items() if v is not None})
     fields.setdefault("k", 4)
     return decoder_settings(args.decoder, DecodeSettings(**fields))

@@ -322,6 +322,34 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
     assert not page_errors(page)
 
 
+def test_studies_show_shipped_results_and_run_live(page):
+    """The Studies section: the shipped orders results show on page load (their PNG), another study's
+    replace them and open as an interactive plot, and a live run on one problem fills the progress bar
+    and ends with its plot."""
+    section = page.locator("#studies-view")
+    section.scroll_into_view_if_needed()
+    page.wait_for_selector("#study-image img")
+    assert "Shipped results" in page.locator("#study-status").inner_text()
+    page.locator("#study input").click()
+    page.get_by_role("option", name="3. An adaptive branch budget").click()
+    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('adaptive')")
+    page.wait_for_function("document.querySelector('#study-image img')?.src.includes('adaptive')")
+    page.click("#study-interactive")
+    page.wait_for_selector("#study-plot .js-plotly-plot")
+    page.wait_for_timeout(800)                                  # let plotly finish drawing
+    shot(page, "studies", "#studies-view", readme=True)
+    page.locator("#study input").click()
+    page.get_by_role("option", name="1. LoPA's orders against random orders").click()
+    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('random orders')")
+    page.locator("#study-problems input").fill("1")
+    page.locator("#study-random input").fill("2")
+    page.click("#study-run")
+    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Done')", timeout=120_000)
+    assert page.locator("#study-progress progress").get_attribute("value") == "5"      # 1 problem x (3 + 2) runs
+    page.wait_for_selector("#study-plot .js-plotly-plot")
+    assert not page_errors(page)
+
+
 def test_enter_in_the_prompt_box_runs(page):
     page.locator("#prompt textarea").fill("Tom has 3 apples. He buys 4 more. How many apples does Tom have now?")
     page.locator("#prompt textarea").press("Enter")

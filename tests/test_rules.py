@@ -6,9 +6,13 @@ import pytest
 import torch
 
 from lopa.rules import (
+    SCORE_WINDOW,
     branch_score,
+    branch_scores,
+    choose_k,
     confidence,
     lookahead_positions,
+    score_split,
     select_winner,
     summarize,
     threshold_commit,
@@ -108,3 +112,50 @@ def test_helpers_never_change_their_inputs():
     select_winner(scores)
     after = (logits, probs, max_prob, conf, candidate, scores)
     assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def masked(positions, conf, max_prob=None):
+    return torch.tensor(positions), torch.tensor(max_prob if max_prob is not None else conf), torch.tensor(conf)
+
+
+def test_branch_score_rules_on_hand_made_scores():
+    # B1 filled position 1, B2 filled position 2 and alone added a block (position 8)
+    branches = [masked([0, 1, 2, 3], [0.5, 0.25, 0.75, 1.0]), masked([0, 2, 3], [0.5, 1.0, 1.0]),
+                masked([0, 1, 3, 8], [0.25, 0.5, 0.75, 0.5])]
+    before = [tuple(t.clone() for t in b) for b in branches]
+    expect = {"mean": [0.625, 2.5 / 3, 0.5], "loo": [0.75, 0.75, 0.5], "min": [0.25, 0.5, 0.25],
+              "window": [0.625, 2.5 / 3, 0.5], "segment": [0.625, 2.5 / 3, 0.5], "count": [1, 2, 0]}
+    for rule, values in expect.items():
+        assert branch_scores(branches, rule, tau=0.9).tolist() == pytest.approx(values), rule
+    assert all(torch.equal(a, b) for x, y in zip(branches, before) for a, b in zip(x, y))   # inputs unchanged
+    long = masked(list(range(2 * SCORE_WINDOW)), [1.0] * SCORE_WINDOW + [0.0] * SCORE_WINDOW)
+    assert branch_scores([long], "window").tolist() == [1.0] and branch_scores([long], "segment").tolist() == [0.0]
+    assert branch_scores([masked([], [])], "loo").tolist() == [float("inf")]
+    with pytest.raises(ValueError, match="branch_score"):
+        branch_scores(branches, "median")
+
+
+def test_removal_and_change_add_up_to_the_gain_exactly():
+    # dyadic values: every mean and difference is exact in binary floating point
+    parts = score_split([1, 2, 3, 4], [0.5, 0.25, 0.75, 1.0], [1, 3, 4], [0.75, 0.75, 1.5], filled=2)
+    assert parts == {"removal": 0.125, "change": 0.25, "delta": 0.375}
+    assert parts["removal"] + parts["change"] == parts["delta"]
+    # filling the least confident position gains by removal alone, with no change at all
+    parts = score_split([0, 1], [0.5, 1.0], [1], [1.0], filled=0)
+    assert parts == {"removal": 0.25, "change": 0.0, "delta": 0.25}
+    assert score_split([0], [0.5], [], [], filled=0) is None
+
+
+def test_choose_k_on_hand_made_costs():
+    assert int(choose_k(5, 3, 2, torch.ones(15))) == 5                          # free: every candidate
+    assert int(choose_k(20, 3, 2, torch.ones(15))) == 14                        # ... up to the cost curve's K
+    assert int(choose_k(5, 1, 0, torch.tensor([1.0] + [1e6] * 14))) == 0       # dear: none
+    # A = 1: E = 1, 1.35, 1.5775 tokens at 1, 1.2, 10 s: k = 1 gives the most tokens per second
+    assert int(choose_k(2, 1, 0, torch.tensor([1.0, 1.2, 10.0]))) == 1
+    assert int(choose_k(0, 1, 0, torch.ones(3))) == 0
+    cost = torch.tensor([1.0, 1.2, 10.0])
+    before = cost.clone()
+    choose_k(2, 1, 0, cost)
+    assert torch.equal(cost, before)                                            # inputs unchanged
+
+

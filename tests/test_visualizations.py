@@ -205,3 +205,20 @@ def test_every_colour_bar_spans_a_real_range(lopa, vanilla):
         for trace in fig.data:
             if trace.type == "heatmap" and trace.zmin is not None:
                 assert trace.zmax > trace.zmin
+
+
+def test_round_view_splits_the_winners_gain_into_removal_and_change(lopa):
+    from lopa.rules import score_split
+    run, names = lopa
+    won = [r for r, rec in enumerate(run.records) if rec.kind == "round" and rec.winner > 0]
+    assert won
+    r = won[0]
+    rec = run.records[r]
+    parts = score_split(rec.branch_positions[0], rec.branch_conf[0], rec.branch_positions[rec.winner],
+                        rec.branch_conf[rec.winner], rec.lookahead_positions[rec.winner - 1])
+    table = branches_table(run, r, names)
+    assert "removal + change" in table and f"{parts['removal']:+.3f} removal, {parts['change']:+.3f} change" in table
+    text = explain_round(run, r, names)
+    assert "Why it won" in text and f"{parts['removal']:+.3f}" in text and "*removal*" in text
+    other = dict(run.settings, branch_score="min")                  # another rule: no split is claimed
+    assert "Why it won" not in explain_round(type(run)(**{**run.__dict__, "settings": other}), r, names)

@@ -2,12 +2,16 @@
 
 The table answers "why did the winner win": each branch's extra token, its score C(B) (mean Conf
 over its still-masked positions, paper Sec. 3 / LoPA step 5), the change against the anchor, and
-how many positions now clear tau_conf (what the next anchor would commit).
+how many positions now clear tau_conf (what the next anchor would commit). Under the paper's mean
+rule a lookahead branch's gain splits into *removal* (its own filled position left the mean) and
+*change* (the extra token moved the other positions' Conf), lopa.rules.score_split.
 """
 
 from __future__ import annotations
 
 import math
+
+from lopa.rules import score_split
 
 from .labels import token_label, token_repr
 from .markup import esc
@@ -26,6 +30,20 @@ def _ready(record, j: int, tau: float) -> int:
 def _lookahead_conf(run, r: int, pos: int) -> float:
     before = predictions(run.records[r - 1]).get(pos) if r > 0 else None
     return before.conf if before else float("nan")
+
+
+def split(record, j: int, settings: dict) -> dict | None:
+    """The removal / change split of lookahead branch j's ΔC (mean rule only; None otherwise)."""
+    if j == 0 or settings.get("branch_score", "mean") != "mean" or record.kind != "round":
+        return None
+    return score_split(record.branch_positions[0], record.branch_conf[0], record.branch_positions[j],
+                       record.branch_conf[j], record.lookahead_positions[j - 1])
+
+
+def _split_text(parts: dict | None) -> str:
+    if parts is None:
+        return ""
+    return f"{parts['removal']:+.3f} removal, {parts['change']:+.3f} change"
 
 
 def _positions_text(positions, tokens, names, mask_id, limit=6) -> str:
@@ -71,13 +89,18 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
             f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else esc(adds)}</td>'
             f'<td style="text-align:right">{len(record.branch_positions[j])}</td>'
             f'<td style="text-align:right">{_ready(record, j, tau)}</td>'
-            f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td></tr>')
+            f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td>'
+            f'<td style="text-align:right;font-size:12px">{_split_text(split(record, j, run.settings))}</td></tr>')
     head = ("<tr><th>branch</th><th>what it fills</th><th>masked left</th>"
-            f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th></tr>")
+            f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th>"
+            '<th title="removal: the gain from its own filled position leaving the mean; change: what the extra '
+            'token did to the other positions">Δ = removal + change</th></tr>')
     legend = (f'<div style="font-size:12px;margin-top:4px">Bars: <span style="color:{ANCHOR_COLOUR}">■</span> anchor, '
               f'<span style="color:{LOOKAHEAD_COLOUR}">■</span> lookahead branch, '
               f'<span style="color:{WINNER_COLOUR}">■</span> ★ winner (highest C; ties go to lookahead branches in '
-              f'rank order). Conf = {esc(str(run.settings["confidence"]))}.</div>')
+              f'rank order). Conf = {esc(str(run.settings["confidence"]))}. '
+              'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '
+              'itself (removal); only the change is the extra token raising the confidence of the others.</div>')
     return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
             f'font-size:13px">{head}{"".join(rows)}</table>{legend}</div>')
 
@@ -106,7 +129,8 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
     k = len(rec.lookahead_positions)
     if k == 0:
         look = ("k = 0 (vanilla D2F): no lookahead branches, only the anchor was verified."
-                if int(s["k"]) == 0 else "no masked position was left for a lookahead branch.")
+                if int(s["k"]) == 0 else "no lookahead branch this round (no masked position was left, or the "
+                "adaptive branch budget chose none).")
     else:
         look = (f"the {k} most confident remaining positions ({', '.join(map(str, rec.lookahead_positions[:8]))}"
                 f"{'…' if k > 8 else ''}) each made one branch: the anchor plus that single extra token. All {k + 1} "
@@ -122,7 +146,22 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         win = (f"**Winner: B{w}**, which adds <code>{esc(token_label(tok, names, mask_id))}</code> at position {pos}: mean Conf of its "
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
                f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
-               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.")
+               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}")
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")
+
+
+def _why(parts: dict | None) -> str:
+    """The winner's gain in plain words: how much came from dropping its own position from the mean."""
+    if parts is None or parts["delta"] == 0:
+        return ""
+    removal, change = parts["removal"], parts["change"]
+    share = 100 * removal / parts["delta"] if parts["delta"] > 0 else float("nan")
+    who = ("mostly because the position it filled was less confident than the rest, so leaving the mean raised "
+           "the mean by itself" if removal > change else
+           "mostly because the extra token raised the confidence of the other positions")
+    return (f" **Why it won:** of its {parts['delta']:+.3f}, {removal:+.3f}"
+            f"{f' ({share:.0f}%)' if not math.isnan(share) else ''} is *removal* (its filled position no longer "
+            f"counts in the mean) and {change:+.3f} is *change* (the other positions' confidence with the token "
+            f"fixed): it won {who}.")

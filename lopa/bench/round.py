@@ -30,8 +30,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, repeats: int) -> dict[int, float]:
-    """Median seconds of one verify forward over B identical two-block windows, for each B."""
+def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, repeats: int,
+                  counts=BRANCH_COUNTS) -> dict[int, float]:
+    """Median seconds of one verify forward over B identical two-block windows, for each B in counts."""
     ex = BatchedExecutor(loaded.model, loaded.spec, settings)
     ex.start(prompt_ids)
     first = Branch.start(settings, loaded.spec)
@@ -40,7 +41,7 @@ def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, re
     mask = loaded.spec.mask_token_id
     window = Branch(torch.full((2 * settings.block_size,), mask), 0, settings.block_size, mask)  # [2N] all masked
     times = {}
-    for B in BRANCH_COUNTS:
+    for B in counts:
         branches = [window] * B
         ex.verify(branches)                                  # warm-up
         samples = []

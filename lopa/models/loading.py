@@ -50,10 +50,10 @@ class LoadedModel:
     def describe(self) -> str:
         return f"{self.spec.name} ({self.n_params / 1e6:.1f}M parameters, {next(self.model.parameters()).device})"
 
-    def decoder(self, settings: DecodeSettings, executor=None):
+    def decoder(self, settings: DecodeSettings, executor=None, order=None):
         """A Decoder for this model. executor None = the model's default ("batched" unless the spec
         restricts it: checkpoints run through remote code that ignores attention masks only support
-        "uncached" with full attention)."""
+        "uncached" with full attention). order: an order policy object (default: the one settings name)."""
         from lopa.engine import Decoder
         allowed = self.spec.extra.get("executors")
         if executor is None:
@@ -64,7 +64,7 @@ class LoadedModel:
         if self.spec.extra.get("ignores_attention_mask") and settings.attention != "full":
             raise ValueError(f"{self.spec.name} ignores attention masks (its remote code always attends to every "
                              f"position), so only attention='full' is honest; got {settings.attention!r}")
-        return Decoder(self.model, self.spec, settings, self.tokenizer, executor)
+        return Decoder(self.model, self.spec, settings, self.tokenizer, executor, order=order)
 
 
 def spec_from_pretrained(config, tokenizer, name: str) -> ModelSpec:

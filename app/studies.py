@@ -1,0 +1,170 @@
+"""The Studies section: the three TFO studies of lopa.study, shown from the results the command line
+shipped in assets/studies/ (loaded instantly), or run live on a few problems with a progress bar and
+Stop. Plain callbacks; the layout is build_studies_panel() in app/panels.py, the events are wired in
+app/wiring.py."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from lopa.settings import DecodeSettings
+from lopa.study import STUDIES
+from lopa.study import adaptive as adaptive_study
+from lopa.study import calibration as calibration_study
+from lopa.study import orders as orders_study
+from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_problems, load_results, prompt_ids
+
+from .callbacks import error_message
+from .gpu import gpu
+from .models import MODELS
+from .viz import adaptive_figure, calibration_figure, esc, orders_figure
+
+# The shipped results show as their PNG (an image costs the page nothing when other outputs update;
+# a large plotly figure in the page made every streamed update of the round view relayout it), the
+# interactive plot on request and after a live run.
+STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_image", "study_summary")
+TITLES = {"orders": "1. LoPA's orders against random orders", "calibration": "2. What the branch score measures",
+          "adaptive": "3. An adaptive branch budget"}
+LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
+LIVE_K = 4
+
+
+def new_study_state() -> dict:
+    """Per browser session: the Stop flag of a live study."""
+    return {"stop": False, "running": False}
+
+
+def figure(study: str, tables: dict, summary: dict, title: str):
+    if study == "orders":
+        return orders_figure(tables[""], summary, title)
+    if study == "calibration":
+        return calibration_figure(tables["runs"], tables["rounds"], summary, title)
+    return adaptive_figure(tables[""], summary, title)
+
+
+def report(study: str, summary: dict) -> str:
+    module = {"orders": orders_study, "calibration": calibration_study, "adaptive": adaptive_study}[study]
+    return "```\n" + module.report(summary) + "\n```"
+
+
+def _progress(done: int, total: int, what: str = "") -> str:
+    return (f'<div class="lopa-study-progress"><progress value="{done}" max="{max(total, 1)}" style="width:100%">'
+            f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
+
+
+def show_shipped(study: str, interactive: bool = False) -> tuple:
+    """STUDY_OUTPUTS for the results shipped in assets/studies/ (what the command line produced): their
+    PNG, or with `interactive` the plotly figure made from the shipped tables."""
+    if study not in STUDIES:
+        return (error_message(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}"),) + (gr.skip(),) * 4
+    shipped = load_results(study)
+    if shipped is None:
+        return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
+                f"`python -m lopa.study {study}`.", "", None, _image(None), "")
+    tables, meta = shipped
+    status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
+              f" (weights {esc(meta.get('weights_sha256', '?'))})"
+              f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
+              f"{esc(meta.get('data', ''))}.")
+    title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
+    if interactive:
+        return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
+    png = STUDIES_DIR / f"{study}.png"
+    return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
+
+
+def show_interactive(study: str) -> tuple:
+    """STUDY_OUTPUTS with the shipped results as an interactive plot."""
+    return show_shipped(study, interactive=True)
+
+
+def _image(path):
+    return gr.update(value=path, visible=path is not None)
+
+
+def _as_int(name: str, value, bounds) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number") from None
+    lo, hi = bounds
+    if not number.is_integer() or not lo <= number <= hi:
+        raise ValueError(f"{name} must be a whole number from {lo} to {hi} (live studies stay small on a shared CPU)")
+    return int(number)
+
+
+@gpu
+def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_SEED):
+    """Run a study live on a few fresh synthetic problems; yield STUDY_OUTPUTS after every decode and
+    the study's plot and numbers at the end (or when Stop is pressed: the problems done so far)."""
+    state["stop"], state["running"] = False, True
+    try:
+        if study not in STUDIES:
+            raise ValueError(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}")
+        n = _as_int("problems", n_problems, LIVE_LIMITS["problems"])
+        r = _as_int("random orders", random_orders, LIVE_LIMITS["random"])
+        seed = _as_int("problem seed", seed, (0, 2**31 - 1))
+        loaded = MODELS.get()
+        problems, where = load_problems("synthetic", n, seed)
+        base = _base(loaded)
+        yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
+        rows, rounds, total, make = [], [], 0, None
+        if study == "orders":
+            total = n * len(orders_study.order_runs(base, r))
+            steps = orders_study.iter_orders(loaded, problems, base, r)
+        elif study == "calibration":
+            metrics, rules = ("neg_entropy",), calibration_study.BRANCH_SCORE_RULES
+            total = n * len(rules)
+            steps = calibration_study.iter_calibration(loaded, problems, base, metrics, rules)
+        else:
+            yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", _progress(0, 1), \
+                gr.skip(), gr.skip(), gr.skip()
+            verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
+                                                              repeats=3)
+            cost = [t + bookkeeping for t in verify]
+            configs = adaptive_study.configurations(base, adaptive_study.FIXED_KS, 14, cost)
+            total = n * len(configs)
+            steps = adaptive_study.iter_adaptive(loaded, problems, configs)
+        for step in steps:
+            if study == "calibration":
+                row, more = step
+                rows.append(row)
+                rounds += more
+            else:
+                rows.append(step)
+            yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
+            if state["stop"]:
+                steps.close()
+                break
+        df = pd.DataFrame(rows)
+        if study == "orders":
+            summary, tables = orders_study.summarize_orders(df, n_boot=200), {"": df}
+        elif study == "calibration":
+            rounds_df = pd.DataFrame(rounds)
+            summary, tables = calibration_study.summarize_calibration(df, rounds_df, n_boot=50), {"runs": df, "rounds": rounds_df}
+        else:
+            summary, tables = adaptive_study.summarize_adaptive(df), {"": df}
+            summary["cost_s"] = cost
+        stopped = " (stopped: the problems done so far)" if state["stop"] else ""
+        make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(df.problem.unique())} problems")
+        yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
+               f"`python -m lopa.study {study} --n 40`."), _progress(len(rows), total), make, _image(None), \
+            report(study, summary)
+    except ValueError as err:
+        yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()
+    finally:
+        state["running"] = False
+
+
+def _base(loaded):
+    return DecodeSettings(k=LIVE_K, max_new_tokens=128, block_size=loaded.spec.block_size or 32,
+                          attention=loaded.spec.attention)
+
+
+def stop_study(state: dict) -> str:
+    """Ask a live study to stop after its current decode."""
+    if state.get("running"):
+        state["stop"] = True
+        return "Stopping after the current decode…"
+    return "Nothing is running."

@@ -1,0 +1,182 @@
+"""Study 3: an adaptive branch budget (k = adaptive) against fixed k.
+
+    python -m lopa.study adaptive [--n 40] [--ks 0,1,2,4,8,14] [--k-max 14] [--out DIR]
+
+At start-up the study measures the cost curve of the running device: the verify forward's seconds
+for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
+then chooses k each round from the anchor's confidence profile and that curve, aiming at committed
+tokens per second, not per forward (lopa.rules.choose_k). On a GPU, where B branches cost about one,
+it verifies many; on a CPU, where they cost B times one, few or none. Every problem runs every
+configuration back to back, so a shared machine's load falls on all of them alike. Writes
+adaptive.csv / .parquet (one row per run), adaptive_cost.*, .html, .png and .json: accuracy, TPF,
+tokens/s and mean k per configuration, and which sit on the Pareto front of TPF against tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+from lopa.order import AdaptiveOrder
+from lopa.settings import DecodeSettings
+from lopa.study.common import (
+    add_common_arguments,
+    base_settings,
+    decode_one,
+    load_problems,
+    prompt_ids,
+    setup,
+    weights_digest,
+    write_results,
+)
+from lopa.study.stats import pareto_front
+
+FIXED_KS = (0, 1, 2, 4, 8, 14)
+
+
+def measure_cost(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: int = 5) -> tuple[list[float], float]:
+    """(verify seconds for B = 1 .. k_max + 1 windows of two blocks, bookkeeping seconds per round) on
+    this device. The B are timed in turn, `repeats` times over; the fastest of each B counts (other
+    work on the machine only ever adds time) and the curve is made non-decreasing (monotone): on a
+    shared machine single timings jump by 2x. Bookkeeping (anchor, lookahead, scoring, records) is the
+    median time outside the forward of a vanilla decode's rounds, the least of `repeats` decodes; a
+    round with B branches costs verify(B) + bookkeeping."""
+    from lopa.bench.round import forward_times
+    counts = range(1, k_max + 2)
+    samples = {B: [] for B in counts}
+    for _ in range(repeats):
+        for B, t in forward_times(loaded, prompt, settings, 1, counts=counts).items():
+            samples[B].append(t)
+    fastest = [min(samples[B]) for B in counts]
+    bookkeeping = []
+    for _ in range(repeats):
+        run = loaded.decoder(settings.replace(k=0)).run(prompt)
+        outside = sorted(r.round_seconds - r.forward_seconds for r in run.records if r.kind == "round")
+        bookkeeping.append(outside[len(outside) // 2] if outside else 0.0)
+    return monotone(fastest), min(bookkeeping)
+
+
+def monotone(y: list[float]) -> list[float]:
+    """The closest non-decreasing curve to y in least squares (pool adjacent violators): a timing spike
+    is averaged with its neighbours, and more branches never cost less than fewer."""
+    blocks = []                                     # [sum, count] of pooled runs
+    for v in y:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, n = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += n
+    return [total / n for total, n in blocks for _ in range(n)]
+
+
+def describe_cost(verify: list[float], bookkeeping: float) -> str:
+    """The cost model as the study prints it: what a round with B branches costs against one, which is
+    what a k-branch round must commit, against a vanilla round, to win in tokens per second."""
+    lines = [f"bookkeeping per round: {bookkeeping * 1e3:.2f} ms (median outside the forward, vanilla decode)",
+             f"{'B = k+1':>8} {'verify ms':>10} {'round ms':>9} {'x single':>9}   a k-branch round pays when it commits"]
+    single = verify[0] + bookkeeping
+    for B, t in enumerate(verify, start=1):
+        ratio = (t + bookkeeping) / single
+        lines.append(f"{B:>8} {t * 1e3:>10.2f} {(t + bookkeeping) * 1e3:>9.2f} {ratio:>9.2f}   "
+                     f">= {ratio:.2f}x the tokens of a vanilla round")
+    return "\n".join(lines)
+
+
+def configurations(base: DecodeSettings, ks, k_max: int, cost) -> list[tuple[str, DecodeSettings, object]]:
+    """(name, settings, order policy or None): fixed k, then adaptive with at most k_max branches."""
+    return ([(f"k={k}", base.replace(k=k), None) for k in ks]
+            + [("adaptive", base.replace(k=k_max), AdaptiveOrder(cost))])
+
+
+def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats: int = 1,
+                  shots: int = 0) -> Iterator[dict]:
+    """One row per (problem, configuration). With repeats > 1 each decode runs that many times (same
+    tokens: decoding is deterministic) and the fastest counts, which filters a shared machine's noise.
+    The configurations take turns going first (problem i starts at configuration i mod C): on this
+    machine a decode's place in the sequence moves its time by 10-20%, more than what is measured."""
+    for i, problem in enumerate(problems):
+        for name, settings, order in configs[i % len(configs):] + configs[:i % len(configs)]:
+            timed = sorted((decode_one(loaded, settings, problem, order, data, shots)[1] for _ in range(repeats)),
+                           key=lambda r: r["latency_s"])
+            row = timed[0]
+            row["timing_spread"] = timed[-1]["latency_s"] / row["latency_s"] - 1     # same decode, other timings
+            yield {"problem": row.pop("problem"), "config": name, "k": -1 if order is not None else settings.k, **row}
+
+
+def summarize_adaptive(df) -> dict:
+    rows = []
+    for name, g in df.groupby("config", sort=False):
+        graded = g.dropna(subset=["correct"])
+        rows.append({"config": name, "problems": len(g),
+                     "accuracy": float(graded.correct.mean()) if len(graded) else None,
+                     "tpf": float(g.tokens.sum() / g.forwards.sum()), "tps": float(g.tokens.sum() / g.latency_s.sum()),
+                     "mean_k": float(g.mean_k.mean()), "latency_ms": float(g.latency_s.mean() * 1e3)})
+    front = pareto_front([(r["tpf"], r["tps"]) for r in rows])
+    for i, r in enumerate(rows):
+        r["pareto"] = i in front
+    by = {r["config"]: r for r in rows}
+    out = {"problems": int(df.problem.nunique()), "configs": rows,
+           "timing_spread_median": float(df.timing_spread.median()) if "timing_spread" in df else None}
+    if "adaptive" in by and "k=0" in by:
+        a, v = by["adaptive"], by["k=0"]
+        out["adaptive_vs_vanilla"] = {"tps_ratio": a["tps"] / v["tps"], "tpf_ratio": a["tpf"] / v["tpf"],
+                                      "accuracy_delta": (a["accuracy"] - v["accuracy"]) if a["accuracy"] is not None
+                                      and v["accuracy"] is not None else None, "adaptive_on_pareto_front": a["pareto"]}
+    return out
+
+
+def report(summary: dict) -> str:
+    lines = [f"{summary['problems']} problems",
+             f"{'config':>9} {'accuracy':>9} {'TPF':>6} {'tokens/s':>9} {'mean k':>7} {'ms/problem':>11} {'Pareto':>7}"]
+    for r in summary["configs"]:
+        acc = "n/a" if r["accuracy"] is None else f"{r['accuracy'] * 100:.1f}%"
+        lines.append(f"{r['config']:>9} {acc:>9} {r['tpf']:>6.2f} {r['tps']:>9.0f} {r['mean_k']:>7.2f} "
+                     f"{r['latency_ms']:>11.1f} {'yes' if r['pareto'] else '':>7}")
+    if summary.get("timing_spread_median"):
+        lines.append(f"timing noise: the same decode timed twice differs by a median {summary['timing_spread_median'] * 100:.0f}%")
+    c = summary.get("adaptive_vs_vanilla")
+    if c:
+        delta = "n/a" if c["accuracy_delta"] is None else f"{c['accuracy_delta'] * 100:+.1f} points"
+        lines.append(f"adaptive / vanilla: tokens/s x{c['tps_ratio']:.2f}, TPF x{c['tpf_ratio']:.2f}, accuracy {delta}; "
+                     f"on the Pareto front: {'yes' if c['adaptive_on_pareto_front'] else 'no'}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lopa.study adaptive", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, n=40)
+    parser.add_argument("--ks", default=",".join(map(str, FIXED_KS)), help="fixed k to compare, comma-separated")
+    parser.add_argument("--k-max", type=int, default=14, help="most branches the adaptive budget may verify (default 14)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed forwards per B for the cost curve (default 5)")
+    parser.add_argument("--timing-repeats", type=int, default=2,
+                        help="decodes per problem and configuration; the fastest counts (default 2)")
+    args = parser.parse_args(argv)
+    import pandas as pd
+    from tqdm import tqdm
+
+    from lopa.study.figures import adaptive_figure, adaptive_png
+    loaded, hw = setup(args)
+    problems, where = load_problems(args.data, args.n, args.problem_seed)
+    base = base_settings(args, loaded.spec)
+    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
+    verify, bookkeeping = measure_cost(loaded, base, args.k_max,
+                                       prompt_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
+    cost = [t + bookkeeping for t in verify]
+    print("cost curve measured at start-up (verify forward over B windows of two blocks, fastest of the repeats, made non-decreasing):\n"
+          + describe_cost(verify, bookkeeping))
+    configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost)
+    df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats, args.shots),
+                                total=len(problems) * len(configs), leave=False)))
+    summary = summarize_adaptive(df)
+    summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping
+    print(report(summary))
+    cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
+    title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
+    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
+            "settings": base.to_dict(), "summary": summary}
+    files = write_results(args.out, "adaptive", {"": df, "cost": cost_df}, meta, adaptive_figure(df, summary, title),
+                          lambda path: adaptive_png(summary, title, path))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0

@@ -1,0 +1,210 @@
+"""The studies' figures: plotly (the app and the HTML files) and matplotlib (the PNGs), from the
+studies' tables and summaries only; nothing here runs a model. The app reaches the plotly ones
+through visualizations/studies.py."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from lopa.settings import BRANCH_SCORE_RULES
+
+COLOURS = {"lopa": "#0072B2", "vanilla": "#E69F00", "left_to_right": "#009E73", "random": "#999999",
+           "adaptive": "#D55E00"}
+RULE_COLOURS = dict(zip(BRANCH_SCORE_RULES, ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")))
+BINS = 10
+
+
+def _layout(fig, title: str, height: int = 460):
+    fig.update_layout(title=dict(text=html.escape(title), font=dict(size=13)), height=height, template="plotly_white",
+                      margin=dict(l=50, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.18))
+    return fig
+
+
+# -- orders -------------------------------------------------------------------------------------------
+def orders_figure(df, summary: dict, title: str = "") -> go.Figure:
+    """Left: per problem, TPF of every random order (box) with LoPA, left-to-right and vanilla marked
+    (hover: LoPA's percentile among the random orders). Right: accuracy per order."""
+    fig = make_subplots(1, 2, column_widths=[0.78, 0.22], horizontal_spacing=0.08,
+                        subplot_titles=("TPF per problem: random orders (box) vs LoPA", "accuracy per order"))
+    if len(df):
+        pct = {r["problem"]: r["lopa_percentile"] for r in summary.get("per_problem", [])}
+        rand = df[df.order == "random"]
+        fig.add_trace(go.Box(x=rand.problem.astype(str), y=rand.tpf, name="random orders", marker_color=COLOURS["random"],
+                             boxpoints="all", jitter=0.4, pointpos=0, marker_size=3, line_width=1), 1, 1)
+        for order, symbol in (("vanilla", "square"), ("left_to_right", "diamond"), ("lopa", "star")):
+            rows = df[df.order == order]
+            text = [f"problem {p}: LoPA at percentile {pct.get(p, float('nan')):.0f} of random orders" for p in rows.problem]
+            fig.add_trace(go.Scatter(x=rows.problem.astype(str), y=rows.tpf, mode="markers", name=order,
+                                     marker=dict(symbol=symbol, size=11 if order == "lopa" else 8, color=COLOURS[order]),
+                                     hovertext=text if order == "lopa" else None), 1, 1)
+        acc = {o: s["accuracy"] for o, s in summary.get("per_order", {}).items() if s["accuracy"] is not None}
+        fig.add_trace(go.Bar(x=list(acc), y=[a * 100 for a in acc.values()], showlegend=False,
+                             marker_color=[COLOURS.get(o, "#999") for o in acc],
+                             text=[f"{a * 100:.0f}%" for a in acc.values()], textposition="outside"), 1, 2)
+    fig.update_xaxes(title_text="problem", row=1, col=1)
+    fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
+    fig.update_yaxes(title_text="exact match (%)", range=[0, 105], row=1, col=2)
+    return _layout(fig, title)
+
+
+def orders_png(df, summary: dict, title: str, path) -> None:
+    plt = _pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, gridspec_kw={"width_ratios": [4, 1]})
+    problems = sorted(df.problem.unique())
+    rand = df[df.order == "random"]
+    ax.boxplot([rand[rand.problem == p].tpf for p in problems], positions=range(len(problems)), widths=0.6,
+               showfliers=False)
+    for order, marker in (("vanilla", "s"), ("left_to_right", "D"), ("lopa", "*")):
+        rows = df[df.order == order].set_index("problem").reindex(problems)
+        ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=70 if order == "lopa" else 25,
+                   color=COLOURS[order], label=order, zorder=3)
+    ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
+    ax.set_xlabel("problem")
+    ax.set_ylabel("tokens per forward")
+    ax.legend(fontsize=8, loc="upper right")
+    acc = {o: s["accuracy"] for o, s in summary.get("per_order", {}).items() if s["accuracy"] is not None}
+    bx.bar(range(len(acc)), [a * 100 for a in acc.values()], color=[COLOURS.get(o, "#999") for o in acc])
+    bx.set_xticks(range(len(acc)), list(acc), rotation=45, fontsize=7)
+    bx.set_ylabel("exact match (%)")
+    fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
+# -- calibration --------------------------------------------------------------------------------------
+def binned(rounds, metric: str, rule: str, bins: int = BINS):
+    """(decile centres 0..1, mean target per score decile) of one rule's finite scores."""
+    d = rounds[(rounds.metric == metric)]
+    d = d[[abs(v) != float("inf") for v in d[f"score_{rule}"]]]
+    if len(d) < bins:
+        return [], []
+    q = d[f"score_{rule}"].rank(method="first", pct=True)
+    idx = ((q * bins).clip(upper=bins - 0.001)).astype(int)
+    means = d.target.groupby(idx).mean()
+    return [(i + 0.5) / bins for i in means.index], list(means.values)
+
+
+def _default_metric(rounds) -> str:
+    """The settings' default Conf (neg_entropy, the paper's for D2F-Dream) when the table has it."""
+    if not len(rounds):
+        return ""
+    return "neg_entropy" if (rounds.metric == "neg_entropy").any() else str(rounds.metric.iloc[0])
+
+
+def calibration_figure(runs, rounds, summary: dict, title: str = "", metric: str | None = None) -> go.Figure:
+    """Left: next round's committable tokens (target) per score decile, one line per candidate score,
+    for one Conf metric. Right: each rule as the selection rule: TPF against accuracy, per metric."""
+    metric = metric or _default_metric(rounds)
+    fig = make_subplots(1, 2, horizontal_spacing=0.1, subplot_titles=(
+        f"positions over τ next round, by score decile (Conf = {html.escape(str(metric))})",
+        "each score as the selection rule"))
+    for rule in BRANCH_SCORE_RULES:
+        if len(rounds):
+            x, y = binned(rounds, metric, rule)
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=rule, line_color=RULE_COLOURS[rule]), 1, 1)
+    symbols = {"max_prob": "circle", "neg_entropy": "square", "margin": "diamond"}
+    for s in summary.get("selection", []):
+        if s["accuracy"] is None:
+            continue
+        fig.add_trace(go.Scatter(x=[s["tpf"]], y=[s["accuracy"] * 100], mode="markers+text", showlegend=False,
+                                 text=[s["rule"]], textposition="top center", textfont_size=9,
+                                 marker=dict(size=10, color=RULE_COLOURS.get(s["rule"], "#999"),
+                                             symbol=symbols.get(s["metric"], "circle")),
+                                 hovertext=f"{s['rule']} under {s['metric']}: TPF {s['tpf']:.2f}, "
+                                           f"accuracy {s['accuracy'] * 100:.1f}%, AUP {s['aup']:.2f}"), 1, 2)
+    fig.update_xaxes(title_text="score quantile (0 = lowest)", row=1, col=1)
+    fig.update_yaxes(title_text="mean positions over τ_conf", row=1, col=1)
+    fig.update_xaxes(title_text="TPF (○ max_prob, □ neg_entropy, ◇ margin)", row=1, col=2)
+    fig.update_yaxes(title_text="exact match (%)", row=1, col=2)
+    return _layout(fig, title)
+
+
+def calibration_png(runs, rounds, summary: dict, title: str, path, metric: str | None = None) -> None:
+    plt = _pyplot()
+    metric = metric or _default_metric(rounds)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    for rule in BRANCH_SCORE_RULES:
+        x, y = binned(rounds, metric, rule) if len(rounds) else ([], [])
+        ax.plot(x, y, marker="o", label=rule, color=RULE_COLOURS[rule])
+    ax.set_xlabel("score quantile (0 = lowest)")
+    ax.set_ylabel("mean positions over tau_conf next round")
+    ax.set_title(f"Conf = {metric}", fontsize=9)
+    ax.legend(fontsize=8)
+    markers = {"max_prob": "o", "neg_entropy": "s", "margin": "D"}
+    for s in summary.get("selection", []):
+        if s["accuracy"] is None:
+            continue
+        bx.scatter(s["tpf"], s["accuracy"] * 100, marker=markers.get(s["metric"], "o"),
+                   color=RULE_COLOURS.get(s["rule"], "#999"))
+        bx.annotate(s["rule"], (s["tpf"], s["accuracy"] * 100), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    bx.set_xlabel("TPF (o max_prob, s neg_entropy, D margin)")
+    bx.set_ylabel("exact match (%)")
+    fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
+# -- adaptive -----------------------------------------------------------------------------------------
+def adaptive_figure(df, summary: dict, title: str = "") -> go.Figure:
+    """Left: TPF against tokens/s per configuration, the Pareto front joined. Right: the cost curve."""
+    fig = make_subplots(1, 2, column_widths=[0.65, 0.35], horizontal_spacing=0.1,
+                        subplot_titles=("TPF vs tokens/s (Pareto front joined)", "measured cost of a round"))
+    rows = summary.get("configs", [])
+    for r in rows:
+        colour = COLOURS["adaptive"] if r["config"] == "adaptive" else COLOURS["lopa"]
+        acc = "n/a" if r["accuracy"] is None else f"{r['accuracy'] * 100:.1f}%"
+        fig.add_trace(go.Scatter(x=[r["tps"]], y=[r["tpf"]], mode="markers+text", text=[r["config"]], showlegend=False,
+                                 textposition="bottom center" if r["config"] == "adaptive" else "top center",
+                                 marker=dict(size=12 if r["pareto"] else 8, color=colour,
+                                                                        symbol="star" if r["config"] == "adaptive" else "circle"),
+                                 hovertext=f"{r['config']}: accuracy {acc}, mean k {r['mean_k']:.2f}"), 1, 1)
+    front = sorted((r["tps"], r["tpf"]) for r in rows if r["pareto"])
+    if front:
+        fig.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines", showlegend=False,
+                                 line=dict(color="#bbbbbb", dash="dot")), 1, 1)
+    cost = summary.get("cost_s", [])
+    fig.add_trace(go.Scatter(x=list(range(1, len(cost) + 1)), y=[c * 1e3 for c in cost], mode="lines+markers",
+                             showlegend=False, line_color="#444"), 1, 2)
+    fig.update_xaxes(title_text="tokens per second", row=1, col=1)
+    fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
+    fig.update_xaxes(title_text="branches B = k + 1", row=1, col=2)
+    fig.update_yaxes(title_text="ms per round (verify + bookkeeping)", rangemode="tozero", row=1, col=2)
+    return _layout(fig, title)
+
+
+def adaptive_png(summary: dict, title: str, path) -> None:
+    plt = _pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, gridspec_kw={"width_ratios": [2, 1]})
+    for r in summary.get("configs", []):
+        adaptive = r["config"] == "adaptive"
+        ax.scatter(r["tps"], r["tpf"], marker="*" if adaptive else "o", s=120 if adaptive else 40,
+                   color=COLOURS["adaptive"] if adaptive else COLOURS["lopa"], edgecolor="k" if r["pareto"] else None)
+        ax.annotate(r["config"], (r["tps"], r["tpf"]), fontsize=8, xytext=(4, -10 if adaptive else 4),
+                    textcoords="offset points")
+    front = sorted((r["tps"], r["tpf"]) for r in summary.get("configs", []) if r["pareto"])
+    ax.plot([p[0] for p in front], [p[1] for p in front], ls=":", color="#999")
+    ax.set_xlabel("tokens per second")
+    ax.set_ylabel("tokens per forward")
+    cost = summary.get("cost_s", [])
+    bx.plot(range(1, len(cost) + 1), [c * 1e3 for c in cost], marker="o", color="#444")
+    bx.set_xlabel("branches B = k + 1")
+    bx.set_ylabel("ms per round (verify + bookkeeping)")
+    bx.set_ylim(bottom=0)
+    fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    fig.get_figure().clf()
+    import matplotlib.pyplot as plt
+    plt.close(fig)

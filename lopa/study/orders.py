@@ -1,0 +1,129 @@
+"""Study 1: is parallelism sensitive to the token filling order, and does LoPA pick good orders?
+
+    python -m lopa.study orders [--n 40] [--random 20] [--k 4] [--seed 15] [--out DIR]
+
+For each problem: vanilla D2F (k = 0), LoPA (k branches at the highest-Conf positions, the paper's
+order), LoPA under the left-to-right order, and R runs with the lookahead drawn at random (same k,
+order seeds 0..R-1). Writes orders.csv / .parquet (one row per run), orders.html (interactive),
+orders.png and orders.json (command, hardware, date, summary): per problem the spread of TPF over
+random orders with LoPA and vanilla marked and LoPA's percentile; accuracy per order; mean TPF of LoPA
+over random with a bootstrap 95% interval; the share of problems where LoPA beats the median random
+order; AFP and Kendall's tau of the fill order against left-to-right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Iterator
+
+from lopa.settings import DecodeSettings
+from lopa.study.common import (
+    add_common_arguments,
+    base_settings,
+    decode_one,
+    load_problems,
+    setup,
+    weights_digest,
+    write_results,
+)
+from lopa.study.stats import bootstrap_ci, percentile_among, ratio_of_means
+
+ORDER_NAMES = ("vanilla", "lopa", "left_to_right", "random")
+
+
+def order_runs(base: DecodeSettings, random_orders: int) -> list[tuple[str, int, DecodeSettings]]:
+    """(order, seed, settings) of every run on one problem; seed -1 where no seed applies."""
+    runs = [("vanilla", -1, base.replace(k=0, order="confidence")),
+            ("lopa", -1, base.replace(order="confidence")),
+            ("left_to_right", -1, base.replace(order="left_to_right"))]
+    return runs + [("random", s, base.replace(order="random", order_seed=s)) for s in range(random_orders)]
+
+
+def iter_orders(loaded, problems: list[dict], base: DecodeSettings, random_orders: int, data: str = "",
+                shots: int = 0) -> Iterator[dict]:
+    """One row per run, problem by problem (so a stopped study has whole problems)."""
+    for problem in problems:
+        for order, seed, settings in order_runs(base, random_orders):
+            _, row = decode_one(loaded, settings, problem, data=data, shots=shots)
+            yield {"problem": row.pop("problem"), "order": order, "seed": seed, "k": settings.k, **row}
+
+
+def summarize_orders(df, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The study's numbers from its table (problems with a LoPA and at least one random run)."""
+    rand = df[df.order == "random"]
+    problems = sorted(set(df[df.order == "lopa"].problem) & set(rand.problem))
+    if not problems:
+        return {"problems": 0}
+    lopa = df[df.order == "lopa"].set_index("problem").tpf
+    vanilla = df[df.order == "vanilla"].set_index("problem").tpf
+    by_problem = {p: rand[rand.problem == p].tpf.tolist() for p in problems}
+    pairs = [(lopa[p], statistics.mean(by_problem[p])) for p in problems]
+    lo, hi = bootstrap_ci(pairs, ratio_of_means, n_boot, seed)
+    per_problem = [{"problem": int(p), "lopa_tpf": float(lopa[p]), "vanilla_tpf": float(vanilla.get(p, float("nan"))),
+                    "random_min": min(by_problem[p]), "random_median": statistics.median(by_problem[p]),
+                    "random_max": max(by_problem[p]), "lopa_percentile": percentile_among(lopa[p], by_problem[p])}
+                   for p in problems]
+    graded = df.dropna(subset=["correct"])
+    per_order = {}
+    for order in ORDER_NAMES:
+        rows = df[(df.order == order) & df.problem.isin(problems)]
+        if len(rows):
+            g = graded[(graded.order == order) & graded.problem.isin(problems)]
+            per_order[order] = {"runs": len(rows), "tpf_mean": float(rows.tpf.mean()),
+                                "accuracy": float(g.correct.mean()) if len(g) else None,
+                                "afp_mean": float(rows.afp.mean()), "order_tau_mean": float(rows.order_tau.mean())}
+    return {
+        "problems": len(problems), "random_orders": int(rand.seed.nunique()),
+        "tpf_ratio_lopa_over_random": ratio_of_means(pairs), "tpf_ratio_ci95": [lo, hi], "bootstrap": n_boot,
+        "share_lopa_beats_median_random": sum(r["lopa_tpf"] > r["random_median"] for r in per_problem) / len(problems),
+        "share_lopa_ties_median_random": sum(r["lopa_tpf"] == r["random_median"] for r in per_problem) / len(problems),
+        "lopa_percentile_median": statistics.median(r["lopa_percentile"] for r in per_problem),
+        "per_order": per_order, "per_problem": per_problem,
+    }
+
+
+def report(summary: dict) -> str:
+    if not summary.get("problems"):
+        return "no complete problem yet"
+    lo, hi = summary["tpf_ratio_ci95"]
+    lines = [f"{summary['problems']} problems x {summary['random_orders']} random orders",
+             f"mean TPF, LoPA / random: {summary['tpf_ratio_lopa_over_random']:.3f} (bootstrap 95% CI {lo:.3f}..{hi:.3f})",
+             f"LoPA beats the median random order on {summary['share_lopa_beats_median_random'] * 100:.0f}% of problems "
+             f"(ties {summary['share_lopa_ties_median_random'] * 100:.0f}%); median percentile of LoPA among random "
+             f"orders {summary['lopa_percentile_median']:.0f}",
+             f"{'order':>14} {'runs':>5} {'TPF':>6} {'accuracy':>9} {'AFP':>6} {'tau(LTR)':>9}"]
+    for order, s in summary["per_order"].items():
+        acc = "n/a" if s["accuracy"] is None else f"{s['accuracy'] * 100:.1f}%"
+        lines.append(f"{order:>14} {s['runs']:>5} {s['tpf_mean']:>6.2f} {acc:>9} {s['afp_mean']:>6.2f} "
+                     f"{s['order_tau_mean']:>9.3f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lopa.study orders", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, n=40)
+    parser.add_argument("--random", type=int, default=20, help="random orders per problem (seeds 0..R-1; default 20)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    args = parser.parse_args(argv)
+    import pandas as pd
+    from tqdm import tqdm
+
+    from lopa.study.figures import orders_figure, orders_png
+    loaded, hw = setup(args)
+    problems, where = load_problems(args.data, args.n, args.problem_seed)
+    base = base_settings(args, loaded.spec)
+    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    total = len(problems) * len(order_runs(base, args.random))
+    rows = list(tqdm(iter_orders(loaded, problems, base, args.random, args.data, args.shots), total=total, leave=False))
+    df = pd.DataFrame(rows)
+    summary = summarize_orders(df, args.bootstrap)
+    print(report(summary))
+    title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
+    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
+            "settings": base.to_dict(), "summary": summary}
+    files = write_results(args.out, "orders", {"": df}, meta, orders_figure(df, summary, title),
+                          lambda path: orders_png(df, summary, title, path))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0

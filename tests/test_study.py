@@ -1,0 +1,214 @@
+"""The studies: their statistics on hand-made data with known answers, the branch score rules and the
+removal/change split on hand-made scores, the adaptive budget at its two extremes through the engine,
+and each study end to end on a tiny model, checked against `lopa generate` run by hand."""
+
+import json
+import math
+import re
+
+import pandas as pd
+import pytest
+import torch
+from tiny import save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
+
+from lopa import Decoder, DecodeSettings
+from lopa.cli import main as lopa_main
+from lopa.order import AdaptiveOrder
+from lopa.rules import score_split
+from lopa.study import adaptive, calibration, orders
+from lopa.study.stats import (
+    afp,
+    aup,
+    bootstrap_ci,
+    kendall_tau,
+    order_tau,
+    pareto_front,
+    percentile_among,
+    rankdata,
+    ratio_of_means,
+    spearman,
+)
+
+LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+def test_ranks_and_rank_correlations_on_hand_made_data():
+    assert rankdata([10, 20, 20, 30]).tolist() == [1, 2.5, 2.5, 4]
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # y ranks [1, 2, 3.5, 5, 3.5]: sum of centred products 8, sums of squares 10 and 9.5
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / math.sqrt(95))
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    # 5 concordant pairs, 1 tied in y, none discordant: tau-b = 5 / sqrt(6 * 5)
+    assert kendall_tau([1, 2, 3, 4], [1, 1, 2, 3]) == pytest.approx(5 / math.sqrt(30))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3])) and math.isnan(kendall_tau([1, 2], [3, 3]))
+
+
+def test_bootstrap_interval_and_ratio_of_means():
+    assert ratio_of_means([(2, 1), (4, 3)]) == pytest.approx(1.5)
+    assert bootstrap_ci([(2, 1)] * 5, ratio_of_means, n_boot=50) == (2.0, 2.0)     # no spread, no interval
+    groups = [(x, 1.0) for x in (1.0, 2.0, 3.0, 4.0)]
+    lo, hi = bootstrap_ci(groups, ratio_of_means, n_boot=500, seed=1)
+    assert 1.0 <= lo < ratio_of_means(groups) < hi <= 4.0
+    assert bootstrap_ci(groups, ratio_of_means, n_boot=100, seed=3) == bootstrap_ci(groups, ratio_of_means, n_boot=100, seed=3)
+
+
+def test_order_metrics_afp_and_kendall_tau_of_the_fill_order():
+    assert afp([1, 1, 2, 3, 3, 3]) == 2.0 and afp([5, 5, 5]) == 3.0 and afp([]) == 0.0
+    assert order_tau({0: 1, 1: 2, 2: 3}) == pytest.approx(1.0)       # left to right
+    assert order_tau({0: 3, 1: 2, 2: 1}) == pytest.approx(-1.0)      # right to left
+    assert math.isnan(order_tau({0: 4, 1: 4}))                      # all in one round: no order
+    assert percentile_among(5, [1, 5, 9, 10]) == pytest.approx(37.5)
+
+
+def test_the_cost_curve_never_falls_with_more_branches():
+    assert adaptive.monotone([2.0, 4.0, 6.0]) == [2.0, 4.0, 6.0]
+    assert adaptive.monotone([3.0, 1.0, 2.0]) == [2.0, 2.0, 2.0]            # never cheaper with more branches
+    assert adaptive.monotone([1.0, 5.0, 3.0, 4.0]) == [1.0, 4.0, 4.0, 4.0]  # a spike averaged with what follows
+
+
+def test_aup_and_the_pareto_front():
+    assert aup([(4.0, 0.5)]) == pytest.approx(2.0)                          # the best accuracy: weight 1
+    assert aup([(4.0, 0.5)], y_max=1.0) == pytest.approx(4 * 0.5 * math.exp(-1.5))
+    assert aup([(3.0, 1.0), (1.0, 1.0)]) == pytest.approx(3.0)             # sorted by TPF, trapezoids
+    assert aup([(1.0, 1.0), (3.0, 0.5)]) == pytest.approx(1.0 + 2 * (1.0 + 0.5 * math.exp(-1.5)) / 2)
+    assert pareto_front([(1, 5), (2, 4), (1.5, 3), (2, 4)]) == [0, 1, 3]
+
+
+# -- the removal / change split on a real run ---------------------------------------------------------
+def test_the_split_matches_the_recorded_scores_of_a_real_run():
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings(k=3, **LIVELY), tiny_tokenizer()).run(PROMPT)
+    checked = 0
+    for rec in run.records:
+        for j in range(1, len(rec.branch_scores)):
+            parts = score_split(rec.branch_positions[0], rec.branch_conf[0], rec.branch_positions[j],
+                                rec.branch_conf[j], rec.lookahead_positions[j - 1])
+            if parts is not None and not math.isinf(rec.branch_scores[j]):
+                assert parts["delta"] == pytest.approx(rec.branch_scores[j] - rec.branch_scores[0], abs=1e-6)
+                assert parts["removal"] + parts["change"] == pytest.approx(parts["delta"], abs=1e-12)
+                checked += 1
+    assert checked > 0
+
+
+# -- the adaptive budget ------------------------------------------------------------------------------
+def adaptive_run(cost, k=4):
+    settings = DecodeSettings(k=k, **LIVELY)
+    return Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer(), order=AdaptiveOrder(cost)).run(PROMPT)
+
+
+def test_free_branches_make_the_adaptive_budget_take_the_largest_k_every_round():
+    run = adaptive_run(torch.ones(5), k=4)
+    rounds = [r for r in run.records if r.kind == "round"]
+    assert rounds and any(len(r.lookahead_positions) == 4 for r in rounds)
+    for r in rounds:        # every masked position the anchor left is a candidate; at most k of them
+        assert len(r.lookahead_positions) == min(4, len(r.branch_positions[0]))
+
+
+def test_dear_branches_make_the_adaptive_budget_vanilla_token_for_token():
+    run = adaptive_run([1.0] + [1e6] * 4, k=4)
+    vanilla = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings(k=0, **LIVELY), tiny_tokenizer()).run(PROMPT)
+    assert all(r.lookahead_positions == [] for r in run.records)
+    assert run.tokens == vanilla.tokens and run.text == vanilla.text
+    assert [r.anchor_positions for r in run.records] == [r.anchor_positions for r in vanilla.records]
+    assert run.metrics()["forwards"] == vanilla.metrics()["forwards"]
+
+
+def test_branch_score_setting_picks_the_winner_by_that_rule():
+    settings = DecodeSettings(k=3, branch_score="count", **LIVELY)
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
+    for rec in run.records:
+        if rec.kind == "round":
+            counts = [float(sum(m > LIVELY["tau_conf"] for m in mp)) if mp else float("inf") for mp in rec.branch_max_prob]
+            assert rec.branch_scores == counts
+    with pytest.raises(ValueError, match="branch_score"):
+        DecodeSettings(branch_score="best")
+
+
+def test_the_branch_score_setting_survives_a_trace_round_trip(tmp_path):
+    from lopa import RunResult
+    settings = DecodeSettings(k=2, branch_score="loo", **LIVELY)
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
+    for suffix in (".json", ".parquet"):
+        loaded = RunResult.load(run.save(tmp_path / f"run{suffix}"))
+        assert loaded.settings["branch_score"] == "loo"
+
+
+# -- each study end to end, against `lopa generate` ---------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    model = save_tiny_model_dir(root / "model")
+    data = root / "p.jsonl"
+    data.write_text("\n".join(json.dumps({"question": q, "answer": f"he buys <<1+2=3>>3\n#### {a}"})
+                              for q, a in [("Tom has 3 apples ?", 3), ("how many apples does Tom have ?", 4)]))
+    return model, data, root
+
+
+FLAGS = ["--block-size", "8", "--max-new-tokens", "16", "--tau-conf", "0.12", "--tau-add", "0.3", "--tau-act", "0.6",
+         "--confidence", "max_prob"]
+
+
+def generate(capsys, model, question, *flags):
+    """`lopa generate` run by hand: its printed forwards and TPF."""
+    capsys.readouterr()
+    assert lopa_main(["generate", "--model", str(model), "--prompt", question, *FLAGS, *flags]) == 0
+    out = capsys.readouterr().out
+    return (int(re.search(r"forwards\s+(\d+)", out).group(1)), float(re.search(r"tpf_useful\s+([\d.]+)", out).group(1)))
+
+
+def test_orders_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup, capsys):
+    model, data, root = tiny_setup
+    out = root / "orders"
+    assert orders.main(["--model", str(model), "--data", str(data), "--n", "2", "--random", "2", "--k", "2",
+                        "--bootstrap", "20", "--out", str(out), *FLAGS]) == 0
+    for name in ("orders.csv", "orders.parquet", "orders.html", "orders.png", "orders.json"):
+        assert (out / name).stat().st_size > 0, name
+    df = pd.read_parquet(out / "orders.parquet")
+    assert len(df) == 2 * (3 + 2) and set(df.order) == {"vanilla", "lopa", "left_to_right", "random"}
+    meta = json.loads((out / "orders.json").read_text())
+    assert meta["command"].startswith("python -m lopa.study orders") and "CPU" in meta["hardware"] and meta["date"]
+    assert meta["summary"]["problems"] == 2
+    question = json.loads(data.read_text().splitlines()[1])["question"]
+    row = df[(df.problem == 1) & (df.order == "random") & (df.seed == 1)].iloc[0]
+    forwards, tpf = generate(capsys, model, question, "--k", "2", "--order", "random", "--order-seed", "1")
+    assert (forwards, tpf) == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+    row = df[(df.problem == 1) & (df.order == "vanilla")].iloc[0]
+    assert generate(capsys, model, question, "--decoder", "d2f") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+
+
+def test_calibration_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup, capsys):
+    model, data, root = tiny_setup
+    out = root / "calibration"
+    assert calibration.main(["--model", str(model), "--data", str(data), "--n", "2", "--k", "2", "--metrics", "max_prob",
+                             "--rules", "mean,count", "--bootstrap", "10", "--out", str(out), *FLAGS]) == 0
+    for name in ("calibration_runs.parquet", "calibration_rounds.parquet", "calibration_problems.parquet", "calibration.html", "calibration.png",
+                 "calibration.json"):
+        assert (out / name).stat().st_size > 0, name
+    runs, rounds = pd.read_parquet(out / "calibration_runs.parquet"), pd.read_parquet(out / "calibration_rounds.parquet")
+    assert len(runs) == 4 and {"score_mean", "score_loo", "score_count", "target"} <= set(rounds.columns)
+    finite = rounds[rounds.score_count != float("inf")]
+    assert len(finite) and (finite.score_count == finite.target).all()       # "count" is the target itself
+    question = json.loads(data.read_text().splitlines()[0])["question"]
+    row = runs[(runs.problem == 0) & (runs.rule == "count")].iloc[0]
+    got = generate(capsys, model, question, "--k", "2", "--branch-score", "count")
+    assert got == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+
+
+def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup, capsys):
+    model, data, root = tiny_setup
+    out = root / "adaptive"
+    assert adaptive.main(["--model", str(model), "--data", str(data), "--n", "2", "--ks", "0,2", "--k-max", "2",
+                          "--repeats", "1", "--out", str(out), *FLAGS]) == 0
+    printed = capsys.readouterr().out
+    assert "bookkeeping per round" in printed and "x single" in printed          # the cost model is printed
+    for name in ("adaptive.parquet", "adaptive_cost.parquet", "adaptive.html", "adaptive.png", "adaptive.json"):
+        assert (out / name).stat().st_size > 0, name
+    df = pd.read_parquet(out / "adaptive.parquet")
+    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=2"] and len(df) == 6
+    summary = json.loads((out / "adaptive.json").read_text())["summary"]
+    assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
+    question = json.loads(data.read_text().splitlines()[0])["question"]
+    row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
+    assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
