@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
+from lopa.dist.ranks import Launcher, kill_pid, recv, send, stop_launcher
 from lopa.engine import Decoder
 from lopa.forward import Verified
-from lopa.dist.ranks import Launcher, kill_pid, recv, send, stop_launcher
 from lopa.settings import DecodeSettings
 
 __all__ = ["BPGroup", "RemoteExecutor", "stop_launcher"]
@@ -53,7 +53,7 @@ class RemoteExecutor:
     """The Executor protocol, forwarded to rank 0 of a BPGroup (where a BPExecutor does the work);
     the model replicas live in the rank processes."""
 
-    def __init__(self, group: "BPGroup", settings: DecodeSettings):
+    def __init__(self, group: BPGroup, settings: DecodeSettings):
         self.group, self.spec, self.settings, self._extra = group, group.spec, settings, {}
 
     def start(self, prompt_ids: torch.Tensor) -> None:
@@ -86,8 +86,8 @@ class BPGroup:
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
                  device: str = "cpu", threads: int = 1, **load_options):
-        from lopa.models.loading import DEFAULT_MODEL
         from lopa.dist.parallel import dist_backend
+        from lopa.models.loading import DEFAULT_MODEL
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers (ranks) must be a positive integer, got {workers!r}")
         if timeout_s <= 0 or start_timeout_s <= 0:
@@ -106,7 +106,7 @@ class BPGroup:
         self._owner: RemoteExecutor | None = None
 
     @classmethod
-    def start(cls, model_dir=None, workers: int = 2, **options) -> "BPGroup":
+    def start(cls, model_dir=None, workers: int = 2, **options) -> BPGroup:
         group = cls(model_dir, workers, **options)
         with group._lock:
             group._launch()

@@ -46,7 +46,6 @@ every R gives the single-process tokens and decisions.
 
 from __future__ import annotations
 
-import os
 import pickle
 import time
 from datetime import timedelta
@@ -101,7 +100,7 @@ class Comm:
 
     @classmethod
     def init(cls, device, timeout_s: float, start_timeout_s: float, init_method: str = "env://",
-             rank: int | None = None, world: int | None = None) -> "Comm":
+             rank: int | None = None, world: int | None = None) -> Comm:
         """Join the default group (rendezvous waits up to start_timeout_s, e.g. for slow model loads),
         then make the working groups with the shorter per-collective timeout_s. Control messages
         always travel on gloo (CPU): timeouts there raise instead of aborting the process as NCCL's do."""

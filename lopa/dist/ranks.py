@@ -51,8 +51,8 @@ def kill_pid(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.models import load
     from lopa.dist.parallel import Comm, serve
+    from lopa.models import load
 
     torch.set_num_threads(cfg["threads"])
     rank, device = cfg["rank"], torch.device(cfg["device"])
@@ -127,11 +127,11 @@ def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
 class Launcher:
     """A helper process that imported torch + transformers once and forks rank processes on request;
     it reaps them and writes each one's exit cause to its exit file. One per caller process."""
-    current: "Launcher | None" = None
+    current: Launcher | None = None
     lock = threading.Lock()
 
     @classmethod
-    def get(cls, timeout_s: float) -> "Launcher":
+    def get(cls, timeout_s: float) -> Launcher:
         with cls.lock:
             if not cls.alive():
                 cls.current = cls(timeout_s)
@@ -194,8 +194,8 @@ def _launcher_main(fd: int) -> None:
     import transformers  # noqa: F401  (the slow imports, done once and shared by every fork)
     from transformers import AutoModelForCausalLM  # noqa: F401
 
-    import lopa.models.loading  # noqa: F401
     import lopa.dist.parallel  # noqa: F401
+    import lopa.models.loading  # noqa: F401
     conn, children, preloaded = Connection(fd), {}, set()
     conn.send(("ready", os.getpid()))
     while True:
