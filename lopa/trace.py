@@ -174,13 +174,24 @@ class RunResult:
     def from_dataframe(cls, df) -> RunResult:
         if "lopa" not in df.attrs:
             raise ValueError("DataFrame has no LoPA run header in df.attrs['lopa']")
-        rows = []
-        for row in df.to_dict(orient="records"):
-            row = {k: _plain(v) for k, v in row.items()}
-            row["extra"] = json.loads(row["extra"]) if isinstance(row.get("extra"), str) else (row.get("extra") or {})
-            row["forced"] = json.loads(row["forced"]) if isinstance(row.get("forced"), str) else (row.get("forced") or [])
-            rows.append(row)
-        return cls._from_parts(json.loads(df.attrs["lopa"]), rows)
+        rows = [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+        return cls._from_table(df.attrs["lopa"], rows)
+
+    @classmethod
+    def _from_table(cls, header_json: str | bytes, rows: list[dict]) -> RunResult:
+        """One row per round (DataFrame or Parquet), `extra` and `forced` as JSON text, the header as
+        JSON: decode, validate (lopa.schema), build."""
+        try:
+            header = json.loads(header_json)
+            for row in rows:
+                for name, empty in (("extra", {}), ("forced", [])):
+                    value = row.get(name)
+                    row[name] = json.loads(value) if isinstance(value, str) else (empty if value is None else value)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"the trace's header or JSON columns are not valid JSON: {err}") from None
+        data = {**header, "records": rows} if isinstance(header, dict) else header
+        validate_trace(data)
+        return cls._from_parts(data, rows)
 
     def save(self, path: str | Path) -> Path:
         """Write JSON (.json) or Parquet (.parquet); the suffix decides."""
@@ -221,23 +232,14 @@ class RunResult:
         try:
             table = pq.read_table(path)
             meta = (table.schema.metadata or {}).get(b"lopa")
-            # Rows straight from Arrow: the file's pandas metadata (which pandas would interpret) is never read.
-            rows = [{k: _plain(v) for k, v in row.items()} for row in table.to_pylist()] if meta else []
+            # Rows straight from Arrow as Python objects: the file's pandas metadata (which pandas
+            # would interpret) is never read.
+            rows = table.to_pylist() if meta else []
         except Exception as err:  # pyarrow raises several types for corrupt files
             raise ValueError(f"not a readable Parquet file: {err}") from None
         if meta is None:
             raise ValueError("Parquet file has no LoPA run header")
-        try:
-            header = json.loads(meta.decode("utf-8"))
-            for row in rows:
-                for name, empty in (("extra", {}), ("forced", [])):
-                    value = row.get(name)
-                    row[name] = json.loads(value) if isinstance(value, str) else (empty if value is None else value)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise ValueError(f"the Parquet trace's header or JSON columns are not valid JSON: {err}") from None
-        data = {**header, "records": rows} if isinstance(header, dict) else header
-        validate_trace(data)
-        return cls._from_parts(data, rows)
+        return cls._from_table(meta, rows)
 
 
 def _plain(value):
