@@ -25,12 +25,16 @@ def settings_of(values) -> DecodeSettings:
     return parse_ui(*values[:n], SINGLE, WORKER_RANGE[0], *values[n:n + len(ORDER_NAMES)])[0]
 
 
+def chosen(settings: DecodeSettings) -> dict:
+    """The settings a link or a command must spell out: those that differ from the engine's defaults,
+    plus k and max_new_tokens (the app's own defaults differ from the engine's)."""
+    defaults = DecodeSettings().to_dict()
+    return {k: v for k, v in settings.to_dict().items() if v != defaults[k] or k in ("k", "max_new_tokens")}
+
+
 def share_query(prompt: str, *values) -> str:
-    """`?prompt=...&k=...`: every setting that differs from the defaults, and the prompt."""
-    settings, defaults = settings_of(values).to_dict(), DecodeSettings().to_dict()
-    query = {"prompt": (prompt or "")[:MAX_PROMPT_CHARS]}
-    query.update({k: v for k, v in settings.items() if v != defaults.get(k) or k in ("k", "max_new_tokens")})
-    return "?" + urlencode(query)
+    """`?prompt=...&k=...`: the prompt and the chosen settings."""
+    return "?" + urlencode({"prompt": (prompt or "")[:MAX_PROMPT_CHARS], **chosen(settings_of(values))})
 
 
 def restore(query: dict, current: list) -> list:
@@ -63,15 +67,13 @@ def command_line(prompt: str, *values) -> str:
         settings = settings_of(values)
     except ValueError as err:
         return f"# {err}"
-    defaults = DecodeSettings().to_dict()
     parts = ["python", "-m", "lopa", "generate"]
     loaded = MODELS.loaded
     if loaded is not None and loaded.path != MODELS.default:
         parts += ["--model", str(loaded.path)]
     parts += ["--prompt", prompt or ""]
-    for name, value in settings.to_dict().items():
-        if value != defaults[name] or name in ("k", "max_new_tokens"):
-            parts += [f"--{name.replace('_', '-')}", str(value)]
+    for name, value in chosen(settings).items():
+        parts += [f"--{name.replace('_', '-')}", str(value)]
     return shlex.join(parts)
 
 
