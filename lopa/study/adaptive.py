@@ -21,12 +21,9 @@ from lopa.order import AdaptiveOrder
 from lopa.settings import DecodeSettings
 from lopa.study.common import (
     add_common_arguments,
-    base_settings,
     decode_one,
-    load_problems,
     prompt_ids,
-    setup,
-    weights_digest,
+    start,
     write_results,
 )
 from lopa.study.stats import pareto_front
@@ -156,10 +153,8 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from lopa.study.figures import adaptive_figure, adaptive_png
-    loaded, hw = setup(args)
-    problems, where = load_problems(args.data, args.n, args.problem_seed)
-    base = base_settings(args, loaded.spec)
-    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    started = start(args)
+    loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     verify, bookkeeping = measure_cost(loaded, base, args.k_max,
                                        prompt_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
@@ -174,8 +169,7 @@ def main(argv=None) -> int:
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
-            "settings": base.to_dict(), "summary": summary}
+    meta = started.meta(argv, args, summary)
     files = write_results(args.out, "adaptive", {"": df, "cost": cost_df}, meta, adaptive_figure(df, summary, title),
                           lambda path: adaptive_png(summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))

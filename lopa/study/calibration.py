@@ -34,11 +34,8 @@ from lopa.rules import branch_scores, score_split
 from lopa.settings import BRANCH_SCORE_RULES, CONFIDENCE_METRICS, DecodeSettings
 from lopa.study.common import (
     add_common_arguments,
-    base_settings,
     decode_one,
-    load_problems,
-    setup,
-    weights_digest,
+    start,
     write_results,
 )
 from lopa.study.stats import aup, bootstrap_ci, kendall_tau, spearman
@@ -250,10 +247,8 @@ def main(argv=None) -> int:
     metrics, rules = args.metrics.split(","), args.rules.split(",")
     if "mean" not in rules:
         rules = ["mean", *rules]                  # the calibration part needs the paper's trajectory
-    loaded, hw = setup(args)
-    problems, where = load_problems(args.data, args.n, args.problem_seed)
-    base = base_settings(args, loaded.spec)
-    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    started = start(args)
+    loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
     run_rows, rounds = [], []
     for row, more in tqdm(iter_calibration(loaded, problems, base, metrics, rules, args.data, args.shots),
                           total=len(problems) * len(metrics) * len(rules), leave=False):
@@ -263,8 +258,7 @@ def main(argv=None) -> int:
     summary = summarize_calibration(runs, rounds, args.bootstrap)
     print(report(summary))
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
-            "settings": base.to_dict(), "summary": summary}
+    meta = started.meta(argv, args, summary)
     tables = {"runs": runs, "rounds": rounds, "problems": per_problem_correlations(rounds)}
     files = write_results(args.out, "calibration", tables, meta,
                           calibration_figure(runs, rounds, summary, title),

@@ -10,6 +10,7 @@ import os
 import platform
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -113,13 +114,33 @@ def hardware(loaded, note: str = "") -> str:
     return line + (f", {note}" if note else "")
 
 
-def setup(args):
-    """Threads, model, hardware line."""
+@dataclass
+class Started:
+    """What every study starts from: the model, the hardware line, the problems and the settings."""
+    loaded: object
+    hw: str
+    problems: list[dict]
+    where: str
+    base: DecodeSettings
+
+    def meta(self, argv, args, summary: dict) -> dict:
+        """The JSON written beside a study's results: command, model, weights, hardware, data, summary."""
+        return {"command": argv, "model": self.loaded.describe(), "weights_sha256": weights_digest(self.loaded),
+                "hardware": self.hw, "data": self.where, "seed": args.problem_seed, "settings": self.base.to_dict(),
+                "summary": summary}
+
+
+def start(args) -> Started:
+    """Threads, model, problems and settings of a study's command line; prints what it runs on."""
     from lopa.models import load_from_args
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_from_args(args)
-    return loaded, hardware(loaded, args.hardware_note)
+    hw = hardware(loaded, args.hardware_note)
+    problems, where = load_problems(args.data, args.n, args.problem_seed)
+    base = base_settings(args, loaded.spec)
+    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    return Started(loaded, hw, problems, where, base)
 
 
 def weights_digest(loaded) -> str:

@@ -20,11 +20,8 @@ from collections.abc import Iterator
 from lopa.settings import DecodeSettings
 from lopa.study.common import (
     add_common_arguments,
-    base_settings,
     decode_one,
-    load_problems,
-    setup,
-    weights_digest,
+    start,
     write_results,
 )
 from lopa.study.stats import bootstrap_ci, percentile_among, ratio_of_means
@@ -111,18 +108,15 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from lopa.study.figures import orders_figure, orders_png
-    loaded, hw = setup(args)
-    problems, where = load_problems(args.data, args.n, args.problem_seed)
-    base = base_settings(args, loaded.spec)
-    print(f"model {loaded.describe()}; {where}; {hw}\nsettings: {base.to_dict()}")
+    started = start(args)
+    loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
     total = len(problems) * len(order_runs(base, args.random))
     rows = list(tqdm(iter_orders(loaded, problems, base, args.random, args.data, args.shots), total=total, leave=False))
     df = pd.DataFrame(rows)
     summary = summarize_orders(df, args.bootstrap)
     print(report(summary))
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
-    meta = {"command": argv, "model": loaded.describe(), "weights_sha256": weights_digest(loaded), "hardware": hw, "data": where, "seed": args.problem_seed,
-            "settings": base.to_dict(), "summary": summary}
+    meta = started.meta(argv, args, summary)
     files = write_results(args.out, "orders", {"": df}, meta, orders_figure(df, summary, title),
                           lambda path: orders_png(df, summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
