@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from lopa.problems import DEFAULT_MAX_VALUE, NAMES, OBJECTS, is_heldout, make_problem, split
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
+from lopa.train.noise import block_mask_ratios, computed_positions, sample_mask  # noqa: F401 (re-exported)
 from lopa.train.tokenizer import EOS, MASK, PAD
 
 
@@ -51,6 +52,8 @@ class Recipe:
     min_t: float = 0.05          # lowest mask ratio; 1/t weights are capped at 1/min_t
     inv_t_weight: bool = True    # MDLM ELBO weighting: low-noise samples carry the arithmetic signal
     clean_prefix_prob: float = 0.5  # how often earlier blocks are fully clean (the cached state)
+    cut_prob: float = 0.0        # rows whose answer is clean up to a random cut (lopa/train/noise.py)
+    computed_prob: float = 0.0   # rows where only the computed numbers are masked (lopa/train/noise.py)
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
     max_steps: int = 3           # reasoning steps per problem at the end of the curriculum
@@ -173,25 +176,6 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
     return ids, block_id, valid, torch.tensor(deps, dtype=torch.long).reshape(-1, 3)
 
 
-def block_mask_ratios(block_id, valid, recipe: Recipe, gen: torch.Generator) -> torch.Tensor:
-    """Per-position mask ratio t [S, L]: 0 on the prompt, non-decreasing over answer blocks.
-
-    Block ratios t_b = min(1, t_first + d * (b - first)) from a first noisy block `first`;
-    with probability clean_prefix_prob the blocks before it are clean (what the decoder sees
-    once earlier blocks are finished), otherwise first = 0.
-    """
-    S = block_id.shape[0]
-    n_blocks = (block_id * valid).amax(dim=1)  # [S]
-    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(S, generator=gen)
-    slope = 0.5 * torch.rand(S, generator=gen)
-    first = (torch.rand(S, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
-    first = torch.where(torch.rand(S, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
-    rel = (block_id - first[:, None]).float()  # [S, L]
-    t = (t0[:, None] + slope[:, None] * rel).clamp(max=1.0)
-    t = torch.where((rel >= 0) & (block_id > 0) & valid, t, torch.zeros_like(t))
-    return t
-
-
 def digit_ids(tok) -> torch.Tensor:
     """Bool [V]: True for tokens that are one digit (the tokenizer splits numbers into digits)."""
     vocab = tok.get_vocab()
@@ -222,8 +206,7 @@ def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
                    is_digit: torch.Tensor, is_name: torch.Tensor | None = None, deps: torch.Tensor | None = None):
-    t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
-    masked = (torch.rand(ids.shape, generator=gen) < t) & (t > 0)  # [S, L]
+    masked, t = sample_mask(block_id, valid, computed_positions(deps, ids.shape), recipe, gen)  # [S, L] each
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
     h = hidden_states(model, noisy, block_id, valid)  # [S, L, hidden]
     # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.

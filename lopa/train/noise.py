@@ -1,0 +1,82 @@
+"""Which answer positions the diffusion loss masks, and with what ratio t (lopa.train.trainer).
+
+Any mask distribution trains valid conditionals (the loss is on the masked positions given the
+visible ones); the distribution only decides which conditionals get practice. Each row of a batch
+draws one of three patterns:
+- blocks (D2F, the default): block b is masked with ratio t_b, non-decreasing along the blocks;
+- cut: the answer is clean up to a random position and noisy after it, the state of a decoder
+  that has written a prefix. A cut may fall anywhere inside a line, so "read the operands just
+  written" is practised at every position, not only at block boundaries (model card, issue #13:
+  later lines recomputed from the question instead);
+- computed: only the numbers the answer computes or copies are masked (results, the copy after
+  `>>`, a later line's first operand, the `####` number) while operands and words stay visible,
+  the state in which a result can be read off its own line.
+
+Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, E dependency edges.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _ramp(block_id: torch.Tensor, first: torch.Tensor, t0: torch.Tensor, slope: torch.Tensor):
+    """Ratios t0 + slope * (b - first) per position, capped at 1, and b - first ([S, L] each)."""
+    rel = (block_id - first[:, None]).float()  # [S, L]
+    return (t0[:, None] + slope[:, None] * rel).clamp(max=1.0), rel
+
+
+def block_mask_ratios(block_id, valid, recipe, gen: torch.Generator) -> torch.Tensor:
+    """Per-position mask ratio t [S, L]: 0 on the prompt, non-decreasing over answer blocks.
+
+    Block ratios t_b = min(1, t_first + d * (b - first)) from a first noisy block `first`;
+    with probability clean_prefix_prob the blocks before it are clean (what the decoder sees
+    once earlier blocks are finished), otherwise first = 0.
+    """
+    S = block_id.shape[0]
+    n_blocks = (block_id * valid).amax(dim=1)  # [S]
+    t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(S, generator=gen)
+    slope = 0.5 * torch.rand(S, generator=gen)
+    first = (torch.rand(S, generator=gen) * n_blocks).floor().long() + 1  # 1-based block id
+    first = torch.where(torch.rand(S, generator=gen) < recipe.clean_prefix_prob, first, torch.ones_like(first))
+    t, rel = _ramp(block_id, first, t0, slope)
+    return torch.where((rel >= 0) & (block_id > 0) & valid, t, torch.zeros_like(t))
+
+
+def computed_positions(deps: torch.Tensor | None, shape) -> torch.Tensor:
+    """Bool [S, L]: the targets of the number dependencies `deps` [E, 3] (row, target, source)."""
+    computed = torch.zeros(shape, dtype=torch.bool)
+    if deps is not None and len(deps):
+        computed[deps[:, 0], deps[:, 1]] = True
+    return computed
+
+
+def sample_mask(block_id, valid, computed, recipe, gen: torch.Generator):
+    """(masked [S, L] bool, t [S, L]): the noise of one batch. t is each position's mask ratio
+    (0 where it is never masked); the loss weights a masked position by 1/t (MDLM ELBO).
+
+    With cut_prob = computed_prob = 0 this draws exactly what the blocks pattern alone draws, so
+    a recipe without the new patterns replays the same noise as before they existed."""
+    t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
+    if recipe.cut_prob or recipe.computed_prob:
+        S, L = block_id.shape
+        answer = (block_id > 0) & valid  # [S, L]
+        pos = torch.arange(L).expand(S, L)
+        pick = torch.rand(S, generator=gen)
+        use_cut = pick < recipe.cut_prob
+        use_computed = ~use_cut & (pick < recipe.cut_prob + recipe.computed_prob)
+        # cut: uniform between the answer's start and its last computed number (the `####` one),
+        # so cuts do not land in the EOS padding; after it, the blocks ramp starts at the cut's block.
+        start = torch.where(answer, pos, L).amin(1)  # [S]
+        end = torch.where(computed, pos, -1).amax(1).clamp(min=start) + 1  # [S] exclusive
+        cut = start + (torch.rand(S, generator=gen) * (end - start)).floor().long()
+        t0 = recipe.min_t + (1 - recipe.min_t) * torch.rand(S, generator=gen)
+        slope = 0.5 * torch.rand(S, generator=gen)
+        cut_block = block_id.gather(1, cut.clamp(max=L - 1)[:, None])[:, 0]
+        t_cut, _ = _ramp(block_id, cut_block, t0, slope)
+        t_cut = torch.where(answer & (pos >= cut[:, None]), t_cut, torch.zeros_like(t_cut))
+        # computed: one ratio per row, on the computed numbers only
+        t_computed = torch.where(computed, t0[:, None].expand(S, L), torch.zeros_like(t))
+        t = torch.where(use_cut[:, None], t_cut, torch.where(use_computed[:, None], t_computed, t))
+    masked = (torch.rand(block_id.shape, generator=gen) < t) & (t > 0)  # [S, L]
+    return masked, t
