@@ -190,3 +190,15 @@ def test_dep_and_name_weights_change_only_their_targets(tmp_path):
                                     gen, T.digit_ids(tok), T.name_ids(tok), deps)[0]
     assert loss(dep_weight=1.0) > loss(dep_weight=0.1)
     assert loss(dep_weight=1.0, name_weight=1.0) < loss(dep_weight=1.0, name_weight=3.0)
+
+
+def test_name_ids_cover_both_spellings_of_a_name():
+    from transformers import AutoTokenizer
+
+    from lopa.problems import NAMES, OBJECTS
+
+    tok = AutoTokenizer.from_pretrained("assets/models/tiny-gsm-dllm")
+    names = {tok.decode([i]) for i in T.name_ids(tok, NAMES).nonzero().flatten().tolist()}
+    assert {"Leo", " Leo"} <= names  # "Leo" starts a later answer line, " Leo" the first one
+    assert not names & {" " + o for o in OBJECTS}
+    assert " apples" in {tok.decode([i]) for i in T.name_ids(tok, OBJECTS).nonzero().flatten().tolist()}
