@@ -147,7 +147,7 @@ class RunResult:
             raise ValueError(f"not a JSON trace: {err}") from None
         except RecursionError:
             raise ValueError("not a LoPA trace: the JSON is nested too deeply") from None
-        validate_trace(data)
+        data = validate_trace(data)
         return cls._from_parts(data, data["records"])
 
     @classmethod
@@ -190,7 +190,7 @@ class RunResult:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             raise ValueError(f"the trace's header or JSON columns are not valid JSON: {err}") from None
         data = {**header, "records": rows} if isinstance(header, dict) else header
-        validate_trace(data)
+        data = validate_trace(data)
         return cls._from_parts(data, rows)
 
     def save(self, path: str | Path) -> Path:

@@ -22,9 +22,7 @@ def max_prob_of(p):
     """The max_prob the engine computes for a fake position scripted with probability p."""
     probs = torch.full((16,), (1 - p) / 15, dtype=torch.float64)
     probs[5] = p
-    logits = probs.log()
-    logits[MASK] = float("-inf")             # as the engine does: the mask is never a prediction
-    return float(summarize(logits, "max_prob", 0.0)[1])
+    return float(summarize(probs.log(), "max_prob", 0.0, mask_token_id=MASK)[1])    # raw logits, as the engine
 
 
 def test_commit_threshold_is_strict():

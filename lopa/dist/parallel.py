@@ -35,8 +35,10 @@ the winner's rank broadcasts it and everyone overwrites. `commit_plan` decides:
   losing lookahead agree with the winner there, except when the winning lookahead token itself lies
   in a block being cached (it completed that block): then only the winner's rank holds the slice and
   the commit phase is NOT skipped. (tests/test_parallel.py shows both cases.)
-- full: a cached block attends to the whole window, so only an identical window (a shadow of the
-  winner, or the anchor when it wins) holds the slice; otherwise broadcast.
+- full, full_prompt_blind: a cached block attends to the whole window, so only an identical window
+  (a shadow of the winner, or the anchor when it wins) holds the slice; otherwise broadcast. In
+  `full` the prompt, cached from the prefill, saw the first window too: the prefill has one branch,
+  so every rank computed it (or its shadow) and the check still skips the broadcast.
 
 Sampling (temperature > 0): the rank that computes a branch samples it, with its own generator
 seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so R = 1 reproduces the
@@ -156,7 +158,7 @@ def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, atte
     -> {"local": [local batch index per rank]} when every rank holds an equal slice (no broadcast),
        else {"src": winner's rank, "index": winner's local index}."""
     def same(j: int) -> bool:
-        if n_positions == 0:             # only the prompt (first round): it attends to itself alone
+        if n_positions == 0 and attention != "full":   # only the prompt (first round), which saw itself alone
             return True
         a, b = windows[j], windows[winner]
         if attention == "block_causal":
