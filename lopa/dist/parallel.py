@@ -152,14 +152,16 @@ class Comm:
 
 
 # -- pure helpers -----------------------------------------------------------------------------
-def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, attention: str, world: int) -> dict:
+def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, attention: str, world: int,
+                with_prompt: bool = False) -> dict:
     """Where each rank gets the slice to cache (see the module docstring for why).
-    windows: every branch's window [W_j]; n_positions: window positions being cached.
+    windows: every branch's window [W_j]; n_positions: window positions being cached; with_prompt:
+    the prompt is cached too (the prefill).
     -> {"local": [local batch index per rank]} when every rank holds an equal slice (no broadcast),
        else {"src": winner's rank, "index": winner's local index}."""
     def same(j: int) -> bool:
-        if n_positions == 0 and attention != "full":   # only the prompt (first round), which saw itself alone
-            return True
+        if n_positions == 0 and (not with_prompt or attention != "full"):
+            return True                  # nothing cached, or only a prompt that saw itself alone
         a, b = windows[j], windows[winner]
         if attention == "block_causal":
             return torch.equal(a[:n_positions], b[:n_positions])
@@ -327,7 +329,8 @@ class BPExecutor:
         rows, q0 = self._last
         self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
         n_input = self._q0 + n_positions
-        plan = commit_plan(self._windows, winner, n_positions, self.settings.attention, self.comm.world)
+        plan = commit_plan(self._windows, winner, n_positions, self.settings.attention, self.comm.world,
+                           with_prompt=not self.prompt_cached)
         control_bytes, sent = self._run("commit", n_input, plan)
         self.prompt_cached = True
         peers = self.comm.world - 1
