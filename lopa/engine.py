@@ -150,7 +150,9 @@ class Decoder:
                 yield self._final(r, anchor, commits, start, self.state.n_filled() - filled)
                 return
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
-            look_pos = order.lookahead(view, anchor.window() == anchor.mask_id)
+            free = anchor.window() == anchor.mask_id
+            free[anchor_pos] = False     # a position the anchor committed the mask token to (mask_argmax "authors") too
+            look_pos = order.lookahead(view, free)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
