@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 
-from lopa import Decoder, DecodeSettings
+from lopa import DecodeSettings
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL
 
