@@ -3,6 +3,7 @@
     lopa generate --prompt "..." --k 4     decode one prompt, print the answer and the metrics;
                                            --trace run.json (or .parquet) writes the round-by-round trace
     lopa app [--host H] [--port P]         start the explorer app on the bundled model
+    lopa hf-export DIR                     let transformers' generate() decode DIR with LoPA (lopa.hf)
 """
 
 from __future__ import annotations
@@ -118,6 +119,14 @@ def _app(args) -> int:
     return 0
 
 
+def _hf_export(args) -> int:
+    from lopa.hf import add_transformers_support
+    path = add_transformers_support(args.model_dir)
+    print(f"{path}: custom_generate/ added and plain generate() guarded; load it with "
+          f"AutoModelForCausalLM.from_pretrained({str(path)!r}, trust_remote_code=True) to decode with LoPA")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lopa.models import add_model_arguments
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
@@ -147,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
+    hf = sub.add_parser("hf-export", help="make a model folder decode with LoPA through transformers' generate() "
+                                          "(adds custom_generate/ and a guard that stops plain generate())")
+    hf.add_argument("model_dir", help="a Hugging Face model folder the engine decodes (a stock transformers class)")
+    hf.set_defaults(func=_hf_export)
     app = sub.add_parser("app", help="start the explorer app (the bundled model unless another is loaded in it)")
     app.add_argument("--host", default=None, help="interface to listen on (default $GRADIO_SERVER_NAME or 0.0.0.0)")
     app.add_argument("--port", type=int, default=None, help="port (default $GRADIO_SERVER_PORT or 7860)")

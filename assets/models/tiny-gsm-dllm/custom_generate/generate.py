@@ -23,6 +23,9 @@ except ImportError as err:
         f"sys.path). Import failed with: {err}") from err
 
 
-def generate(model, *args, **kwargs):
-    """transformers calls this as generate(model=model, ...); see lopa.hf.generate.generate."""
+def generate(*args, model, **kwargs):
+    """See lopa.hf.generate.generate. `model` is keyword-only because transformers passes it by
+    name: generate(model=model, ...) for custom_generate=..., and functools.partial(generate,
+    model=model) as the model's generate() when loaded with trust_remote_code=True, where the
+    caller's first positional argument is the input ids."""
     return _lopa_generate(model, *args, **kwargs)
