@@ -13,7 +13,7 @@ Layer: imports the core and models; imported by train (its export adds the same 
 
 from lopa.hf.config import LopaGenerationConfig
 from lopa.hf.export import GUARD_MESSAGE, add_transformers_support
-from lopa.hf.generate import LopaGenerateOutput, generate
+from lopa.hf.generation import LopaGenerateOutput, generate
 from lopa.hf.streaming import RoundStreamer
 
 __all__ = ["generate", "LopaGenerationConfig", "LopaGenerateOutput", "RoundStreamer", "add_transformers_support",

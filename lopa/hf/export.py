@@ -1,7 +1,7 @@
 """Make a model folder the engine decodes usable from transformers (`lopa hf-export DIR`):
 
 1. `custom_generate/` (generate.py + requirements.txt), copied from the bundled model's: with
-   trust_remote_code=True, transformers' generate() becomes LoPA decoding (lopa.hf.generate).
+   trust_remote_code=True, transformers' generate() becomes LoPA decoding (lopa.hf.generation).
 2. A guard in generation_config.json, so that plain generate() (no trust_remote_code) stops with
    an error that says how to decode the model, instead of returning left-to-right garbage.
 

@@ -15,7 +15,7 @@ in a lopa.hf.LopaGenerationConfig. The prompt ids must already carry the model's
 # Imported inside try: transformers then leaves the check to us (it would otherwise ask for a
 # `pip install lopa`, a different package), and we can say how to get it.
 try:
-    from lopa.hf.generate import generate as _lopa_generate
+    from lopa.hf.generation import generate as _lopa_generate
 except ImportError as err:
     raise ImportError(
         "this model decodes with LoPA, which needs the `lopa` package (LoPA Explorer): "
@@ -24,7 +24,7 @@ except ImportError as err:
 
 
 def generate(*args, model, **kwargs):
-    """See lopa.hf.generate.generate. `model` is keyword-only because transformers passes it by
+    """See lopa.hf.generation.generate. `model` is keyword-only because transformers passes it by
     name: generate(model=model, ...) for custom_generate=..., and functools.partial(generate,
     model=model) as the model's generate() when loaded with trust_remote_code=True, where the
     caller's first positional argument is the input ids."""

@@ -61,7 +61,8 @@ def generate(model, inputs: torch.Tensor | None = None, generation_config=None, 
     input_ids = kwargs.pop("input_ids", None) if inputs is None else inputs
     if input_ids is None:
         raise ValueError("generate() needs the prompt ids: pass input_ids (or inputs)")
-    input_ids = torch.as_tensor(input_ids).reshape(-1, input_ids.shape[-1])        # [batch, P]
+    input_ids = torch.as_tensor(input_ids)
+    input_ids = input_ids.reshape(-1, input_ids.shape[-1])                         # [batch, P]
     attention_mask = kwargs.pop("attention_mask", None)
     tokenizer = kwargs.pop("tokenizer", None)
     config = _resolve_config(model, generation_config, kwargs)
