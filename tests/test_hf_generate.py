@@ -5,7 +5,10 @@ code runs only with trust_remote_code=True, never from our own loader."""
 
 import functools
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,8 +76,11 @@ def test_a_model_loaded_with_trust_remote_code_generates_with_lopa(trusted, tok,
     assert isinstance(trusted.generate, functools.partial)     # transformers replaced generate with the folder's
     cli = cli_run(tmp_path, ["--k", "3", "--max-new-tokens", "64"])
     config = LopaGenerationConfig.from_settings(DecodeSettings.from_dict(cli.settings))
-    out = trusted.generate(**prompt(tok), generation_config=config)
+    before = (config.to_dict(), trusted.generation_config.to_dict())
+    out = trusted.generate(prompt(tok)["input_ids"], generation_config=config)     # positional ids, as usual
     assert out[0, len(cli.prompt_ids):].tolist() == cli.useful_tokens
+    assert (config.to_dict(), trusted.generation_config.to_dict()) == before       # neither config changed
+    assert trusted.config._attn_implementation == "sdpa"                           # the model's attention given back
 
 
 def test_plain_generate_refuses_and_says_how(plain, tok):
@@ -99,6 +105,14 @@ def test_the_folder_code_runs_only_with_trust_remote_code(plain, tok, monkeypatc
     for loaded in (load(device="cpu"), load(PATH, device="cpu", trust_remote_code=True)):
         assert not isinstance(loaded.model.generate, functools.partial)
         assert loaded.decoder(DecodeSettings(k=2, max_new_tokens=32)).run(QUESTION).records
+
+
+def test_without_lopa_the_folder_says_how_to_install_it(tmp_path):
+    code = ("import sys; sys.modules['lopa'] = None; from transformers import AutoModelForCausalLM; "
+            f"AutoModelForCausalLM.from_pretrained({PATH!r}, trust_remote_code=True)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert done.returncode != 0 and "needs the `lopa` package" in done.stderr and "pip install lopa-explorer" in done.stderr
 
 
 def test_round_streamer_sees_every_round(plain, tok):
