@@ -107,6 +107,7 @@ def test_the_folder_code_runs_only_with_trust_remote_code(plain, tok, monkeypatc
         assert loaded.decoder(DecodeSettings(k=2, max_new_tokens=32)).run(QUESTION).records
 
 
+@pytest.mark.timeout(300)
 def test_without_lopa_the_folder_says_how_to_install_it(tmp_path):
     code = ("import sys; sys.modules['lopa'] = None; from transformers import AutoModelForCausalLM; "
             f"AutoModelForCausalLM.from_pretrained({PATH!r}, trust_remote_code=True)")
