@@ -91,7 +91,8 @@ def _report(args, decoder, description: str) -> int:
           + (f"   script: {args.script} ({forced} forced decisions)" if getattr(args, "script", None) else ""))
     for key, value in result.metrics().items():
         print(f"  {key:16s} {value:.3f}" if isinstance(value, float) else f"  {key:16s} {value}")
-    print("  (tpf_useful counts tokens up to the first EOS; tpf_paper counts every appended position)")
+    print("  (tpf_useful, ours: tokens up to the first EOS / forwards; tpf_paper: every appended position / "
+          "forwards; tpf_authors, the paper's tables: every appended position / (forwards + 1))")
     if args.trace:
         print(f"trace written to {result.save(args.trace)}")
     return 0
