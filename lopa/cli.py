@@ -3,6 +3,7 @@
     lopa generate --prompt "..." --k 4     decode one prompt, print the answer and the metrics;
                                            --trace run.json (or .parquet) writes the round-by-round trace
     lopa app [--host H] [--port P]         start the explorer app on the bundled model
+    lopa reproduce --table N --model M     a paper table's rows through lm-eval / EvalPlus, beside the paper's
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ def _report(args, decoder, description: str) -> int:
     return 0
 
 
+def _reproduce(args) -> int:
+    from lopa.eval.reproduce import reproduce
+    from lopa.models import load_from_args
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.table not in (1, 2):                     # before any model loads
+        from lopa.eval.paper import NOT_REPRODUCED
+        raise ValueError(f"Table {args.table}: " + NOT_REPRODUCED.get(args.table, "the paper has Tables 1-7")
+                         + "; reproduce runs Tables 1 and 2")
+    print(reproduce(args, load_from_args(args)))
+    return 0
+
+
 def explorer():
     """The explorer app package: `lopa_explorer.app` when installed from the wheel, the top-level
     `app/` folder in a checkout or on a Space."""
@@ -148,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
+    rep = sub.add_parser("reproduce", help="run a paper table's rows (lm-eval / EvalPlus) beside the paper's numbers")
+    from lopa.eval.reproduce import add_arguments as add_reproduce_arguments
+    add_reproduce_arguments(rep)
+    rep.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
+    add_model_arguments(rep)
+    rep.set_defaults(func=_reproduce)
     app = sub.add_parser("app", help="start the explorer app (the bundled model unless another is loaded in it)")
     app.add_argument("--host", default=None, help="interface to listen on (default $GRADIO_SERVER_NAME or 0.0.0.0)")
     app.add_argument("--port", type=int, default=None, help="port (default $GRADIO_SERVER_PORT or 7860)")

@@ -16,6 +16,7 @@ are exactly lm-eval's) with only the dataset replaced by local files.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -65,8 +66,10 @@ def task_configs(task: str, data: str | Path | None = None) -> dict[str, dict]:
     raise ValueError(f"lm-eval tasks here are gsm8k and math, got {task!r}")
 
 
+@functools.cache
 def _model_class():
-    """LoPALM, defined on first use so that importing this module does not import lm-eval."""
+    """LoPALM, defined (and registered with lm-eval, once) on first use, so that importing this
+    module does not import lm-eval."""
     from lm_eval.api.model import LM
     from lm_eval.api.registry import register_model
 
