@@ -234,19 +234,30 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
                         "positions, default), loo, min, window, segment, count (docs/studies.md)")
 
 
-def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset (or the settings of a trace given as --script), then the model's own attention and
-    block size, then explicit flags; the decoder's overrides (e.g. k = 0 for d2f) come last."""
-    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
-    fields.update(getattr(args, "script_settings", None) or {})
+# The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
+DEFAULT_K = 4
+
+
+def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:
+    """`fields` over the model's own attention and trained block size, k = DEFAULT_K unless given:
+    the one place where `lopa generate` and transformers' generate() (lopa.hf) fill what the user
+    left unset, so the same choices decode the same tokens."""
     if spec is not None:
         fields.setdefault("attention", spec.attention)
         if spec.block_size:
             fields.setdefault("block_size", spec.block_size)
+    fields.setdefault("k", DEFAULT_K)
+    return DecodeSettings(**fields)
+
+
+def settings_from_args(args, spec=None) -> DecodeSettings:
+    """Preset (or the settings of a trace given as --script), then explicit flags, over the model's
+    own attention and block size; the decoder's overrides (e.g. k = 0 for d2f) come last."""
+    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
+    fields.update(getattr(args, "script_settings", None) or {})
     flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
                                                      "commit", "confidence", "attention", "temperature", "seed",
                                                      "order", "order_seed", "branch_score",
                                                      "cache_schedule", "mask_argmax")}
     fields.update({k: v for k, v in flags.items() if v is not None})
-    fields.setdefault("k", 4)
-    return decoder_settings(args.decoder, DecodeSettings(**fields))
+    return decoder_settings(args.decoder, settings_for_model(spec, **fields))

@@ -192,13 +192,16 @@ def _readable_dirs() -> list[str]:
     return sorted({d for d in (*_SYSTEM_DIRS, *python) if os.path.isdir(d)})
 
 
-def bwrap_command(work: Path) -> list[str]:
+def bwrap_command(work: Path, env: dict | None = None) -> list[str]:
     """The bubblewrap prefix: every namespace unshared, read-only system and Python, `work` as the
-    writable /sandbox, a private /tmp, no capabilities, killed with its parent."""
+    writable /sandbox, a private /tmp, no capabilities, killed with its parent. `env`: variables set
+    inside, on top of the cleared environment (lopa.eval.codegen points EvalPlus at its data)."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "TMPDIR", "/tmp",
                "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for name, value in (env or {}).items():
+        command += ["--setenv", name, value]
     for folder in _readable_dirs():
         command += ["--ro-bind", folder, folder]
     return command + ["--bind", str(work), "/sandbox", "--chdir", "/sandbox", "--"]
