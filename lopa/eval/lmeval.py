@@ -1,17 +1,14 @@
-"""GSM8K and MATH through lm-eval (0.4.x): the engine registered as an lm-eval model, the tasks read
-from local files, every completion and every decode's counters saved.
+"""GSM8K, MATH and MBPP through lm-eval (0.4.x): the engine registered as an lm-eval model, the tasks
+read from local files (lopa.eval.tasks), every completion and every decode's counters saved.
 
 The authors ran their numbers through lm-eval with their own model class (zhijie-group/LoPA
 scale_dream_d2f/scale_dream_d2f.py, `generate_until`): the task's prompt (few-shot, and the chat
 template when --apply_chat_template is given) is decoded until EOS or 512 tokens, the answer is cut
 at the task's stop strings, and lm-eval's filters and metrics score it. `LoPALM` does the same with
 our engine. Offline: the task config is lm-eval's own YAML (included, so prompt, filters and metric
-are exactly lm-eval's) with only the dataset replaced by local files.
-
-    GSM8K  assets/data/gsm8k/{train,test}.jsonl (shipped)        task gsm8k, 4-shot (Table 5)
-    MATH   a local copy the user supplies (math_data=DIR)        minerva_math_* (7 subjects), 4-shot
-           DIR/<subject>/{train,test}.jsonl, or a snapshot of EleutherAI/hendrycks_math
-           (`hf download EleutherAI/hendrycks_math --repo-type dataset --local-dir DIR`)
+are exactly lm-eval's) with only the dataset replaced by local files. MBPP's metric runs generated code
+in-process, so its task only generates and lopa.eval.code_eval grades the saved responses in the
+sandbox (lopa.eval.mbpp).
 """
 
 from __future__ import annotations
@@ -24,46 +21,9 @@ from pathlib import Path
 
 import torch
 
-from lopa.models.loading import ASSETS
+from lopa.eval import code_eval
+from lopa.eval.tasks import GSM8K_DIR, task_configs  # noqa: F401 (GSM8K_DIR: the CLI's default)
 from lopa.trace import authors_tpf
-
-GSM8K_DIR = ASSETS / "data" / "gsm8k"
-MATH_SUBJECTS = ("algebra", "counting_and_prob", "geometry", "intermediate_algebra", "num_theory", "prealgebra",
-                 "precalc")
-
-
-def _lm_eval_task_yaml(relative: str) -> Path:
-    import lm_eval
-    return Path(lm_eval.__file__).parent / "tasks" / relative
-
-
-def task_configs(task: str, data: str | Path | None = None) -> dict[str, dict]:
-    """{local task name: lm-eval task config} for `task` ("gsm8k" or "math"): lm-eval's YAML,
-    included unchanged, with the dataset pointed at local files."""
-    if task == "gsm8k":
-        folder = Path(data) if data else GSM8K_DIR
-        files = {split: str((folder / f"{split}.jsonl").resolve()) for split in ("train", "test")}
-        if not all(Path(f).is_file() for f in files.values()):
-            raise FileNotFoundError(f"GSM8K needs train.jsonl and test.jsonl in {folder}")
-        return {"lopa_gsm8k": {"include": str(_lm_eval_task_yaml("gsm8k/gsm8k.yaml")), "dataset_path": "json",
-                               "dataset_name": None, "dataset_kwargs": {"data_files": files}}}
-    if task == "math":
-        if data is None:
-            raise ValueError("MATH is not shipped: pass a local copy (math_data / --math-data DIR), either "
-                             "DIR/<subject>/{train,test}.jsonl or `hf download EleutherAI/hendrycks_math "
-                             "--repo-type dataset --local-dir DIR`")
-        folder, configs = Path(data).resolve(), {}
-        for subject in MATH_SUBJECTS:
-            config = {"include": str(_lm_eval_task_yaml(f"minerva_math/minerva_math_{subject}.yaml"))}
-            jsonl = {split: folder / subject / f"{split}.jsonl" for split in ("train", "test")}
-            if all(p.is_file() for p in jsonl.values()):
-                config.update(dataset_path="json", dataset_name=None,
-                              dataset_kwargs={"data_files": {k: str(v) for k, v in jsonl.items()}})
-            else:                                    # a local snapshot of the hub dataset, one config per subject
-                config.update(dataset_path=str(folder))
-            configs[f"lopa_minerva_math_{subject}"] = config
-        return configs
-    raise ValueError(f"lm-eval tasks here are gsm8k and math, got {task!r}")
 
 
 @functools.cache
@@ -128,15 +88,18 @@ def _model_class():
 
 def run_lm_eval(loaded, settings, task: str, shots: int, out: str | Path, chat: bool = False,
                 data: str | Path | None = None, limit: int | None = None) -> dict:
-    """Run `task` ("gsm8k" or "math") through lm-eval with `loaded` decoding under `settings`.
+    """Run `task` ("gsm8k", "math" or "mbpp") through lm-eval with `loaded` decoding under `settings`.
     Writes to `out`: the task configs, lm-eval's sample log (samples_<task>.jsonl: doc, prompt,
-    response, filtered answer, metrics), the engine's per-decode counters (runs.jsonl) and
-    results.json. Returns {"score": exact match in %, "metrics": lm-eval's, TPFs, "n"}."""
+    response, filtered answer, metrics), the engine's per-decode counters (runs.jsonl), for MBPP the
+    sandbox's verdicts (graded_lopa_mbpp.jsonl), and results.json. Returns {"score": exact match or
+    pass@1 in %, "metrics": lm-eval's, TPFs, "n"}."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")       # local files only, never the hub
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    if task == "mbpp":                                     # refuse before hours of decoding, not after
+        code_eval.require_bubblewrap()
     out = Path(out)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     configs = task_configs(task, data)
@@ -154,13 +117,18 @@ def run_lm_eval(loaded, settings, task: str, shots: int, out: str | Path, chat: 
         for run in lm.runs:
             f.write(json.dumps(run) + "\n")
     per_task = {name: results["results"][name] for name in configs}
-    # lm-eval logs one sample per filter (GSM8K has two): count documents
-    n = [len({sample["doc_id"] for sample in results["samples"][name]}) for name in configs]
-    # GSM8K: lm-eval's strict match (the `#### N` answer); MATH: minerva's exact match; both the
-    # sample-weighted mean over the task's parts.
-    key = "exact_match,strict-match" if task == "gsm8k" else "exact_match,none"
-    score = 100 * sum(per_task[name][key] * k for name, k in zip(configs, n)) / sum(n)
-    summary = {"task": task, "shots": shots, "chat": chat, "n": sum(n), "score": score, **summarize_runs(lm.runs),
+    if task == "mbpp":
+        graded = code_eval.grade_lm_eval_samples(out / "samples_lopa_mbpp.jsonl")
+        score, n, extra = graded["score"], graded["n"], {"graded": graded["results_file"], "sandbox": graded["sandbox"]}
+    else:
+        # lm-eval logs one sample per filter (GSM8K has two): count documents
+        counts = [len({sample["doc_id"] for sample in results["samples"][name]}) for name in configs]
+        # GSM8K: lm-eval's strict match (the `#### N` answer); MATH: minerva's exact match; both the
+        # sample-weighted mean over the task's parts.
+        key = "exact_match,strict-match" if task == "gsm8k" else "exact_match,none"
+        score = 100 * sum(per_task[name][key] * k for name, k in zip(configs, counts)) / sum(counts)
+        n, extra = sum(counts), {}
+    summary = {"task": task, "shots": shots, "chat": chat, "n": n, "score": score, **extra, **summarize_runs(lm.runs),
                "lm_eval": per_task, "settings": settings.to_dict()}
     (out / "results.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
