@@ -7,9 +7,10 @@ Prompts (zhijie-group/LoPA):
   in a ```python fence, the assistant turn opened with ```python); the reply is cut at the next
   ```, written as the whole solution, sanitized by `evalplus.sanitize`, then graded.
 - D2F-Dream HumanEval (Table 1; test_dream_d2f_LoPA.sh): lm-eval's `humaneval` task, 0-shot, no
-  chat template, BOS prepended: the bare problem prompt, and prompt + completion is the program.
-  We grade that program with EvalPlus's base tests (HumanEval's own inputs) instead of lm-eval's
-  in-process `code_eval`, so that it runs sandboxed; "plus" adds EvalPlus's extra tests.
+  chat template, BOS prepended, the whole reply kept (escape_until=true): the bare problem prompt,
+  and prompt + completion is the program. Its grading is not EvalPlus's: `lopa reproduce` runs
+  HumanEval's own `test` + check(entry_point) on it as code_eval does, sandboxed (lopa.eval.code_eval);
+  here only the decoding and the saved samples are shared.
 
 Data is never downloaded: EvalPlus reads the problem file named by HUMANEVAL_OVERRIDE_PATH /
 MBPP_OVERRIDE_PATH (evalplus/data/humaneval.py, mbpp.py), which we set to a local copy
@@ -37,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from lopa.bench.humaneval import bubblewrap_available, bwrap_command
+from lopa.bench.humaneval import bwrap_command
+from lopa.eval import code_eval
 
 OVERRIDE_ENV = {"humaneval": "HUMANEVAL_OVERRIDE_PATH", "mbpp": "MBPP_OVERRIDE_PATH"}
 # scale_diffucoder_d2f/model.py, DiffuCoder._build_prompt (the authors' words, kept exactly).
@@ -98,6 +100,10 @@ def generate_samples(loaded, settings, problems: list[dict], style: str, out: st
     return summarize_runs(runs)
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def write_samples(path: Path, rows: list[dict]) -> Path:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
@@ -111,9 +117,7 @@ def grade(dataset: str, samples: str | Path, problems: list[dict], timeout: floa
     {"base": pass@1 %, "plus": pass@1 % (base and extra tests), "n", "sandbox", "per_task"}."""
     if dataset not in OVERRIDE_ENV:
         raise ValueError(f"EvalPlus datasets are {tuple(OVERRIDE_ENV)}, got {dataset!r}")
-    if not bubblewrap_available():
-        raise RuntimeError("grading executes generated code and runs only inside bubblewrap here: "
-                           "install it (Debian: apt-get install bubblewrap) on a kernel that allows user namespaces")
+    code_eval.require_bubblewrap()
     samples = Path(samples)
     with tempfile.TemporaryDirectory(prefix="lopa-evalplus-") as work:
         work = Path(work)

