@@ -109,21 +109,31 @@ def test_prompts_follow_the_authors_scripts():
 @pytest.mark.timeout(600)
 def test_reproduce_runs_table_1_end_to_end_on_a_tiny_random_checkpoint(tmp_path, capsys, offline):
     model = save_tiny_model_dir(tmp_path / "tiny")
-    problems = tmp_path / "humaneval_plus.jsonl"
-    problems.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    problems = tmp_path / "humaneval.jsonl"            # HumanEval format: Table 1 runs the problems' own tests
+    tests = {"add": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+             "double": "def check(candidate):\n    assert candidate(5) == 10\n"}
+    problems.write_text("".join(json.dumps({**p, "test": tests[p["entry_point"]]}) + "\n" for p in PROBLEMS))
+    mbpp = tmp_path / "mbpp" / "test.jsonl"
+    mbpp.parent.mkdir()
+    mbpp.write_text("".join(json.dumps({"task_id": 11 + i, "text": f"Write a function {p['entry_point']}.",
+                                        "code": "", "test_list": [f"assert {p['entry_point']} is not None"] * 3,
+                                        "test_setup_code": "", "challenge_test_list": []}) + "\n"
+                            for i, p in enumerate(PROBLEMS)))
     code = main(["reproduce", "--table", "1", "--model", str(model), "--limit", "2", "--max-new-tokens", "32",
-                 "--tasks", "gsm8k,humaneval,math", "--rows", "vanilla,lopa", "--humaneval-plus", str(problems),
-                 "--out", str(tmp_path / "out"), "--device", "cpu"])
+                 "--tasks", "gsm8k,humaneval,math,mbpp", "--rows", "vanilla,lopa", "--humaneval", str(problems),
+                 "--mbpp-data", str(mbpp.parent), "--out", str(tmp_path / "out"), "--device", "cpu"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "GSM8K 4-shot" in out and "HumanEval 0-shot" in out and "72.6" in out and "73.3" in out
-    assert "n/a, Math 4-shot: no local MATH copy" in out
+    assert "GSM8K 4-shot" in out and "HumanEval 0-shot" in out and "MBPP 3-shot" in out and "72.6" in out
+    assert "n/a, Math 4-shot: no local MATH copy" in out and "54.8" in out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["algo"] for r in results["rows"]] == ["Vanilla", "LoPA"] and not results["d2f"]
     for row in results["rows"]:
-        assert row["ours"]["gsm8k"]["n"] == 2 and row["ours"]["humaneval"]["n"] == 2
+        assert row["ours"]["gsm8k"]["n"] == 2 and row["ours"]["humaneval"]["n"] == 2 and row["ours"]["mbpp"]["n"] == 2
         assert row["ours"]["humaneval"]["sandbox"] == "bubblewrap"
     assert (tmp_path / "out" / "Dream-lopa-humaneval" / "samples.jsonl").is_file()
+    assert (tmp_path / "out" / "Dream-lopa-humaneval" / "graded.jsonl").is_file()
+    assert (tmp_path / "out" / "Dream-lopa-mbpp" / "graded_lopa_mbpp.jsonl").is_file()
 
 
 def test_reproduce_refuses_the_system_tables_before_loading_a_model(capsys):

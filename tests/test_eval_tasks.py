@@ -120,7 +120,7 @@ def test_mbpp_on_the_bundled_model_from_a_jsonl_copy(tmp_path, offline):
     from lopa.eval.lmeval import run_lm_eval
     from lopa.models import load
     _write_jsonl(tmp_path / "mbpp" / "test.jsonl", MBPP_ROWS[:2])
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=16), "mbpp", 3, tmp_path / "out",
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "mbpp", 3, tmp_path / "out",
                           data=tmp_path / "mbpp")
     assert summary["n"] == 2 and 0.0 <= summary["score"] <= 100.0 and summary["tpf_authors"] > 0
     samples = (tmp_path / "out" / "samples_lopa_mbpp.jsonl").read_text().splitlines()
@@ -179,7 +179,7 @@ def test_math_runs_through_lm_eval_on_both_local_layouts(tmp_path, offline, layo
                 _write_parquet(data / config / f"{split}-00000-of-00001.parquet", _math_rows(config, split))
             else:
                 _write_jsonl(data / subject / f"{split}.jsonl", _math_rows(config, split))
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=16), "math", 4, tmp_path / "out", data=data)
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "math", 4, tmp_path / "out", data=data)
     assert summary["n"] == 7 and 0.0 <= summary["score"] <= 100.0
     for subject in MATH_SUBJECTS:
         rows = [json.loads(line) for line in

@@ -82,3 +82,19 @@ def test_installed_model_folder_generates_with_lopa_through_transformers(install
             "print(g.__file__); print(out.shape[1] > ids['input_ids'].shape[1])")
     where, grew = run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}).split()[-2:]
     assert where.startswith(str(installed[2])) and grew == "True"
+
+
+def test_installed_eval_layer_builds_its_lm_eval_tasks_outside_the_checkout(installed, tmp_path):
+    """lopa.eval ships as modules only: its lm-eval task configs are built at run time from the
+    installed lm-eval's YAML and the user's data, so the wheel needs no task files of its own."""
+    wheel, venv, purelib, env = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"lopa/eval/{m}.py" for m in ("lmeval", "tasks", "mbpp", "code_eval", "codegen", "paper", "reproduce")} <= names
+    (tmp_path / "mbpp").mkdir()
+    (tmp_path / "mbpp" / "test.jsonl").write_text('{"task_id": 11, "text": "t", "code": "", "test_list": ["a", "b", "c"]}\n')
+    code = ("import lopa.eval.tasks as t; from lopa.eval.tasks import task_configs; "
+            "g = task_configs('gsm8k')['lopa_gsm8k']; m = task_configs('mbpp', 'mbpp')['lopa_mbpp']; "
+            "print(t.__file__); print(all(__import__('os').path.isfile(f) for f in g['dataset_kwargs']['data_files']['test']), "
+            "len(m['fewshot_config']['samples']))")
+    where, gsm8k_found, shots = run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env).split()[-3:]
+    assert where.startswith(str(purelib)) and gsm8k_found == "True" and shots == "3"
