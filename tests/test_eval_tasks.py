@@ -142,18 +142,17 @@ def test_without_bubblewrap_mbpp_refuses_before_decoding(tmp_path, monkeypatch):
 
 
 def test_mbpp_task_keeps_lm_evals_prompt_and_shots_and_drops_its_metric(tmp_path):
-    from lopa.eval.mbpp import fewshot_samples, task_config
-    from lopa.eval.tasks import read_task_yaml
+    from lopa.eval.tasks import mbpp_config, mbpp_fewshot_samples, read_task_yaml
     _write_jsonl(tmp_path / "test.jsonl", MBPP_ROWS)
-    config = task_config(tmp_path)
+    config = mbpp_config(tmp_path)
     upstream = read_task_yaml("mbpp/mbpp.yaml")
     assert config["doc_to_text"] == upstream["doc_to_text"] and config["generation_kwargs"]["until"] == ["[DONE]"]
     assert [s["task_id"] for s in config["fewshot_config"]["samples"]] == [2, 3, 4] == \
-        [s["task_id"] for s in fewshot_samples()]
+        [s["task_id"] for s in mbpp_fewshot_samples()]
     assert config["metric_list"] == [{"metric": "bypass", "aggregation": "bypass", "higher_is_better": True}]
     assert "unsafe_code" not in config and config["dataset_kwargs"]["data_files"]["test"] == [str(tmp_path / "test.jsonl")]
     with pytest.raises(FileNotFoundError, match="full/test-"):
-        task_config(tmp_path / "empty")
+        mbpp_config(tmp_path / "empty")
 
 
 # MATH: one problem per subject and split, with a \boxed answer as the dataset's solutions have.

@@ -89,7 +89,7 @@ def test_installed_eval_layer_builds_its_lm_eval_tasks_outside_the_checkout(inst
     installed lm-eval's YAML and the user's data, so the wheel needs no task files of its own."""
     wheel, venv, purelib, env = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"lopa/eval/{m}.py" for m in ("lmeval", "tasks", "mbpp", "code_eval", "codegen", "paper", "reproduce")} <= names
+    assert {f"lopa/eval/{m}.py" for m in ("lmeval", "tasks", "code_eval", "codegen", "paper", "reproduce")} <= names
     (tmp_path / "mbpp").mkdir()
     (tmp_path / "mbpp" / "test.jsonl").write_text('{"task_id": 11, "text": "t", "code": "", "test_list": ["a", "b", "c"]}\n')
     code = ("import lopa.eval.tasks as t; from lopa.eval.tasks import task_configs; "

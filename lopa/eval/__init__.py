@@ -1,8 +1,8 @@
 """Evaluation through the harnesses the paper used, and one command per paper table.
 
     lmeval.py     GSM8K, MATH and MBPP through lm-eval: the engine as an lm-eval model
-    tasks.py      the lm-eval task configs, lm-eval's own YAML pointed at local files
-    mbpp.py       lm-eval's mbpp task made generation-only (its metric ran code in-process)
+    tasks.py      the lm-eval task configs, lm-eval's own YAML pointed at local files; MBPP's made
+                  generation-only (its metric ran code in-process)
     code_eval.py  unit-test grading as HF code_eval does it, each program in the bubblewrap sandbox
                   (MBPP 3-shot, Table 1 HumanEval)
     codegen.py    HumanEval+ and MBPP+ through EvalPlus: the authors' prompts, samples.jsonl,

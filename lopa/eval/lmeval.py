@@ -8,7 +8,7 @@ at the task's stop strings, and lm-eval's filters and metrics score it. `LoPALM`
 our engine. Offline: the task config is lm-eval's own YAML (included, so prompt, filters and metric
 are exactly lm-eval's) with only the dataset replaced by local files. MBPP's metric runs generated code
 in-process, so its task only generates and lopa.eval.code_eval grades the saved responses in the
-sandbox (lopa.eval.mbpp).
+sandbox (lopa.eval.tasks, lopa.eval.code_eval).
 """
 
 from __future__ import annotations
