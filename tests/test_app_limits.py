@@ -32,3 +32,8 @@ def test_an_expired_session_is_freed():
 
 def test_uploads_are_capped_at_the_trace_limit():
     assert LAUNCH_KWARGS["max_file_size"] == MAX_TRACE_BYTES
+
+
+def test_gradio_keeps_a_bounded_number_of_sessions():
+    """Gradio's SessionState outlives the gr.State TTL; only its capacity bounds it (README "Limits")."""
+    assert 0 < LAUNCH_KWARGS["state_session_capacity"] <= 64
