@@ -1,11 +1,14 @@
 """LoPA Explorer: `python app.py [--host H] [--port P]` (also GRADIO_SERVER_NAME / GRADIO_SERVER_PORT).
-The Hugging Face Space entry point; the model loads on first use, not here. Installed from the
-wheel, the same app starts with `lopa app`."""
+The Hugging Face Space entry point. The model loads on first use, except on a ZeroGPU Space, where
+it loads here, at import, before the GPU workers fork (app/gpu.py). Installed from the wheel, the
+same app starts with `lopa app`."""
 
 import argparse
 
 from app import DEFAULT_HOST, DEFAULT_PORT, build_demo, serve
+from app.gpu import preload
 
+preload()
 demo = build_demo()
 
 if __name__ == "__main__":

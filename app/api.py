@@ -12,12 +12,15 @@ another), so `model` names that model or is left empty: an API call never loads 
 from __future__ import annotations
 
 import json
+from contextlib import closing
 
 import gradio as gr
 
 from lopa import DecodeSettings
 
+from .boundary import stream_jobs
 from .models import MODELS
+from .session import LiveRun
 
 
 def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", order_seed: int = 0,
@@ -39,7 +42,14 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
                                   tau_act=tau_act, block_size=block_size, max_new_tokens=max_new_tokens,
                                   attention=attention or loaded.spec.attention, confidence=confidence,
                                   temperature=temperature, seed=seed)
-        run = loaded.decoder(settings).run(prompt)
+        live = LiveRun({"model": loaded.spec.name, "prompt": prompt, "settings": settings.to_dict(), "workers": 1,
+                        "rounds": None, "resume": None})
+        with closing(stream_jobs([live.job])) as passes:       # through the GPU boundary (app/boundary.py)
+            for (chunk,) in passes:
+                live.apply(chunk)
+        run = live.run
+        if run is None:
+            raise ValueError("the decode produced no round")
     except (ValueError, TypeError) as err:
         raise gr.Error(str(err), print_exception=False) from None
     return {"answer": run.text, "model": loaded.spec.name, "settings": settings.to_dict(), "metrics": run.metrics(),

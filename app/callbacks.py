@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 import gradio as gr
@@ -17,10 +18,11 @@ import gradio as gr
 from lopa import PAPER_PRESETS, RunResult
 from lopa.trace import metrics
 
+from .boundary import forget_kept, stream_jobs
 from .examples import check_answer
-from .gpu import gpu
+from .gpu import zero_gpu
 from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
-from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, parse_ui
+from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, forkable, parse_ui
 from .viz import (
     answer_mark,
     branches_table,
@@ -104,13 +106,15 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     return (status, counters, _slider(session), answer) + view(session, kinds=due) + run_list_outputs(session, final)
 
 
-def _start_or_continue(session: Session, prompt: str, values) -> None:
-    """Begin a new decode unless a paused one of the same prompt, settings and backend can continue.
-    `values`: the settings inputs, optionally followed by the backend inputs (app.session.parse_ui)."""
+def _start_or_continue(session: Session, prompt: str, values, rounds: int | None = None) -> dict:
+    """The job (app/boundary.py) that begins a new decode, or continues a paused one of the same
+    prompt, settings and backend. `values`: the settings inputs, optionally followed by the backend
+    inputs (app.session.parse_ui). `rounds`: None to the end, 1 for Step."""
     settings, backend = parse_ui(*values)
-    if not session.matches(prompt, settings, backend):
-        loaded = MODELS.bp_group(backend.workers) if backend.parallel else MODELS.get()
-        session.begin(loaded, prompt, settings, backend=backend)
+    if session.matches(prompt, settings, backend):
+        return session.resume(rounds)
+    loaded = MODELS.get()           # here, in the server process: its name; never inside a GPU call
+    return session.begin(loaded.spec.name, prompt, settings, backend, forkable(loaded, backend), rounds)
 
 
 def bp_fault_message(err: RuntimeError) -> str:
@@ -146,7 +150,6 @@ def _describe(session: Session) -> str:
 
 
 # -- Run / Step / Stop / Reset ------------------------------------------------------------------
-@gpu
 def run_stream(session: Session, prompt: str, *values):
     """Stream the decode live: one yield per round as the engine computes it (not a replay).
     Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
@@ -155,19 +158,23 @@ def run_stream(session: Session, prompt: str, *values):
 
 
 def drain(session: Session, begin, running: str, on_fault=None):
-    """Begin a live decode (`begin()`), then yield LIVE_OUTPUTS after every round until it ends or
-    Stop is pressed; the last yield is the final state. Shared by Run and the what-if forks."""
+    """Begin a live decode (`begin()` returns its job), then yield LIVE_OUTPUTS after every round
+    the boundary sends back until it ends or Stop is pressed; the last yield is the final state.
+    Shared by Run and the what-if forks."""
     session.stop_requested = False
     session.start_clock()
     try:
-        begin()
+        job = begin()
         session.streaming = True
         yield live_outputs(session, running, final=False)
-        while (record := session.pull()) is not None:
-            if session.stop_requested:
-                session.cancel()
-                break
-            yield live_outputs(session, f"{running} round {record.round}", final=False)
+        with closing(stream_jobs([job])) as chunks:     # closed: the decode stops (and can be resumed)
+            for (chunk,) in chunks:
+                record = session.apply(chunk)
+                if session.stop_requested and session.live is not None:
+                    session.cancel()
+                    break
+                if record is not None:
+                    yield live_outputs(session, f"{running} round {record.round}", final=False)
         status = f"Done: {_describe(session)}"
     except ValueError as err:
         status = error_message(err)
@@ -181,13 +188,15 @@ def drain(session: Session, begin, running: str, on_fault=None):
     yield live_outputs(session, status)
 
 
-@gpu
 def step_once(session: Session, prompt: str, *values) -> tuple:
     """Advance exactly one round (starting a decode if none is live for this prompt and settings)."""
     session.start_clock()
+    record = None
     try:
-        _start_or_continue(session, prompt, values)
-        record = session.pull()
+        job = _start_or_continue(session, prompt, values, rounds=1)
+        with closing(stream_jobs([job])) as chunks:
+            for (chunk,) in chunks:
+                record = session.apply(chunk) or record
     except ValueError as err:
         session.stop_clock()
         return (error_message(err),) + live_outputs(session, "")[1:]
@@ -195,7 +204,7 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
         session.stop_clock()
         return (_bp_fault(session, err, _backend_of(values)),) + live_outputs(session, "")[1:]
     session.stop_clock()
-    if record is None:
+    if session.live is None:
         return live_outputs(session, f"Done: {_describe(session)} Step again to start a new decode.")
     return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
                                  "Run to continue to the end.")
@@ -206,7 +215,7 @@ def stop_run(session: Session) -> tuple:
     if session.streaming:
         session.stop_requested = True
         return "Stopping after the current round…", gr.skip()
-    if session.stream is not None:
+    if session.live is not None:
         session.cancel()
         return f"Stopped: {_describe(session)}", counters_html(session.run, session.elapsed, session.status())
     return "Nothing is running.", gr.skip()
@@ -284,9 +293,11 @@ def clear_upload():
 
 
 # -- model and settings -------------------------------------------------------------------------
-@gpu
 def warm_model() -> str:
-    """Load the shared model on first page view so the first Run starts at once (never at import)."""
+    """Load the shared model on first page view so the first Run starts at once (locally: on a ZeroGPU
+    Space it was loaded at import and only a GPU worker can run it, so this only describes it)."""
+    if zero_gpu():
+        return MODELS.describe()
     try:
         warm = MODELS.warm_up()
         if warm is not None:         # plotly builds its validators on first use: a second, once
@@ -296,11 +307,16 @@ def warm_model() -> str:
     return MODELS.describe()
 
 
-@gpu
 def load_model_dir(path: str) -> tuple:
-    """(model info, status): switch every session to another local model; on failure keep the old one."""
+    """(model info, status): switch every session to another local model; on failure keep the old one.
+    Loads here, in the server process, never inside a GPU call; not on ZeroGPU, whose GPU workers
+    only have the model loaded at startup."""
+    if zero_gpu():
+        return MODELS.describe(), error_message("this ZeroGPU Space serves the model it loaded at startup; "
+                                                "run the app locally to load another one")
     try:
         MODELS.load(path)
+        forget_kept()               # paused decodes and saved states of the previous model
     except ValueError as err:
         kept = MODELS.loaded.spec.name if MODELS.loaded is not None else MODELS.default.name
         return MODELS.describe(), error_message(f"{err} — still using `{kept}`.")

@@ -8,17 +8,19 @@ shared machine; each side's time is its own engine time (sum of its rounds), not
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from contextlib import closing
 
 import gradio as gr
 
 from lopa import decoder_settings
 
+from .boundary import stream_jobs
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
 from .examples import check_answer
-from .gpu import gpu
-from .models import MODELS, token_names
-from .session import Backend, Session, forkable, parse_ui
+from .models import MODELS
+from .session import Backend, LiveRun, Session, forkable, parse_ui
 from .viz import answer_mark, comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
@@ -38,39 +40,33 @@ def baseline_settings(baseline: str, lopa_settings):
 
 
 class Side:
-    """One decode of the comparison: its stream, latest snapshot and engine time."""
+    """One decode of the comparison, assembled from its chunks (app.session.LiveRun)."""
 
-    def __init__(self, loaded, prompt: str, settings, title: str):
-        """loaded: a LoadedModel, or the branch-parallel BPGroup (same .decoder(settings), .tokenizer)."""
-        self.decoder = loaded.decoder(settings)
-        self.decoder.keep_states = forkable(loaded, Backend())     # a BPGroup (no n_params) keeps none
-        self.stream = self.decoder.stream(prompt)
-        self.tokenizer, self.title, self.run, self.names, self.done = loaded.tokenizer, title, None, {}, False
+    def __init__(self, job: dict, title: str):
+        self.live, self.title, self.stopped = LiveRun(job), title, False
 
-    def advance(self) -> None:
-        """One round, or mark done."""
-        try:
-            record = next(self.stream)
-        except StopIteration:
-            self.done = True
-            self.run = self.decoder.result()       # now marked finished, not stopped
-            return
-        self.run = self.decoder.result()
-        new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)
-        self.names.update(token_names(self.tokenizer, new - self.names.keys()))
+    @property
+    def run(self):
+        run = self.live.run
+        return dataclasses.replace(run, stopped=True) if self.stopped and run is not None else run
+
+    @property
+    def names(self) -> dict:
+        return self.live.names
+
+    @property
+    def done(self) -> bool:
+        return self.live.finished or self.stopped
 
     def stop(self) -> None:
-        if not self.done:
-            self.stream.close()
-            self.done = True
-            if self.decoder.records:
-                self.run = self.decoder.result()
+        self.stopped = not self.live.finished
 
     def counters(self) -> str:
-        latency = sum(r.round_seconds for r in self.run.records) if self.run else 0.0
-        status = "running" if not self.done else ("stopped" if self.run is not None and self.run.stopped else "done")
-        mark = answer_mark(check_answer(self.run.prompt, self.run.text)) if status == "done" else ""
-        return counters_html(self.run, latency, status, title=self.title) + mark
+        run = self.run
+        latency = sum(r.round_seconds for r in run.records) if run else 0.0
+        status = "running" if not self.done else ("stopped" if run is not None and run.stopped else "done")
+        mark = answer_mark(check_answer(run.prompt, run.text)) if status == "done" else ""
+        return counters_html(run, latency, status, title=self.title) + mark
 
 
 def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
@@ -113,10 +109,10 @@ def compare_runs(session: Session, a_id, b_id) -> tuple:
                            f"run {b.id}: {b.note}", a.names, b.names)
 
 
-@gpu
 def compare_stream(session: Session, prompt: str, baseline: str, *values):
     """Yield COMPARE_OUTPUTS after every pair of rounds; the summary once both finish. `values`: the
-    settings inputs, optionally followed by the backend inputs; the backend runs the LoPA side only."""
+    settings inputs, optionally followed by the backend inputs; the backend runs the LoPA side only.
+    Both decodes run in one call to the GPU boundary, taking turns round by round."""
     session.stop_requested = False
     backend = base = lopa = None
     try:
@@ -124,32 +120,31 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
         base_settings = baseline_settings(baseline, lopa_settings)
-        loaded = MODELS.get()
-        base = Side(loaded, prompt, base_settings, baseline)
+        loaded = MODELS.get()           # its name and size, in the server process
+        job = dict(model=loaded.spec.name, prompt=prompt, rounds=None, resume=None,
+                   keep_states=forkable(loaded, Backend()))
+        base = Side({**job, "settings": base_settings.to_dict(), "workers": 1}, baseline)
         lopa_title = f"LoPA (k = {lopa_settings.k}" + (f", {backend})" if backend.parallel else ")")
-        lopa = Side(MODELS.bp_group(backend.workers) if backend.parallel else loaded, prompt, lopa_settings, lopa_title)
+        lopa = Side({**job, "settings": lopa_settings.to_dict(), "workers": backend.workers}, lopa_title)
         session.streaming = True
         last_heavy = float("-inf")
-        while not (base.done and lopa.done):
-            for side in (base, lopa):
-                if not side.done:
-                    side.advance()       # ValueError here: empty or over-long prompt (first round)
-            if session.stop_requested:
-                base.stop(), lopa.stop()
-                break
-            heavy = time.perf_counter() - last_heavy >= REFRESH_S["plots"]
-            last_heavy = time.perf_counter() if heavy else last_heavy
-            rounds = [len(s.run.records) if s.run else 0 for s in (base, lopa)]
-            yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)
+        with closing(stream_jobs([base.live.job, lopa.live.job])) as passes:
+            for chunks in passes:
+                for chunk in chunks:
+                    (base, lopa)[chunk["job"]].live.apply(chunk)   # ValueError: empty or over-long prompt
+                if session.stop_requested:
+                    base.stop(), lopa.stop()
+                    break
+                heavy = time.perf_counter() - last_heavy >= REFRESH_S["plots"]
+                last_heavy = time.perf_counter() if heavy else last_heavy
+                rounds = [len(s.run.records) if s.run else 0 for s in (base, lopa)]
+                yield _outputs(f"Running… {baseline}: round {rounds[0]}, LoPA: round {rounds[1]}", base, lopa, heavy)
     except ValueError as err:
         yield (error_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
         return
     except RuntimeError as err:
         if backend is None or not backend.parallel:
             raise                     # single process: as before
-        for side in (base, lopa):
-            if side is not None:
-                side.stream.close()
         yield (bp_fault_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
         return
     finally:                          # also when the browser goes away mid-run (GeneratorExit)

@@ -2,20 +2,20 @@
 it back, and watch the fork decode live from that round; pick any run of the run list to view it.
 
 The canvas reports a click through a hidden textbox ("round:position:nonce", see CLICK_JS); the
-chosen cell is kept in a gr.State (`whatif_target`). Forks run in this process on the shared
-model, resuming from the parent's saved state when it has one (lopa.engine.Decoder.stream_fork).
+chosen cell is kept in a gr.State (`whatif_target`). Forks and the top tokens run behind the GPU
+boundary (app/boundary.py) on the shared model: a fork replays its parent's recorded decisions, or
+resumes from the parent's saved state where the decoding process kept one
+(lopa.engine.Decoder.stream_fork).
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from lopa.order import top_tokens
-
+from . import boundary
 from .callbacks import drain, error_message, live_outputs
-from .gpu import gpu
-from .models import MODELS, token_names
-from .session import Session
+from .models import MODELS
+from .session import Backend, Session, forkable
 from .viz import esc, fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
@@ -55,7 +55,6 @@ def _closed(message: str) -> tuple:
             gr.update(interactive=False), gr.update(interactive=False))
 
 
-@gpu
 def pick_cell(session: Session, clicked: str) -> tuple:
     """WHATIF_OUTPUTS for a clicked cell ("round:position[:nonce]"): the position, the model's top
     tokens there from that round's forward, and the two actions (disabled, with the reason, when
@@ -79,8 +78,11 @@ def pick_cell(session: Session, clicked: str) -> tuple:
         loaded = fork_model(run)
     except ValueError as err:
         return _closed(f"{head}\n\n**⚠** {esc(str(err))}")
-    top = top_tokens(loaded.model, run.spec, run, r, position, TOP_N)
-    names.update(token_names(loaded.tokenizer, [t for t, _ in top if t not in names]))
+    answer = boundary.top_tokens_on_gpu(loaded.spec.name, boundary.trace_of(run), r, position, TOP_N)
+    if "error" in answer:
+        return _closed(f"{head}\n\n**⚠** {esc(answer['error'])}")
+    top = [(int(t), p) for t, p in answer["top"]]
+    names.update({int(i): text for i, text in answer["names"]})
     choices = [(f"{token_label(t, names, mask_id)} · p = {p:.3f}", str(t)) for t, p in top]
     info = (f"{head}\n\n*Fill first* commits it in round {r + 1} with the token chosen below (the model's top "
             f"{len(top)} there, from round {r}'s forward); *Hold back* keeps it masked in round {r + 1} even if it "
@@ -95,12 +97,12 @@ def _fork(session: Session, target, commit: dict, hold: list, note: str):
     def begin():
         if not target or target.get("run") not in session.runs:
             raise ValueError("click a still-masked cell of a round first")
-        parent = session.runs[target["run"]]
-        session.begin_fork(fork_model(parent.run), target["run"], int(target["round"]), commit, hold, note)
+        loaded = fork_model(session.runs[target["run"]].run)
+        return session.begin_fork(target["run"], int(target["round"]), commit, hold, note,
+                                  keep_states=forkable(loaded, Backend()))
     yield from drain(session, begin, f"Fork of run {target.get('run') if target else '?'} running…")
 
 
-@gpu
 def fill_first(session: Session, target, token):
     """Fork: the clicked position committed first (with the chosen token) in the next round."""
     if token in (None, ""):
@@ -111,7 +113,6 @@ def fill_first(session: Session, target, token):
     yield from _fork(session, target, {p: int(token)}, [], f"fill {p} = “{label}” in round {r + 1 if r is not None else '?'}")
 
 
-@gpu
 def hold_back(session: Session, target):
     """Fork: the clicked position kept masked in the next round."""
     p, r = (target or {}).get("position"), (target or {}).get("round")

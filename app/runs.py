@@ -14,10 +14,9 @@ from lopa.trace import metrics
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
 # A session's memory is bounded: at most MAX_RUNS runs (the oldest original run and its forks go
-# first), and only the KEEP_STATES newest keep the per-round states a fork resumes from (when the
-# model keeps any: app.session.forkable); older ones fork by replaying their recorded decisions.
+# first). Runs here are plain data; saved per-round states stay in the decoding process
+# (app/boundary.py), never in a session.
 MAX_RUNS = 24
-KEEP_STATES = 1
 
 
 @dataclass
@@ -52,7 +51,7 @@ class RunTree:
         return entry
 
     def trim(self, keep: str) -> None:
-        """Enforce MAX_RUNS and KEEP_STATES (see above); `keep` and its ancestors always stay."""
+        """Enforce MAX_RUNS (see above); `keep` and its ancestors always stay."""
         protected = {keep}
         node = self.entries.get(keep)
         while node is not None and node.parent is not None:
@@ -61,9 +60,6 @@ class RunTree:
         roots = [e.id for e in self.entries.values() if e.parent is None and e.id not in protected]
         while len(self.entries) > MAX_RUNS and roots:
             self._drop_tree(roots.pop(0))
-        for entry in list(self.entries.values())[:-KEEP_STATES]:
-            if entry.run is not None and entry.id not in protected:
-                entry.run.decoder = None            # frees the saved states (prefix caches per round)
 
     def _drop_tree(self, run_id: str) -> None:
         for child in [e.id for e in self.entries.values() if e.parent == run_id]:

@@ -1,19 +1,22 @@
 """Per-user session state (held in a gr.State) and the settings the panel describes.
 
-A Session owns at most one live decode: the engine's `Decoder.stream` generator. Run drains it,
-Step pulls one record from it, Stop closes it. Everything the figures read is `session.run`, a
-RunResult snapshot (plain CPU data), so the UI never touches engine tensors.
+A Session holds plain data only, so that the model can run behind a process boundary (ZeroGPU,
+app/gpu.py): a decode is a job (plain values) given to app/boundary.py, whose chunks (records,
+tokens, token names) the session assembles into `session.run`, a RunResult snapshot. Run takes the
+chunks of one call to the end, Step one chunk, Stop stops taking them; a paused decode continues
+from its trace. The UI never touches engine tensors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
-from lopa.engine import fork_decoder
+from lopa.trace import RoundRecord
 
-from .models import token_names
+from .boundary import trace_of
 from .runs import RunTree
 
 # Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.
@@ -34,7 +37,8 @@ ORDER_NAMES = ("order", "order_seed")
 # recorded decisions (same result, more forwards). Below MIN a replay costs less than a page
 # refresh (the bundled model: ~8 ms a forward) while the copies cost ~1 MB a run in every
 # session, which grew a Space's memory with its visitors; past MAX (a 7B model: tens of MB a
-# round) the copies are too large. Between the two the app keeps them, for the newest run only.
+# round) the copies are too large. Between the two the decoding process keeps them for the few newest
+# runs of all sessions together (app/boundary.py, MAX_KEPT); sessions never hold them.
 KEEP_STATES_MIN_PARAMS = 10_000_000
 KEEP_STATES_MAX_PARAMS = 100_000_000
 
@@ -108,16 +112,42 @@ def settings_from_ui(*values) -> DecodeSettings:
     return DecodeSettings(**fields)
 
 
+class LiveRun:
+    """A decode running behind the GPU boundary (app/boundary.py), assembled from its chunks: the
+    header of its first chunk (or the run it continues), its records, its token names."""
+
+    def __init__(self, job: dict, header: dict | None = None, records=(), names: dict | None = None):
+        self.job, self.header, self.records = job, header, list(records)
+        self.names = names if names is not None else {}      # shared with the run list entry
+        self.run: RunResult | None = None
+        self.finished = False
+
+    def apply(self, chunk: dict):
+        """Take one chunk; returns its record (None if it has none). An error chunk raises ValueError
+        (the user's input) or RuntimeError (a branch-parallel fault)."""
+        if "error" in chunk:
+            raise (ValueError if chunk.get("kind") == "input" else RuntimeError)(chunk["error"])
+        self.header = self.header or chunk.get("header")
+        new = [RoundRecord.from_dict(r) for r in chunk["records"]]
+        self.records += new
+        self.names.update({int(i): text for i, text in chunk["names"]})
+        self.finished = bool(chunk["finished"])
+        if self.header is not None and self.records:
+            self.run = RunResult(**self.header, records=list(self.records), tokens=list(chunk["tokens"]),
+                                 text=chunk["text"], stopped=not self.finished)
+        return new[-1] if new else None
+
+
 @dataclass
 class Session:
+    """One browser session: its runs and the decode it may continue. Holds plain data only; the
+    model runs behind app/boundary.py, which gets a job (plain values) and gives chunks back."""
     run: RunResult | None = None          # what the page shows: live snapshot or loaded trace
     names: dict = field(default_factory=dict)   # token id -> string for the figures
     source: str = "idle"                  # "idle" | "live" | "replay"
-    stream: object = None                 # the live Decoder.stream generator, None when none
-    decoder: object = None
-    tokenizer: object = None
-    key: tuple | None = None              # (prompt, settings) the live stream decodes
-    streaming: bool = False               # a Run callback is draining the stream right now
+    live: LiveRun | None = None           # the unfinished decode (paused, or streaming right now)
+    key: tuple | None = None              # (prompt, settings, backend) the live decode decodes
+    streaming: bool = False               # a Run callback is draining the decode right now
     stop_requested: bool = False
     elapsed_before: float = 0.0           # wall clock spent in earlier Run/Step calls of this decode
     active_since: float | None = None
@@ -130,31 +160,43 @@ class Session:
     runs_changed: bool = False            # the run list needs redrawing
 
     # -- lifecycle of one decode -----------------------------------------------------------
-    def begin(self, loaded, prompt: str, settings: DecodeSettings, executor: str = "batched",
-              backend: Backend = Backend()) -> None:
-        """Start a new decode (any previous live one is closed first). `loaded`: a LoadedModel, or
-        for a branch-parallel backend the BPGroup (anything with .decoder(settings) and .tokenizer)."""
+    def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),
+              keep_states: bool = False, rounds: int | None = None) -> dict:
+        """Start a new decode (any previous live one is dropped); returns its job for the boundary."""
         self.close()
-        self.decoder = loaded.decoder(settings) if backend.parallel else loaded.decoder(settings, executor=executor)
-        self.decoder.keep_states = forkable(loaded, backend)
-        self.stream = self.decoder.stream(prompt)
-        self.tokenizer, self.key, self.source = loaded.tokenizer, (prompt, settings, backend), "live"
-        self.backend = backend
+        job = {"model": model, "prompt": prompt, "settings": settings.to_dict(), "workers": backend.workers,
+               "rounds": rounds, "keep_states": keep_states, "resume": None}
+        self.key, self.source, self.backend = (prompt, settings, backend), "live", backend
         note = f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
-        self._new_entry(self.runs.add(f"{note}, k = {settings.k}"))
+        entry = self.runs.add(f"{note}, k = {settings.k}")
+        self._new_entry(entry)
+        self.live = LiveRun(job, names=entry.names)
+        return job
 
-    def begin_fork(self, loaded, parent_id: str, at_round: int, commit: dict, hold: list, note: str) -> None:
+    def resume(self, rounds: int | None = None) -> dict:
+        """The job that continues the live decode (matches() said there is one)."""
+        run = self.run
+        job = {**self.live.job, "rounds": rounds,
+               "resume": {"kind": "continue", "run_id": run.run_id, "trace": trace_of(run)}}
+        self.live = LiveRun(job, self.live.header, self.live.records, self.live.names)
+        return job
+
+    def begin_fork(self, parent_id: str, at_round: int, commit: dict, hold: list, note: str,
+                   keep_states: bool = False) -> dict:
         """Start a fork of run `parent_id`: identical through `at_round`, the forced decisions in the
-        next round, then the run's own policy (lopa.engine.Decoder.stream_fork). `loaded`: the model
-        that made the run (used when the run has no saved states, e.g. a loaded trace)."""
+        next round, then the run's own policy (lopa.engine.Decoder.stream_fork). Returns its job."""
         parent = self.runs[parent_id]
         self.close()
-        self.decoder = fork_decoder(parent.run, model=loaded)
-        self.decoder.keep_states = self.decoder.keep_states and forkable(loaded, Backend())
-        self.stream = self.decoder.stream_fork(parent.run, at_round, commit, hold)
-        self.tokenizer, self.source, self.backend = loaded.tokenizer, "live", Backend()
+        job = {"model": parent.run.spec.get("name"), "prompt": parent.run.prompt, "settings": parent.run.settings,
+               "workers": 1, "rounds": None, "keep_states": keep_states,
+               "resume": {"kind": "fork", "trace": trace_of(parent.run), "at_round": at_round,
+                          "commit": {str(p): t for p, t in commit.items()}, "hold": list(hold)}}
+        self.source, self.backend = "live", Backend()
         self.key = ("fork", parent_id, at_round, tuple(commit.items()), tuple(hold))   # Run never continues it
-        self._new_entry(self.runs.add(note, parent=parent_id, at_round=at_round, names=parent.names))
+        entry = self.runs.add(note, parent=parent_id, at_round=at_round, names=parent.names)
+        self._new_entry(entry)
+        self.live = LiveRun(job, records=parent.run.records[:at_round + 1], names=entry.names)
+        return job
 
     def _new_entry(self, entry) -> None:
         self.current, self.runs_changed = entry.id, True
@@ -168,6 +210,27 @@ class Session:
             self.runs_changed |= entry.run is None
             entry.run = self.run
 
+    def apply(self, chunk: dict):
+        """Take one chunk of the live decode (app/boundary.py). Returns its RoundRecord (None if it
+        has none). Raises ValueError (empty / over-long prompt, from the first round) or RuntimeError
+        (a branch-parallel fault) from an error chunk; the decode is then over."""
+        live = self.live
+        try:
+            record = live.apply(chunk)
+        except ValueError:          # raised before any round: nothing to keep
+            entry = self.runs.entries.get(self.current)
+            if entry is not None and entry.run is None:
+                self.runs.remove(entry.id)
+                self.current = None
+            self.close()
+            self.source = "idle" if self.run is None else self.source
+            raise
+        self.run = live.run if live.run is not None else self.run
+        self._sync()
+        if live.finished:
+            self.live, self.runs_changed = None, True
+        return record
+
     def select(self, run_id: str) -> None:
         """Show another run of the list (a paused decode is stopped first; it stays in the list)."""
         if run_id not in self.runs or self.runs[run_id].run is None:
@@ -180,49 +243,19 @@ class Session:
 
     def matches(self, prompt: str, settings: DecodeSettings, backend: Backend = Backend()) -> bool:
         """Is there a live decode of exactly this prompt, these settings and backend to continue?"""
-        return self.stream is not None and self.key == (prompt, settings, backend)
-
-    def pull(self):
-        """Advance the live decode by one round. Returns the new RoundRecord, or None when it is
-        finished. Raises ValueError (empty / over-long prompt) from the engine's first round."""
-        try:
-            record = next(self.stream)
-        except StopIteration:
-            self.stream = None
-            self.run = self.decoder.result() if self.decoder.records else self.run
-            self._sync()
-            self.runs_changed = True
-            return None
-        except ValueError:          # raised before any round (or by a script): nothing to keep
-            entry = self.runs.entries.get(self.current)
-            if entry is not None and entry.run is None:
-                self.runs.remove(entry.id)
-                self.current = None
-            self.close()
-            self.source = "idle" if self.run is None else self.source
-            raise
-        self.run = self.decoder.result()
-        self._sync()
-        new = {t for row in record.branch_argmax for t in row} | set(record.anchor_tokens) | set(record.lookahead_tokens)
-        new -= self.names.keys()
-        if new and self.tokenizer is not None:
-            self.names.update(token_names(self.tokenizer, new))
-        return record
+        return self.live is not None and self.live.run is not None and self.key == (prompt, settings, backend)
 
     def cancel(self) -> None:
         """Stop the live decode after the round already computed; the snapshot says stopped."""
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None
-            if self.decoder is not None and self.decoder.records:
-                self.run = self.decoder.result()
+        if self.live is not None:
+            self.live = None
+            if self.run is not None and self.source == "live":
+                self.run = dataclasses.replace(self.run, stopped=True)
                 self._sync()
                 self.runs_changed = True
 
     def close(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
-        self.stream, self.decoder, self.key = None, None, None
+        self.live, self.key = None, None
 
     def replay(self, run: RunResult, names: dict) -> None:
         """Show a loaded trace; no model involved."""
@@ -257,7 +290,7 @@ class Session:
             return "idle"
         if self.streaming:
             return "running"
-        if self.stream is not None:
+        if self.live is not None:
             return "paused"
         return "stopped" if self.run.stopped else "done"
 
@@ -281,4 +314,4 @@ def end_session(session: Session) -> None:
     """Gradio's delete callback for an expired or closed session: stop its decode, drop its runs."""
     if isinstance(session, Session):
         session.close()
-        session.runs, session.run, session.compare = RunTree(), None, None
+        session.runs, session.run, session.compare, session.names = RunTree(), None, None, {}

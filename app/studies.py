@@ -5,6 +5,8 @@ app/wiring.py."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import gradio as gr
 import pandas as pd
 
@@ -13,10 +15,10 @@ from lopa.study import STUDIES
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
 from lopa.study import orders as orders_study
-from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_problems, load_results, prompt_ids
+from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results
 
+from . import boundary
 from .callbacks import error_message
-from .gpu import gpu
 from .models import MODELS
 from .viz import adaptive_figure, calibration_figure, esc, orders_figure
 
@@ -94,10 +96,10 @@ def _as_int(name: str, value, bounds) -> int:
     return int(number)
 
 
-@gpu
 def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_SEED):
     """Run a study live on a few fresh synthetic problems; yield STUDY_OUTPUTS after every decode and
-    the study's plot and numbers at the end (or when Stop is pressed: the problems done so far)."""
+    the study's plot and numbers at the end (or when Stop is pressed: the problems done so far). The
+    decodes run behind the GPU boundary (app/boundary.py); the tables, summary and plot are made here."""
     state["stop"], state["running"] = False, True
     try:
         if study not in STUDIES:
@@ -105,38 +107,27 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         n = _as_int("problems", n_problems, LIVE_LIMITS["problems"])
         r = _as_int("random orders", random_orders, LIVE_LIMITS["random"])
         seed = _as_int("problem seed", seed, (0, 2**31 - 1))
-        loaded = MODELS.get()
-        problems, where = load_problems("synthetic", n, seed)
-        base = _base(loaded)
-        yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
-        rows, rounds, total, make = [], [], 0, None
-        if study == "orders":
-            total = n * len(orders_study.order_runs(base, r))
-            steps = orders_study.iter_orders(loaded, problems, base, r)
-        elif study == "calibration":
-            metrics, rules = ("neg_entropy",), calibration_study.BRANCH_SCORE_RULES
-            total = n * len(rules)
-            steps = calibration_study.iter_calibration(loaded, problems, base, metrics, rules)
-        else:
-            yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", _progress(0, 1), \
-                gr.skip(), gr.skip(), gr.skip()
-            verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
-                                                              repeats=3)
-            cost = [t + bookkeeping for t in verify]
-            configs = adaptive_study.configurations(base, adaptive_study.FIXED_KS, 14, cost)
-            total = n * len(configs)
-            steps = adaptive_study.iter_adaptive(loaded, problems, configs)
-        for step in steps:
-            if study == "calibration":
-                row, more = step
-                rows.append(row)
-                rounds += more
-            else:
-                rows.append(step)
-            yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
-            if state["stop"]:
-                steps.close()
-                break
+        loaded = MODELS.get()           # its spec, in the server process
+        rows, rounds, total, cost = [], [], 0, None
+        with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict())) as steps:
+            for step in steps:
+                if "where" in step:
+                    where = step["where"]
+                    yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
+                        gr.skip()
+                    if study == "adaptive":
+                        yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", \
+                            _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
+                    continue
+                if "cost" in step:
+                    cost = step["cost"]
+                    continue
+                total = step["total"]
+                rows.append(step["row"])
+                rounds += step["rounds"]
+                yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
+                if state["stop"]:
+                    break
         df = pd.DataFrame(rows)
         if study == "orders":
             summary, tables = orders_study.summarize_orders(df, n_boot=200), {"": df}

@@ -34,8 +34,14 @@ CSS = """
 .lopa-hidden {display: none !important}
 #run-list label {font-size: 12px}
 """
+# Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
+# output of every component, and more: README "Limits") until this many newer sessions push it out;
+# its time-to-live only frees the gr.State values. Default 10,000, about 1 MB each here: the most
+# recent SESSION_CAPACITY sessions keep their state, an older idle one starts afresh.
+SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
-LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS, max_file_size=MAX_TRACE_BYTES)
+LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS, max_file_size=MAX_TRACE_BYTES,
+                     state_session_capacity=SESSION_CAPACITY)
 
 
 def build_demo() -> gr.Blocks:

@@ -44,6 +44,10 @@ class Branch:
     def masked(self) -> torch.Tensor:
         return self.tokens == self.mask_id  # [n_blocks * N]
 
+    def n_filled(self) -> int:
+        """Positions holding a token (not the mask id)."""
+        return int((~self.masked()).sum())
+
     def decoded_fraction(self) -> torch.Tensor:
         return (~self.masked()).view(self.n_blocks, self.block_size).float().mean(-1)  # [n_blocks]
 

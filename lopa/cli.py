@@ -3,6 +3,8 @@
     lopa generate --prompt "..." --k 4     decode one prompt, print the answer and the metrics;
                                            --trace run.json (or .parquet) writes the round-by-round trace
     lopa app [--host H] [--port P]         start the explorer app on the bundled model
+    lopa hf-export DIR                     let transformers' generate() decode DIR with LoPA (lopa.hf)
+    lopa reproduce --table N --model M     a paper table's rows through lm-eval / EvalPlus, beside the paper's
 """
 
 from __future__ import annotations
@@ -91,9 +93,23 @@ def _report(args, decoder, description: str) -> int:
           + (f"   script: {args.script} ({forced} forced decisions)" if getattr(args, "script", None) else ""))
     for key, value in result.metrics().items():
         print(f"  {key:16s} {value:.3f}" if isinstance(value, float) else f"  {key:16s} {value}")
-    print("  (tpf_useful counts tokens up to the first EOS; tpf_paper counts every appended position)")
+    print("  (tpf_useful, ours: tokens up to the first EOS / forwards; tpf_paper: every appended position / "
+          "forwards; tpf_authors, the paper's tables: every appended position / (forwards + 1))")
     if args.trace:
         print(f"trace written to {result.save(args.trace)}")
+    return 0
+
+
+def _reproduce(args) -> int:
+    from lopa.eval.reproduce import reproduce
+    from lopa.models import load_from_args
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.table not in (1, 2):                     # before any model loads
+        from lopa.eval.paper import NOT_REPRODUCED
+        raise ValueError(f"Table {args.table}: " + NOT_REPRODUCED.get(args.table, "the paper has Tables 1-7")
+                         + "; reproduce runs Tables 1 and 2")
+    print(reproduce(args, load_from_args(args)))
     return 0
 
 
@@ -115,6 +131,14 @@ def explorer():
 def _app(args) -> int:
     module = explorer()
     module.serve(args.host or module.DEFAULT_HOST, args.port or module.DEFAULT_PORT)
+    return 0
+
+
+def _hf_export(args) -> int:
+    from lopa.hf import add_transformers_support
+    path = add_transformers_support(args.model_dir)
+    print(f"{path}: custom_generate/ added and plain generate() guarded; load it with "
+          f"AutoModelForCausalLM.from_pretrained({str(path)!r}, trust_remote_code=True) to decode with LoPA")
     return 0
 
 
@@ -147,6 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(gen)
     add_settings_arguments(gen)
     gen.set_defaults(func=_generate)
+    hf = sub.add_parser("hf-export", help="make a model folder decode with LoPA through transformers' generate() "
+                                          "(adds custom_generate/ and a guard that stops plain generate())")
+    hf.add_argument("model_dir", help="a Hugging Face model folder the engine decodes (a stock transformers class)")
+    hf.set_defaults(func=_hf_export)
+    rep = sub.add_parser("reproduce", help="run a paper table's rows (lm-eval / EvalPlus) beside the paper's numbers")
+    from lopa.eval.reproduce import add_arguments as add_reproduce_arguments
+    add_reproduce_arguments(rep)
+    rep.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
+    add_model_arguments(rep)
+    rep.set_defaults(func=_reproduce)
     app = sub.add_parser("app", help="start the explorer app (the bundled model unless another is loaded in it)")
     app.add_argument("--host", default=None, help="interface to listen on (default $GRADIO_SERVER_NAME or 0.0.0.0)")
     app.add_argument("--port", type=int, default=None, help="port (default $GRADIO_SERVER_PORT or 7860)")

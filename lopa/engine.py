@@ -141,16 +141,18 @@ class Decoder:
             assert r <= s.max_new_tokens + 1 + len(getattr(order, "script", ())), "decoding made no progress"
             start = time.perf_counter()
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
-            view = self._view(r, predictions)
+            view, filled = self._view(r, predictions), self.state.n_filled()
             commits = order.anchor(view)
             anchor_pos = commits.positions
             anchor = self.state.with_tokens(self.state.window_start + anchor_pos, commits.tokens)
             if anchor.finished(s, self.spec):
                 self.state = anchor
-                yield self._final(r, anchor, commits, start)
+                yield self._final(r, anchor, commits, start, self.state.n_filled() - filled)
                 return
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
-            look_pos = order.lookahead(view, anchor.window() == anchor.mask_id)
+            free = anchor.window() == anchor.mask_id
+            free[anchor_pos] = False     # a position the anchor committed the mask token to (mask_argmax "authors") too
+            look_pos = order.lookahead(view, free)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
@@ -160,13 +162,14 @@ class Decoder:
             masked = [self._masked(b, verified, j) for j, b in enumerate(branches)]
             scores = branch_scores(masked, s.branch_score, s.tau_conf)
             winner = int(select_winner(scores))
-            # 7. commit: the winner becomes the state; its complete leading blocks join the cache
-            n_cache = branches[winner].cacheable_blocks()
+            # 7. commit: the winner becomes the state; its complete leading blocks join the cache. The
+            # authors' loop caches only blocks the anchor completed (a lookahead-completed one a forward later).
+            n_cache = branches[0 if s.cache_schedule == "authors" else winner].cacheable_blocks()
             ex.commit(winner, n_cache * N)
             self.state = branches[winner].with_cached(n_cache)
             predictions = tuple(x[n_cache * N:] for x in verified.branch(winner))
             # 8. record (and save a resumable state for forks)
-            committed = anchor_pos.numel() + int(winner > 0)
+            committed = self.state.n_filled() - filled      # a committed mask token (mask_argmax "authors") fills nothing
             record = self._record(r, "round", branches, verified, (anchor_pos, look_pos), scores.tolist(),
                                   winner, start, committed=committed, forced=commits.forced)
             self._save(r, predictions)
@@ -241,7 +244,7 @@ class Decoder:
             n_cached_blocks=self.state.n_cached, forward_seconds=verified.seconds,
             round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced))
 
-    def _final(self, r, anchor: Branch, commits: Commits, start) -> RoundRecord:
+    def _final(self, r, anchor: Branch, commits: Commits, start, committed: int) -> RoundRecord:
         """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""
         w0 = anchor.window_start
         return RoundRecord(
@@ -249,7 +252,7 @@ class Decoder:
             anchor_tokens=anchor.window()[commits.positions].tolist(), lookahead_positions=[], lookahead_tokens=[],
             branch_tokens=[anchor.window().tolist()], branch_positions=[[]], branch_max_prob=[[]], branch_conf=[[]],
             branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
-            block_states=anchor.states(self.settings), committed=commits.positions.numel(),
+            block_states=anchor.states(self.settings), committed=committed,
             n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
             forced=list(commits.forced))
 

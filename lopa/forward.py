@@ -51,14 +51,16 @@ def attention_mask(segments: torch.Tensor, mode: str, prompt_segment: bool, pref
     """Boolean attention mask for a batch of windows. segments: [B, L] -> [B, 1, L, prefix_len + L].
 
     segments holds a segment id per input position (-1 = padding); segment 0 is the prompt when
-    `prompt_segment`, blocks follow in order. The prompt sees only itself; a block sees the prompt,
-    earlier blocks and itself (block_causal) or every block (full). Everyone sees the cached prefix.
+    `prompt_segment`, blocks follow in order. A block sees the prompt, earlier blocks and itself
+    (block_causal) or every block (full, full_prompt_blind). The prompt sees only itself, except in
+    `full`: the authors' full attention is an all-zero mask, so in the forward that caches the prompt
+    its rows see the first window too. Everyone sees the cached prefix.
     """
     B, L = segments.shape
     valid = segments >= 0                                     # [B, L]
     q, k = segments[:, :, None], segments[:, None, :]         # [B, L, 1], [B, 1, L]
     allowed = (k <= q) if mode == "block_causal" else torch.ones(B, L, L, dtype=torch.bool)
-    if prompt_segment:
+    if prompt_segment and mode != "full":
         allowed = torch.where(q == 0, k == 0, allowed)
     allowed = allowed & valid[:, None, :]
     allowed = allowed | (torch.eye(L, dtype=torch.bool) & ~valid[:, :, None])  # padding rows: self only
@@ -131,11 +133,12 @@ class LocalExecutor:
         self.prompt_cached = True
 
     def summarize(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """[B, L, V] logits -> (token, max_prob, conf), 3 x [B, L]: what the decisions need.
-        A prediction is never the mask token: committing it would leave the position masked
-        forever (random and undertrained models do rank it first). Modifies `logits` in place."""
-        logits[..., self.spec.mask_token_id] = float("-inf")
-        return summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
+        """[B, L, V] logits -> (token, max_prob, conf), 3 x [B, L]: what the decisions need, from the
+        unmodified logits. Unless settings.mask_argmax is "authors", a prediction is never the mask
+        token: committing it would leave the position masked, and a random or undertrained model
+        that keeps ranking it first would never finish (docs/method.md, departure 1)."""
+        s = self.settings
+        return summarize(logits, s.confidence, s.temperature, self.generator, self.spec.mask_token_id, s.mask_argmax)
 
     # -- shared helpers --------------------------------------------------------------------
     def _window_inputs(self, windows: list[torch.Tensor], with_prompt: bool, block_offset: int):
@@ -170,20 +173,61 @@ class LocalExecutor:
 
 
 class UncachedExecutor(LocalExecutor):
-    """Recompute everything every round: prompt + all generated tokens. The reference for the cache."""
+    """Recompute everything every round, reusing no K/V: the reference for the cache.
+
+    Under block_causal a cached position's K/V depends only on what precedes it, so one forward over
+    prompt + every generated token gives the cached engine's K/V. Under the full modes it depends on
+    the window it was cached from (in `full` the prompt's on the first, all-mask window; a block's on
+    its neighbours then), so every caching forward is kept as a frozen group: the winner's input of
+    that forward, its cached positions ("real") followed by the rest of its window ("ghosts", at their
+    own position ids). A frozen row sees the real positions of earlier groups and its own group under
+    the window's rule; the live window sees every real position and itself; no one else sees a ghost.
+    So each row computes exactly what it computed in the cached engine. A model that ignores masks
+    (spec.extra["ignores_attention_mask"]) gets the plain recompute whatever the mode.
+    """
+
+    def start(self, prompt_ids):
+        super().start(prompt_ids)
+        plain = self.settings.attention == "block_causal" or self.spec.extra.get("ignores_attention_mask")
+        self.frozen = None if plain else {"tokens": torch.zeros(0, dtype=torch.long), "positions": torch.zeros(0, dtype=torch.long),
+                                          "real": torch.zeros(0, dtype=torch.bool), "mask": torch.zeros(0, 0, dtype=torch.bool)}
 
     def _forward(self, branches):
-        inputs, segments = self._window_inputs([b.tokens for b in branches], True, 0)
-        return self._logits(inputs, segments, 0), self.prompt.numel() + branches[0].window_start
+        if self.frozen is None:
+            inputs, segments = self._window_inputs([b.tokens for b in branches], True, 0)
+            mask = attention_mask(segments, self.settings.attention, True)
+            return self._logits(inputs, mask, self._position_ids(inputs, 0)), self.prompt.numel() + branches[0].window_start
+        with_prompt, f = not self.prompt_cached, self.frozen
+        inputs, segments = self._window_inputs([b.window() for b in branches], with_prompt, 0)    # live: [B, Lw]
+        positions = self._position_ids(inputs, 0 if with_prompt else self.prompt.numel() + branches[0].window_start)
+        self._live = (inputs, segments, positions)
+        (B, Lw), F = inputs.shape, f["tokens"].numel()
+        mask = torch.zeros(B, 1, F + Lw, F + Lw, dtype=torch.bool)
+        mask[:, 0, :F, :F] = f["mask"]                                                     # frozen rows: as when cached
+        mask[:, 0, F:, :F] = f["real"]                                                     # live rows: real positions only
+        mask[:, :, F:, F:] = attention_mask(segments, self.settings.attention, with_prompt)
+        logits = self._logits(torch.cat([f["tokens"].expand(B, F), inputs], 1), mask,
+                              torch.cat([f["positions"].expand(B, F), positions], 1))     # [B, F + Lw, V]
+        return logits[:, F:], (self.prompt.numel() if with_prompt else 0)
 
-    def _logits(self, inputs, segments, start):
-        mask = attention_mask(segments, self.settings.attention, True)
+    def _logits(self, inputs, mask, position_ids):
         out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False)
+                         position_ids=position_ids.to(self.device), use_cache=False)
         return out.logits
 
     def _cache(self, winner, n_input_positions):
-        pass
+        """Freeze the winner's input of the last forward: n_input_positions real, the rest ghosts."""
+        if self.frozen is None or n_input_positions == 0:
+            return
+        inputs, segments, positions = (x[winner] for x in self._live)
+        n, f = int((segments >= 0).sum()), self.frozen
+        group = attention_mask(segments[None, :n], self.settings.attention, True)[0, 0]    # [T, T]
+        F = f["tokens"].numel()
+        mask = torch.zeros(F + n, F + n, dtype=torch.bool)
+        mask[:F, :F], mask[F:, :F], mask[F:, F:] = f["mask"], f["real"], group
+        real = torch.cat([f["real"], torch.arange(n) < n_input_positions])
+        self.frozen = {"tokens": torch.cat([f["tokens"], inputs[:n]]), "positions": torch.cat([f["positions"], positions[:n]]),
+                       "real": real, "mask": mask}
 
 
 class _CachedExecutor(LocalExecutor):
@@ -269,9 +313,11 @@ class BatchedExecutor(_CachedExecutor):
         self.kv = PrefixKV(prompt_ids.numel() + self.settings.max_new_tokens)
 
     def _logits(self, inputs, segments, start):
-        mask = attention_mask(segments, self.settings.attention, not self.prompt_cached)  # window part only
-        # Without a prompt segment, full attention needs no window mask: FlashAttention may serve it.
-        unmasked = self.settings.attention == "full" and self.prompt_cached
+        mode = self.settings.attention
+        mask = attention_mask(segments, mode, not self.prompt_cached)  # window part only
+        # Full attention needs no window mask (the authors' none at all; prompt-blind none once the
+        # prompt is cached): FlashAttention may serve those forwards.
+        unmasked = mode == "full" or (mode == "full_prompt_blind" and self.prompt_cached)
         out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
                          position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False,
                          lopa_prefix=self.kv, lopa_window_lengths=(segments >= 0).sum(1).tolist() if unmasked else None)

@@ -302,6 +302,7 @@ def script_to_json(script: dict[int, Forced]) -> dict:
 def load_script(path: str | Path):
     """(script, trace): a script file, or a recorded trace (.json / .parquet) whose decisions
     become the script; `trace` is that RunResult (None for a plain script)."""
+    from lopa.schema import OLD_FORMATS
     from lopa.trace import TRACE_FORMAT, RunResult
     path = Path(path)
     if path.suffix == ".parquet":
@@ -311,7 +312,7 @@ def load_script(path: str | Path):
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"script {path.name} is not JSON: {err}") from None
-    if isinstance(data, dict) and data.get("format") == TRACE_FORMAT:
+    if isinstance(data, dict) and (data.get("format") == TRACE_FORMAT or data.get("format") in OLD_FORMATS):
         run = RunResult.from_json(json.dumps(data))
         return script_from_trace(run), run
     return script_from_json(data), None
@@ -324,8 +325,9 @@ def top_tokens(model, spec, run, r: int, position: int, n: int = 5) -> list[tupl
     forward of the winning branch, recomputed with one uncached forward over prompt + that window.
     Exact for block_causal attention (a cached block's K/V depends only on what precedes it); with
     full attention cached blocks are recomputed seeing their final neighbours, so probabilities can
-    differ slightly from the round's own. Temperature applies as in the engine; the mask token is
-    never a prediction."""
+    differ slightly from the round's own (and in `full`, where the cached prompt saw the first window,
+    more). Temperature applies as in the engine; probabilities come from the unmodified logits and
+    the mask token is never listed."""
     from lopa.forward import attention_mask
     record = run.records[r]
     N, settings = int(run.settings["block_size"]), DecodeSettings.from_dict(run.settings)
@@ -339,7 +341,8 @@ def top_tokens(model, spec, run, r: int, position: int, n: int = 5) -> list[tupl
     logits = model(input_ids=inputs.to(device), attention_mask=mask.to(device),
                    position_ids=torch.arange(inputs.shape[1])[None].to(device), use_cache=False).logits
     row = logits[0, prompt.numel() + position - int(spec["logit_shift"])].float().cpu()   # [V]
-    row[spec["mask_token_id"]] = float("-inf")
     probs = torch.softmax(row / settings.temperature if settings.temperature > 0 else row, dim=-1)
-    top = probs.topk(min(n, probs.numel()))
+    listed = probs.clone()                 # probabilities as the engine's (the mask's mass included) ...
+    listed[spec["mask_token_id"]] = -1.0   # ... but the mask token is not listed as a candidate
+    top = listed.topk(min(n, probs.numel() - 1))
     return list(zip(top.indices.tolist(), top.values.tolist()))

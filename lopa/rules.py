@@ -26,23 +26,32 @@ def confidence(probs: torch.Tensor, metric: str) -> torch.Tensor:
     raise ValueError(f"unknown confidence metric {metric!r}")
 
 
-def summarize(logits: torch.Tensor, metric: str, temperature: float,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def summarize(logits: torch.Tensor, metric: str, temperature: float, generator: torch.Generator | None = None,
+              mask_token_id: int | None = None,
+              mask_argmax: str = "next_best") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Reduce logits to what the decisions need. logits: [..., V] -> token, max_prob, conf: [...].
 
-    Greedy (temperature 0): token = argmax, max_prob = its probability. With temperature > 0 the
-    token is sampled from softmax(logits / T) and "max_prob" is the probability of the sampled
-    token, so the commit threshold still asks "is the token we would write certain enough".
+    Probabilities and Conf come from the logits as they are, the mask token's included, as in the
+    authors' `sample_tokens` (docs/method.md, departure 1). Greedy (temperature 0): token = argmax,
+    max_prob = its probability. With temperature > 0 the token is sampled from softmax(logits / T)
+    and "max_prob" is the probability of the sampled token, so the commit threshold still asks "is
+    the token we would write certain enough". Where the token would be `mask_token_id`:
+    mask_argmax "authors" keeps it (the authors' loop then writes the mask token back: the position
+    stays masked); "next_best" takes the best other token (greedy) or draws among the others
+    (sampling), with that token's own probability as max_prob.
     """
     logits = logits.float()
+    probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)      # [..., V]
+    choose = probs
+    if mask_token_id is not None and mask_argmax == "next_best":
+        choose = probs.clone()
+        choose[..., mask_token_id] = -1.0 if temperature == 0 else 0.0    # never chosen; probs untouched
     if temperature > 0:
-        probs = torch.softmax(logits / temperature, dim=-1)
-        flat = probs.reshape(-1, probs.shape[-1])
+        flat = choose.reshape(-1, choose.shape[-1])                                          # [*, V]
         token = torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
-        max_prob = probs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
     else:
-        probs = torch.softmax(logits, dim=-1)
-        max_prob, token = probs.max(-1)
+        token = choose.argmax(-1)
+    max_prob = probs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
     return token, max_prob, confidence(probs, metric)
 
 

@@ -1,4 +1,4 @@
-"""The trace format (`lopa-trace/1`), checked at the door.
+"""The trace format (`lopa-trace/2`), checked at the door.
 
 A trace file may come from anyone (a Space visitor's upload, a shared link), so `RunResult.load`
 and `RunResult.from_json` pass every field through these pydantic models before anything else
@@ -19,15 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lopa.settings import (
     ATTENTION_MODES,
     BRANCH_SCORE_RULES,
+    CACHE_SCHEDULES,
     COMMIT_RULES,
     CONFIDENCE_METRICS,
+    MASK_ARGMAX,
     MAX_LOOKAHEAD,
     ORDERS,
     DecodeSettings,
     ModelSpec,
 )
 
-TRACE_FORMAT = "lopa-trace/1"
+TRACE_FORMAT = "lopa-trace/2"
+# Version 1 called prompt-blind full attention "full"; version 2 calls it "full_prompt_blind" and
+# gives "full" the authors' meaning. A version-1 trace is read as version 2 with that name changed.
+OLD_FORMATS = {"lopa-trace/1": {"full": "full_prompt_blind"}}
 # Bounds on what a trace may declare; generous for real runs (a 7B model at the paper's 512 new
 # tokens and k = 14 stays far inside), small enough that a replay's figures stay within memory.
 MAX_TRACE_BYTES = 64 << 20             # the file itself
@@ -71,6 +76,8 @@ class Settings(BaseModel):
     order: Literal[ORDERS] = "confidence"
     order_seed: Annotated[int, Field(ge=0)] = 0
     branch_score: Literal[BRANCH_SCORE_RULES] = "mean"
+    cache_schedule: Literal[CACHE_SCHEDULES] = "eager"
+    mask_argmax: Literal[MASK_ARGMAX] = "next_best"
 
     @model_validator(mode="after")
     def _ranges(self):
@@ -227,11 +234,25 @@ class Trace(BaseModel):
         return self
 
 
+def upgrade_trace(data: Any) -> Any:
+    """A trace of an older format as the current one (a new dict; `data` is not changed), renaming
+    the attention modes that changed meaning. Anything else is returned as it is."""
+    if not isinstance(data, dict) or data.get("format") not in OLD_FORMATS:
+        return data
+    renamed = OLD_FORMATS[data["format"]]
+    new = {**data, "format": TRACE_FORMAT}
+    for part in ("settings", "spec"):
+        if isinstance(data.get(part), dict) and data[part].get("attention") in renamed:
+            new[part] = {**data[part], "attention": renamed[data[part]["attention"]]}
+    return new
+
+
 def validate_trace(data: Any) -> dict:
-    """Check a parsed trace (header fields + "records") and return it as plain data; ValueError
-    naming the first bad field otherwise."""
+    """Check a parsed trace (header fields + "records") and return it as plain data, in the current
+    format (upgrade_trace); ValueError naming the first bad field otherwise."""
     if not isinstance(data, dict):
         raise ValueError("not a LoPA trace: the file holds no JSON object")
+    data = upgrade_trace(data)
     if data.get("format") != TRACE_FORMAT:
         raise ValueError(f"not a LoPA trace (expected format {TRACE_FORMAT!r})")
     try:

@@ -6,7 +6,17 @@ import dataclasses
 from dataclasses import dataclass, field
 
 CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
-ATTENTION_MODES = ("block_causal", "full")
+# Attention inside the window (docs/method.md, "Attention"): block_causal as D2F trains; full as the
+# authors' LoPA code runs it (every input row sees every other, the prompt's rows included, in the
+# forward that caches the prompt); full_prompt_blind, full except that the prompt sees only itself
+# (what the bundled model was trained with; traces of format lopa-trace/1 called it "full").
+ATTENTION_MODES = ("block_causal", "full", "full_prompt_blind")
+# When a block a lookahead token completed enters the prefix cache (docs/method.md, departure 2):
+# "eager" from the forward that verified it; "authors" one forward later, as the authors' loop does.
+CACHE_SCHEDULES = ("eager", "authors")
+# What a position whose argmax is the mask token predicts (departure 1): "next_best" the best other
+# token; "authors" the mask token itself, whose commit leaves the position masked.
+MASK_ARGMAX = ("next_best", "authors")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right")
@@ -34,7 +44,12 @@ class DecodeSettings:
     tau_act: fully activate block i+1 once block i's decoded fraction reaches this.
     commit: "threshold" (D2F/Fast-dLLM rule) or "top1" (one token per round).
     confidence: Conf used for the fallback commit, lookahead ranking and branch score.
-    attention: "block_causal" (how D2F models are trained) or "full" (paper's LoPA default).
+    attention: "block_causal" (how D2F models are trained), "full" (the authors' LoPA default: the
+        prompt's rows see the first window too) or "full_prompt_blind" (full, the prompt seeing only itself).
+    cache_schedule: "eager" (a block is cached from the forward that verified its completion) or
+        "authors" (a block a lookahead token completed is cached one forward later, as in their loop).
+    mask_argmax: "next_best" (the mask token is never predicted) or "authors" (it is, and committing
+        it leaves the position masked). Probabilities and Conf never change: both use the raw logits.
     order: token filling order policy (lopa/order.py): "confidence" (the paper's), "random" (the
         lookahead drawn uniformly, seeded by order_seed) or "left_to_right".
     branch_score: how a branch is scored to pick the winner (LoPA step 5): "mean" (the paper's mean
@@ -56,6 +71,8 @@ class DecodeSettings:
     order: str = "confidence"
     order_seed: int = 0
     branch_score: str = "mean"
+    cache_schedule: str = "eager"
+    mask_argmax: str = "next_best"
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or not (0 <= self.k <= MAX_LOOKAHEAD):
@@ -88,6 +105,10 @@ class DecodeSettings:
             raise ValueError(f"order_seed must be a non-negative integer, got {self.order_seed!r}")
         if self.branch_score not in BRANCH_SCORE_RULES:
             raise ValueError(f"branch_score must be one of {BRANCH_SCORE_RULES}, got {self.branch_score!r}")
+        if self.cache_schedule not in CACHE_SCHEDULES:
+            raise ValueError(f"cache_schedule must be one of {CACHE_SCHEDULES}, got {self.cache_schedule!r}")
+        if self.mask_argmax not in MASK_ARGMAX:
+            raise ValueError(f"mask_argmax must be one of {MASK_ARGMAX}, got {self.mask_argmax!r}")
 
     @property
     def max_blocks(self) -> int:
@@ -125,14 +146,21 @@ def decoder_settings(decoder: str, base: DecodeSettings | None = None, **overrid
     return base.replace(**{**overrides, **DECODERS[decoder]})
 
 
-# Paper Table 5 (D2F-Dream unless noted); generation length 512, greedy.
+# Paper Table 5 (D2F-Dream unless noted); generation length 512, greedy. Every row also takes the
+# authors' mechanics: blocks cached on their schedule, a mask-token argmax handled as they do
+# (docs/method.md, departures). Attention is left to the model: the paper's checkpoints decode
+# with the authors' `full` by default (lopa.models.families), while the bundled model was trained
+# block-causal with a prompt blind to the answer and, under `full`, answers almost nothing right
+# (4 of 80 held-out problems, 0 of 23 one-step, D2F vanilla, seed 48213; block_causal: 50 of 80),
+# so a Table 5 row on it keeps its own attention.
+_AUTHORS = dict(cache_schedule="authors", mask_argmax="authors")
 PAPER_PRESETS = {
-    "gsm8k": dict(block_size=32, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=14, confidence="neg_entropy"),
-    "math": dict(block_size=16, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=7, confidence="neg_entropy"),
-    "humaneval": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy"),
-    "mbpp": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy"),
-    "diffucoder-humaneval+": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=6, confidence="max_prob"),
-    "diffucoder-mbpp+": dict(block_size=32, tau_add=0.3, tau_conf=0.90, tau_act=0.95, k=14, confidence="max_prob"),
+    "gsm8k": dict(block_size=32, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=14, confidence="neg_entropy", **_AUTHORS),
+    "math": dict(block_size=16, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
+    "humaneval": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
+    "mbpp": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
+    "diffucoder-humaneval+": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=6, confidence="max_prob", **_AUTHORS),
+    "diffucoder-mbpp+": dict(block_size=32, tau_add=0.3, tau_conf=0.90, tau_act=0.95, k=14, confidence="max_prob", **_AUTHORS),
 }
 
 
@@ -151,7 +179,7 @@ class ModelSpec:
     block_size: int | None = None        # the block size the model was trained with, if known
     prompt_template: str = "{prompt}"
     max_context: int = 2048
-    attention: str = "block_causal"      # the attention the model was trained with
+    attention: str = "block_causal"      # the attention decoded with unless asked otherwise (see its loader)
     name: str = "model"
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -195,7 +223,13 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
     g.add_argument("--block-size", type=int, help=f"block size N (default {_DEFAULTS.block_size})")
     g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {_DEFAULTS.max_new_tokens})")
     g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {_DEFAULTS.confidence})")
-    g.add_argument("--attention", choices=ATTENTION_MODES, help="attention inside the window (default: the model's)")
+    g.add_argument("--attention", choices=ATTENTION_MODES,
+                   help="attention inside the window (default: the model's); full = the authors' (prompt rows see "
+                        "the first window), full_prompt_blind = full with a prompt that sees only itself")
+    g.add_argument("--cache-schedule", choices=CACHE_SCHEDULES,
+                   help="eager (default): a block a lookahead token completed is cached at once; authors: one forward later")
+    g.add_argument("--mask-argmax", choices=MASK_ARGMAX,
+                   help="next_best (default): never predict the mask token; authors: predict it (its commit is a no-op)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default)")
     g.add_argument("--seed", type=int, help="sampling seed (default 0)")
     g.add_argument("--order", choices=ORDERS,
@@ -207,18 +241,30 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
                         "positions, default), loo, min, window, segment, count (docs/studies.md)")
 
 
-def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset (or the settings of a trace given as --script), then the model's own attention and
-    block size, then explicit flags; the decoder's overrides (e.g. k = 0 for d2f) come last."""
-    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
-    fields.update(getattr(args, "script_settings", None) or {})
+# The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
+DEFAULT_K = 4
+
+
+def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:
+    """`fields` over the model's own attention and trained block size, k = DEFAULT_K unless given:
+    the one place where `lopa generate` and transformers' generate() (lopa.hf) fill what the user
+    left unset, so the same choices decode the same tokens."""
     if spec is not None:
         fields.setdefault("attention", spec.attention)
         if spec.block_size:
             fields.setdefault("block_size", spec.block_size)
+    fields.setdefault("k", DEFAULT_K)
+    return DecodeSettings(**fields)
+
+
+def settings_from_args(args, spec=None) -> DecodeSettings:
+    """Preset (or the settings of a trace given as --script), then explicit flags, over the model's
+    own attention and block size; the decoder's overrides (e.g. k = 0 for d2f) come last."""
+    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
+    fields.update(getattr(args, "script_settings", None) or {})
     flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
                                                      "commit", "confidence", "attention", "temperature", "seed",
-                                                     "order", "order_seed", "branch_score")}
+                                                     "order", "order_seed", "branch_score",
+                                                     "cache_schedule", "mask_argmax")}
     fields.update({k: v for k, v in flags.items() if v is not None})
-    fields.setdefault("k", 4)
-    return decoder_settings(args.decoder, DecodeSettings(**fields))
+    return decoder_settings(args.decoder, settings_for_model(spec, **fields))

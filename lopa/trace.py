@@ -62,13 +62,24 @@ def _first_eos(tokens: list[int], eos_ids: list[int]) -> int | None:
     return next((i for i, t in enumerate(tokens) if t in eos_ids), None)
 
 
+def authors_tpf(appended: int, forwards: int, runs: int = 1) -> float:
+    """The TPF the authors report beside their scores, summed over `runs` decodes: every generated
+    position of every appended block (EOS padding included) over their step count, which is the
+    forwards + 1 per decode. Their loop (zhijie-group/LoPA scale_dream_d2f.py) counts a step at the
+    top of every round, and a decode's count stops at the round that finds nothing left to do, one
+    round after its last forward; `generate_until` then divides the summed x_t lengths past the
+    prompt by the summed steps. Use this wherever a number stands beside the paper's."""
+    return appended / (forwards + runs) if forwards else 0.0
+
+
 def metrics(run: RunResult | None) -> dict:
     """The design note's metrics, the one place they are computed: the CLI, the benchmarks, the
     app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
     live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
     Forwards: a batched k + 1 forward counts once, the prompt round counts, a final round without
     a forward does not. TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
-    every position of every appended block, EOS padding included."""
+    every position of every appended block, EOS padding included, over the same forwards; 'authors'
+    is the TPF the paper's tables report (authors_tpf: the paper count over forwards + 1)."""
     records = run.records if run is not None else []
     forwards = sum(r.kind != "final" for r in records)
     latency = sum(r.round_seconds for r in records)
@@ -88,6 +99,7 @@ def metrics(run: RunResult | None) -> dict:
         "tokens_paper": paper,
         "tpf_useful": useful / forwards if forwards else 0.0,
         "tpf_paper": paper / forwards if forwards else 0.0,
+        "tpf_authors": authors_tpf(paper, forwards),
         "latency_s": latency,
         "tps": useful / latency if latency > 0 else 0.0,
         "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
@@ -147,7 +159,7 @@ class RunResult:
             raise ValueError(f"not a JSON trace: {err}") from None
         except RecursionError:
             raise ValueError("not a LoPA trace: the JSON is nested too deeply") from None
-        validate_trace(data)
+        data = validate_trace(data)
         return cls._from_parts(data, data["records"])
 
     @classmethod
@@ -190,7 +202,7 @@ class RunResult:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             raise ValueError(f"the trace's header or JSON columns are not valid JSON: {err}") from None
         data = {**header, "records": rows} if isinstance(header, dict) else header
-        validate_trace(data)
+        data = validate_trace(data)
         return cls._from_parts(data, rows)
 
     def save(self, path: str | Path) -> Path:

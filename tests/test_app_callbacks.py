@@ -59,7 +59,7 @@ def test_run_streams_rounds_live_and_renders_the_final_state():
     session = Session()
     outs = drain(cb.run_stream(session, PROMPT, *values()))
     run = session.run
-    assert not run.stopped and session.stream is None and session.status() == "done"
+    assert not run.stopped and session.live is None and session.status() == "done"
     rounds = [int(o["counters"].split('data-rounds="')[1].split('"')[0]) for o in outs]
     assert rounds[0] == 0 and rounds[-1] == len(run.records)
     assert rounds[1:-1] == list(range(1, len(run.records) + 1))    # one yield per round, as computed
@@ -134,7 +134,7 @@ def test_bad_input_shows_a_message_and_the_session_survives(prompt, settings, me
     session = Session()
     out = drain(cb.run_stream(session, prompt, *values(**settings)))[-1]
     assert "Error" in out["status"] and message in out["status"]
-    assert session.stream is None and not session.streaming
+    assert session.live is None and not session.streaming
     assert message in named(cb.step_once(session, prompt, *values(**settings)))["status"]
     drain(cb.run_stream(session, PROMPT, *values()))                 # and it still works afterwards
     assert session.status() == "done"

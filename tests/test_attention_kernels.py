@@ -57,16 +57,18 @@ def test_the_dispatch_rule():
     assert attention.window_kernel(cpu, [8], kernels) == "sdpa"               # not on CPU
 
 
+@pytest.mark.parametrize("attention_mode", ["full", "full_prompt_blind"])
 @pytest.mark.parametrize("k", [0, 3])
-def test_full_attention_rounds_take_flash_and_decode_identically(stand_in, k):
-    """Full attention: every round after the prefill uses the flash path; tokens, decisions and
-    scores equal the SDPA shared-prefix path and the per-branch reference."""
+def test_full_attention_rounds_take_flash_and_decode_identically(stand_in, k, attention_mode):
+    """Full attention: every round uses the flash path (full_prompt_blind: every round after the
+    prefill, whose prompt rows need a mask); tokens, decisions and scores equal the per-branch reference."""
     model = tiny_qwen2(seed=1)
-    settings = DecodeSettings(k=k, attention="full", **LIVELY)
+    settings = DecodeSettings(k=k, attention=attention_mode, **LIVELY)
     flash = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
     used = list(stand_in)
     layers = model.config.num_hidden_layers
-    assert used[:layers] == ["sdpa"] * layers                 # the prefill: the prompt segment needs a mask
+    prefill = ["flash" if attention_mode == "full" else "sdpa"] * layers   # the authors' prefill has no mask at all
+    assert used[:layers] == prefill
     assert set(used[layers:]) == {"flash"} and len(used) > layers
     ref = Decoder(model, tiny_spec(), settings, executor="per_branch").run(PROMPT)
     assert flash.tokens == ref.tokens

@@ -168,7 +168,7 @@ def test_dream_checkpoint_with_missing_shard_or_wrong_mask_is_refused(tmp_path, 
 
 def test_lora_merge_equals_unmerged_peft_model(dream, adapter):
     loaded = load(str(dream[0]), device="cpu", lora=str(adapter[0]))
-    assert type(loaded.model) is Qwen2ForCausalLM and loaded.spec.attention == "block_causal"
+    assert type(loaded.model) is Qwen2ForCausalLM and loaded.spec.attention == "full"   # the authors' decoding, not the training mask
     x = torch.randint(0, 290, (2, 12))
     mask = block_mask(12).expand(2, 1, 12, 12)
     merged, unmerged = logits(loaded.model, x, mask), logits(adapter[1], x, mask)
@@ -184,17 +184,37 @@ def test_preset_resolves_local_checkpoints_and_loads_through_load(dream, adapter
     (no_hf_cache / "Dream-v0-Base-7B").symlink_to(dream[0])
     (no_hf_cache / "D2F_Dream_Base_7B_Lora").symlink_to(adapter[0])
     assert presets.availability("d2f-dream-base")[0]
-    assert [r["available"] for r in presets.list_presets()] == [True, False, False]
+    assert {r["name"]: r["available"] for r in presets.list_presets()} == {
+        "d2f-dream-instruct": False, "d2f-dream-base": True, "d2f-diffucoder": False}
     loaded = load("d2f-dream-base", device="cpu")
     assert loaded.spec.name == "d2f-dream-base" and loaded.spec.prompt_template == "{prompt}"
     x = torch.randint(0, 290, (1, 12))
     torch.testing.assert_close(logits(loaded.model, x, block_mask(12)), logits(adapter[1], x, block_mask(12)),
                                atol=1e-5, rtol=1e-5)
-    assert presets.task_settings("d2f-dream-base", "gsm8k")["k"] == 14
     # the engine's fast path and its reference agree on the translated, merged model
     settings = DecodeSettings(k=3, block_size=8, max_new_tokens=24, attention="full")
     tokens = {ex: loaded.decoder(settings, executor=ex).run("def add(a, b):").tokens for ex in ("batched", "per_branch")}
     assert tokens["batched"] == tokens["per_branch"]
+
+
+def test_paper_presets_follow_the_paper_and_the_authors_scripts():
+    """Table 5 through task_settings, Section 4.1's Instruct checkpoints, the authors' flags; the Base
+    model has no accuracy row (it is only in the system tables)."""
+    instruct = presets.PRESETS["d2f-dream-instruct"]
+    assert instruct.base == "Dream-org/Dream-v0-Instruct-7B" and instruct.adapter.endswith("D2F_Dream_Instruct_7B_Lora")
+    gsm8k = presets.task_settings("d2f-dream-instruct", "gsm8k")
+    assert {k: gsm8k[k] for k in ("k", "block_size", "tau_add", "tau_act", "tau_conf", "confidence",
+                                  "max_new_tokens", "attention")} == {
+        "k": 14, "block_size": 32, "tau_add": 0.1, "tau_act": 0.95, "tau_conf": 0.9, "confidence": "neg_entropy",
+        "max_new_tokens": 512, "attention": "full"}
+    assert presets.task_settings("d2f-dream-instruct", "math")["block_size"] == 16
+    assert (presets.task_settings("d2f-dream-instruct", "mbpp")["tau_add"],
+            presets.task_settings("d2f-dream-instruct", "mbpp")["tau_conf"]) == (0.3, 0.95)
+    assert instruct.tasks["mbpp"].shots == 3 and instruct.tasks["gsm8k"].shots == 4
+    assert instruct.tasks["humaneval"].shots == 0 and not instruct.tasks["humaneval"].chat
+    assert presets.task_settings("d2f-diffucoder", "humaneval+")["confidence"] == "max_prob"
+    with pytest.raises(ValueError, match="system tables"):
+        presets.task_settings("d2f-dream-base", "gsm8k")
 
 
 def test_cli_runs_a_preset_from_explicit_paths_and_explains_a_missing_one(dream, adapter, no_hf_cache, capsys):

@@ -32,7 +32,7 @@ def test_cli_generate_prints_answer_metrics_and_writes_trace(model_dir, tmp_path
                  "--k", "3", "--max-new-tokens", "16", "--trace", str(trace)])
     out = capsys.readouterr().out
     assert code == 0 and "tpf_useful" in out and "tpf_paper" in out and "forwards" in out
-    assert json.loads(trace.read_text())["format"] == "lopa-trace/1"
+    assert json.loads(trace.read_text())["format"] == "lopa-trace/2"
 
 
 def test_cli_help_lists_the_settings(capsys):

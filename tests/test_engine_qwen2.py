@@ -23,10 +23,11 @@ def model():
     return tiny_qwen2(seed=1)
 
 
-@pytest.mark.parametrize("attention", ["block_causal", "full"])
+@pytest.mark.parametrize("attention", ["block_causal", "full", "full_prompt_blind"])
 @pytest.mark.parametrize("k", [0, 3, 6])
 def test_batched_equals_one_branch_at_a_time(model, attention, k):
-    settings = DecodeSettings(k=k, attention=attention, **LIVELY)
+    settings = DecodeSettings(k=k, attention=attention, cache_schedule="authors" if attention == "full" else "eager",
+                              **LIVELY)
     fast = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
     ref = Decoder(model, tiny_spec(), settings, executor="per_branch").run(PROMPT)
     assert fast.tokens == ref.tokens
@@ -36,9 +37,13 @@ def test_batched_equals_one_branch_at_a_time(model, attention, k):
     assert any(r.winner > 0 for r in fast.records) or k == 0
 
 
+@pytest.mark.parametrize("schedule", ["eager", "authors"])
+@pytest.mark.parametrize("attention", ["block_causal", "full", "full_prompt_blind"])
 @pytest.mark.parametrize("k", [0, 4])
-def test_cached_matches_uncached_in_block_causal_mode(model, k):
-    settings = DecodeSettings(k=k, attention="block_causal", **LIVELY)
+def test_cached_matches_uncached(model, k, attention, schedule):
+    """In every attention mode and cache schedule: in the full modes the uncached reference keeps each
+    caching forward as a frozen group (the prompt's K/V saw the first window in `full`)."""
+    settings = DecodeSettings(k=k, attention=attention, cache_schedule=schedule, **LIVELY)
     cached = Decoder(model, tiny_spec(), settings, executor="batched").run(PROMPT)
     uncached = Decoder(model, tiny_spec(), settings, executor="uncached").run(PROMPT)
     assert cached.tokens == uncached.tokens
@@ -63,21 +68,22 @@ def reference_d2f(model, spec, s, prompt):
         allowed = torch.tensor([[(blk[kk] == -1) if blk[q] == -1 else (blk[kk] <= blk[q]) for kk in range(L)]
                                 for q in range(L)])
         logits = model(input_ids=seq, attention_mask=allowed[None, None], position_ids=torch.arange(L)[None]).logits[0]
-        logits[:, mask] = float("-inf")                                             # never predict the mask
         probs = torch.softmax(logits.float(), -1)[P - 1:P - 1 + len(gen)]          # the logit shift
+        pick = probs.clone()
+        pick[:, mask] = -1                                      # the mask token is never the prediction
         commits = []
         fracs = [sum(t != mask for t in gen[b * N:(b + 1) * N]) / N for b in range(len(gen) // N)]
         for b in range(len(fracs)):
             idx = [i for i in range(b * N, (b + 1) * N) if gen[i] == mask]
             if not idx:
                 continue
-            chosen = [i for i in idx if probs[i].max() > s.tau_conf]
+            chosen = [i for i in idx if probs[i, pick[i].argmax()] > s.tau_conf]
             full = b == 0 or fracs[b - 1] >= s.tau_act
             if not chosen and full:
-                chosen = [max(idx, key=lambda i: float(probs[i].max()))]
+                chosen = [max(idx, key=lambda i: float(probs[i].max()))]          # Conf = max_prob (raw)
             commits += chosen
         for i in commits:
-            gen[i] = int(probs[i].argmax())
+            gen[i] = int(pick[i].argmax())
         rounds.append(sorted(commits))
         done = mask not in gen
         eos = any(t in spec.eos_token_ids for t in gen)

@@ -22,9 +22,7 @@ def max_prob_of(p):
     """The max_prob the engine computes for a fake position scripted with probability p."""
     probs = torch.full((16,), (1 - p) / 15, dtype=torch.float64)
     probs[5] = p
-    logits = probs.log()
-    logits[MASK] = float("-inf")             # as the engine does: the mask is never a prediction
-    return float(summarize(logits, "max_prob", 0.0)[1])
+    return float(summarize(probs.log(), "max_prob", 0.0, mask_token_id=MASK)[1])    # raw logits, as the engine
 
 
 def test_commit_threshold_is_strict():
@@ -125,3 +123,18 @@ def test_one_token_per_round_baseline_has_tpf_one():
     res = run(table, k=0, tau_add=1.0, commit="top1", block_size=4, max_new_tokens=8)
     assert all(r.committed == 1 for r in res.records[1:])
     assert res.tokens == [2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_committed_mask_token_leaves_the_position_masked_as_in_the_authors_loop():
+    """Position 1 ranks the mask token first (p 0.95) until it sees position 2. The authors' loop
+    commits the mask there (a no-op: the position stays masked, nothing is filled); ours predicts
+    the best other token, whose probability is too low to commit."""
+    table = {0: (7, 0.95), 1: lambda seen: (5, 0.95) if 2 in seen else (MASK, 0.95), 2: (6, 0.95)}
+    authors = run(table, k=0, block_size=4, max_new_tokens=4, mask_argmax="authors")
+    r1 = authors.records[1]
+    assert r1.anchor_positions == [0, 1, 2, 3] and r1.anchor_tokens == [7, MASK, 6, EOS]
+    assert r1.committed == 3 and r1.branch_positions == [[1]]      # position 1 is still masked
+    ours = run(table, k=0, block_size=4, max_new_tokens=4)
+    assert ours.records[1].anchor_positions == [0, 2, 3] and ours.records[1].committed == 3
+    assert authors.tokens == ours.tokens == [7, 5, 6, EOS]
+    assert [r.kind for r in authors.records] == [r.kind for r in ours.records] == ["prefill", "round", "final"]

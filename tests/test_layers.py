@@ -1,6 +1,6 @@
 """The package's layers, checked: imports go down only, and no module reaches itself again.
 
-    core (lopa/*.py)  <-  models  <-  dist  <-  train / bench / study / visualizations  <-  cli / app
+    core (lopa/*.py)  <-  models  <-  dist / hf  <-  train / bench / eval / study / visualizations  <-  cli / app
 
 Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
 still a cycle (docs/style: "Data flows one way").
@@ -10,7 +10,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"core": 0, "models": 1, "dist": 2, "train": 3, "bench": 3, "study": 3, "visualizations": 3, "cli": 4,
+LAYERS = {"core": 0, "models": 1, "dist": 2, "hf": 2, "train": 3, "bench": 3, "eval": 3, "study": 3,
+          "visualizations": 3, "cli": 4,
           "app": 4}
 # app/viz.py becomes the visualizations package at import time (see its docstring).
 ALIASES = {"app.viz": "visualizations"}

@@ -75,8 +75,12 @@ def test_commit_plan_skips_the_broadcast_only_when_every_rank_holds_the_winners_
     assert commit_plan(windows, 2, 8, "full", 3) == {"src": 2, "index": 0}
     # ... unless every rank computed the very same window (k + 1 < W: shadows of branch 0)
     assert commit_plan([anchor], 0, 8, "full", 3) == {"local": [0, 0, 0]}
-    # the prompt alone (first round) attends only to itself
-    assert commit_plan(windows, 3, 0, "full", 2) == {"local": [0, 0]}
+    # the prompt alone (first round) attends only to itself ...
+    assert commit_plan(windows, 3, 0, "full_prompt_blind", 2, with_prompt=True) == {"local": [0, 0]}
+    # ... except in the authors' full attention, where it saw the window (the prefill has one branch)
+    assert commit_plan(windows, 3, 0, "full", 2, with_prompt=True) == {"src": 1, "index": 1}
+    assert commit_plan([anchor], 0, 0, "full", 2, with_prompt=True) == {"local": [0, 0]}
+    assert commit_plan(windows, 3, 0, "full", 2) == {"local": [0, 0]}        # nothing cached this round
     # block_causal, but the winning lookahead completed block 0: only its rank holds the slice
     holey = anchor.clone()
     holey[3] = MASK_ID
@@ -87,7 +91,7 @@ def test_commit_plan_skips_the_broadcast_only_when_every_rank_holds_the_winners_
     assert commit_plan([holey, filled, other], 1, 8, "block_causal", 2) == {"src": 1, "index": 0}
 
 
-@pytest.mark.parametrize("attention", ["block_causal", "full"])
+@pytest.mark.parametrize("attention", ["block_causal", "full", "full_prompt_blind"])
 def test_cached_block_kv_agrees_across_branches_exactly_when_commit_plan_says(attention):
     """The proof behind skipping the commit phase, on real K/V: with block_causal attention the
     pre-written K/V of a complete block is the same in every branch that has the same tokens there
@@ -139,9 +143,10 @@ def test_one_rank_reproduces_the_single_process_engine_even_when_sampling(loaded
 
 # -- W processes against one ----------------------------------------------------------------------
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("attention", ["block_causal", "full"])
+@pytest.mark.parametrize("attention", ["block_causal", "full", "full_prompt_blind"])
 def test_branch_parallel_equals_single_process(groups, loaded, world, attention):
-    settings = DecodeSettings(k=4, attention=attention, **LIVELY)
+    schedule = "authors" if attention == "full" else "eager"           # the paper's pairing
+    settings = DecodeSettings(k=4, attention=attention, cache_schedule=schedule, **LIVELY)
     ref, ref_executor = single(loaded, settings)
     group = groups[world]
     bp = group.decoder(settings).run(PROMPT)
@@ -167,7 +172,7 @@ def test_branch_parallel_equals_single_process(groups, loaded, world, attention)
         assert x["summary_bytes"] < x["full_logits_bytes"]
         # the commit phase is skipped exactly when the module docstring says it can be
         cached_now = r.n_cached_blocks - prev_cached
-        if attention == "full":
+        if attention != "block_causal":
             expect = cached_now > 0 and len(r.branch_tokens) > 1
         else:
             look = r.lookahead_positions[r.winner - 1] if r.winner > 0 else None
@@ -176,7 +181,7 @@ def test_branch_parallel_equals_single_process(groups, loaded, world, attention)
         assert x["commit_bytes"] > 0 if expect else x["commit_bytes"] == 0
         skipped += cached_now > 0 and not expect
         prev_cached = r.n_cached_blocks
-    assert attention == "full" or skipped > 0
+    assert attention != "block_causal" or skipped > 0
 
 
 def test_sampling_is_reproducible_per_world_size(groups):

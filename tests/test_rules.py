@@ -44,6 +44,43 @@ def test_summarize_sampling_is_seeded():
     assert torch.equal(a, b)
 
 
+# Hand-made distributions where the mask token (id 0) carries mass: row 0 ranks it first, row 1 second.
+MASK = 0
+MASKY = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.3, 0.6, 0.1, 0.0]], dtype=torch.float64)
+
+
+def test_probabilities_and_conf_come_from_the_raw_logits_when_the_mask_carries_mass():
+    """Not renormalised over the other tokens (the old -inf on the mask logit gave row 1
+    max_prob 0.6 / 0.7 = 0.857 and a different entropy); as the authors' sample_tokens."""
+    logits = MASKY.log()
+    for rule in ("next_best", "authors"):
+        token, max_prob, conf = summarize(logits, "neg_entropy", 0.0, mask_token_id=MASK, mask_argmax=rule)
+        assert token[1].item() == 1 and max_prob[1].item() == pytest.approx(0.6, abs=1e-7)
+        want = [sum(p * math.log(p) for p in row if p > 0) for row in MASKY.tolist()]
+        assert conf.tolist() == pytest.approx(want, abs=1e-6)
+    conf = summarize(logits, "max_prob", 0.0, mask_token_id=MASK)[2]
+    assert conf.tolist() == pytest.approx([0.5, 0.6], abs=1e-7)          # Conf is max p, the mask's included
+    margin = summarize(logits, "margin", 0.0, mask_token_id=MASK)[2]
+    assert margin.tolist() == pytest.approx([0.2, 0.3], abs=1e-7)
+
+
+def test_a_mask_argmax_is_the_next_best_token_or_the_mask_as_the_authors_do():
+    logits = MASKY.log()
+    token, max_prob, _ = summarize(logits, "max_prob", 0.0, mask_token_id=MASK, mask_argmax="next_best")
+    assert token.tolist() == [1, 1] and max_prob.tolist() == pytest.approx([0.3, 0.6], abs=1e-7)
+    token, max_prob, _ = summarize(logits, "max_prob", 0.0, mask_token_id=MASK, mask_argmax="authors")
+    assert token.tolist() == [MASK, 1] and max_prob.tolist() == pytest.approx([0.5, 0.6], abs=1e-7)
+
+
+def test_sampling_never_draws_the_mask_unless_as_the_authors_do():
+    logits = torch.tensor([[0.99, 0.01, 0.0, 0.0]]).clamp_min(1e-30).log().expand(400, 4)
+    g = torch.Generator().manual_seed(0)
+    token, max_prob, _ = summarize(logits, "max_prob", 1.0, g, mask_token_id=MASK)
+    assert set(token.tolist()) == {1} and max_prob.tolist() == pytest.approx([0.01] * 400, abs=1e-7)
+    token = summarize(logits, "max_prob", 1.0, g, mask_token_id=MASK, mask_argmax="authors")[0]
+    assert MASK in token.tolist()
+
+
 def test_commit_threshold_is_strict():
     max_prob = torch.tensor([0.9, 0.9000001, 0.95, 0.2])
     chosen = threshold_commit(max_prob, max_prob, 0.9, fully_activated=True)
@@ -105,6 +142,8 @@ def test_helpers_never_change_their_inputs():
         confidence(probs, metric)
         summarize(logits, metric, 0.0)
         summarize(logits, metric, 0.7, torch.Generator().manual_seed(0))
+        summarize(logits, metric, 0.0, mask_token_id=0)
+        summarize(logits, metric, 0.7, torch.Generator().manual_seed(0), mask_token_id=0)
     threshold_commit(max_prob, conf, 0.9, True)
     top1_commit(max_prob, conf, 0.9, True)
     lookahead_positions(conf, candidate, 2)

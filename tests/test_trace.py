@@ -36,6 +36,28 @@ def test_dataframe_round_trip(run):
     assert RunResult.from_dataframe(df).records == run.records
 
 
+def test_a_version_1_trace_keeps_its_meaning_of_full_attention(tmp_path):
+    """lopa-trace/1 called prompt-blind full attention "full"; it loads as full_prompt_blind, and a
+    trace-scripted replay of it with those settings reproduces the run."""
+    from lopa.order import load_script
+    settings = SETTINGS.replace(attention="full_prompt_blind")
+    model = tiny_qwen2(seed=1)
+    run = Decoder(model, tiny_spec(attention="full_prompt_blind"), settings).run(PROMPT)
+    old = json.loads(run.to_json())
+    old.update(format="lopa-trace/1", settings={**old["settings"], "attention": "full"},
+               spec={**old["spec"], "attention": "full"})
+    for key in ("cache_schedule", "mask_argmax"):        # fields version 1 did not have
+        del old["settings"][key]
+    back = RunResult.from_json(json.dumps(old))
+    assert back.settings["attention"] == back.spec["attention"] == "full_prompt_blind"
+    assert back.records == run.records
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    script, _ = load_script(path)
+    replay = Decoder(model, tiny_spec(), DecodeSettings.from_dict(back.settings), script=script).run(PROMPT)
+    assert replay.tokens == run.tokens and [r.branch_scores for r in replay.records] == [r.branch_scores for r in run.records]
+
+
 def test_corrupt_and_foreign_files_are_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -1,4 +1,6 @@
 
+import json
+
 import torch
 
 from lopa.train import layout as train_layout
@@ -46,6 +48,8 @@ def test_smoke_train_export_and_resume(tmp_path):
     assert spec == {"mask_token_id": tok.mask_token_id, "eos_token_ids": [tok.eos_token_id],
                     "pad_token_id": tok.pad_token_id, "logit_shift": True, "block_size": 32,
                     "prompt_template": "Question: {prompt}\nAnswer:", "attention": "block_causal"}
+    assert (tmp_path / "model" / "custom_generate" / "generate.py").is_file()      # lopa.hf: generate() with LoPA
+    assert "masked diffusion LM" in json.loads((tmp_path / "model" / "generation_config.json").read_text())["bad_words_ids"]
     loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
     assert loaded.config.model_type == "qwen2" and loaded.config.eos_token_id == tok.eos_token_id
     tok2 = AutoTokenizer.from_pretrained(str(tmp_path / "model"))

@@ -52,6 +52,8 @@ def test_the_wheel_holds_the_bundled_model_and_no_generic_top_level_names(instal
     wheel, _, purelib, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
     assert "lopa/assets/models/tiny-gsm-dllm/model.safetensors" in names
+    # transformers' generate() with LoPA (lopa.hf): the folder `lopa hf-export` copies from
+    assert {"lopa/assets/models/tiny-gsm-dllm/custom_generate/generate.py", "lopa/hf/generation.py"} <= set(names)
     assert "lopa_explorer/app/wiring.py" in names and "lopa_explorer/visualizations/canvas.py" in names
     tops = {n.split("/")[0] for n in names}
     assert tops == {"lopa", "lopa_explorer", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
@@ -67,3 +69,32 @@ def test_installed_lopa_generate_decodes_outside_the_checkout(installed, tmp_pat
                  "print(lopa.__file__); print(a.__file__); a.build_demo()"], cwd=tmp_path, env=env)
     assert all(line.startswith(str(purelib)) for line in where.split()[:2]), where
     assert "usage" in run([str(venv / "bin" / "lopa"), "app", "--help"], cwd=tmp_path, env=env)
+
+
+def test_installed_model_folder_generates_with_lopa_through_transformers(installed, tmp_path):
+    """The installed bundled folder's custom_generate/ runs against the installed lopa (no checkout)."""
+    _, venv, _, env = installed
+    code = ("from transformers import AutoModelForCausalLM, AutoTokenizer; from lopa.models import DEFAULT_MODEL as p; "
+            "import lopa.hf.generation as g; tok = AutoTokenizer.from_pretrained(p); "
+            "m = AutoModelForCausalLM.from_pretrained(p, trust_remote_code=True); "
+            "ids = tok('Question: Tom has 23 apples. He gives 7 to Ann. How many apples does Tom have now?\\nAnswer:', "
+            "return_tensors='pt'); out = m.generate(**ids, k=2, max_new_tokens=32); "
+            "print(g.__file__); print(out.shape[1] > ids['input_ids'].shape[1])")
+    where, grew = run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env={**env, "HF_HUB_OFFLINE": "1"}).split()[-2:]
+    assert where.startswith(str(installed[2])) and grew == "True"
+
+
+def test_installed_eval_layer_builds_its_lm_eval_tasks_outside_the_checkout(installed, tmp_path):
+    """lopa.eval ships as modules only: its lm-eval task configs are built at run time from the
+    installed lm-eval's YAML and the user's data, so the wheel needs no task files of its own."""
+    wheel, venv, purelib, env = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"lopa/eval/{m}.py" for m in ("lmeval", "tasks", "code_eval", "codegen", "paper", "reproduce")} <= names
+    (tmp_path / "mbpp").mkdir()
+    (tmp_path / "mbpp" / "test.jsonl").write_text('{"task_id": 11, "text": "t", "code": "", "test_list": ["a", "b", "c"]}\n')
+    code = ("import lopa.eval.tasks as t; from lopa.eval.tasks import task_configs; "
+            "g = task_configs('gsm8k')['lopa_gsm8k']; m = task_configs('mbpp', 'mbpp')['lopa_mbpp']; "
+            "print(t.__file__); print(all(__import__('os').path.isfile(f) for f in g['dataset_kwargs']['data_files']['test']), "
+            "len(m['fewshot_config']['samples']))")
+    where, gsm8k_found, shots = run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env).split()[-3:]
+    assert where.startswith(str(purelib)) and gsm8k_found == "True" and shots == "3"

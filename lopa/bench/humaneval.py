@@ -82,7 +82,7 @@ for _module, _names in ((os, "system popen fork forkpty execv execve spawnv kill
 _path = sys.argv[1]
 sys.argv = [_path]
 try:
-    runpy.run_path(_path, run_name="__main__")
+    runpy.run_path(_path, run_name={run_name!r})
 except SystemExit:                       # sys.exit() inside the program: it did not finish its tests
     sys.stdout.flush()
     sys.exit(3)
@@ -192,13 +192,16 @@ def _readable_dirs() -> list[str]:
     return sorted({d for d in (*_SYSTEM_DIRS, *python) if os.path.isdir(d)})
 
 
-def bwrap_command(work: Path) -> list[str]:
+def bwrap_command(work: Path, env: dict | None = None) -> list[str]:
     """The bubblewrap prefix: every namespace unshared, read-only system and Python, `work` as the
-    writable /sandbox, a private /tmp, no capabilities, killed with its parent."""
+    writable /sandbox, a private /tmp, no capabilities, killed with its parent. `env`: variables set
+    inside, on top of the cleared environment (lopa.eval.codegen points EvalPlus at its data)."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "TMPDIR", "/tmp",
                "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for name, value in (env or {}).items():
+        command += ["--setenv", name, value]
     for folder in _readable_dirs():
         command += ["--ro-bind", folder, folder]
     return command + ["--bind", str(work), "/sandbox", "--chdir", "/sandbox", "--"]
@@ -239,16 +242,19 @@ def _tail(path: Path, limit: int = 2000) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIMIT_MB) -> ExecResult:
+def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIMIT_MB,
+                run_name: str = "__main__") -> ExecResult:
     """Run `program` in the sandbox (see the module docstring). Passed when it returns normally
-    within `timeout` wall-clock seconds: the bootstrap then hands back the run's token."""
+    within `timeout` wall-clock seconds: the bootstrap then hands back the run's token. `run_name`:
+    the program's `__name__` ("builtins" is what `exec(program, {})` gives, as in HF code_eval, so
+    that an `if __name__ == "__main__":` block in a completion does not run; lopa.eval.code_eval)."""
     sandboxed = bubblewrap_available()
     isolation = () if sandboxed else _network_isolation()
     token = secrets.token_hex(16).encode()
     token_read, token_write = os.pipe()          # grader -> bootstrap: the token, before the program runs
     result_read, result_write = os.pipe()        # bootstrap -> grader: the token, after it returned
     bootstrap = _BOOTSTRAP.format(token_fd=token_read, result_fd=result_write, cpu_seconds=int(timeout) + 1,
-                                  memory_bytes=memory_mb << 20, file_bytes=FILE_LIMIT_BYTES)
+                                  memory_bytes=memory_mb << 20, file_bytes=FILE_LIMIT_BYTES, run_name=run_name)
     with tempfile.TemporaryDirectory(prefix="lopa-sandbox-") as work:
         work = Path(work)
         (work / "program.py").write_text(program, encoding="utf-8")

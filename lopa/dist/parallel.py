@@ -35,8 +35,10 @@ the winner's rank broadcasts it and everyone overwrites. `commit_plan` decides:
   losing lookahead agree with the winner there, except when the winning lookahead token itself lies
   in a block being cached (it completed that block): then only the winner's rank holds the slice and
   the commit phase is NOT skipped. (tests/test_parallel.py shows both cases.)
-- full: a cached block attends to the whole window, so only an identical window (a shadow of the
-  winner, or the anchor when it wins) holds the slice; otherwise broadcast.
+- full, full_prompt_blind: a cached block attends to the whole window, so only an identical window
+  (a shadow of the winner, or the anchor when it wins) holds the slice; otherwise broadcast. In
+  `full` the prompt, cached from the prefill, saw the first window too: the prefill has one branch,
+  so every rank computed it (or its shadow) and the check still skips the broadcast.
 
 Sampling (temperature > 0): the rank that computes a branch samples it, with its own generator
 seeded `rank_seed(seed, rank)` at every start; rank 0 uses `seed` itself, so R = 1 reproduces the
@@ -150,14 +152,16 @@ class Comm:
 
 
 # -- pure helpers -----------------------------------------------------------------------------
-def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, attention: str, world: int) -> dict:
+def commit_plan(windows: list[torch.Tensor], winner: int, n_positions: int, attention: str, world: int,
+                with_prompt: bool = False) -> dict:
     """Where each rank gets the slice to cache (see the module docstring for why).
-    windows: every branch's window [W_j]; n_positions: window positions being cached.
+    windows: every branch's window [W_j]; n_positions: window positions being cached; with_prompt:
+    the prompt is cached too (the prefill).
     -> {"local": [local batch index per rank]} when every rank holds an equal slice (no broadcast),
        else {"src": winner's rank, "index": winner's local index}."""
     def same(j: int) -> bool:
-        if n_positions == 0:             # only the prompt (first round): it attends to itself alone
-            return True
+        if n_positions == 0 and (not with_prompt or attention != "full"):
+            return True                  # nothing cached, or only a prompt that saw itself alone
         a, b = windows[j], windows[winner]
         if attention == "block_causal":
             return torch.equal(a[:n_positions], b[:n_positions])
@@ -325,7 +329,8 @@ class BPExecutor:
         rows, q0 = self._last
         self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
         n_input = self._q0 + n_positions
-        plan = commit_plan(self._windows, winner, n_positions, self.settings.attention, self.comm.world)
+        plan = commit_plan(self._windows, winner, n_positions, self.settings.attention, self.comm.world,
+                           with_prompt=not self.prompt_cached)
         control_bytes, sent = self._run("commit", n_input, plan)
         self.prompt_cached = True
         peers = self.comm.world - 1

@@ -250,8 +250,8 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
     lopa.models.load decides that `path` is one of these families.
 
     chat: apply the tokenizer's chat template to prompts (default: when the directory name says
-    "instruct"). A D2F adapter means block-causal training (spec.attention); otherwise Dream and
-    LLaDA were trained with full bidirectional attention.
+    "instruct"). spec.attention is the authors' `full` for every family, D2F adapters included
+    (see below).
     """
     path = Path(path)
     family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
@@ -280,7 +280,12 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
         if extra:
             raise ValueError("a LoRA adapter cannot be merged into a remote-code model")
         model = merge_lora(model, Path(lora))
-    attention = "block_causal" if lora else "full"
+    # Dream and LLaDA were trained with full bidirectional attention. A D2F adapter was trained
+    # block-causal, but the authors decode D2F checkpoints with full attention (their evaluation
+    # class defaults to use_full_attention=True and no published script changes it): the paper's
+    # numbers were made that way, so it is the default here too; --attention block_causal gives
+    # D2F's training mask.
+    attention = "full"
     spec = family_spec(path, raw, tokenizer, logit_shift=shift, attention=attention, chat=chat,
                        name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra)
     return LoadedModel(model, tokenizer, spec, path)

@@ -215,8 +215,12 @@ def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = Fal
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
         tokenizer = load_tokenizer(path, trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
-                                                     **from_pretrained_kwargs(dev))
+        # trust_remote_code is for a config's own modeling code (auto_map) only: given to a stock
+        # class, transformers would use it to run the folder's custom_generate/generate.py (which
+        # replaces model.generate), and the engine never needs that (lopa.hf is its other way in).
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=config, trust_remote_code=trust_remote_code and bool(getattr(config, "auto_map", None)),
+            **from_pretrained_kwargs(dev))
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load the model in {path}: {err}") from err
     spec = spec_from_pretrained(config, tokenizer, path.name)

@@ -21,37 +21,70 @@ CHECKPOINTS_DIR = Path(os.environ.get("LOPA_CHECKPOINTS", ROOT / "checkpoints"))
 
 
 @dataclass(frozen=True)
+class PaperTask:
+    """How the paper ran one task on one model: its Table 5 row and the authors' evaluation flags.
+    settings: the PAPER_PRESETS key (block size, thresholds, LoPA branches k, Conf).
+    shots: few-shot examples. chat: prompts through the model's chat template.
+    harness: "lm-eval" (the authors' own lm-eval task) or "evalplus"."""
+    settings: str
+    shots: int
+    chat: bool
+    harness: str
+
+
+# The D2F-Dream tasks as the authors ran them (zhijie-group/LoPA scale_dream_d2f/test_dream_d2f_LoPA.sh):
+# lm-eval tasks gsm8k / mbpp / minerva_math with --apply_chat_template --fewshot_as_multiturn (that
+# command is commented out in the published script, the flags are the only record we have), and
+# humaneval 0-shot WITHOUT the chat template (add_bos_token=true, escape_until=true).
+_DREAM_TASKS = {
+    "gsm8k": PaperTask("gsm8k", shots=4, chat=True, harness="lm-eval"),
+    "math": PaperTask("math", shots=4, chat=True, harness="lm-eval"),
+    "humaneval": PaperTask("humaneval", shots=0, chat=False, harness="evalplus"),
+    "mbpp": PaperTask("mbpp", shots=3, chat=True, harness="lm-eval"),
+}
+
+
+@dataclass(frozen=True)
 class Preset:
-    """A paper model: base checkpoint + D2F adapter (hub ids) and its Table 5 settings per task."""
+    """A paper model: base checkpoint + D2F adapter (hub ids) and how the paper ran it per task."""
     base: str
     adapter: str
     chat: bool                                      # instruct model: prompts go through the chat template
-    tasks: dict = field(default_factory=dict)       # task -> PAPER_PRESETS key
+    tasks: dict = field(default_factory=dict)       # task -> PaperTask (accuracy tables 1 and 2)
     description: str = ""
 
 
 PRESETS = {
-    "d2f-dream-base": Preset(
-        "Dream-org/Dream-v0-Base-7B", "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora", chat=False,
-        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
-        description="D2F-Dream-Base 7B: the paper's main model (GSM8K 4-shot, MATH, HumanEval, MBPP)"),
+    # Section 4.1: "we integrate LoPA with the Dream-Instruct-7B ... trained with the D2F objective,
+    # denoted as D2F-Dream"; the published script loads Dream-v0-Instruct-7B + D2F_Dream_Instruct_7B_Lora.
     "d2f-dream-instruct": Preset(
         "Dream-org/Dream-v0-Instruct-7B", "SJTU-Deng-Lab/D2F_Dream_Instruct_7B_Lora", chat=True,
-        tasks={"gsm8k": "gsm8k", "math": "math", "humaneval": "humaneval", "mbpp": "mbpp"},
-        description="D2F-Dream-Instruct 7B (chat template)"),
+        tasks=_DREAM_TASKS,
+        description="D2F-Dream 7B (Dream-v0-Instruct + D2F LoRA): the paper's D2F-Dream, Table 1 (GSM8K, MATH, "
+                    "HumanEval, MBPP) and the Instruct rows of Tables 3-4"),
+    # The Base model appears only in the system tables (3, 4, 7: throughput at lowered thresholds).
+    "d2f-dream-base": Preset(
+        "Dream-org/Dream-v0-Base-7B", "SJTU-Deng-Lab/D2F_Dream_Base_7B_Lora", chat=False,
+        description="D2F-Dream-Base 7B: only in the paper's system tables (3, 4, 7); no accuracy-table row"),
+    # Section 4.1 and scale_diffucoder_d2f/test_diffucoder_*.sh: DiffuCoder-7B-Instruct + D2F LoRA,
+    # through EvalPlus with the authors' own chat prompt (lopa.eval.codegen).
     "d2f-diffucoder": Preset(
         "apple/DiffuCoder-7B-Instruct", "SJTU-Deng-Lab/D2F_DiffuCoder_Instruct_7B_Lora", chat=True,
-        tasks={"humaneval": "diffucoder-humaneval+", "mbpp": "diffucoder-mbpp+"},
-        description="D2F-DiffuCoder 7B (HumanEval+, MBPP+; max_prob confidence)"),
+        tasks={"humaneval+": PaperTask("diffucoder-humaneval+", shots=0, chat=True, harness="evalplus"),
+               "mbpp+": PaperTask("diffucoder-mbpp+", shots=0, chat=True, harness="evalplus")},
+        description="D2F-DiffuCoder 7B (DiffuCoder-Instruct + D2F LoRA): Table 2 (HumanEval+, MBPP+; max_prob Conf)"),
 }
 
 
 def task_settings(preset: str, task: str) -> dict:
-    """DecodeSettings fields of the paper's row for `task` with `preset` (Table 5; length 512)."""
+    """DecodeSettings fields of the paper's row for `task` with `preset`: Table 5, generation length
+    512 (Table 5 note; the authors' scripts), greedy, and the authors' attention, full: their
+    evaluation class defaults to use_full_attention=True and no published script changes it."""
     tasks = PRESETS[preset].tasks
     if task not in tasks:
-        raise ValueError(f"{preset} has no paper row for {task!r}; it has {', '.join(tasks)}")
-    return {**PAPER_PRESETS[tasks[task]], "max_new_tokens": 512}
+        raise ValueError(f"{preset} has no paper row for {task!r}" + (f"; it has {', '.join(tasks)}" if tasks else
+                                                                      " (it is in the paper's system tables only)"))
+    return {**PAPER_PRESETS[tasks[task].settings], "max_new_tokens": 512, "temperature": 0.0, "attention": "full"}
 
 
 def _hf_cached(repo_id: str) -> Path | None:

@@ -257,6 +257,10 @@ def export(model, tok, out: Path):
     model.save_pretrained(str(out), state_dict=state)
     model.config.dtype = "float32"
     tok.save_pretrained(str(out))
+    # save_pretrained rewrote generation_config.json: put back the plain-generate() guard (and
+    # custom_generate/), so an exported model never decodes left to right in silence.
+    from lopa.hf import add_transformers_support
+    add_transformers_support(out)
 
 
 def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=(), seed=None):

@@ -1,0 +1,254 @@
+"""The GPU boundary: every call that runs the model, as a function of plain values.
+
+On a ZeroGPU Space these functions run in a worker process on a pickled copy of their arguments,
+and what they yield or return is pickled back (app/gpu.py); locally they run in this process. Either
+way they take JSON-able values (a prompt, a settings dict, the model's name, a trace as a dict) and
+give JSON-able values (trace chunks), and the session is updated outside them (app/session.py).
+
+    decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
+    top_tokens_at(...)    -> {"top": [[token, p], ...], "names": [[token, text], ...]}
+    study_steps(...)      -> yields {"total": ...}, then {"row": ..., "rounds": [...]} per decode
+
+A job: {"model": name, "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
+branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
+"resume": None | {"kind": "continue", "run_id", "trace"} | {"kind": "fork", "trace", "at_round",
+"commit", "hold"}}. A chunk: {"job": i, "records": [RoundRecord dict], "tokens", "text", "finished",
+"names": [[id, text], ...], "header": {...} on a job's first chunk}, or {"job": i, "error": message,
+"kind": "input" | "fault"}. Errors travel as values: ZeroGPU passes only an exception's class name.
+
+A paused decode is resumed from its trace: the worker replays the recorded decisions (one forward
+per recorded round, the engine's fork replay; same tokens) unless this process still holds the
+paused generator, in a small LRU cache (always locally; on ZeroGPU when the same worker is reused).
+The cache changes only the cost, never the result (tests/test_app_zerogpu.py runs without it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+from lopa import DecodeSettings, RunResult
+from lopa.engine import fork_decoder
+from lopa.order import top_tokens
+from lopa.study import adaptive as adaptive_study
+from lopa.study import calibration as calibration_study
+from lopa.study import orders as orders_study
+from lopa.study.common import load_problems, prompt_ids
+from lopa.trace import RoundRecord
+
+from .gpu import gpu
+from .models import MODELS, token_names
+
+HEADER = ("prompt", "prompt_ids", "settings", "spec", "run_id", "forked_from")
+# Paused decodes (and finished ones with saved states, for forks) this process keeps, all sessions
+# together: each holds a prefix cache, so few. LOPA_RESUME_CACHE=0 turns it off (tests).
+MAX_KEPT = 4
+_kept: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+
+
+def trace_of(run: RunResult) -> dict:
+    """A run as plain values (the lopa-trace JSON document, not yet a string)."""
+    return {**run.header(), "records": [r.to_dict() for r in run.records]}
+
+
+def run_of(trace: dict) -> RunResult:
+    """The RunResult of trace_of(run) (our own output: not validated again)."""
+    return RunResult(**{k: trace[k] for k in HEADER}, records=[RoundRecord.from_dict(r) for r in trace["records"]],
+                     tokens=list(trace["tokens"]), text=trace.get("text", ""), stopped=bool(trace.get("stopped")))
+
+
+def _keep(key, value) -> None:
+    if os.environ.get("LOPA_RESUME_CACHE", "1") == "0":
+        _drop(value)
+        return
+    with _lock:
+        _kept[key] = value
+        _kept.move_to_end(key)
+        while len(_kept) > MAX_KEPT:
+            _drop(_kept.popitem(last=False)[1])
+
+
+def _take(key):
+    with _lock:
+        return _kept.pop(key, None)
+
+
+def _drop(value) -> None:
+    if isinstance(value, tuple):
+        value[1].close()             # a paused engine generator
+
+
+def forget_kept() -> None:
+    """Drop every kept decode (tests; a model switch)."""
+    with _lock:
+        values = list(_kept.values())
+        _kept.clear()
+    for value in values:
+        _drop(value)
+
+
+class _Job:
+    """One job inside decode_rounds: its decoder and engine stream, advanced a round at a time."""
+
+    def __init__(self, index: int, job: dict):
+        self.index, self.job, self.left = index, job, job.get("rounds")
+        self.first, self.done, self.named = True, False, set()
+        workers = int(job.get("workers", 1))
+        loaded = MODELS.get()
+        if job["model"] != loaded.spec.name:
+            raise ValueError(f"the app's model is now `{loaded.spec.name}`, not `{job['model']}` (another visitor "
+                             "loaded it): press Run to start again")
+        self.tokenizer = loaded.tokenizer
+        source = MODELS.bp_group(workers) if workers > 1 else loaded
+        settings, resume = DecodeSettings.from_dict(job["settings"]), job.get("resume")
+        if resume is None:
+            self.decoder = source.decoder(settings)
+            self.decoder.keep_states = bool(job.get("keep_states"))
+            self.stream, self.key = self.decoder.stream(job["prompt"]), None
+        elif resume["kind"] == "continue":
+            self.key = resume["run_id"]
+            kept = _take((self.key, len(resume["trace"]["records"])))
+            if kept is not None:
+                self.decoder, self.stream = kept
+            else:                     # replay the recorded rounds, then go on under the run's own policy
+                parent = run_of(resume["trace"])
+                self.decoder = source.decoder(settings)
+                self.stream = self.decoder.stream_fork(parent, len(parent.records) - 1)
+        else:
+            parent = run_of(resume["trace"])
+            parent.decoder = _take(("states", parent.run_id))       # saved states: the fork resumes from them
+            self.decoder = fork_decoder(parent, model=loaded)
+            self.decoder.keep_states = self.decoder.keep_states and bool(job.get("keep_states"))
+            self.stream, self.key = self.decoder.stream_fork(parent, int(resume["at_round"]),
+                                                             {int(p): t for p, t in resume["commit"].items()},
+                                                             [int(p) for p in resume["hold"]]), None
+            if parent.decoder is not None:
+                _keep(("states", parent.run_id), parent.decoder)
+
+    def advance(self) -> dict:
+        """The next round as a chunk."""
+        record = next(self.stream, None)
+        d = self.decoder
+        finished = record is None or record.kind == "final" or d.state.finished(d.settings, d.spec)
+        if finished:
+            self.done = True
+            next(self.stream, None)          # lets the engine mark the run finished
+        run = d.result()
+        chunk = {"job": self.index, "records": [record.to_dict()] if record is not None else [], "tokens": run.tokens,
+                 "text": run.text, "finished": finished}
+        if self.first:
+            chunk["header"] = {k: v for k, v in run.header().items() if k in HEADER}
+            self.first = False
+        ids = set() if record is None else ({t for row in record.branch_argmax for t in row}
+                                             | set(record.anchor_tokens) | set(record.lookahead_tokens))
+        chunk["names"] = [[i, s] for i, s in token_names(self.tokenizer, ids - self.named).items()]
+        self.named |= ids
+        if finished and d.keep_states and d.states:
+            _keep(("states", d.run_id), d)
+        if self.left is not None:
+            self.left -= 1
+            self.done = self.done or self.left <= 0
+        return chunk
+
+    def pause(self) -> None:
+        """Keep an unfinished decode for the next call (Step, or Run after a closed page)."""
+        if self.decoder.finished or not self.decoder.records:
+            self.stream.close()
+            return
+        _keep((self.key or self.decoder.run_id, len(self.decoder.records)), (self.decoder, self.stream))
+
+
+def _error(index: int, err: Exception, workers: int) -> dict:
+    if isinstance(err, RuntimeError) and workers <= 1:
+        raise err                         # not the user's input, not a rank: a bug, let it show
+    return {"job": index, "error": str(err), "kind": "input" if isinstance(err, ValueError) else "fault"}
+
+
+def decode_rounds(jobs: list[dict]):
+    """Decode the jobs round by round, taking turns (Compare runs two); after each pass yield the
+    chunks of that pass. A job ends at its last round, after its `rounds`, or on an error chunk."""
+    live = []
+    try:
+        for i, job in enumerate(jobs):
+            try:
+                live.append(_Job(i, job))
+            except (ValueError, RuntimeError) as err:
+                yield [_error(i, err, int(job.get("workers", 1)))]
+                return
+        while any(not j.done for j in live):
+            chunks = []
+            for j in live:
+                if not j.done:
+                    try:
+                        chunks.append(j.advance())
+                    except (ValueError, RuntimeError) as err:
+                        j.done = True
+                        chunks.append(_error(j.index, err, int(j.job.get("workers", 1))))
+            yield chunks
+    finally:                              # also when the caller closes us (Stop, a closed page)
+        for j in live:
+            j.pause()
+
+
+decode_rounds_on_gpu = gpu(decode_rounds)
+
+
+def stream_jobs(jobs: list[dict]):
+    """decode_rounds through the GPU boundary; the branch-parallel backend's ranks are CPU processes
+    this server started, so its jobs run here, outside any GPU call."""
+    if any(int(job.get("workers", 1)) > 1 for job in jobs):
+        return decode_rounds(jobs)
+    return decode_rounds_on_gpu(jobs)
+
+
+def top_tokens_at(model: str, trace: dict, r: int, position: int, n: int) -> dict:
+    """The model's n best tokens at `position` in round r's forward of a run (lopa.order.top_tokens)."""
+    try:
+        loaded = MODELS.get()
+        if model != loaded.spec.name:
+            raise ValueError(f"forks need the model this run was made with (`{model}`), but the loaded model is "
+                             f"`{loaded.spec.name}`")
+        top = top_tokens(loaded.model, trace["spec"], run_of(trace), r, position, n)
+    except ValueError as err:
+        return {"error": str(err)}
+    return {"top": [[t, p] for t, p in top], "names": [[i, s] for i, s in token_names(loaded.tokenizer,
+                                                                                        [t for t, _ in top]).items()]}
+
+
+top_tokens_on_gpu = gpu(top_tokens_at)
+
+
+def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict):
+    """A live study's decodes (lopa.study): {"where": ..., "total": None} first; for "adaptive"
+    {"cost": [...]} once this machine's cost curve is measured; then {"total", "row", "rounds"} per
+    decode. The caller stops it by closing it (after the current decode)."""
+    loaded = MODELS.get()
+    problems, where = load_problems("synthetic", n, seed)
+    base = DecodeSettings.from_dict(base)
+    yield {"where": where, "total": None}
+    if study == "orders":
+        total = n * len(orders_study.order_runs(base, random_orders))
+        steps = orders_study.iter_orders(loaded, problems, base, random_orders)
+    elif study == "calibration":
+        rules = calibration_study.BRANCH_SCORE_RULES
+        total = n * len(rules)
+        steps = calibration_study.iter_calibration(loaded, problems, base, ("neg_entropy",), rules)
+    else:
+        verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
+                                                          repeats=3)
+        cost = [t + bookkeeping for t in verify]
+        yield {"cost": cost}
+        configs = adaptive_study.configurations(base, adaptive_study.FIXED_KS, 14, cost)
+        total = n * len(configs)
+        steps = adaptive_study.iter_adaptive(loaded, problems, configs)
+    try:
+        for step in steps:
+            row, rounds = step if study == "calibration" else (step, [])
+            yield {"total": total, "row": row, "rounds": rounds}
+    finally:
+        steps.close()
+
+
+study_steps_on_gpu = gpu(study_steps)

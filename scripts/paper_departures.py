@@ -1,0 +1,116 @@
+"""How much two of the engine's departures from the authors' loop change a run (docs/method.md,
+"Where this engine departs"), measured on the bundled model and held-out prompts, greedy, CPU.
+
+    python scripts/paper_departures.py [--prompts 30] [--max-new-tokens 128] [--block-size 32]
+
+1. Cache timing (settings.cache_schedule): "eager" caches a block a lookahead token completed from
+   the forward that verified it, "authors" one forward later. Counted: rounds where a winning
+   lookahead token completed a leading block (the event), runs whose tokens or decisions differ,
+   and the largest branch-score difference over the rounds both schedules share.
+2. The mask token: the engine used to set its logit to -inf before the softmax; probabilities and
+   Conf now come from the raw logits. Counted: runs whose decisions differ between the two, and
+   window predictions whose raw argmax is the mask token.
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+from lopa import DecodeSettings
+from lopa.forward import LocalExecutor
+from lopa.models import load
+from lopa.models.loading import DEFAULT_MODEL
+from lopa.rules import summarize
+
+
+def decisions(run):
+    return [(r.anchor_positions, r.lookahead_positions, r.winner) for r in run.records], run.tokens
+
+
+def old_summarize(self, logits):
+    """The engine before: the mask token's logit set to -inf, then the softmax."""
+    logits = logits.clone()
+    logits[..., self.spec.mask_token_id] = float("-inf")
+    return summarize(logits, self.settings.confidence, self.settings.temperature, self.generator)
+
+
+def score_gap(a, b):
+    """Largest |Δ branch score| over the leading rounds where both runs took the same decisions."""
+    gap = 0.0
+    for x, y in zip(a.records, b.records):
+        if (x.anchor_positions, x.lookahead_positions) != (y.anchor_positions, y.lookahead_positions):
+            break
+        for s, t in zip(x.branch_scores, y.branch_scores):
+            if abs(s) != float("inf") and abs(t) != float("inf"):
+                gap = max(gap, abs(s - t))
+        if x.winner != y.winner:
+            break
+    return gap
+
+
+def lookahead_completions(run, N):
+    """Rounds where the winning lookahead token completed a block whose predecessors are complete:
+    (all of them, those followed by another forward, where the two schedules can differ)."""
+    events, followed = 0, 0
+    last = max(r.round for r in run.records if r.kind != "final")
+    for r in run.records:
+        if r.kind != "round" or r.winner == 0:
+            continue
+        p = r.lookahead_positions[r.winner - 1]
+        tokens = r.branch_tokens[r.winner]                         # the winner's window, after the round
+        w0, block = r.window_start, p // N
+        if all(t != run.spec["mask_token_id"] for t in tokens[:(block + 1) * N - w0]):
+            events += 1
+            followed += r.round < last
+    return events, followed
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=30)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--block-size", type=int, default=32)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    loaded = load(DEFAULT_MODEL, device="cpu")
+    path = DEFAULT_MODEL.parents[1] / "data" / "synthetic" / "heldout.jsonl"
+    questions = [json.loads(line)["question"] for line in path.read_text().splitlines()[:args.prompts]]
+    paper = DecodeSettings(tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
+                           confidence="neg_entropy")
+    t0, rows = time.perf_counter(), []
+    for attention in ("full", "full_prompt_blind", "block_causal"):
+        for k in (4, 8):
+            s = paper.replace(k=k, attention=attention)
+            row = {"attention": attention, "k": k, "prompts": len(questions), "block": s.block_size, "rounds": 0, "events": 0, "events_followed": 0,
+                   "schedule_runs_differ": [], "schedule_max_dscore": 0.0, "mask_runs_differ": [],
+                   "mask_argmax_predictions": 0, "predictions": 0}
+            for i, q in enumerate(questions):
+                eager = loaded.decoder(s).run(q)
+                authors = loaded.decoder(s.replace(cache_schedule="authors")).run(q)
+                row["rounds"] += sum(r.kind == "round" for r in eager.records)
+                events, followed = lookahead_completions(eager, s.block_size)
+                row["events"] += events
+                row["events_followed"] += followed
+                if decisions(eager) != decisions(authors):
+                    row["schedule_runs_differ"].append(i)         # held-out prompt index
+                row["schedule_max_dscore"] = max(row["schedule_max_dscore"], score_gap(eager, authors))
+                raw = loaded.decoder(s.replace(mask_argmax="authors")).run(q)
+                row["mask_argmax_predictions"] += sum(t == loaded.spec.mask_token_id for r in raw.records
+                                                      for a in r.branch_argmax for t in a)
+                row["predictions"] += sum(len(a) for r in raw.records for a in r.branch_argmax)
+                saved, LocalExecutor.summarize = LocalExecutor.summarize, old_summarize
+                try:
+                    old = loaded.decoder(s).run(q)
+                finally:
+                    LocalExecutor.summarize = saved
+                if decisions(eager) != decisions(old):
+                    row["mask_runs_differ"].append(i)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"# {time.perf_counter() - t0:.0f} s, {torch.get_num_threads()} torch thread, CPU")
+
+
+if __name__ == "__main__":
+    main()
