@@ -206,3 +206,22 @@ def test_name_ids_cover_both_spellings_of_a_name():
     assert {"Leo", " Leo"} <= names  # "Leo" starts a later answer line, " Leo" the first one
     assert not names & {" " + o for o in OBJECTS}
     assert " apples" in {tok.decode([i]) for i in T.name_ids(tok, OBJECTS).nonzero().flatten().tolist()}
+
+
+def test_export_only_writes_the_checkpoint_and_keeps_other_files(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model, _ = _train(tmp_path, steps=2, n_eval=2)
+    dest = tmp_path / "dest"
+    (dest / "custom_generate").mkdir(parents=True)
+    (dest / "custom_generate" / "notes.txt").write_text("another engineer's file\n")
+    (dest / "extra.json").write_text("{}")
+    (dest / "README.md").write_text("card\n<!-- stats:start -->\n<!-- stats:end -->\n")
+    T.main(["--out", str(tmp_path), "--export", str(dest), "--export-only", "--steps", "2",
+            "--layers", "1", "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--ffn", "64"])
+    assert (dest / "custom_generate" / "notes.txt").read_text() == "another engineer's file\n"
+    assert (dest / "extra.json").read_text() == "{}"  # files that are not the export's stay
+    assert "Trained 2 optimizer steps" in (dest / "README.md").read_text()
+    loaded = AutoModelForCausalLM.from_pretrained(str(dest))
+    for name, p in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name].float(), p.to(torch.bfloat16).float()), name

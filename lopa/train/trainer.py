@@ -296,6 +296,22 @@ def update_model_card(path: Path, history: list[dict], n_params: int, recipe: Re
     path.write_text(text)
 
 
+def export_checkpoint(out: Path, export_dir: Path) -> dict:
+    """Export the run's last checkpoint (weights, tokenizer, and the model card's stats and eval
+    sections from its history) into `export_dir`, without training or evaluating again: how a
+    finished run is copied into assets/ while other files there (custom_generate/) stay."""
+    state = torch.load(out / "checkpoint" / "state.pt", weights_only=False)
+    recipe = Recipe(**state["recipe"])
+    tok = load_or_build_tokenizer(out)
+    model = build_model(recipe, tok)
+    model.load_state_dict(state["model"])
+    export(model, tok, export_dir)
+    if state["history"]:
+        n_params = sum(p.numel() for p in model.parameters())
+        update_model_card(export_dir / "README.md", state["history"], n_params, recipe)
+    return state
+
+
 def lr_at(step: int, progress: float, recipe: Recipe) -> float:
     warm = min(1.0, (step + 1) / recipe.warmup)
     return recipe.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
@@ -401,6 +417,7 @@ def main(argv=None):
     ap.add_argument("--n-eval", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--stop-after", type=int, default=None, help="stop at this step (the schedule is unchanged)")
+    ap.add_argument("--export-only", action="store_true", help="export the last checkpoint of --out to --export and stop")
     for f, v in asdict(Recipe()).items():
         kind = (lambda s: s.lower() in ("1", "true", "yes")) if isinstance(v, bool) else type(v)
         ap.add_argument("--" + f.replace("_", "-"), type=kind, default=v)
@@ -409,6 +426,11 @@ def main(argv=None):
 
     def log(msg):
         print(msg, flush=True)
+
+    if args.export_only:
+        state = export_checkpoint(args.out, args.export or args.out)
+        log(f"exported step {state['step']} ({state['elapsed'] / 60:.1f} min) to {args.export or args.out}")
+        return
 
     train(args.out, recipe, args.minutes, args.steps, args.seed, args.resume,
           args.export or args.out, args.ckpt_minutes, args.n_eval, log, args.threads, args.stop_after)
