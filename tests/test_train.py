@@ -202,8 +202,9 @@ def test_name_ids_cover_both_spellings_of_a_name():
     from lopa.problems import NAMES, OBJECTS
 
     tok = AutoTokenizer.from_pretrained("assets/models/tiny-gsm-dllm")
-    names = {tok.decode([i]) for i in T.name_ids(tok, NAMES).nonzero().flatten().tolist()}
+    names = {tok.decode([i]) for i in T.name_ids(tok, NAMES, bare=True).nonzero().flatten().tolist()}
     assert {"Leo", " Leo"} <= names  # "Leo" starts a later answer line, " Leo" the first one
+    assert "Leo" not in {tok.decode([i]) for i in T.name_ids(tok, NAMES).nonzero().flatten().tolist()}
     assert not names & {" " + o for o in OBJECTS}
     assert " apples" in {tok.decode([i]) for i in T.name_ids(tok, OBJECTS).nonzero().flatten().tolist()}
 

@@ -61,8 +61,10 @@ class Recipe:
     hard_bias: float = 1.0       # after the curriculum, draw s steps with weight s**hard_bias
     digit_weight: float = 3.0    # loss weight on digit targets: operands and results carry the answer
     name_weight: float = 5.0     # loss weight on name targets, which must be copied from the question
-    object_weight: float = 10.0  # the same for object targets (" apples"): at 5 the previous model never
-                                 # learned to copy them (chance after 16k steps), at 10 it did by step 2,200
+    newline_names: bool = False  # weight "Leo" (the name a later line starts with) too, not only " Leo"
+                                 # (with objects at 10: arithmetic learned far slower, model card)
+    object_weight: float = 5.0   # the same for object targets (" apples"): at 5 the shipped model never
+                                 # learned to copy them (chance after 16k steps), at 10 a run did by step 2,236
     dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
                                  # (1 = off; 0.1 failed, see the model card)
     max_value: int = DEFAULT_MAX_VALUE
@@ -188,14 +190,14 @@ def digit_ids(tok) -> torch.Tensor:
     return is_digit
 
 
-def name_ids(tok, words=NAMES + OBJECTS) -> torch.Tensor:
-    """Bool [V]: True for the one-token `words` (the problem family's names and objects), with and
-    without the leading space: a later answer line starts with "Leo" after a newline, another token
-    than the question's " Leo" (weighted with the space only, the previous model copied the name
-    on line 1 in 60 of 60 slots and on later lines in 8 of 55)."""
+def name_ids(tok, words=NAMES + OBJECTS, bare: bool = False) -> torch.Tensor:
+    """Bool [V]: True for the one-token `words` (the problem family's names and objects) after a
+    space, and with `bare` also without it: a later answer line starts with "Leo" after a newline,
+    another token than the question's " Leo" (weighted with the space only, the shipped model copies
+    the name on line 1 in 60 of 60 slots and on later lines in 8 of 55)."""
     is_name = torch.zeros(len(tok), dtype=torch.bool)
     for word in words:
-        for spelling in (" " + word, word):
+        for spelling in (" " + word, word) if bare else (" " + word,):
             ids = tok(spelling)["input_ids"]
             if len(ids) == 1:
                 is_name[ids[0]] = True
@@ -353,7 +355,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     log(f"params {n_params / 1e6:.2f}M recipe {asdict(recipe)}")
     heldout = split("heldout", n_eval, seed=0, max_steps=recipe.max_steps, max_value=recipe.max_value)
     mask_id = tok.convert_tokens_to_ids(MASK)
-    is_digit, is_name, is_object = digit_ids(tok), name_ids(tok, NAMES), name_ids(tok, OBJECTS)
+    is_digit, is_name, is_object = digit_ids(tok), name_ids(tok, NAMES, recipe.newline_names), name_ids(tok, OBJECTS)
 
     def progress():
         parts = []
