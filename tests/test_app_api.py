@@ -179,6 +179,13 @@ def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
     cli = json.loads(trace.read_text())
     assert result["trace"]["tokens"] == cli["tokens"] and result["answer"] == cli["text"]
     assert result["metrics"]["forwards"] == sum(r["kind"] != "final" for r in cli["records"])
+    authors = client.predict(prompt=PROMPT, k=3, block_size=8, max_new_tokens=32, cache_schedule="authors",
+                             api_name="/decode")
+    assert authors["settings"]["cache_schedule"] == "authors" and authors["trace"]["settings"]["cache_schedule"] == "authors"
+    # This random tiny model's argmax is the mask token at every open position: the authors' rule
+    # leaves those masked and their loop would spin; the engine stops and says so.
+    with pytest.raises(Exception, match="made no progress .* use mask_argmax='next_best'"):
+        client.predict(prompt=PROMPT, k=3, block_size=8, max_new_tokens=32, mask_argmax="authors", api_name="/decode")
     with pytest.raises(Exception, match="k .lookahead branches. must be an integer"):
         client.predict(prompt=PROMPT, k=99, api_name="/decode")
 
