@@ -26,12 +26,14 @@ from .session import LiveRun
 def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", order_seed: int = 0,
            tau_conf: float = 0.9, tau_add: float = 0.1, tau_act: float = 0.95, block_size: int = 32,
            max_new_tokens: int = 64, attention: str = "", confidence: str = "neg_entropy",
-           temperature: float = 0.0, seed: int = 0) -> dict:
+           temperature: float = 0.0, seed: int = 0, cache_schedule: str = "eager",
+           mask_argmax: str = "next_best") -> dict:
     """Decode one prompt with LoPA (k lookahead branches; k = 0 is D2F vanilla).
 
     Returns {"answer": text, "model": name, "settings": {...}, "metrics": {...}, "trace": {...}}; the
-    trace is the lopa-trace/1 JSON that `lopa.RunResult.from_json` reads. attention "" follows the
-    model's own (its config). Errors come back as messages naming what to fix.
+    trace is the lopa-trace/2 JSON that `lopa.RunResult.from_json` reads. attention "" follows the
+    model's own (its config); attention "full" with cache_schedule "authors" and mask_argmax
+    "authors" is the authors' loop (docs/method.md). Errors come back as messages naming what to fix.
     """
     try:
         loaded = MODELS.get()
@@ -41,7 +43,8 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
         settings = DecodeSettings(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add,
                                   tau_act=tau_act, block_size=block_size, max_new_tokens=max_new_tokens,
                                   attention=attention or loaded.spec.attention, confidence=confidence,
-                                  temperature=temperature, seed=seed)
+                                  temperature=temperature, seed=seed, cache_schedule=cache_schedule,
+                                  mask_argmax=mask_argmax)
         live = LiveRun({"model": loaded.spec.name, "prompt": prompt, "settings": settings.to_dict(), "workers": 1,
                         "rounds": None, "resume": None})
         with closing(stream_jobs([live.job])) as passes:       # through the GPU boundary (app/boundary.py)
@@ -50,7 +53,7 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
         run = live.run
         if run is None:
             raise ValueError("the decode produced no round")
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, RuntimeError) as err:    # RuntimeError: a decode that cannot go on
         raise gr.Error(str(err), print_exception=False) from None
     return {"answer": run.text, "model": loaded.spec.name, "settings": settings.to_dict(), "metrics": run.metrics(),
             "trace": json.loads(run.to_json())}

@@ -4,6 +4,9 @@ sessions and a CPU runs one forward well at a time); view-only events run beside
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import gradio as gr
 
 from lopa.schema import MAX_TRACE_BYTES
@@ -77,10 +80,48 @@ def build_demo() -> gr.Blocks:
     return demo
 
 
+def as_updates(fn, outputs):
+    """`fn` with every plain value it returns for a component turned into gr.update(value=...).
+
+    Why: Gradio 6.31 keeps, per session, the component an output was last updated to. When an
+    output that got a prop update (gr.skip() counts: the view skips heavy outputs between
+    refreshes) next gets a plain value, `Blocks.postprocess_data` stores the replacement component
+    under the replacement's own new id (`block = state[block._id]` ... `state[block._id] = block`),
+    so each skip-then-value adds a component to the session for good: 6 per Run here, the
+    growth issue #18 measured. Outputs that only ever get updates are replaced in place. The
+    callbacks stay plain functions returning values (their tests read values); gr.State outputs
+    and components returned as updates pass through unchanged. API clients of these UI endpoints
+    see {"value": ...} for a value; the typed endpoint /decode (app/api.py) is not wrapped."""
+    plain = [not getattr(o, "stateful", False) for o in outputs]
+
+    def convert(out):
+        if len(outputs) == 1:
+            out = (out,)
+        out = tuple(gr.update(value=v) if keep and not (isinstance(v, dict) and "__type__" in v)
+                    and not isinstance(v, gr.blocks.Block) else v for v, keep in zip(out, plain))
+        return out[0] if len(outputs) == 1 else out
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for out in fn(*args, **kwargs):
+                yield convert(out)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return convert(fn(*args, **kwargs))
+    return call
+
+
 def wire(demo: gr.Blocks, c: dict) -> None:
-    """Connect every event. `c` maps names (as in the callbacks' output constants) to components."""
+    """Connect every event. `c` maps names (as in the callbacks' output constants) to components.
+    Every callback goes through as_updates (why: its docstring)."""
     def pick(*names):
         return [c[n] for n in names]
+
+    def on(event, fn, inputs, outputs, **kwargs):
+        return event(as_updates(fn, outputs), inputs, outputs, **kwargs)
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
@@ -88,65 +129,65 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     backend = pick(*BACKEND_NAMES, *ORDER_NAMES)
 
     # Model events: run, step, compare, forks, model loading.
-    c["run"].click(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
+    on(c["run"].click, cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
     # Enter in the prompt box runs too (same callback; the API keeps the one name "run").
-    c["prompt"].submit(cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
+    on(c["prompt"].submit, cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
                        show_progress="hidden", **MODEL)
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     # A shared link restores the inputs; the link and the command line follow the inputs.
     shared = [c["prompt"], *settings, *pick(*ORDER_NAMES)]
-    demo.load(share.on_load, shared, shared, api_visibility="private", queue=False)
-    gr.on([x.change for x in shared], share.links, shared, [c["share_link"], c["command"]], api_visibility="private",
-          queue=False)
-    c["step"].click(cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
+    on(demo.load, share.on_load, shared, shared, api_visibility="private", queue=False)
+    on(functools.partial(gr.on, [x.change for x in shared]), share.links, shared, [c["share_link"], c["command"]],
+       api_visibility="private", queue=False)
+    on(c["step"].click, cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
-    c["compare"].click(compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
+    on(c["compare"].click, compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
                                        pick(*COMPARE_OUTPUTS), api_name="compare", show_progress="hidden", **MODEL)
     whatif = pick(*forks.WHATIF_OUTPUTS)
-    c["clicked_cell"].change(forks.pick_cell, [session, c["clicked_cell"]], whatif, api_name="whatif",
+    on(c["clicked_cell"].change, forks.pick_cell, [session, c["clicked_cell"]], whatif, api_name="whatif",
                              show_progress="hidden", **MODEL)
-    c["fill_first"].click(forks.fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
+    on(c["fill_first"].click, forks.fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
                           api_name="fill_first", show_progress="hidden", **MODEL)
-    c["hold_back"].click(forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
+    on(c["hold_back"].click, forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
                          show_progress="hidden", **MODEL)
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
-    c["run_list"].input(forks.select_run, [session, c["run_list"]], live, api_name="select_run",
+    on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)
-    c["load_model"].click(cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
+    on(c["load_model"].click, cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
                           **MODEL)
-    demo.load(cb.warm_model, None, [c["model_info"]], api_visibility="private", **MODEL)
+    on(demo.load, cb.warm_model, None, [c["model_info"]], api_visibility="private", **MODEL)
 
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
-    c["stop"].click(cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
-    c["compare_stop"].click(stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private")
-    c["reset"].click(cb.reset_session, [session], live, api_name="reset", **VIEW)
-    c["compare_runs"].click(compare_runs, [session, c["compare_a"], c["compare_b"]], pick(*COMPARE_OUTPUTS),
+    on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
+    on(c["compare_stop"].click, stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private")
+    on(c["reset"].click, cb.reset_session, [session], live, api_name="reset", **VIEW)
+    on(c["compare_runs"].click, compare_runs, [session, c["compare_a"], c["compare_b"]], pick(*COMPARE_OUTPUTS),
                             api_name="compare_runs", show_progress="hidden", **VIEW)
 
     # Recorded rounds: scrub, play / pause.
-    c["round_slider"].input(cb.show_round, [session, c["round_slider"]], view, api_name="show_round",
+    on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], view, api_name="show_round",
                             trigger_mode="always_last", show_progress="hidden", **VIEW)
-    c["play"].click(cb.toggle_play, [session, c["playing"], c["round_slider"]], [c["timer"], c["play"], c["playing"]],
+    on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]], [c["timer"], c["play"], c["playing"]],
                     api_visibility="private", **VIEW)
-    c["timer"].tick(cb.play_tick, [session, c["playing"], c["round_slider"]],
+    on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],
                     [c["round_slider"], c["timer"], c["play"], c["playing"], *view], api_visibility="private",
                     show_progress="hidden", **VIEW)
 
     # Traces and settings.
-    c["export"].click(cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
+    on(c["export"].click, cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
                       api_name="export_trace", **VIEW)
-    c["trace_upload"].upload(cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
-        cb.clear_upload, None, [c["trace_upload"]], api_visibility="private", **VIEW)
-    c["preset"].change(cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)
+    on(c["trace_upload"].upload, cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
+        as_updates(cb.clear_upload, [c["trace_upload"]]), None, [c["trace_upload"]], api_visibility="private", **VIEW)
+    on(c["preset"].change, cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)
 
     # Studies: shipped results (instant), or a live run with progress and Stop.
     study_out = pick(*studies.STUDY_OUTPUTS)
-    c["study_run"].click(studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
+    on(c["study_run"].click, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
                                              c["study_seed"]], study_out, api_name="run_study", show_progress="hidden",
                          **MODEL)
-    c["study_stop"].click(studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
+    on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
     for event in (c["study"].input, c["study_shipped"].click):
-        event(studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
-    c["study_interactive"].click(studies.show_interactive, [c["study"]], study_out, api_visibility="private",
+        on(event, studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
+    on(c["study_interactive"].click, studies.show_interactive, [c["study"]], study_out, api_visibility="private",
                                  show_progress="hidden", **VIEW)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from lopa.engine import DecodeStalled
 from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
 
 
@@ -196,8 +197,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except (ValueError, OSError) as err:            # OSError: files and sockets (FileNotFoundError included)
         message = str(err)
-    except RuntimeError as err:                     # a branch-parallel group's failure names the rank; other
-        if getattr(args, "backend", None) != "bp":  # RuntimeErrors are bugs and keep their traceback
+    except RuntimeError as err:                     # a branch-parallel group's failure names the rank, a
+        # stalled decode names the setting to change; other RuntimeErrors are bugs and keep their traceback
+        if getattr(args, "backend", None) != "bp" and not isinstance(err, DecodeStalled):
             raise
         message = str(err)
     except KeyboardInterrupt:

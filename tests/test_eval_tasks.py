@@ -4,7 +4,6 @@ and from a snapshot of the hub dataset, and Table 1's HumanEval graded with its 
 Every data file here is hand-made in the test, in the layout the real one has."""
 
 import json
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -34,13 +33,6 @@ CANNED = {"add two numbers": "def add(a, b):\n    return a + b\n[DONE] trailing 
           "double a number": "def double(x):\n    return x + 3\n[DONE]",
           "triple a number": "def triple(x):\n    return 3 * x\n\nif __name__ == '__main__':\n    raise SystemExit(1)\n[DONE]"}
 
-
-@pytest.fixture
-def offline(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise OSError("network disabled in this test")
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 class _CharTokenizer:
