@@ -32,9 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from lopa.problems import DEFAULT_MAX_VALUE, NAMES, OBJECTS, is_heldout, make_problem, split
+from lopa.train.checkpoint import export, lopa_spec, save_checkpoint, update_model_card  # noqa: F401 (re-exported)
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
 from lopa.train.noise import block_mask_ratios, computed_positions, sample_mask  # noqa: F401 (re-exported)
-from lopa.train.tokenizer import EOS, MASK, PAD
+from lopa.train.tokenizer import MASK
 
 
 @dataclass(frozen=True)
@@ -81,18 +82,6 @@ def load_or_build_tokenizer(out: Path):
         from lopa.train.tokenizer import build_tokenizer, save_tokenizer, training_texts
         save_tokenizer(build_tokenizer(training_texts()), tok_dir)
     return AutoTokenizer.from_pretrained(str(tok_dir))
-
-
-def lopa_spec(tok) -> dict:
-    return {
-        "mask_token_id": tok.convert_tokens_to_ids(MASK),
-        "eos_token_ids": [tok.convert_tokens_to_ids(EOS)],
-        "pad_token_id": tok.convert_tokens_to_ids(PAD),
-        "logit_shift": True,
-        "block_size": BLOCK_SIZE,
-        "prompt_template": PROMPT_TEMPLATE,
-        "attention": "block_causal",
-    }
 
 
 def build_model(recipe: Recipe, tok):
@@ -246,56 +235,6 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     else:
         loss = ce_w.mean()
     return loss, ce.mean().detach(), int(sel.sum())
-
-
-# ---------------------------------------------------------------- checkpoints and export
-
-def export(model, tok, out: Path):
-    """bf16 safetensors + config.json (with config.lopa) + tokenizer, loadable offline."""
-    out.mkdir(parents=True, exist_ok=True)
-    model.config.lopa = lopa_spec(tok)
-    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
-    model.config.dtype = "bfloat16"
-    model.save_pretrained(str(out), state_dict=state)
-    model.config.dtype = "float32"
-    tok.save_pretrained(str(out))
-    # save_pretrained rewrote generation_config.json: put back the plain-generate() guard (and
-    # custom_generate/), so an exported model never decodes left to right in silence.
-    from lopa.hf import add_transformers_support
-    add_transformers_support(out)
-
-
-def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=(), seed=None):
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / "state.pt.tmp"
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                "py_rng": rng.getstate(), "gen": gen.get_state(), "recipe": asdict(recipe),
-                "history": list(history), "seed": seed}, tmp)
-    tmp.replace(path / "state.pt")  # atomic, so a kill mid-save keeps the previous checkpoint
-
-
-def update_model_card(path: Path, history: list[dict], n_params: int, recipe: Recipe):
-    """Rewrite the model card's marked sections from the eval history, so every export ships a
-    card whose numbers match its weights. Does nothing when the card or the markers are absent."""
-    if not path.exists():
-        return
-    text = path.read_text()
-    last = history[-1]
-    stats = (f"Parameters: {n_params / 1e6:.2f}M. Trained {last['step']} optimizer steps "
-             f"({last['step'] * recipe.batch:,} problems) in {last['minutes']:.0f} minutes of wall time "
-             f"on a 2-core CPU, no GPU (one thread, machine shared with other work).")
-    rows = ["| step | wall minutes | exact match | 1-step | 2-step | 3-step | tokens/round |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
-    for h in history:
-        by = [f"{h['by_steps'].get(k, float('nan')):.2f}" for k in (1, 2, 3)]
-        rows.append(f"| {h['step']} | {h['minutes']:.1f} | {h['acc']:.2f} | " + " | ".join(by)
-                    + f" | {h['tokens_per_round_per_sample']:.2f} |")
-    for name, body in (("stats", stats), ("eval", "\n".join(rows))):
-        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            text = head + start + "\n" + body + "\n" + end + rest.split(end, 1)[1]
-    path.write_text(text)
 
 
 def export_checkpoint(out: Path, export_dir: Path) -> dict:
