@@ -16,7 +16,7 @@ from contextlib import closing
 
 import gradio as gr
 
-from lopa import DecodeSettings
+from lopa.settings import settings_for_model
 
 from .boundary import stream_jobs
 from .models import MODELS
@@ -40,11 +40,12 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
         if model and model != loaded.spec.name:
             raise ValueError(f"the app serves {loaded.spec.name!r}; pass model='' or that name "
                              "(an API call never loads another model)")
-        settings = DecodeSettings(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add,
-                                  tau_act=tau_act, block_size=block_size, max_new_tokens=max_new_tokens,
-                                  attention=attention or loaded.spec.attention, confidence=confidence,
-                                  temperature=temperature, seed=seed, cache_schedule=cache_schedule,
-                                  mask_argmax=mask_argmax)
+        chosen = dict(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add, tau_act=tau_act,
+                      block_size=block_size, max_new_tokens=max_new_tokens, confidence=confidence,
+                      temperature=temperature, seed=seed, cache_schedule=cache_schedule, mask_argmax=mask_argmax)
+        if attention:
+            chosen["attention"] = attention
+        settings = settings_for_model(loaded.spec, **chosen)    # the one place unset settings are filled
         live = LiveRun({"model": loaded.spec.name, "prompt": prompt, "settings": settings.to_dict(), "workers": 1,
                         "rounds": None, "resume": None})
         with closing(stream_jobs([live.job])) as passes:       # through the GPU boundary (app/boundary.py)
