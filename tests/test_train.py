@@ -183,7 +183,7 @@ def test_dep_and_name_weights_change_only_their_targets(tmp_path):
     torch.manual_seed(0)
     model = T.build_model(TINY, tok).eval()
     recipe = T.Recipe(batch=2, inv_t_weight=False)
-    ids, block_id, valid, deps = T.make_batch(tok, random.Random(0), recipe, progress=1.0)
+    ids, block_id, valid, deps, _ = T.make_batch(tok, random.Random(0), recipe, progress=1.0)
     assert deps.shape[1] == 3 and len(deps) > 0
     assert (deps[:, 1] > deps[:, 2]).all()  # a number depends on numbers before it
 

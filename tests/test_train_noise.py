@@ -65,3 +65,21 @@ def test_computed_positions_from_dependencies_and_inputs_untouched():
     assert c.nonzero().tolist() == [[0, 4], [0, 6], [1, 2]]
     assert torch.equal(deps, before)
     assert not noise.computed_positions(None, (2, 10)).any()
+
+
+def test_forced_rows_take_the_computed_pattern_and_the_others_keep_theirs():
+    S = 400
+    forced = torch.arange(S) % 2 == 0  # [S]
+    recipe = Recipe()
+    masked, t = noise.sample_mask(BLOCK_ID.expand(S, -1), VALID.expand(S, -1), COMPUTED.expand(S, -1), recipe,
+                                  torch.Generator().manual_seed(0), forced)
+    assert ((t[forced] > 0) == COMPUTED).all()  # forced rows: computed numbers only
+    assert not masked[forced][:, ~COMPUTED[0]].any()
+    assert (t[~forced][:, 7:9] > 0).any()  # the others: the blocks pattern, words included
+    # no row forced is the same draw as no `forced` at all
+    none = torch.zeros(S, dtype=torch.bool)
+    a = noise.sample_mask(BLOCK_ID.expand(S, -1), VALID.expand(S, -1), COMPUTED.expand(S, -1), recipe,
+                          torch.Generator().manual_seed(1), none)
+    b = noise.sample_mask(BLOCK_ID.expand(S, -1), VALID.expand(S, -1), COMPUTED.expand(S, -1), recipe,
+                          torch.Generator().manual_seed(1))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))

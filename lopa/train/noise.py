@@ -51,20 +51,24 @@ def computed_positions(deps: torch.Tensor | None, shape) -> torch.Tensor:
     return computed
 
 
-def sample_mask(block_id, valid, computed, recipe, gen: torch.Generator):
+def sample_mask(block_id, valid, computed, recipe, gen: torch.Generator, forced: torch.Tensor | None = None):
     """(masked [S, L] bool, t [S, L]): the noise of one batch. t is each position's mask ratio
     (0 where it is never masked); the loss weights a masked position by 1/t (MDLM ELBO).
+    Rows where `forced` [S] is True always take the computed pattern (counterfactual answers,
+    lopa/train/counterfactual.py: only their computed numbers may be targets).
 
     With cut_prob = computed_prob = 0 this draws exactly what the blocks pattern alone draws, so
     a recipe without the new patterns replays the same noise as before they existed."""
     t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
-    if recipe.cut_prob or recipe.computed_prob:
+    forced = torch.zeros(block_id.shape[0], dtype=torch.bool) if forced is None else forced  # [S]
+    if recipe.cut_prob or recipe.computed_prob or forced.any():
         S, L = block_id.shape
         answer = (block_id > 0) & valid  # [S, L]
         pos = torch.arange(L).expand(S, L)
         pick = torch.rand(S, generator=gen)
         use_cut = pick < recipe.cut_prob
-        use_computed = ~use_cut & (pick < recipe.cut_prob + recipe.computed_prob)
+        use_cut = use_cut & ~forced
+        use_computed = forced | (~use_cut & (pick < recipe.cut_prob + recipe.computed_prob))
         # cut: uniform between the answer's start and its last computed number (the `####` one),
         # so cuts do not land in the EOS padding; after it, the blocks ramp starts at the cut's block.
         start = torch.where(answer, pos, L).amin(1)  # [S]

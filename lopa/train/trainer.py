@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from lopa.problems import DEFAULT_MAX_VALUE, NAMES, OBJECTS, is_heldout, make_problem, split
 from lopa.train.checkpoint import export, lopa_spec, save_checkpoint, update_model_card  # noqa: F401 (re-exported)
+from lopa.train.counterfactual import counterfactual
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
 from lopa.train.noise import block_mask_ratios, computed_positions, sample_mask  # noqa: F401 (re-exported)
 from lopa.train.tokenizer import MASK
@@ -55,6 +56,8 @@ class Recipe:
     clean_prefix_prob: float = 0.5  # how often earlier blocks are fully clean (the cached state)
     cut_prob: float = 0.0        # rows whose answer is clean up to a random cut (lopa/train/noise.py)
     computed_prob: float = 0.0   # rows where only the computed numbers are masked (lopa/train/noise.py)
+    counterfactual_prob: float = 0.0  # rows whose answer is another problem's (lopa/train/counterfactual.py):
+                                 # only the numbers written on a line give its result there
                                  # (0.25 each learned slower than 0 on every probe: model card)
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
@@ -145,14 +148,20 @@ def number_dependencies(tok, answer: str) -> list[tuple[int, int]]:
 
 
 def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
-    """Clean sequences: ids [S, L], answer-block id per position (0 = prompt), valid mask, and the
-    number dependencies [E, 3] as (row, target position, source position)."""
-    rows, deps = [], []
+    """Clean sequences: ids [S, L], answer-block id per position (0 = prompt), valid mask, the
+    number dependencies [E, 3] as (row, target position, source position), and which rows [S]
+    carry a counterfactual answer (masked with the computed pattern only)."""
+    rows, deps, forced = [], [], []
     steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
         p = make_problem(rng, steps, recipe.max_value)
         if is_heldout(p["question"]):
             continue
+        # drawn only when on, so a recipe without it replays the same data as before it existed
+        swap = recipe.counterfactual_prob > 0 and rng.random() < recipe.counterfactual_prob
+        if swap:
+            p = counterfactual(rng, p, steps, recipe.max_value)
+        forced.append(swap)
         prompt, answer = encode(tok, p)
         n_blocks = math.ceil(len(answer) / BLOCK_SIZE) + (rng.random() < recipe.extra_eos_block_prob)
         answer = answer + [tok.eos_token_id] * (n_blocks * BLOCK_SIZE - len(answer))
@@ -167,7 +176,7 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
         ids[i, : len(seq)] = torch.tensor(seq)
         block_id[i, : len(seq)] = torch.tensor(blk)
         valid[i, : len(seq)] = True
-    return ids, block_id, valid, torch.tensor(deps, dtype=torch.long).reshape(-1, 3)
+    return ids, block_id, valid, torch.tensor(deps, dtype=torch.long).reshape(-1, 3), torch.tensor(forced)
 
 
 def digit_ids(tok) -> torch.Tensor:
@@ -204,8 +213,8 @@ def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, gen: torch.Generator,
                    is_digit: torch.Tensor, is_name: torch.Tensor | None = None, deps: torch.Tensor | None = None,
-                   is_object: torch.Tensor | None = None):
-    masked, t = sample_mask(block_id, valid, computed_positions(deps, ids.shape), recipe, gen)  # [S, L] each
+                   is_object: torch.Tensor | None = None, forced: torch.Tensor | None = None):
+    masked, t = sample_mask(block_id, valid, computed_positions(deps, ids.shape), recipe, gen, forced)  # [S, L] each
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
     h = hidden_states(model, noisy, block_id, valid)  # [S, L, hidden]
     # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.
@@ -321,10 +330,10 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     while progress() < 1.0 and (stop_after is None or step < stop_after):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, progress(), recipe)
-        ids, block_id, valid, deps = make_batch(tok, rng, recipe, progress())
+        ids, block_id, valid, deps, forced = make_batch(tok, rng, recipe, progress())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
             loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit, is_name, deps,
-                                          is_object)
+                                          is_object, forced)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
