@@ -131,7 +131,7 @@ class _Job:
         """The next round as a chunk."""
         record = next(self.stream, None)
         d = self.decoder
-        finished = record is None or record.kind == "final" or d.state.finished(d.settings, d.spec)
+        finished = record is None or record.kind == "final" or d.done
         if finished:
             self.done = True
             next(self.stream, None)          # lets the engine mark the run finished

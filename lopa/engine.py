@@ -120,6 +120,12 @@ class Decoder:
             pass
         return self.result()
 
+    @property
+    def done(self) -> bool:
+        """Whether the sequence decoded so far is complete (EOS reached or the token budget spent),
+        even before the stream has returned."""
+        return self.state is not None and self.state.finished(self.settings, self.spec)
+
     def result(self) -> RunResult:
         if self.state is None:
             raise RuntimeError("nothing decoded yet: call stream() or run() first")

@@ -99,6 +99,16 @@ def test_stops_at_eos_and_adds_no_block_after_it():
     assert res.metrics()["tokens_useful"] == 3 and res.metrics()["tokens_paper"] == 4
 
 
+def test_done_turns_true_with_the_round_that_completes_the_sequence():
+    table = {0: (5, 0.95), 1: (6, 0.5), 2: (EOS, 0.5), 3: (EOS, 0.5)}
+    model = FakeDLLM(len(PROMPT), table_script(table), shift=True)
+    decoder = Decoder(model, SPEC, DecodeSettings(k=0, tau_conf=0.9, tau_add=0.25, block_size=4, max_new_tokens=16),
+                      executor="uncached")
+    assert not decoder.done                                     # nothing decoded yet
+    seen = [decoder.done for _ in decoder.stream(PROMPT)]       # after each record
+    assert seen[-1] and not any(seen[:-1])
+
+
 def test_appended_blocks_are_finished_after_eos():
     table = {0: (5, 0.95), 1: (6, 0.5), 2: (EOS, 0.5), 3: (EOS, 0.5)}   # default: EOS at 0.99
     res = run(table, k=0, tau_conf=0.9, tau_add=0.25, block_size=4, max_new_tokens=16)
