@@ -58,6 +58,7 @@ class Recipe:
     computed_prob: float = 0.0   # rows where only the computed numbers are masked (lopa/train/noise.py)
     counterfactual_prob: float = 0.0  # rows whose answer is another problem's (lopa/train/counterfactual.py):
                                  # only the numbers written on a line give its result there
+                                 # (0.25 broke even line-1 arithmetic at 30 min: model card)
                                  # (0.25 each learned slower than 0 on every probe: model card)
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
