@@ -16,6 +16,14 @@ from lopa.settings import DecodeSettings, ModelSpec
 CACHED, COMPLETE, ACTIVE_FULL, ACTIVE_SEMI = "cached", "complete", "active_full", "active_semi"
 
 
+def min_forwards(n_tokens: int, block_size: int) -> int:
+    """The fewest forwards in which any decoder of this pipeline can write `n_tokens` tokens (EOS
+    included): a round appends at most one block (step 2), and a token is written by the forward
+    after its block exists, so block b's tokens need at least b + 1 forwards. Dividing an answer's
+    tokens by this gives the highest TPF any k can reach on it, however sure the model is."""
+    return -(-n_tokens // block_size)
+
+
 @dataclass(frozen=True)
 class Branch:
     tokens: torch.Tensor     # [n_blocks * N] generated tokens, mask id where masked

@@ -6,7 +6,8 @@ For each of the first `--scan` problems of assets/data/synthetic/heldout.jsonl, 
 D2F and with LoPA (k = the app's default) at the app's settings, and keep those both answer right,
 that D2F needs at least `--min-rounds` rounds for (not filled in two rounds), and whose two token
 filling orders (TFO) disagree most: the share of position pairs the two decoders fill in opposite
-order. Writes assets/data/synthetic/examples.jsonl, which app/examples.py lists first.
+order, then (a confident model rarely reverses a pair) the share of positions filled in another
+round, then D2F's rounds. Writes assets/data/synthetic/examples.jsonl, which app/examples.py lists first.
 """
 
 from __future__ import annotations
@@ -38,12 +39,18 @@ def order_disagreement(a: dict[int, int], b: dict[int, int]) -> float:
     return sum((a[i] - a[j]) * (b[i] - b[j]) < 0 for i, j in pairs) / len(pairs)
 
 
+def moved_share(a: dict[int, int], b: dict[int, int]) -> float:
+    """Share of positions (filled by both) that the two runs fill in different rounds."""
+    common = set(a) & set(b)
+    return sum(a[i] != b[i] for i in common) / len(common) if common else 0.0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--k", type=int, default=APP_DEFAULTS["k"])
-    ap.add_argument("--scan", type=int, default=150)
+    ap.add_argument("--scan", type=int, default=500)
     ap.add_argument("--min-rounds", type=int, default=4)
     ap.add_argument("--out", default=str(ROOT / "assets" / "data" / "synthetic" / "examples.jsonl"))
     args = ap.parse_args(argv)
@@ -62,21 +69,22 @@ def main(argv=None) -> int:
             continue
         useful = len(runs[0].useful_tokens)
         orders = [{pos: f.round for pos, f in fills(r.records).items() if pos < useful} for r in runs]
-        scored.append((order_disagreement(*orders), rounds, p))
-    scored.sort(key=lambda s: (-s[0], -s[2]["answer"].count("<<")))
+        scored.append((order_disagreement(*orders), moved_share(*orders), rounds, p))
+    scored.sort(key=lambda s: (-s[0], -s[1], -s[2][0], -s[3]["answer"].count("<<")))
     picked = []
     for steps in itertools.cycle((3, 2, 1)):       # mix the step counts, longest first
-        left = [s for s in scored if s[2]["answer"].count("<<") == steps and s not in picked]
+        left = [s for s in scored if s[3]["answer"].count("<<") == steps and s not in picked]
         if left:
             picked.append(left[0])
         if len(picked) >= min(args.n, len(scored)):
             break
     with open(args.out, "w") as f:
-        for disagreement, rounds, p in picked:
+        for disagreement, moved, rounds, p in picked:
             f.write(json.dumps({"question": p["question"], "answer": p["answer"],
-                                "order_disagreement": round(disagreement, 3), "rounds_d2f": rounds[0],
+                                "order_disagreement": round(disagreement, 3), "moved_share": round(moved, 3),
+                                "rounds_d2f": rounds[0],
                                 f"rounds_lopa_k{args.k}": rounds[1]}) + "\n")
-            print(f"{disagreement:.2f} rounds D2F {rounds[0]} LoPA {rounds[1]}: {p['question']}")
+            print(f"{disagreement:.2f} moved {moved:.2f} rounds D2F {rounds[0]} LoPA {rounds[1]}: {p['question']}")
     print(f"wrote {len(picked)} of {len(scored)} candidates to {args.out}")
     return 0
 

@@ -72,13 +72,39 @@ def test_score_answer_on_saved_completions():
 def test_summary_breaks_accuracy_down_by_steps_and_counts_names():
     from lopa.settings import DecodeSettings
 
-    metrics = {"tokens_useful": 10, "tokens_paper": 12, "forwards": 4, "latency_s": 0.1, "first_round_s": 0.02}
+    metrics = {"tokens_useful": 10, "tokens_paper": 12, "forwards": 4, "latency_s": 0.1, "first_round_s": 0.02,
+               "forwards_floor": 2}
     rows = [{"decoder": "d2f", "problem": i, **bench.score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
     s = bench.summarize_rows("d2f", DecodeSettings(), rows)
     assert s["accuracy"] == 0.5
     assert (s["acc_1step"], s["acc_2step"], s["acc_3step"]) == (1.0, 0.0, 0.0)
     assert s["names_ok"] == 4 / 5  # Ben's line names Jack and pencils
     assert s["tpf_useful"] == 2.5
+    assert s["tpf_ceiling"] == 5.0   # 40 tokens in 8 blocks
+
+
+def test_min_forwards_is_one_forward_per_block():
+    from lopa.blocks import min_forwards
+
+    assert [min_forwards(n, 32) for n in (1, 31, 32, 33, 64, 65)] == [1, 1, 1, 2, 2, 3]
+
+
+def test_no_decoder_beats_the_pipeline_floor():
+    """min_forwards is a floor for every decoder and k on real decodes of the bundled model."""
+    from lopa.blocks import min_forwards
+    from lopa.models import load
+    from lopa.problems import read_jsonl
+    from lopa.settings import DecodeSettings
+
+    loaded = load()
+    problems = read_jsonl(bench.DATA["synthetic"])[:6]
+    base = DecodeSettings(max_new_tokens=96, attention=loaded.spec.attention, block_size=16)
+    for name in ("d2f", "lopa-k4", "lopa-k14"):
+        settings = bench.row_settings(name, base)
+        rows = bench.run_decoder(loaded, name, settings, problems, "")
+        for r in rows:
+            assert r["forwards_floor"] == min_forwards(r["tokens_useful"], 16)
+            assert r["forwards"] >= r["forwards_floor"] >= 2, (name, r)
 
 
 def test_copied_names_needs_a_name_and_only_the_question_s():

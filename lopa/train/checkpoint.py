@@ -58,7 +58,7 @@ def update_model_card(path: Path, history: list[dict], n_params: int, recipe):
     last = history[-1]
     stats = (f"Parameters: {n_params / 1e6:.2f}M. Trained {last['step']} optimizer steps "
              f"({last['step'] * recipe.batch:,} problems) in {last['minutes']:.0f} minutes of wall time "
-             f"on a 2-core CPU, no GPU (one thread, machine shared with other work).")
+             f"on a 2-core CPU, no GPU (threads and schedule: see 'Training recipe').")
     rows = ["| step | wall minutes | exact match | 1-step | 2-step | 3-step | tokens/round |",
             "|---:|---:|---:|---:|---:|---:|---:|"]
     for h in history:

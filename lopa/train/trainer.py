@@ -68,7 +68,7 @@ class Recipe:
     name_weight: float = 5.0     # loss weight on name targets, which must be copied from the question
     newline_names: bool = False  # weight "Leo" (the name a later line starts with) too, not only " Leo"
                                  # (with objects at 10: arithmetic learned far slower, model card)
-    object_weight: float = 5.0   # the same for object targets (" apples"): at 5 the shipped model never
+    object_weight: float = 10.0  # the same for object targets (" apples"): at 5 the previous model never
                                  # learned to copy them (chance after 16k steps), at 10 a run did by step 2,236
     dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
                                  # (1 = off; 0.1 failed, see the model card)
