@@ -15,7 +15,8 @@ from lopa.study import STUDIES
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
 from lopa.study import orders as orders_study
-from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results
+from lopa.models import DEFAULT_MODEL
+from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 
 from . import boundary
 from .callbacks import error_message
@@ -68,12 +69,21 @@ def show_shipped(study: str, interactive: bool = False) -> tuple:
     status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
               f" (weights {esc(meta.get('weights_sha256', '?'))})"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
-              f"{esc(meta.get('data', ''))}.")
+              f"{esc(meta.get('data', ''))}." + stale_note(meta))
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
     if interactive:
         return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
     png = STUDIES_DIR / f"{study}.png"
     return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
+
+
+def stale_note(meta: dict) -> str:
+    """Say so when shipped results were recorded on other weights than the bundled model's today."""
+    bundled = weights_digest(DEFAULT_MODEL)
+    if meta.get("weights_sha256") == bundled:
+        return ""
+    return (f" **These are not the bundled model's current weights ({bundled})**: the numbers describe an "
+            f"earlier model. Run live, or rerun the command, for this one.")
 
 
 def show_interactive(study: str) -> tuple:

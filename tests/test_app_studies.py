@@ -7,7 +7,8 @@ from tiny import app_model
 
 from app import studies
 from lopa.study import STUDIES
-from lopa.study.common import STUDIES_DIR, load_results
+from lopa.models import DEFAULT_MODEL
+from lopa.study.common import STUDIES_DIR, load_results, weights_digest
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")     # gr.Warning outside a request
 
@@ -65,3 +66,12 @@ def test_shipped_results_load_with_command_hardware_and_date(study):
     out = named(studies.show_interactive(study))
     assert isinstance(out["study_plot"], go.Figure) and not out["study_image"]["visible"]
     assert meta["hardware"].split(",")[0] in out["study_status"]
+    # Shipped results describe the weights that ship: a retrained model needs the studies rerun.
+    assert meta["weights_sha256"] == weights_digest(DEFAULT_MODEL), f"rerun python -m lopa.study {study} on the bundled model"
+    assert "not the bundled model's current weights" not in out["study_status"]
+
+
+def test_results_from_other_weights_say_so():
+    assert studies.stale_note({"weights_sha256": weights_digest(DEFAULT_MODEL)}) == ""
+    assert "not the bundled model's current weights" in studies.stale_note({"weights_sha256": "000000000000"})
+    assert "not the bundled model's current weights" in studies.stale_note({})

@@ -125,7 +125,7 @@ class Started:
 
     def meta(self, argv, args, summary: dict) -> dict:
         """The JSON written beside a study's results: command, model, weights, hardware, data, summary."""
-        return {"command": argv, "model": self.loaded.describe(), "weights_sha256": weights_digest(self.loaded),
+        return {"command": argv, "model": self.loaded.describe(), "weights_sha256": weights_digest(getattr(self.loaded, "path", "")),
                 "hardware": self.hw, "data": self.where, "seed": args.problem_seed, "settings": self.base.to_dict(),
                 "summary": summary}
 
@@ -143,11 +143,11 @@ def start(args) -> Started:
     return Started(loaded, hw, problems, where, base)
 
 
-def weights_digest(loaded) -> str:
-    """The first 12 hex digits of the sha256 of the model's safetensors files: which weights ran."""
+def weights_digest(model_dir: str | Path) -> str:
+    """The first 12 hex digits of the sha256 of a model folder's safetensors files: which weights ran."""
     import hashlib
     digest = hashlib.sha256()
-    for path in sorted(Path(getattr(loaded, "path", "") or ".").glob("*.safetensors")):
+    for path in sorted(Path(model_dir or ".").glob("*.safetensors")):
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
