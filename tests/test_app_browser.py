@@ -92,7 +92,8 @@ def rounds(page, counters="#counters") -> int:
 
 def shot(page, name: str, selector: str | None = None, readme: bool = False) -> Path:
     path = ARTIFACTS / f"{name}.png"
-    (page.locator(selector) if selector else page).screenshot(path=str(path))
+    # Toasts left by earlier checks (bad input warnings) would cover the README's pictures.
+    (page.locator(selector) if selector else page).screenshot(path=str(path), style=".toast-wrap { display: none !important; }")
     if readme and os.environ.get("LOPA_UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, SCREENSHOTS / f"{name}.png")
