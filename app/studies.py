@@ -10,12 +10,12 @@ from contextlib import closing
 import gradio as gr
 import pandas as pd
 
+from lopa.models import DEFAULT_MODEL
 from lopa.settings import DecodeSettings
 from lopa.study import STUDIES
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
 from lopa.study import orders as orders_study
-from lopa.models import DEFAULT_MODEL
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 
 from . import boundary
