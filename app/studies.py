@@ -6,6 +6,7 @@ app/wiring.py."""
 from __future__ import annotations
 
 from contextlib import closing
+from functools import cache
 
 import gradio as gr
 import pandas as pd
@@ -77,9 +78,14 @@ def show_shipped(study: str, interactive: bool = False) -> tuple:
     return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
 
 
+@cache
+def _bundled_digest() -> str:
+    return weights_digest(DEFAULT_MODEL)     # hashed once per server: the bundled weights do not change under it
+
+
 def stale_note(meta: dict) -> str:
     """Say so when shipped results were recorded on other weights than the bundled model's today."""
-    bundled = weights_digest(DEFAULT_MODEL)
+    bundled = _bundled_digest()
     if meta.get("weights_sha256") == bundled:
         return ""
     return (f" **These are not the bundled model's current weights ({bundled})**: the numbers describe an "
