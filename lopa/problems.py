@@ -37,6 +37,25 @@ TEMPLATES = {
 # The sell step only appears last, because it changes the question (dollars, not objects).
 SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dollars.")
 
+# Answer phrasings. "plain" writes every line with the one template above. "varied" (issue #13)
+# opens each line with one of a few openers and writes it in one of two wordings, so that, like a
+# real model's answer, a problem has many right answers that agree on every number. With one
+# wording an accurate model is sure of every token at once, every decoder fills a block in one
+# round, and there is no token filling order to watch; with several, the positions of a line stay
+# uncertain until one token says which wording it is, and which token to fill first matters
+# (LoPA, Sec. 1). Openers change the length of a line, so they also shift every later line.
+PHRASINGS = ("plain", "varied")
+OPENERS_FIRST = ("", "First, ", "So ")
+OPENERS = ("", "Then ", "So ", "After that, ")
+WORDINGS = {
+    "add": "{N} has <<{a}+{b}={c}>>{c} {o} now.",
+    "get": "{N} has <<{a}+{b}={c}>>{c} {o} now.",
+    "sub": "{N} is left with <<{a}-{b}={c}>>{c} {o}.",
+    "mul": "{N} now has <<{a}*{b}={c}>>{c} {o}.",
+    "div": "{N} keeps <<{a}/{b}={c}>>{c} {o} in one box.",
+    "sell": "{N} makes <<{a}*{b}={c}>>{c} dollars.",
+}
+
 # Every amount stays below this. 30 keeps the arithmetic (results up to 29, two digits) within
 # what a 1.4M-parameter model learns in an hour on a CPU; the first recipe (200) did not (README).
 DEFAULT_MAX_VALUE = 30
@@ -44,6 +63,7 @@ DEFAULT_MAX_VALUE = 30
 HELDOUT_MOD = 5  # one question in five (by hash) belongs to the held-out split
 
 ANSWER_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+CALC_RE = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")  # a line's calculator annotation and its copy
 
 
 def final_answer(text: str) -> str | None:
@@ -95,8 +115,23 @@ def _apply(op: str, a: int, b: int) -> int:
             "div": a // b}[op]
 
 
-def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VALUE) -> dict:
-    """One problem with `steps` dependent operations; every intermediate stays < max_value."""
+def answer_line(op: str, fields: dict, line: int, phrasing: str, rng: random.Random) -> str:
+    """The answer line for one operation: the template's wording, or under "varied" an opener and
+    either wording, drawn from `rng`."""
+    plain = (SELL if op == "sell" else TEMPLATES[op])[1]
+    if phrasing == "plain":
+        return plain.format(**fields)
+    opener = rng.choice(OPENERS if line else OPENERS_FIRST)
+    return opener + rng.choice((plain, WORDINGS[op])).format(**fields)
+
+
+def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VALUE,
+                 phrasing: str = "plain") -> dict:
+    """One problem with `steps` dependent operations; every intermediate stays < max_value.
+    The phrasing draws from a generator seeded by the question, never from `rng`, so a problem's
+    question is the same under every phrasing and a plain recipe replays the data it always had."""
+    if phrasing not in PHRASINGS:
+        raise ValueError(f"phrasing must be one of {PHRASINGS}, got {phrasing!r}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if max_value < 20:
@@ -105,7 +140,7 @@ def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VA
     pron = PRONOUNS[name]
     a = rng.randint(2, max_value // 4)
     question = [f"{name} has {a} {obj}."]
-    answer = []
+    lines = []  # (operation, its fields)
     for i in range(steps):
         last = i == steps - 1
         ops = list(TEMPLATES) + (["sell"] if last else [])
@@ -115,17 +150,18 @@ def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VA
             if b is not None:
                 break
         c = _apply(op, a, b)
-        q_tpl, a_tpl = SELL if op == "sell" else TEMPLATES[op]
         fields = dict(P=pron, p=pron.lower(), N=name, o=obj, f=rng.choice(FRIENDS), a=a, b=b, c=c)
-        question.append(q_tpl.format(**fields))
-        answer.append(a_tpl.format(**fields))
+        question.append((SELL if op == "sell" else TEMPLATES[op])[0].format(**fields))
+        lines.append((op, fields))
         a = c
     if op == "sell":
         question.append(f"How many dollars does {name} earn?")
     else:
         question.append(f"How many {obj} does {name} have now?")
-    answer.append(f"#### {a}")
-    return {"question": " ".join(question), "answer": "\n".join(answer)}
+    question = " ".join(question)
+    words = random.Random(f"phrasing-{question}")
+    answer = [answer_line(op, fields, i, phrasing, words) for i, (op, fields) in enumerate(lines)]
+    return {"question": question, "answer": "\n".join(answer + [f"#### {a}"])}
 
 
 def is_heldout(question: str) -> bool:
@@ -138,15 +174,17 @@ def sample_steps(rng: random.Random, max_steps: int) -> int:
     return rng.randint(1, max_steps)
 
 
-def split(name: str, n: int, seed: int = 0, max_steps: int = 3, max_value: int = DEFAULT_MAX_VALUE) -> list[dict]:
-    """`n` distinct problems from split `name` ("train" or "heldout"), 1..max_steps steps."""
+def split(name: str, n: int, seed: int = 0, max_steps: int = 3, max_value: int = DEFAULT_MAX_VALUE,
+          phrasing: str = "plain") -> list[dict]:
+    """`n` distinct problems from split `name` ("train" or "heldout"), 1..max_steps steps; the
+    questions do not depend on `phrasing`, only the reference answers' wording does."""
     if name not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {name!r}")
     want_heldout = name == "heldout"
     rng = random.Random(f"{name}-{seed}")
     seen, out = set(), []
     while len(out) < n:
-        p = make_problem(rng, sample_steps(rng, max_steps), max_value)
+        p = make_problem(rng, sample_steps(rng, max_steps), max_value, phrasing)
         if is_heldout(p["question"]) != want_heldout or p["question"] in seen:
             continue
         seen.add(p["question"])
@@ -176,9 +214,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=3)
     ap.add_argument("--max-value", type=int, default=DEFAULT_MAX_VALUE)
+    ap.add_argument("--phrasing", default="varied", choices=PHRASINGS,
+                    help="wording of the reference answers (the bundled model writes 'varied'; questions are the same)")
     ap.add_argument("--out", default="assets/data/synthetic/heldout.jsonl")
     args = ap.parse_args(argv)
-    write_jsonl(args.out, split(args.split, args.n, args.seed, args.max_steps, args.max_value))
+    write_jsonl(args.out, split(args.split, args.n, args.seed, args.max_steps, args.max_value, args.phrasing))
     print(f"wrote {args.n} {args.split} problems to {args.out}")
 
 

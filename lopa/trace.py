@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,14 @@ class RoundRecord:
     # "position": 12, "token": 7}, {"action": "hold", "position": 14}; empty for the policy's own.
     forced: list = field(default_factory=list)
 
+    def filled(self) -> list[tuple[int, int, bool]]:
+        """(position, token, by lookahead) committed by this round: the anchor's, then the winning
+        branch's lookahead token (none when the anchor won)."""
+        out = [(p, t, False) for p, t in zip(self.anchor_positions, self.anchor_tokens)]
+        if self.winner > 0 and self.winner - 1 < len(self.lookahead_positions):
+            out.append((self.lookahead_positions[self.winner - 1], self.lookahead_tokens[self.winner - 1], True))
+        return out
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -70,6 +79,19 @@ def authors_tpf(appended: int, forwards: int, runs: int = 1) -> float:
     round after its last forward; `generate_until` then divides the summed x_t lengths past the
     prompt by the summed steps. Use this wherever a number stands beside the paper's."""
     return appended / (forwards + runs) if forwards else 0.0
+
+
+def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
+    """How uneven the token filling order was over the answer's first `useful` positions: the round
+    each was filled in, its spread (population standard deviation, in rounds) and the share filled
+    in the first round that filled any. A model sure of every token fills an answer in one or two
+    rounds (spread near 0); the order has something to decide only where the fills spread out."""
+    rounds = {p: r for r, rec in enumerate(records) for p, _, _ in rec.filled() if p < useful}
+    if not rounds:
+        return {"fill_spread": 0.0, "first_fill_share": 0.0}
+    values = list(rounds.values())
+    return {"fill_spread": statistics.pstdev(values),
+            "first_fill_share": values.count(min(values)) / len(values)}
 
 
 def metrics(run: RunResult | None) -> dict:
@@ -108,6 +130,7 @@ def metrics(run: RunResult | None) -> dict:
         "ttft_s": sum(r.round_seconds for r in records[:first_commit + 1]) if first_commit is not None else 0.0,
         "ms_per_forward": 1e3 * forward_s / forwards if forwards else 0.0,
         "verified_per_forward": verified / forwards if forwards else 0.0,
+        **fill_landscape(records, useful),
     }
 
 

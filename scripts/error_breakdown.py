@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -26,11 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lopa.models import load  # noqa: E402
+from lopa.problems import CALC_RE as CALC  # noqa: E402
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
-from visualizations.timeline import fills  # noqa: E402
+from lopa.trace import fill_landscape  # noqa: E402
 
-CALC = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if b else None}
 
@@ -93,11 +92,10 @@ def main(argv=None) -> int:
     for p in problems:
         run = loaded.decoder(settings).run(p["question"])
         text = run.text
-        useful = len(run.useful_tokens)
-        filled = [f.round for pos, f in fills(run.records).items() if pos < useful]
+        landscape = fill_landscape(run.records, len(run.useful_tokens))
         rounds.append(len(run.records) - 1)                     # rounds after the prefill
-        first_round.append(filled.count(min(filled)) / len(filled) if filled else 0.0)
-        spread.append(statistics.pstdev(filled) if len(filled) > 1 else 0.0)
+        first_round.append(landscape["first_fill_share"])
+        spread.append(landscape["fill_spread"])
         steps = p["answer"].count("<<")
         right = final_answer(text) == final_answer(p["answer"])
         by_steps[(steps, right)] += 1

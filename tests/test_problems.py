@@ -60,7 +60,7 @@ def test_bundled_heldout_file_matches_generator(tmp_path):
 
     bundled = Path(__file__).resolve().parents[1] / "assets" / "data" / "synthetic" / "heldout.jsonl"
     rows = read_jsonl(bundled)
-    assert len(rows) == 500 and rows[:20] == split("heldout", 20, seed=0)
+    assert len(rows) == 500 and rows[:20] == split("heldout", 20, seed=0, phrasing="varied")
     write_jsonl(tmp_path / "x.jsonl", rows[:3])
     assert read_jsonl(tmp_path / "x.jsonl") == rows[:3]
 
@@ -70,3 +70,27 @@ def test_bad_arguments_raise():
         make_problem(random.Random(0), 0)
     with pytest.raises(ValueError):
         split("test", 3)
+
+
+def test_varied_phrasing_keeps_questions_numbers_and_names():
+    from lopa.problems import CALC_RE, OPENERS, OPENERS_FIRST, copied_names
+
+    plain, varied = split("heldout", 200, seed=11), split("heldout", 200, seed=11, phrasing="varied")
+    assert [p["question"] for p in plain] == [p["question"] for p in varied]   # only the wording differs
+    assert varied == split("heldout", 200, seed=11, phrasing="varied")          # and it is seeded
+    openers = set()
+    for p, v in zip(plain, varied):
+        assert final_answer(v["answer"]) == final_answer(p["answer"])
+        assert CALC_RE.findall(v["answer"]) == CALC_RE.findall(p["answer"])     # same arithmetic, same order
+        right, lines = copied_names(v["question"], v["answer"])
+        assert right == lines == p["answer"].count("<<")
+        for i, line in enumerate(v["answer"].splitlines()[:-1]):
+            openers.add((i > 0, next(o for o in sorted(OPENERS + OPENERS_FIRST, key=len, reverse=True)
+                                     if line.startswith(o))))
+    assert openers == {(False, o) for o in OPENERS_FIRST} | {(True, o) for o in OPENERS}
+    assert sum(p["answer"] != v["answer"] for p, v in zip(plain, varied)) > 150
+
+
+def test_unknown_phrasing_is_refused():
+    with pytest.raises(ValueError, match="phrasing"):
+        make_problem(random.Random(0), 2, phrasing="poetic")

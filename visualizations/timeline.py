@@ -41,10 +41,7 @@ def predictions(record, branch: int | None = None) -> dict[int, Prediction]:
 
 def commits(record) -> list[tuple[int, int, str]]:
     """(position, token, how) committed by this round: the anchor's, then the winning lookahead."""
-    out = [(p, t, ANCHOR) for p, t in zip(record.anchor_positions, record.anchor_tokens)]
-    if record.winner > 0 and record.winner - 1 < len(record.lookahead_positions):
-        out.append((record.lookahead_positions[record.winner - 1], record.lookahead_tokens[record.winner - 1], LOOKAHEAD))
-    return out
+    return [(p, t, LOOKAHEAD if ahead else ANCHOR) for p, t, ahead in record.filled()]
 
 
 def fills(records, upto: int | None = None) -> dict[int, Fill]:

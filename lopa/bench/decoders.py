@@ -118,6 +118,9 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "tps": total("tokens_useful") / total("latency_s"),
         "tps_excl_first": total("tokens_useful") / after_first if after_first > 0 else 0.0,
         "latency_s_mean": total("latency_s") / len(rows),
+        # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
+        "fill_spread": total("fill_spread") / len(rows),
+        "first_fill_share": total("first_fill_share") / len(rows),
     }
 
 
@@ -142,15 +145,19 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
 
 
 def print_step_table(summary: list[dict], details: list[dict]) -> None:
-    """Accuracy by reasoning steps per decoder, and the share of answer lines with the right names."""
+    """Accuracy by reasoning steps per decoder, the share of answer lines with the right names, how
+    uneven the filling order was, and TPF over D2F's (when a `d2f` row ran)."""
     first = [r for r in details if r["decoder"] == summary[0]["decoder"]]
     keys = [k for k in summary[0] if k.startswith("acc_") and k.endswith("step")]
     counts = {f"acc_{r['steps']}step": sum(1 for q in first if q["steps"] == r["steps"]) for r in first}
     heads = [f"{k[4:-4]}-step (n={counts[k]})" for k in keys]
-    print("\n" + f"{'decoder':>12}" + "".join(f"{h:>16}" for h in heads) + f"{'names/objects':>16}")
+    d2f = next((s["tpf_useful"] for s in summary if s["decoder"] == "d2f"), None)
+    print("\n" + f"{'decoder':>12}" + "".join(f"{h:>16}" for h in heads)
+          + f"{'names/objects':>16}{'fill spread':>13}{'1st-round fill':>16}{'TPF / D2F':>11}")
     for s in summary:
+        ratio = f"{s['tpf_useful'] / d2f:10.2f}x" if d2f else f"{'':>11}"
         print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:15.1f}%" for k in keys)
-              + f"{s['names_ok'] * 100:15.1f}%")
+              + f"{s['names_ok'] * 100:15.1f}%{s['fill_spread']:13.2f}{s['first_fill_share'] * 100:15.0f}%{ratio}")
 
 
 def main(argv=None) -> int:
@@ -222,6 +229,8 @@ def main(argv=None) -> int:
     print("TPF = tokens per forward (useful, ours: up to the first EOS / forwards; paper count: every appended "
           "position / forwards; authors': every appended position / (forwards + 1), what the paper's tables report; "
           "ceiling: useful tokens / one forward per block, the most any k can reach on these answers). "
+          "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
+          "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
           "TPS on this hardware; on a CPU a higher TPF need not mean a higher TPS.")
     return 0
 

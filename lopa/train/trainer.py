@@ -73,6 +73,10 @@ class Recipe:
     dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
                                  # (1 = off; 0.1 failed, see the model card)
     max_value: int = DEFAULT_MAX_VALUE
+    phrasing: str = "plain"      # answer wording (lopa.problems.PHRASINGS); the shipped model's second
+                                 # stage trains on "varied" (model card, "Stage 2")
+    init: str = ""               # start from this model folder's weights instead of a random init
+                                 # (a second stage; the optimizer and schedule start afresh)
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 
 
@@ -155,7 +159,7 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
     rows, deps, forced = [], [], []
     steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
-        p = make_problem(rng, steps, recipe.max_value)
+        p = make_problem(rng, steps, recipe.max_value, recipe.phrasing)
         if is_heldout(p["question"]):
             continue
         # drawn only when on, so a recipe without it replays the same data as before it existed
@@ -247,6 +251,20 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     return loss, ce.mean().detach(), int(sel.sum())
 
 
+def load_weights(folder: Path, recipe: Recipe) -> dict:
+    """The float32 state dict of an exported model folder, checked against the recipe's shape."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(folder))
+    shape = (config.num_hidden_layers, config.hidden_size, config.intermediate_size,
+             config.num_attention_heads, config.num_key_value_heads)
+    if shape != (recipe.layers, recipe.hidden, recipe.ffn, recipe.heads, recipe.kv_heads):
+        raise ValueError(f"--init {folder} has layers/hidden/ffn/heads/kv-heads {shape}, the recipe "
+                         f"{(recipe.layers, recipe.hidden, recipe.ffn, recipe.heads, recipe.kv_heads)}")
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    return model.state_dict()
+
+
 def export_checkpoint(out: Path, export_dir: Path) -> dict:
     """Export the run's last checkpoint (weights, tokenizer, and the model card's stats and eval
     sections from its history) into `export_dir`, without training or evaluating again: how a
@@ -288,6 +306,8 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     rng, gen = random.Random(f"train-{seed}"), torch.Generator().manual_seed(seed)
     step, elapsed, history = 0, 0.0, []
     ckpt = out / "checkpoint"
+    if recipe.init:
+        model.load_state_dict(load_weights(Path(recipe.init), recipe))
     if resume and (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt", weights_only=False)
         # A longer --minutes/--steps may extend a run; another recipe or seed would be another run.
@@ -302,7 +322,8 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         log(f"resumed from step {step} ({elapsed / 60:.1f} min)")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"params {n_params / 1e6:.2f}M recipe {asdict(recipe)}")
-    heldout = split("heldout", n_eval, seed=0, max_steps=recipe.max_steps, max_value=recipe.max_value)
+    heldout = split("heldout", n_eval, seed=0, max_steps=recipe.max_steps, max_value=recipe.max_value,
+                    phrasing=recipe.phrasing)
     mask_id = tok.convert_tokens_to_ids(MASK)
     is_digit, is_name, is_object = digit_ids(tok), name_ids(tok, NAMES, recipe.newline_names), name_ids(tok, OBJECTS)
 
