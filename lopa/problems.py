@@ -44,8 +44,12 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # round, and there is no token filling order to watch; with several, the positions of a line stay
 # uncertain until one token says which wording it is, and which token to fill first matters
 # (LoPA, Sec. 1). Openers change the length of a line, so they also shift every later line.
+# The first line has none: under the logit shift the answer's first token is predicted by the
+# prompt's last position, which block-causal attention keeps blind to the answer, so that token
+# could never depend on what the decoder fills after it (a run with first-line openers wrote
+# "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
 PHRASINGS = ("plain", "varied")
-OPENERS_FIRST = ("", "First, ", "So ")
+OPENERS_FIRST = ("",)
 OPENERS = ("", "Then ", "So ", "After that, ")
 WORDINGS = {
     "add": "{N} has <<{a}+{b}={c}>>{c} {o} now.",
@@ -214,8 +218,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=3)
     ap.add_argument("--max-value", type=int, default=DEFAULT_MAX_VALUE)
-    ap.add_argument("--phrasing", default="varied", choices=PHRASINGS,
-                    help="wording of the reference answers (the bundled model writes 'varied'; questions are the same)")
+    ap.add_argument("--phrasing", default="plain", choices=PHRASINGS,
+                    help="wording of the reference answers (the bundled model writes 'plain'; the questions are the same)")
     ap.add_argument("--out", default="assets/data/synthetic/heldout.jsonl")
     args = ap.parse_args(argv)
     write_jsonl(args.out, split(args.split, args.n, args.seed, args.max_steps, args.max_value, args.phrasing))

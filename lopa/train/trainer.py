@@ -73,8 +73,8 @@ class Recipe:
     dep_weight: float = 1.0      # loss weight on a number while a number it comes from is masked
                                  # (1 = off; 0.1 failed, see the model card)
     max_value: int = DEFAULT_MAX_VALUE
-    phrasing: str = "plain"      # answer wording (lopa.problems.PHRASINGS); the shipped model's second
-                                 # stage trains on "varied" (model card, "Stage 2")
+    phrasing: str = "plain"      # answer wording (lopa.problems.PHRASINGS); "varied" was session 5's
+                                 # experiment (model card), not the shipped model's
     init: str = ""               # start from this model folder's weights instead of a random init
                                  # (a second stage; the optimizer and schedule start afresh)
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
@@ -251,18 +251,18 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     return loss, ce.mean().detach(), int(sel.sum())
 
 
-def load_weights(folder: Path, recipe: Recipe) -> dict:
-    """The float32 state dict of an exported model folder, checked against the recipe's shape."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def load_weights(folder: Path, model) -> dict:
+    """The float32 state dict of an exported model folder, refused unless every tensor fits `model`
+    (the recipe's shape and the run's vocabulary)."""
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(folder))
-    shape = (config.num_hidden_layers, config.hidden_size, config.intermediate_size,
-             config.num_attention_heads, config.num_key_value_heads)
-    if shape != (recipe.layers, recipe.hidden, recipe.ffn, recipe.heads, recipe.kv_heads):
-        raise ValueError(f"--init {folder} has layers/hidden/ffn/heads/kv-heads {shape}, the recipe "
-                         f"{(recipe.layers, recipe.hidden, recipe.ffn, recipe.heads, recipe.kv_heads)}")
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
-    return model.state_dict()
+    state = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).state_dict()
+    mine = model.state_dict()
+    wrong = [k for k in mine if k not in state or state[k].shape != mine[k].shape]
+    if wrong:
+        raise ValueError(f"--init {folder} does not fit this recipe's model (layers, sizes, heads or "
+                         f"vocabulary differ): {', '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}")
+    return state
 
 
 def export_checkpoint(out: Path, export_dir: Path) -> dict:
@@ -307,7 +307,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     step, elapsed, history = 0, 0.0, []
     ckpt = out / "checkpoint"
     if recipe.init:
-        model.load_state_dict(load_weights(Path(recipe.init), recipe))
+        model.load_state_dict(load_weights(Path(recipe.init), model))
     if resume and (ckpt / "state.pt").exists():
         state = torch.load(ckpt / "state.pt", weights_only=False)
         # A longer --minutes/--steps may extend a run; another recipe or seed would be another run.
