@@ -83,6 +83,24 @@ def test_summary_breaks_accuracy_down_by_steps_and_counts_names():
     assert s["tpf_ceiling"] == 5.0   # 40 tokens in 8 blocks
 
 
+def test_step_table_prints_the_landscape_and_tpf_over_d2f(capsys):
+    from lopa.settings import DecodeSettings
+
+    def rows(name, forwards, spread):
+        metrics = {"tokens_useful": 12, "tokens_paper": 12, "forwards": forwards, "latency_s": 0.1, "first_round_s": 0.0,
+                   "forwards_floor": 1, "fill_spread": spread, "first_fill_share": 0.5}
+        return [{"decoder": name, "problem": i, **bench.score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
+
+    details = rows("d2f", 6, 2.0) + rows("lopa-k4", 2, 1.0)
+    summary = [bench.summarize_rows(n, DecodeSettings(), [r for r in details if r["decoder"] == n]) for n in ("d2f", "lopa-k4")]
+    assert (summary[0]["fill_spread"], summary[1]["fill_spread"], summary[1]["first_fill_share"]) == (2.0, 1.0, 0.5)
+    bench.print_step_table(summary, details)
+    lines = capsys.readouterr().out.splitlines()
+    assert "fill spread" in lines[1] and "TPF / D2F" in lines[1]
+    assert lines[2].split()[0] == "d2f" and lines[2].endswith("1.00x") and "2.00" in lines[2].split()
+    assert lines[3].split()[0] == "lopa-k4" and lines[3].endswith("3.00x") and "1.00" in lines[3].split()
+
+
 def test_min_forwards_is_one_forward_per_block():
     from lopa.blocks import min_forwards
 

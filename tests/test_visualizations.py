@@ -163,6 +163,7 @@ def test_counters_and_comparison_summary(lopa, vanilla):
     summary = comparison_summary(base, run, "D2F")
     speedup = base.metrics()["forwards"] / m["forwards"]
     assert f"{speedup:.2f}× fewer forwards" in summary and "| TPF (useful) |" in summary
+    assert f"| {base.metrics()['fill_spread']:.2f} | {m['fill_spread']:.2f} |" in summary   # how uneven each order was
 
 
 def test_live_counters_count_committed_tokens_not_masks(lopa):

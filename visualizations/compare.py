@@ -55,6 +55,7 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
             ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
             ("TPF (authors': appended / (forwards + 1))", "tpf_authors", "{:.2f}"),
+            ("fill spread (rounds, lopa.trace.fill_landscape)", "fill_spread", "{:.2f}"),
             ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
     cell = lambda text: str(text).replace("|", "\\|")
     table = [f"| | {cell(name_a)} | {cell(name_b)} | Δ |", "|---|---:|---:|---:|"]
