@@ -14,6 +14,7 @@ annotation `<<a+b=c>>c`, then a final `#### c` line.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import re
@@ -166,6 +167,23 @@ def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VA
     words = random.Random(f"phrasing-{question}")
     answer = [answer_line(op, fields, i, phrasing, words) for i, (op, fields) in enumerate(lines)]
     return {"question": question, "answer": "\n".join(answer + [f"#### {a}"])}
+
+
+def phrasings(answer: str) -> list[str]:
+    """Every answer that the "varied" phrasing can write for the problem whose answer (in either
+    phrasing) is `answer`, all equally likely: the answers an exact model of the family weighs
+    (lopa.study.oracle). Each line's person, object and numbers are read back from the line."""
+    lines = answer.splitlines()
+    choices = []
+    for i, line in enumerate(lines[:-1]):
+        a, sym, b, c, _ = CALC_RE.search(line).groups()
+        words = WORD_RE.findall(line)
+        op = {"+": "add", "-": "sub", "/": "div"}.get(sym) or ("sell" if "dollars" in words else "mul")
+        fields = dict(N=next(w for w in words if w in NAMES), o=next((w for w in words if w in OBJECTS), "dollars"),
+                      a=a, b=b, c=c)
+        plain = (SELL if op == "sell" else TEMPLATES[op])[1]
+        choices.append([o + w.format(**fields) for o in (OPENERS if i else OPENERS_FIRST) for w in (plain, WORDINGS[op])])
+    return ["\n".join(combo + (lines[-1],)) for combo in itertools.product(*choices)]
 
 
 def is_heldout(question: str) -> bool:

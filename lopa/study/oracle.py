@@ -1,0 +1,124 @@
+"""What LoPA can gain on a model that is exactly right about the synthetic problem family: an oracle.
+
+    python -m lopa.study.oracle --phrasing varied --n 100 --ks 0,4,8,14
+    python -m lopa.study.oracle --phrasing plain                   # one right answer per problem
+
+The oracle stands in for the model (it speaks the engine's Executor protocol). For a masked position
+it returns the true distribution of the token there: the share, among the problem's right answers
+(lopa.problems.phrasings, all equally likely) that agree with every filled token the position can
+see, of those that have each token there. It is the best-calibrated model of the family there can
+be, so D2F and LoPA decoding it show what the family itself leaves to the token filling order,
+whatever a trained model adds or lacks (issue #13: how far can LoPA's TPF go beyond D2F's on these
+answers without losing accuracy? On the oracle every decoder is always right).
+
+What a position can see follows the bundled model's layout (`--attention block_causal`, logit
+shift): the output at position g-1 predicts position g, and it sees the prompt and the blocks up to
+its own, so the first token of a block sees only the blocks before it. `--attention full` lets every
+position see every filled token.
+
+Layer: with the other studies (core, lopa.models, lopa.problems).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from lopa.engine import Decoder
+from lopa.forward import Verified
+from lopa.problems import final_answer, phrasings, split
+from lopa.rules import summarize
+from lopa.settings import DecodeSettings, decoder_settings
+
+
+class OracleExecutor:
+    """Executor whose predictions are the exact distribution over `answers` (token lists, EOS-ended)."""
+
+    def __init__(self, answers: list[list[int]], vocab: int, spec, settings: DecodeSettings,
+                 attention: str = "block_causal"):
+        self.answers, self.vocab, self.spec, self.settings, self.attention = answers, vocab, spec, settings, attention
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        pass
+
+    def commit(self, winner: int, n_positions: int) -> None:
+        pass
+
+    def distribution(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[n] generated tokens (mask id where masked) -> [n, V] probabilities of each position."""
+        n, N = tokens.numel(), self.settings.block_size
+        eos = self.spec.eos_token_ids[0]
+        cands = torch.tensor([(a + [eos] * n)[:n] for a in self.answers])          # [C, n], EOS after the end
+        filled = tokens != self.spec.mask_token_id                                  # [n]
+        block = torch.arange(n) // N                                                # [n]
+        probs = torch.zeros(n, self.vocab)
+        for g in range(n):
+            # the output at g - 1 predicts g and sees the blocks up to its own (none for g = 0: the prompt)
+            sees = block <= (block[g - 1] if g else -1) if self.attention == "block_causal" else torch.ones(n, dtype=torch.bool)
+            seen = filled & sees & (torch.arange(n) != g)
+            agree = (cands[:, seen] == tokens[seen]).all(1)                         # [C]
+            if agree.any():
+                probs[g] = torch.bincount(cands[agree, g], minlength=self.vocab).float() / int(agree.sum())
+            else:                                                                   # nothing right agrees: no preference
+                probs[g] = 1.0 / self.vocab
+        return probs
+
+    def verify(self, branches) -> Verified:
+        t0 = time.perf_counter()
+        lengths = [b.window().numel() for b in branches]
+        W = max(lengths)
+        logits = torch.full((len(branches), W, self.vocab), -30.0)                  # [B, W, V]
+        for j, b in enumerate(branches):
+            probs = self.distribution(b.tokens)[b.window_start:]                    # [w, V]
+            logits[j, : probs.shape[0]] = probs.clamp_min(1e-12).log()
+        s = self.settings
+        token, max_prob, conf = summarize(logits, s.confidence, s.temperature, None, self.spec.mask_token_id,
+                                          s.mask_argmax)
+        return Verified(token, max_prob, conf, lengths, time.perf_counter() - t0)
+
+
+def decode(loaded, problem: dict, settings: DecodeSettings, phrasing: str = "varied", attention: str = "block_causal"):
+    """One problem decoded with the oracle of the `phrasing` family in place of the model; its RunResult."""
+    tok = loaded.tokenizer
+    right = phrasings(problem["answer"]) if phrasing == "varied" else [problem["answer"]]
+    answers = [tok(" " + a, add_special_tokens=False)["input_ids"] + [loaded.spec.eos_token_ids[0]]
+               for a in right]   # " ": the answer's first token carries the space (model card)
+    oracle = OracleExecutor(answers, len(tok), loaded.spec, settings, attention)
+    return Decoder(None, loaded.spec, settings, tok, executor=oracle).run(problem["question"])
+
+
+def main(argv=None) -> int:
+    from lopa.models import load
+
+    ap = argparse.ArgumentParser(prog="python -m lopa.study.oracle", description=__doc__.splitlines()[0])
+    ap.add_argument("--phrasing", default="varied", choices=("plain", "varied"))
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--problem-seed", type=int, default=15, help="seed of the fresh held-out problems")
+    ap.add_argument("--ks", default="0,1,2,4,8,14", help="branch counts; 0 = D2F vanilla (TPF/D2F is over the first row)")
+    ap.add_argument("--attention", default="block_causal", choices=("block_causal", "full"))
+    args = ap.parse_args(argv)
+    loaded = load()                  # the tokenizer and spec of the bundled model; its weights are not used
+    base = DecodeSettings(max_new_tokens=128, attention=args.attention)
+    problems = split("heldout", args.n, seed=args.problem_seed, phrasing=args.phrasing)
+    print(f"oracle of the '{args.phrasing}' family ({args.attention}); {args.n} held-out problems, seed {args.problem_seed}; "
+          f"paper GSM8K settings (tau_conf {base.tau_conf}, tau_add {base.tau_add}, tau_act {base.tau_act}, block {base.block_size})")
+    print(f"{'decoder':>10} {'right':>6} {'TPF':>6} {'TPF/D2F':>8} {'forwards':>9} {'fill spread':>12} {'1st-round fill':>15}")
+    d2f_tpf = None
+    for k in (int(x) for x in args.ks.split(",")):
+        settings = decoder_settings("lopa", base, k=k) if k else decoder_settings("d2f", base)
+        runs = [decode(loaded, p, settings, args.phrasing, args.attention) for p in problems]
+        right = sum(final_answer(r.text) == final_answer(p["answer"]) for r, p in zip(runs, problems))
+        m = [r.metrics() for r in runs]
+        tpf = sum(x["tokens_useful"] for x in m) / sum(x["forwards"] for x in m)
+        d2f_tpf = d2f_tpf or tpf
+        print(f"{'d2f' if k == 0 else f'lopa-k{k}':>10} {right:>6} {tpf:6.2f} {tpf / d2f_tpf:7.2f}x "
+              f"{statistics.mean(x['forwards'] for x in m):9.2f} {statistics.mean(x['fill_spread'] for x in m):12.2f} "
+              f"{100 * statistics.mean(x['first_fill_share'] for x in m):14.0f}%", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
