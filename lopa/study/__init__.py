@@ -5,6 +5,9 @@ model the engine loads, and writes a table, an interactive plot, a PNG and a JSO
     python -m lopa.study calibration   does the branch score predict the next round; other scores (calibration.py)
     python -m lopa.study adaptive      an adaptive branch budget against fixed k (adaptive.py)
 
+Beside them, not in the app: `python -m lopa.study.oracle`, a perfect model of the synthetic family as
+an executor, for what the family itself leaves to the filling order (oracle.py).
+
 Shared pieces: common.py (problems, settings, files), stats.py (correlations, bootstrap, AFP, Kendall's
 tau, AUP), figures.py (plotly figures the app shows too, and the PNGs). docs/studies.md has the findings.
 
