@@ -120,14 +120,20 @@ def _apply(op: str, a: int, b: int) -> int:
             "div": a // b}[op]
 
 
+def line_choices(op: str, line: int) -> tuple[tuple[str, ...], tuple[str, str]]:
+    """(openers, wordings) that a "varied" answer line for `op` takes one of each from; line 0 is the
+    first. The first wording is the plain template's."""
+    return (OPENERS if line else OPENERS_FIRST), ((SELL if op == "sell" else TEMPLATES[op])[1], WORDINGS[op])
+
+
 def answer_line(op: str, fields: dict, line: int, phrasing: str, rng: random.Random) -> str:
     """The answer line for one operation: the template's wording, or under "varied" an opener and
     either wording, drawn from `rng`."""
-    plain = (SELL if op == "sell" else TEMPLATES[op])[1]
+    openers, wordings = line_choices(op, line)
     if phrasing == "plain":
-        return plain.format(**fields)
-    opener = rng.choice(OPENERS if line else OPENERS_FIRST)
-    return opener + rng.choice((plain, WORDINGS[op])).format(**fields)
+        return wordings[0].format(**fields)
+    opener = rng.choice(openers)
+    return opener + rng.choice(wordings).format(**fields)
 
 
 def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VALUE,
@@ -181,8 +187,8 @@ def phrasings(answer: str) -> list[str]:
         op = {"+": "add", "-": "sub", "/": "div"}.get(sym) or ("sell" if "dollars" in words else "mul")
         fields = dict(N=next(w for w in words if w in NAMES), o=next((w for w in words if w in OBJECTS), "dollars"),
                       a=a, b=b, c=c)
-        plain = (SELL if op == "sell" else TEMPLATES[op])[1]
-        choices.append([o + w.format(**fields) for o in (OPENERS if i else OPENERS_FIRST) for w in (plain, WORDINGS[op])])
+        openers, wordings = line_choices(op, i)
+        choices.append([o + w.format(**fields) for o in openers for w in wordings])
     return ["\n".join(combo + (lines[-1],)) for combo in itertools.product(*choices)]
 
 
