@@ -248,3 +248,10 @@ def test_init_starts_a_second_stage_from_an_exported_model(tmp_path):
     assert 0 < max(moved) < 0.05          # one optimizer step from the first stage's weights, not from scratch
     with pytest.raises(ValueError, match="does not fit"):
         T.load_weights(tmp_path / "stage1" / "model", T.build_model(dataclasses.replace(TINY, hidden=48), tok))
+    # a resumed second stage takes its weights from its checkpoint: the init folder may be gone by then
+    kw = dict(minutes=None, resume=True, export_dir=tmp_path / "stage2" / "model", ckpt_minutes=100, n_eval=0,
+              log=lambda *_: None, threads=1)
+    T.train(tmp_path / "stage2", varied, steps=3, seed=1, stop_after=2, **kw)
+    shutil.rmtree(tmp_path / "stage1" / "model")
+    resumed, _ = T.train(tmp_path / "stage2", varied, steps=3, seed=1, **kw)
+    assert torch.load(tmp_path / "stage2" / "checkpoint" / "state.pt", weights_only=False)["step"] == 3

@@ -306,9 +306,10 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
     rng, gen = random.Random(f"train-{seed}"), torch.Generator().manual_seed(seed)
     step, elapsed, history = 0, 0.0, []
     ckpt = out / "checkpoint"
-    if recipe.init:
+    resuming = resume and (ckpt / "state.pt").exists()
+    if recipe.init and not resuming:  # a resumed run's weights come from its checkpoint, not the init folder
         model.load_state_dict(load_weights(Path(recipe.init), model))
-    if resume and (ckpt / "state.pt").exists():
+    if resuming:
         state = torch.load(ckpt / "state.pt", weights_only=False)
         # A longer --minutes/--steps may extend a run; another recipe or seed would be another run.
         if state["recipe"] != asdict(recipe) or state.get("seed", seed) != seed:
