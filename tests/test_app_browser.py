@@ -261,6 +261,7 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
     p = _click_masked(page, "last")
     assert page.locator("#whatif-token label").count() == 5
     page.locator("#whatif-token label").nth(1).click()              # the model's second choice
+    page.wait_for_function("document.querySelectorAll('#whatif-token input')[1].checked")
     start = time.monotonic()
     page.click("#fill-first")
     early_s = _fork_shown(page, start, early + 1)
@@ -270,6 +271,8 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
     assert "rounds" in fork_label and "TPF" in fork_label and "answer" in fork_label
     page.locator("#compare-runs").scroll_into_view_if_needed()
     page.click("#compare-runs")
+    # the page is shared by this module's tests: wait for this comparison, not an earlier one's strip
+    page.wait_for_function(f"document.querySelector('#compare-status').innerText.includes('with run {original}.1')")
     page.wait_for_selector("#compare-diff .lopa-diff")
     assert page.locator("#compare-diff .lopa-diff-cell[data-differs='1']").count() >= 2    # both rows of each
     assert page.locator(f"#compare-diff .lopa-diff-cell[data-position='{p}'][data-differs='1']").count() == 2
