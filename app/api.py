@@ -27,7 +27,7 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
            tau_conf: float = 0.9, tau_add: float = 0.1, tau_act: float = 0.95, block_size: int = 32,
            max_new_tokens: int = 64, attention: str = "", confidence: str = "neg_entropy",
            temperature: float = 0.0, seed: int = 0, cache_schedule: str = "eager",
-           mask_argmax: str = "next_best") -> dict:
+           mask_argmax: str = "next_best", lookahead_min_prob: float = 0.0) -> dict:
     """Decode one prompt with LoPA (k lookahead branches; k = 0 is D2F vanilla).
 
     Returns {"answer": text, "model": name, "settings": {...}, "metrics": {...}, "trace": {...}}; the
@@ -42,7 +42,8 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
                              "(an API call never loads another model)")
         chosen = dict(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add, tau_act=tau_act,
                       block_size=block_size, max_new_tokens=max_new_tokens, confidence=confidence,
-                      temperature=temperature, seed=seed, cache_schedule=cache_schedule, mask_argmax=mask_argmax)
+                      temperature=temperature, seed=seed, cache_schedule=cache_schedule, mask_argmax=mask_argmax,
+                      lookahead_min_prob=lookahead_min_prob)
         if attention:
             chosen["attention"] = attention
         settings = settings_for_model(loaded.spec, **chosen)    # the one place unset settings are filled

@@ -50,6 +50,10 @@ def build_settings_panel() -> dict:
                                 info="confidence = the paper's; random = the control group; left_to_right = autoregressive")
             order_seed = gr.Number(value=0, precision=0, label="order seed (random)", scale=1, min_width=80,
                                    elem_id="order-seed")
+        lookahead_min_prob = gr.Slider(0.0, 0.95, value=0.0, step=0.05, elem_id="lookahead-min-prob",
+                                       label="lookahead floor: a branch may only fill a position whose max prob is at least",
+                                       info="0 = the paper's (any masked position). Ours: the branch score never checks "
+                                            "the lookahead token itself (docs/method.md, 'Lookahead floor')")
         tau_conf = gr.Slider(0.01, 1.0, value=d["tau_conf"], step=0.01, label="τ_conf: commit when max prob >",
                              elem_id="tau-conf")
         tau_add = gr.Slider(0.01, 1.0, value=d["tau_add"], step=0.01, label="τ_add: add a block at decoded fraction",
@@ -86,7 +90,8 @@ def build_settings_panel() -> dict:
     return {"share_link": share_link, "command": command, "preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
             "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
             "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
-            "workers": workers, "order": order, "order_seed": order_seed}
+            "workers": workers, "order": order, "order_seed": order_seed,
+            "lookahead_min_prob": lookahead_min_prob}
 
 
 def build_controls() -> dict:

@@ -32,7 +32,7 @@ SINGLE, BRANCH_PARALLEL = "single process", "branch-parallel"
 WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a model replica)
 # The order inputs follow the backend inputs (optional too: callers that leave them out get the
 # paper's confidence order).
-ORDER_NAMES = ("order", "order_seed")
+ORDER_NAMES = ("order", "order_seed", "lookahead_min_prob")
 # Forks resume from a copy of the prefix cache saved after every round, or replay the parent's
 # recorded decisions (same result, more forwards). Below MIN a replay costs less than a page
 # refresh (the bundled model: ~8 ms a forward) while the copies cost ~1 MB a run in every
@@ -80,9 +80,16 @@ def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
                          f"got {len(values)}")
     settings = settings_from_ui(*values[:n])
     if len(values) > n + nb:
-        order, seed = values[n + nb:]
-        settings = settings.replace(order=str(order or "confidence"), order_seed=_as_int("order seed", seed))
+        order, seed, floor = values[n + nb:]
+        settings = settings.replace(order=str(order or "confidence"), order_seed=_as_int("order seed", seed),
+                                    lookahead_min_prob=_as_float("lookahead floor", floor))
     return settings, backend_from_ui(*values[n:n + nb])
+
+
+def _as_float(name: str, value) -> float:
+    if value is None or value == "":
+        raise ValueError(f"{name} is empty: type a number")
+    return float(value)
 
 
 def _as_int(name: str, value) -> int:
@@ -167,7 +174,8 @@ class Session:
         job = {"model": model, "prompt": prompt, "settings": settings.to_dict(), "workers": backend.workers,
                "rounds": rounds, "keep_states": keep_states, "resume": None}
         self.key, self.source, self.backend = (prompt, settings, backend), "live", backend
-        note = f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
+        note = (f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
+                + (f", floor {settings.lookahead_min_prob:g}" if settings.lookahead_min_prob else ""))
         entry = self.runs.add(f"{note}, k = {settings.k}")
         self._new_entry(entry)
         self.live = LiveRun(job, names=entry.names)

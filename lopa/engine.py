@@ -168,6 +168,8 @@ class Decoder:
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
             free = anchor.window() == anchor.mask_id
             free[anchor_pos] = False     # a position the anchor committed the mask token to (mask_argmax "authors") too
+            if s.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
+                free &= view.max_prob >= s.lookahead_min_prob
             look_pos = order.lookahead(view, free)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)

@@ -78,6 +78,7 @@ class Settings(BaseModel):
     branch_score: Literal[BRANCH_SCORE_RULES] = "mean"
     cache_schedule: Literal[CACHE_SCHEDULES] = "eager"
     mask_argmax: Literal[MASK_ARGMAX] = "next_best"
+    lookahead_min_prob: Finite = 0.0
 
     @model_validator(mode="after")
     def _ranges(self):

@@ -55,6 +55,11 @@ class DecodeSettings:
     branch_score: how a branch is scored to pick the winner (LoPA step 5): "mean" (the paper's mean
         Conf over its masked positions), "loo", "min", "window", "segment" or "count"
         (lopa.rules.branch_scores; docs/studies.md says what each does on the bundled model).
+    lookahead_min_prob: a position is a lookahead candidate only if its max_prob is at least this;
+        0 (the paper's) makes every free masked position one. Ours, not the paper's: the branch score
+        checks what a lookahead token does to the other positions, never the token itself, so on the
+        bundled model the winning branch often speculates a name at max_prob ~0.15 (docs/method.md,
+        "Lookahead floor").
     """
 
     k: int = 0
@@ -73,6 +78,7 @@ class DecodeSettings:
     branch_score: str = "mean"
     cache_schedule: str = "eager"
     mask_argmax: str = "next_best"
+    lookahead_min_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or not (0 <= self.k <= MAX_LOOKAHEAD):
@@ -109,6 +115,9 @@ class DecodeSettings:
             raise ValueError(f"cache_schedule must be one of {CACHE_SCHEDULES}, got {self.cache_schedule!r}")
         if self.mask_argmax not in MASK_ARGMAX:
             raise ValueError(f"mask_argmax must be one of {MASK_ARGMAX}, got {self.mask_argmax!r}")
+        if not (0.0 <= self.lookahead_min_prob < 1.0):
+            raise ValueError(f"lookahead_min_prob must be in [0, 1) (0 = the paper's: no floor), "
+                             f"got {self.lookahead_min_prob!r}")
 
     @property
     def max_blocks(self) -> int:
@@ -239,6 +248,9 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
     g.add_argument("--branch-score", choices=BRANCH_SCORE_RULES,
                    help="how a branch is scored to pick the winner: mean (the paper's mean Conf of its masked "
                         "positions, default), loo, min, window, segment, count (docs/studies.md)")
+    g.add_argument("--lookahead-min-prob", type=float,
+                   help="only positions whose max prob is at least this are lookahead candidates (default 0: the "
+                        "paper's, every masked position; ours, docs/method.md 'Lookahead floor')")
 
 
 # The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
@@ -257,14 +269,16 @@ def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:
     return DecodeSettings(**fields)
 
 
+def flag_settings(args) -> dict:
+    """The DecodeSettings fields given as flags (add_settings_arguments), those left unset omitted."""
+    names = [f.name for f in dataclasses.fields(DecodeSettings)]
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
 def settings_from_args(args, spec=None) -> DecodeSettings:
     """Preset (or the settings of a trace given as --script), then explicit flags, over the model's
     own attention and block size; the decoder's overrides (e.g. k = 0 for d2f) come last."""
     fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
     fields.update(getattr(args, "script_settings", None) or {})
-    flags = {name: getattr(args, name) for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
-                                                     "commit", "confidence", "attention", "temperature", "seed",
-                                                     "order", "order_seed", "branch_score",
-                                                     "cache_schedule", "mask_argmax")}
-    fields.update({k: v for k, v in flags.items() if v is not None})
+    fields.update(flag_settings(args))
     return decoder_settings(args.decoder, settings_for_model(spec, **fields))

@@ -21,8 +21,8 @@ SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_
                 attention="block_causal", temperature=0.0, seed=0)
 
 
-def values(order="confidence", order_seed=0, **changes):
-    return [{**SETTINGS, **changes}[n] for n in SETTING_NAMES] + [SINGLE, 2, order, order_seed]
+def values(order="confidence", order_seed=0, lookahead_min_prob=0.0, **changes):
+    return [{**SETTINGS, **changes}[n] for n in SETTING_NAMES] + [SINGLE, 2, order, order_seed, lookahead_min_prob]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,6 +55,11 @@ def test_the_order_selector_reaches_the_engine():
     assert session.run.settings["order"] == "left_to_right" and last["status"].startswith("Done")
     with pytest.raises(ValueError, match="order must be one of"):
         parse_ui(*values("sideways"))
+    # the lookahead floor is an order input too: it reaches the engine and names the run
+    last = decoded(session, *values(lookahead_min_prob=0.5))
+    assert session.run.settings["lookahead_min_prob"] == 0.5 and "floor 0.5" in last["run_list"]["choices"][-1][0]
+    with pytest.raises(ValueError, match=r"lookahead_min_prob must be in \[0, 1\)"):
+        parse_ui(*values(lookahead_min_prob=1.0))
 
 
 def test_click_fill_first_fork_appears_in_the_run_list_and_compares():

@@ -9,16 +9,16 @@ from lopa.cli import build_parser
 from lopa.settings import settings_from_args
 
 PROMPT = "Tom has 23 apples & 7 pears. How many?"
-CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES], "confidence", 0]
+CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES], "confidence", 0, 0.0]
 
 
 def values(**changes):
-    fields = {**APP_DEFAULTS, "order": "confidence", "order_seed": 0, **changes}
+    fields = {**APP_DEFAULTS, "order": "confidence", "order_seed": 0, "lookahead_min_prob": 0.0, **changes}
     return [fields[n] for n in (*SETTING_NAMES, *ORDER_NAMES)]
 
 
 def test_a_link_restores_what_it_was_made_from():
-    chosen = values(k=7, tau_conf=0.8, order="random", order_seed=3, attention="full")
+    chosen = values(k=7, tau_conf=0.8, order="random", order_seed=3, attention="full", lookahead_min_prob=0.3)
     from urllib.parse import parse_qsl
     query = dict(parse_qsl(share_query(PROMPT, *chosen)[1:]))
     assert restore(query, list(CURRENT)) == [PROMPT, *chosen]
@@ -31,10 +31,10 @@ def test_bad_or_foreign_query_values_change_nothing():
 
 
 def test_the_command_line_parses_to_the_same_settings():
-    chosen = values(k=3, max_new_tokens=96, order="left_to_right", confidence="max_prob")
+    chosen = values(k=3, max_new_tokens=96, order="left_to_right", confidence="max_prob", lookahead_min_prob=0.25)
     argv = shlex.split(command_line(PROMPT, *chosen))[3:]             # drop "python -m lopa"
     args = build_parser().parse_args(argv)
     assert args.prompt == PROMPT
     settings = settings_from_args(args)
-    assert (settings.k, settings.max_new_tokens, settings.order, settings.confidence) == (3, 96, "left_to_right",
-                                                                                          "max_prob")
+    assert (settings.k, settings.max_new_tokens, settings.order, settings.confidence,
+            settings.lookahead_min_prob) == (3, 96, "left_to_right", "max_prob", 0.25)

@@ -125,6 +125,27 @@ def test_no_decoder_beats_the_pipeline_floor():
             assert r["forwards"] >= r["forwards_floor"] >= 2, (name, r)
 
 
+def test_row_names_and_settings_flags_reach_every_row():
+    import argparse
+
+    import pytest
+
+    from lopa.settings import DecodeSettings, add_settings_arguments, flag_settings
+
+    base = DecodeSettings()
+    assert bench.row_settings("lopa-k14-floor0.3", base).replace(lookahead_min_prob=0.0) == \
+        bench.row_settings("lopa-k14", base)
+    assert bench.row_settings("lopa-k4-random-floor0.5", base).lookahead_min_prob == 0.5
+    assert bench.row_settings("lopa-k4-random-floor0.5", base).order == "random"
+    with pytest.raises(ValueError, match="floor as a number"):
+        bench.row_settings("lopa-k4-floorhigh", base)
+    # every settings flag the bench accepts is passed on (it once dropped --order, --branch-score, ...)
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, choose_decoder=False)
+    args = parser.parse_args(["--branch-score", "loo", "--lookahead-min-prob", "0.3", "--cache-schedule", "authors"])
+    assert flag_settings(args) == {"branch_score": "loo", "lookahead_min_prob": 0.3, "cache_schedule": "authors"}
+
+
 def test_copied_names_needs_a_name_and_only_the_question_s():
     from lopa.problems import copied_names
 

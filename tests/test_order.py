@@ -71,6 +71,25 @@ def test_left_to_right_takes_the_lowest_masked_positions():
     assert [r.anchor_positions for r in res.records[1:]] == [[g] for g in range(8)]
 
 
+def test_the_lookahead_floor_keeps_barely_guessed_positions_out_of_every_order():
+    """RISING: position g has max prob 0.3 + 0.05 g, so 0.62 leaves only position 7 (0.65) a candidate."""
+    kw = dict(k=2, block_size=8, max_new_tokens=8, confidence="max_prob")
+    assert fake_run(RISING, lookahead_min_prob=0.62, **kw).records[1].lookahead_positions == [7]
+    assert fake_run(RISING, lookahead_min_prob=0.62, order="left_to_right", **kw).records[1].lookahead_positions == [7]
+    for seed in range(4):
+        look = fake_run(RISING, lookahead_min_prob=0.58, order="random", order_seed=seed, **kw).records[1]
+        assert sorted(look.lookahead_positions) == [6, 7]
+    # above every position: no branch to verify, so the round is vanilla D2F's (same commits)
+    none = fake_run(RISING, lookahead_min_prob=0.9, **kw)
+    vanilla = fake_run(RISING, **{**kw, "k": 0})
+    assert all(r.lookahead_positions == [] for r in none.records)
+    assert [r.filled() for r in none.records] == [r.filled() for r in vanilla.records]
+    # 0 is the paper's rule, the same decisions as before the setting existed
+    assert decisions(fake_run(RISING, lookahead_min_prob=0.0, **kw)) == decisions(fake_run(RISING, **kw))
+    with pytest.raises(ValueError, match=r"lookahead_min_prob must be in \[0, 1\)"):
+        DecodeSettings(lookahead_min_prob=1.0)
+
+
 def test_left_to_right_with_one_token_per_round_is_the_one_token_baseline():
     falling = {g: (4 + g, 0.8 - 0.05 * g) for g in range(8)}   # the leftmost is also the surest
     one_token = decoder_settings("one_token", DecodeSettings(block_size=4, max_new_tokens=8, confidence="max_prob"))

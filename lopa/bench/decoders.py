@@ -32,7 +32,7 @@ from lopa.blocks import min_forwards
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import copied_names, final_answer, read_jsonl
-from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings
+from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings, flag_settings
 from lopa.trace import authors_tpf
 
 DATA = {
@@ -48,10 +48,17 @@ DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-
 
 
 def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
-    """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>`."""
+    """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>` and/or
+    `-floor<p>` (a lookahead floor: `lopa-k14-floor0.3`)."""
     row, _, order = name.rpartition("-")
     if order in ORDERS:
         return row_settings(row, base).replace(order=order)
+    if row and order.startswith("floor"):
+        try:
+            floor = float(order.removeprefix("floor"))
+        except ValueError:
+            raise ValueError(f"row {name!r}: write the floor as a number, e.g. lopa-k14-floor0.3") from None
+        return row_settings(row, base).replace(lookahead_min_prob=floor)
     if name.startswith("lopa-k"):
         return decoder_settings("lopa", base, k=int(name.removeprefix("lopa-k")))
     return decoder_settings(name, base)
@@ -194,8 +201,7 @@ def main(argv=None) -> int:
             parser.error(f"no data at {path}")
         problems = read_jsonl(path)
     problems = problems[: min(20, args.n) if args.quick else args.n]
-    flags = {k: getattr(args, k) for k in ("tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens",
-                                           "confidence", "attention", "temperature", "seed") if getattr(args, k) is not None}
+    flags = flag_settings(args)      # every settings flag; each row sets its own decoder, k and commit rule
     base = DecodeSettings(**{"max_new_tokens": 128, "attention": loaded.spec.attention, **flags})
     template = GSM8K_TEMPLATE if args.data == "gsm8k" and loaded.spec.prompt_template == "{prompt}" else None
     prefix = few_shot_prefix(template or loaded.spec.prompt_template, args.shots) if task == "gsm8k" else ""

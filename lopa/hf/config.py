@@ -23,7 +23,7 @@ LOPA_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeSettings) if f.name
 class LopaGenerationConfig(GenerationConfig):
     """A GenerationConfig for LoPA decoding (lopa.hf.generation). Arguments: those of
     GenerationConfig, plus every DecodeSettings field (k, tau_conf, tau_add, tau_act, block_size,
-    commit, confidence, attention, order, order_seed, branch_score, seed); see
+    commit, confidence, attention, order, order_seed, branch_score, lookahead_min_prob, seed); see
     lopa.settings.DecodeSettings for what each means and its range.
 
         config = LopaGenerationConfig(k=8, max_new_tokens=64, order="confidence")

@@ -7,7 +7,7 @@ stop with an error: a diffusion LM decoded left to right returns garbage.
 
 The decoding itself is the `lopa` package (LoPA Explorer); this file only hands over to it.
 Arguments: transformers' generate() ones plus LoPA's settings (k, tau_conf, tau_add, tau_act,
-block_size, commit, confidence, attention, order, order_seed, branch_score, seed), by keyword or
+block_size, commit, confidence, attention, order, order_seed, branch_score, lookahead_min_prob, seed), by keyword or
 in a lopa.hf.LopaGenerationConfig. The prompt ids must already carry the model's prompt template
 (config.json: lopa.prompt_template).
 """
