@@ -49,9 +49,12 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # prompt's last position, which block-causal attention keeps blind to the answer, so that token
 # could never depend on what the decoder fills after it (a run with first-line openers wrote
 # "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
-PHRASINGS = ("plain", "varied")
+# "openers" (session 6) keeps every line's plain wording and only opens each later line with one of
+# eight openers: the line shifts as a whole, which leaves the model's plain lines as they were.
+PHRASINGS = ("plain", "varied", "openers")
 OPENERS_FIRST = ("",)
 OPENERS = ("", "Then ", "So ", "After that, ")
+OPENERS_WIDE = ("", "Then ", "So ", "After that, ", "Next, ", "Now ", "And ", "Later, ")
 WORDINGS = {
     "add": "{N} has <<{a}+{b}={c}>>{c} {o} now.",
     "get": "{N} has <<{a}+{b}={c}>>{c} {o} now.",
@@ -120,16 +123,19 @@ def _apply(op: str, a: int, b: int) -> int:
             "div": a // b}[op]
 
 
-def line_choices(op: str, line: int) -> tuple[tuple[str, ...], tuple[str, str]]:
-    """(openers, wordings) that a "varied" answer line for `op` takes one of each from; line 0 is the
-    first. The first wording is the plain template's."""
-    return (OPENERS if line else OPENERS_FIRST), ((SELL if op == "sell" else TEMPLATES[op])[1], WORDINGS[op])
+def line_choices(op: str, line: int, phrasing: str = "varied") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(openers, wordings) that a "varied" or "openers" answer line for `op` takes one of each from;
+    line 0 is the first. The first wording is the plain template's."""
+    plain = (SELL if op == "sell" else TEMPLATES[op])[1]
+    if phrasing == "openers":
+        return (OPENERS_WIDE if line else OPENERS_FIRST), (plain,)
+    return (OPENERS if line else OPENERS_FIRST), (plain, WORDINGS[op])
 
 
 def answer_line(op: str, fields: dict, line: int, phrasing: str, rng: random.Random) -> str:
     """The answer line for one operation: the template's wording, or under "varied" an opener and
-    either wording, drawn from `rng`."""
-    openers, wordings = line_choices(op, line)
+    either wording, under "openers" an opener and the template's wording, drawn from `rng`."""
+    openers, wordings = line_choices(op, line, phrasing)
     if phrasing == "plain":
         return wordings[0].format(**fields)
     opener = rng.choice(openers)
@@ -175,10 +181,10 @@ def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VA
     return {"question": question, "answer": "\n".join(answer + [f"#### {a}"])}
 
 
-def phrasings(answer: str) -> list[str]:
-    """Every answer that the "varied" phrasing can write for the problem whose answer (in either
-    phrasing) is `answer`, all equally likely: the answers an exact model of the family weighs
-    (lopa.study.oracle). Each line's person, object and numbers are read back from the line."""
+def phrasings(answer: str, phrasing: str = "varied") -> list[str]:
+    """Every answer that `phrasing` ("varied" or "openers") can write for the problem whose answer
+    (in any phrasing) is `answer`, all equally likely: the answers an exact model of the family
+    weighs (lopa.study.oracle). Each line's person, object and numbers are read back from the line."""
     lines = answer.splitlines()
     choices = []
     for i, line in enumerate(lines[:-1]):
@@ -187,7 +193,7 @@ def phrasings(answer: str) -> list[str]:
         op = {"+": "add", "-": "sub", "/": "div"}.get(sym) or ("sell" if "dollars" in words else "mul")
         fields = dict(N=next(w for w in words if w in NAMES), o=next((w for w in words if w in OBJECTS), "dollars"),
                       a=a, b=b, c=c)
-        openers, wordings = line_choices(op, i)
+        openers, wordings = line_choices(op, i, phrasing)
         choices.append([o + w.format(**fields) for o in openers for w in wordings])
     return ["\n".join(combo + (lines[-1],)) for combo in itertools.product(*choices)]
 

@@ -8,7 +8,9 @@
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
-(rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix), all at the paper's GSM8K settings unless overridden. Writes a summary
+(rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, and a `-floor<p>`
+lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
+settings flag applies to every row; each row sets its own decoder, k and commit rule). Writes a summary
 CSV, a per-problem CSV and a plot (accuracy vs TPF) to --out, and prints the table.
 
 GSM8K here is a QUICK MODE with our own prompt builder (the first N train rows as shots, the answer

@@ -29,7 +29,7 @@ import torch
 
 from lopa.engine import Decoder
 from lopa.forward import Verified
-from lopa.problems import final_answer, phrasings, split
+from lopa.problems import PHRASINGS, final_answer, phrasings, split
 from lopa.rules import summarize
 from lopa.settings import DecodeSettings, decoder_settings
 
@@ -83,7 +83,7 @@ class OracleExecutor:
 def decode(loaded, problem: dict, settings: DecodeSettings, phrasing: str = "varied", attention: str = "block_causal"):
     """One problem decoded with the oracle of the `phrasing` family in place of the model; its RunResult."""
     tok = loaded.tokenizer
-    right = phrasings(problem["answer"]) if phrasing == "varied" else [problem["answer"]]
+    right = [problem["answer"]] if phrasing == "plain" else phrasings(problem["answer"], phrasing)
     answers = [tok(" " + a, add_special_tokens=False)["input_ids"] + [loaded.spec.eos_token_ids[0]]
                for a in right]   # " ": the answer's first token carries the space (model card)
     oracle = OracleExecutor(answers, len(tok), loaded.spec, settings, attention)
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     from lopa.models import load
 
     ap = argparse.ArgumentParser(prog="python -m lopa.study.oracle", description=__doc__.splitlines()[0])
-    ap.add_argument("--phrasing", default="varied", choices=("plain", "varied"))
+    ap.add_argument("--phrasing", default="varied", choices=PHRASINGS)
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--problem-seed", type=int, default=15, help="seed of the fresh held-out problems")
     ap.add_argument("--ks", default="0,1,2,4,8,14", help="branch counts; 0 = D2F vanilla (TPF/D2F is over the first row)")
