@@ -91,6 +91,24 @@ def test_varied_phrasing_keeps_questions_numbers_and_names():
     assert sum(p["answer"] != v["answer"] for p, v in zip(plain, varied)) > 150
 
 
+def test_openers_phrasing_shifts_plain_lines_by_an_opener():
+    from lopa.problems import OPENERS_WIDE, phrasings
+
+    plain, opened = split("heldout", 200, seed=12), split("heldout", 200, seed=12, phrasing="openers")
+    assert [p["question"] for p in plain] == [p["question"] for p in opened]
+    seen = set()
+    for p, o in zip(plain, opened):
+        want, got = p["answer"].splitlines(), o["answer"].splitlines()
+        assert got[0] == want[0] and got[-1] == want[-1]                        # no first-line opener
+        for w, g in zip(want[1:-1], got[1:-1]):
+            assert g.endswith(w) and g[: len(g) - len(w)] in OPENERS_WIDE       # the plain line, opened
+            seen.add(g[: len(g) - len(w)])
+        every = phrasings(o["answer"], "openers")
+        assert o["answer"] in every and p["answer"] in every
+        assert len(every) == len(OPENERS_WIDE) ** (len(want) - 2)
+    assert seen == set(OPENERS_WIDE)
+
+
 def test_unknown_phrasing_is_refused():
     with pytest.raises(ValueError, match="phrasing"):
         make_problem(random.Random(0), 2, phrasing="poetic")
