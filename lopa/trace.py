@@ -81,6 +81,17 @@ def authors_tpf(appended: int, forwards: int, runs: int = 1) -> float:
     return appended / (forwards + runs) if forwards else 0.0
 
 
+def proposal_probs(records: list[RoundRecord], r: int) -> list[float | None]:
+    """For each lookahead position of round r: the max prob that round r - 1's winner predicted there,
+    the number the lookahead ranked and a lookahead floor compares (DecodeSettings.lookahead_min_prob).
+    The branch score never looks at it (docs/method.md, departure 8). None where unrecorded."""
+    if r < 1 or r >= len(records):
+        return []
+    prev = records[r - 1]
+    seen = dict(zip(prev.branch_positions[prev.winner], prev.branch_max_prob[prev.winner]))
+    return [seen.get(p) for p in records[r].lookahead_positions]
+
+
 def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
     """How uneven the token filling order was over the answer's first `useful` positions: the round
     each was filled in, its spread (population standard deviation, in rounds) and the share filled

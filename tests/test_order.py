@@ -9,6 +9,7 @@ from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, ModelSpec, RunResult, decoder_settings
 from lopa.engine import fork
+from lopa.trace import proposal_probs
 from lopa.order import (
     Forced,
     LeftToRightOrder,
@@ -74,7 +75,10 @@ def test_left_to_right_takes_the_lowest_masked_positions():
 def test_the_lookahead_floor_keeps_barely_guessed_positions_out_of_every_order():
     """RISING: position g has max prob 0.3 + 0.05 g, so 0.62 leaves only position 7 (0.65) a candidate."""
     kw = dict(k=2, block_size=8, max_new_tokens=8, confidence="max_prob")
-    assert fake_run(RISING, lookahead_min_prob=0.62, **kw).records[1].lookahead_positions == [7]
+    floored = fake_run(RISING, lookahead_min_prob=0.62, **kw)
+    assert floored.records[1].lookahead_positions == [7]
+    assert all(p >= 0.62 for r in range(1, len(floored.records)) for p in proposal_probs(floored.records, r))
+    assert proposal_probs(fake_run(RISING, **kw).records, 1) == pytest.approx([0.65, 0.60])
     assert fake_run(RISING, lookahead_min_prob=0.62, order="left_to_right", **kw).records[1].lookahead_positions == [7]
     for seed in range(4):
         look = fake_run(RISING, lookahead_min_prob=0.58, order="random", order_seed=seed, **kw).records[1]

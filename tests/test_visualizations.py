@@ -89,7 +89,10 @@ def test_canvas_escapes_token_strings_and_falls_back_to_ids(lopa):
 
 
 def test_branches_table_and_explanation_name_the_winner(lopa):
+    from lopa.trace import proposal_probs
+
     run, names = lopa
+    said = 0
     for r in rounds_with_forward(run):
         rec = run.records[r]
         html = branches_table(run, r, names)
@@ -97,6 +100,10 @@ def test_branches_table_and_explanation_name_the_winner(lopa):
         assert re.search(rf'lopa-winner" data-branch="{rec.winner}"', html)
         text = explain_round(run, r, names)
         assert (f"Winner: B{rec.winner}" if rec.winner else "Winner: the anchor") in text
+        if rec.winner:       # the winning token's own max prob, which the score never checks, is said
+            own = proposal_probs(run.records, r)[rec.winner - 1]
+            said += f"max prob {own:.2f} when it was proposed" in text
+    assert said >= 1
     assert "prompt forward" in explain_round(run, 0, names)
     if run.records[-1].kind == "final":
         assert "no forward" in branches_table(run, len(run.records) - 1, names)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from lopa.rules import score_split
+from lopa.trace import proposal_probs
 
 from .labels import token_label, token_repr
 from .markup import esc
@@ -146,10 +147,20 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         win = (f"**Winner: B{w}**, which adds <code>{esc(token_label(tok, names, mask_id))}</code> at position {pos}: mean Conf of its "
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
                f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
-               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}")
+               f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}"
+               f"{_own(proposal_probs(run.records, r)[w - 1], tau)}")
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")
+
+
+def _own(p: float | None, tau: float) -> str:
+    """The winning lookahead token's own max prob, which the score never checks."""
+    if p is None or p > tau:
+        return ""
+    return (f" The token itself had max prob {p:.2f} when it was proposed, below the τ_conf = {tau} a commit "
+            "needs: C(B) scores what it does to the other positions, never whether it is right (a lookahead "
+            "floor, in the settings, keeps such positions out).")
 
 
 def _why(parts: dict | None) -> str:
