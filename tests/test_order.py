@@ -9,7 +9,6 @@ from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, ModelSpec, RunResult, decoder_settings
 from lopa.engine import fork
-from lopa.trace import proposal_probs
 from lopa.order import (
     Forced,
     LeftToRightOrder,
@@ -20,6 +19,7 @@ from lopa.order import (
     script_from_trace,
     script_to_json,
 )
+from lopa.trace import proposal_probs
 
 PROMPT = torch.tensor([7, 8, 9])
 SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)
