@@ -1,6 +1,6 @@
 """Where a model's answers go wrong, line by line, on synthetic problems (the model card's table).
 
-    python scripts/error_breakdown.py --data runs/data/dev_2611.jsonl --n 300 [--model DIR] [--k 0]
+    python scripts/error_breakdown.py --data runs/data/dev_2611.jsonl --n 300 [--model DIR] [--k 0] [--floor 0]
 
 Decodes with the engine (D2F vanilla at k = 0, paper GSM8K settings) and checks each answer line
 `<<a op b = c>>c2` against the reference: the first operand (read from the question on line 1,
@@ -9,7 +9,9 @@ question), the operation, the arithmetic given the line's own operands, the copy
 `####` line, and the person and object named. Each wrong answer is charged to its first error.
 It also prints how uneven the confidence landscape is: rounds per answer, the share of answer
 tokens filled in the first round, and the spread (standard deviation) of the fill round over an
-answer's positions; a model sure of every token would fill everything in one or two rounds.
+answer's positions; a model sure of every token would fill everything in one or two rounds. And it
+says who wrote each wrong person or object token (the anchor or a lookahead token) and at what max
+prob it was committed: under LoPA those are where a lookahead floor (`--floor`) acts.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from lopa.models import load  # noqa: E402
 from lopa.problems import CALC_RE as CALC  # noqa: E402
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
-from lopa.trace import fill_landscape  # noqa: E402
+from lopa.trace import decided_max_prob, fill_landscape  # noqa: E402
 
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if b else None}
@@ -74,21 +76,35 @@ def line_errors(question: str, reference: str, text: str) -> tuple[list[str], li
     return errors, names
 
 
+def wrong_name_writers(run, question: str, tokenizer) -> list[tuple[bool, float | None]]:
+    """(written by a lookahead token?, the max prob it was committed at) for every person or object
+    token of the answer that is not in the question."""
+    asked, known = set(WORD_RE.findall(question)), set(NAMES) | set(OBJECTS)
+    writer = {}
+    for r, rec in enumerate(run.records):
+        probs = decided_max_prob(run.records, r)
+        for position, _, by_lookahead in rec.filled():
+            writer[position] = (by_lookahead, probs.get(position))
+    words = ((p, tokenizer.decode([t]).strip()) for p, t in enumerate(run.useful_tokens))
+    return [writer.get(p, (False, None)) for p, w in words if w in known and w not in asked]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=0, help="lookahead branches (0 = D2F vanilla)")
+    ap.add_argument("--floor", type=float, default=0.0, help="lookahead floor (DecodeSettings.lookahead_min_prob)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = load(args.model)
-    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention)
+    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention, lookahead_min_prob=args.floor)
     settings = decoder_settings("lopa", base, k=args.k) if args.k else decoder_settings("d2f", base)
     first, every, by_steps, verdicts = collections.Counter(), collections.Counter(), collections.Counter(), []
     problems = read_jsonl(args.data)[: args.n]
-    rounds, first_round, spread = [], [], []
+    rounds, first_round, spread, wrong_names = [], [], [], []
     for p in problems:
         run = loaded.decoder(settings).run(p["question"])
         text = run.text
@@ -101,6 +117,7 @@ def main(argv=None) -> int:
         by_steps[(steps, right)] += 1
         errors, names = line_errors(p["question"], p["answer"], text)
         verdicts += names
+        wrong_names += wrong_name_writers(run, p["question"], loaded.tokenizer)
         every.update(set(errors))
         if not right:
             first[errors[0] if errors else "other"] += 1
@@ -113,6 +130,10 @@ def main(argv=None) -> int:
     print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
           f"object: {count['ok']}/{len(verdicts)} ({100 * count['ok'] / lines:.1f}%); wrong person only "
           f"{count['person']}, wrong object only {count['object']}, both wrong {count['both']}")
+    for by_lookahead, who in ((False, "the anchor"), (True, "a lookahead token")):
+        probs = [q for la, q in wrong_names if la == by_lookahead and q is not None]
+        print(f"  wrong person/object tokens written by {who}: {sum(la == by_lookahead for la, _ in wrong_names)}"
+              + (f", committed at a mean max prob of {statistics.mean(probs):.3f}" if probs else ""))
     print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "
           f"{100 * statistics.mean(first_round):.0f}% of answer tokens filled in the first round, "
           f"fill-round spread over positions {statistics.mean(spread):.2f} rounds")

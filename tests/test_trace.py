@@ -131,3 +131,30 @@ def test_cost_metrics_time_to_first_token_and_work_per_forward():
     assert m["ms_per_forward"] == 1e3 * (0.25 + 0.125) / 2   # two forwards; the final round has none
     assert m["verified_per_forward"] == (8 + 24) / 2
     assert metrics(None)["ttft_s"] == 0.0
+
+
+def test_what_each_round_decided_on_from_hand_made_rounds():
+    """Round 1 decides on round 0's winner predictions: the anchor commits position 0 (0.95), the
+    winning branch B2 adds position 3, proposed at 0.2; a lookahead floor compares that 0.2."""
+    from lopa.trace import RoundRecord, decided_max_prob, fill_landscape, proposal_probs
+
+    blank = dict(kind="round", window_start=0, anchor_tokens=[], lookahead_tokens=[], branch_tokens=[[]],
+                 branch_conf=[[]], branch_argmax=[[]], branch_rank=[0], block_states=["active_full"], committed=0,
+                 n_cached_blocks=0, forward_seconds=0.0, round_seconds=0.0)
+    prefill = RoundRecord(round=0, **{**blank, "kind": "prefill"}, anchor_positions=[], lookahead_positions=[],
+                          branch_positions=[[0, 1, 2, 3]], branch_max_prob=[[0.95, 0.5, 0.4, 0.2]], branch_scores=[0.0],
+                          winner=0)
+    first = RoundRecord(round=1, **{**blank, "anchor_tokens": [7], "lookahead_tokens": [8, 9]}, anchor_positions=[0],
+                        lookahead_positions=[1, 3], branch_positions=[[1, 2, 3], [2, 3], [1, 2]],
+                        branch_max_prob=[[0.6, 0.5, 0.3], [0.97, 0.3], [0.96, 0.92]], branch_scores=[0.0, 0.1, 0.2],
+                        winner=2)
+    second = RoundRecord(round=2, **{**blank, "anchor_tokens": [5, 6]}, anchor_positions=[1, 2], lookahead_positions=[],
+                         branch_positions=[[]], branch_max_prob=[[]], branch_scores=[float("inf")], winner=0)
+    records = [prefill, first, second]
+    assert decided_max_prob(records, 0) == {}
+    assert decided_max_prob(records, 1) == {0: 0.95, 1: 0.5, 2: 0.4, 3: 0.2}
+    assert decided_max_prob(records, 2) == {1: 0.96, 2: 0.92}          # the winner's (B2's), not the anchor's
+    assert proposal_probs(records, 1) == [0.5, 0.2] and proposal_probs(records, 2) == []
+    assert first.filled() == [(0, 7, False), (3, 9, True)]
+    landscape = fill_landscape(records, useful=4)                     # rounds 1, 2, 2, 1
+    assert landscape == {"fill_spread": 0.5, "first_fill_share": 0.5}
