@@ -56,13 +56,19 @@ def test_bad_input_is_one_line_and_exit_2(case, a_file, tmp_path):
 
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # One block of 448 positions filled one token per forward: hundreds of forwards, so the decode is
+    # still running when Ctrl-C comes (a 32-token block ended at its EOS before it on an idle machine).
     proc = subprocess.Popen([sys.executable, "-m", "lopa", "generate", "--prompt", PROMPT, "--decoder", "one_token",
-                             "--executor", "uncached", "--max-new-tokens", "448", "--block-size", "32"],
+                             "--executor", "uncached", "--max-new-tokens", "448", "--block-size", "448"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
-    time.sleep(3)
+    err, deadline = b"", time.monotonic() + 60
+    while b"Loading weights: 100%" not in err and time.monotonic() < deadline and proc.poll() is None:
+        err += os.read(proc.stderr.fileno(), 4096)          # until the model is loaded and decoding starts
+    time.sleep(1)
     assert proc.poll() is None, "the decode finished before Ctrl-C could interrupt it"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, rest = proc.communicate(timeout=60)
+    err += rest
     assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err[-2000:]
 
 
