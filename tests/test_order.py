@@ -87,6 +87,8 @@ def test_the_lookahead_floor_keeps_barely_guessed_positions_out_of_every_order()
     none = fake_run(RISING, lookahead_min_prob=0.9, **kw)
     vanilla = fake_run(RISING, **{**kw, "k": 0})
     assert all(r.lookahead_positions == [] for r in none.records)
+    from visualizations import explain_round
+    assert "lookahead floor 0.9" in explain_round(none, 1, None)          # the page says why there was none
     assert [r.filled() for r in none.records] == [r.filled() for r in vanilla.records]
     # 0 is the paper's rule, the same decisions as before the setting existed
     assert decisions(fake_run(RISING, lookahead_min_prob=0.0, **kw)) == decisions(fake_run(RISING, **kw))

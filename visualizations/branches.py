@@ -129,9 +129,11 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
               if n_anchor else "no position qualified and no block was fully activated, so it commits nothing")
     k = len(rec.lookahead_positions)
     if k == 0:
+        floor = float(s.get("lookahead_min_prob") or 0)
         look = ("k = 0 (vanilla D2F): no lookahead branches, only the anchor was verified."
-                if int(s["k"]) == 0 else "no lookahead branch this round (no masked position was left, or the "
-                "adaptive branch budget chose none).")
+                if int(s["k"]) == 0 else "no lookahead branch this round (no masked position was left"
+                + (f", none had max prob ≥ the lookahead floor {floor:g}" if floor else "")
+                + ", or the adaptive branch budget chose none).")
     else:
         look = (f"the {k} most confident remaining positions ({', '.join(map(str, rec.lookahead_positions[:8]))}"
                 f"{'…' if k > 8 else ''}) each made one branch: the anchor plus that single extra token. All {k + 1} "
