@@ -60,7 +60,10 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path):
     # still running when Ctrl-C comes (a 32-token block ended at its EOS before it on an idle machine).
     proc = subprocess.Popen([sys.executable, "-m", "lopa", "generate", "--prompt", PROMPT, "--decoder", "one_token",
                              "--executor", "uncached", "--max-new-tokens", "448", "--block-size", "448"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+                            # a suite started in the background (`.ci/run &`) inherits SIGINT ignored, and
+                            # Python then never raises KeyboardInterrupt: give the child the default back
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err, deadline = b"", time.monotonic() + 60
     while b"Loading weights: 100%" not in err and time.monotonic() < deadline and proc.poll() is None:
         err += os.read(proc.stderr.fileno(), 4096)          # until the model is loaded and decoding starts
