@@ -53,7 +53,7 @@ def build_settings_panel() -> dict:
         lookahead_min_prob = gr.Slider(0.0, 0.95, value=0.0, step=0.05, elem_id="lookahead-min-prob",
                                        label="lookahead floor: a branch may only fill a position whose max prob is at least",
                                        info="0 = the paper's (any masked position). Ours: the branch score never checks "
-                                            "the lookahead token itself (docs/method.md, 'Lookahead floor')")
+                                            "the lookahead token itself (docs/method.md, departure 8)")
         tau_conf = gr.Slider(0.01, 1.0, value=d["tau_conf"], step=0.01, label="τ_conf: commit when max prob >",
                              elem_id="tau-conf")
         tau_add = gr.Slider(0.01, 1.0, value=d["tau_add"], step=0.01, label="τ_add: add a block at decoded fraction",

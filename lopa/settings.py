@@ -59,7 +59,7 @@ class DecodeSettings:
         0 (the paper's) makes every free masked position one. Ours, not the paper's: the branch score
         checks what a lookahead token does to the other positions, never the token itself, so on the
         bundled model the winning branch often speculates a name at max_prob ~0.15 (docs/method.md,
-        "Lookahead floor").
+        departure 8).
     """
 
     k: int = 0
@@ -250,7 +250,7 @@ def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
                         "positions, default), loo, min, window, segment, count (docs/studies.md)")
     g.add_argument("--lookahead-min-prob", type=float,
                    help="only positions whose max prob is at least this are lookahead candidates (default 0: the "
-                        "paper's, every masked position; ours, docs/method.md 'Lookahead floor')")
+                        "paper's, every masked position; ours, docs/method.md departure 8)")
 
 
 # The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
