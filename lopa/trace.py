@@ -81,25 +81,6 @@ def authors_tpf(appended: int, forwards: int, runs: int = 1) -> float:
     return appended / (forwards + runs) if forwards else 0.0
 
 
-def decided_max_prob(records: list[RoundRecord], r: int) -> dict[int, float]:
-    """{position: max prob} that round r - 1's winner predicted at its still-masked positions: the
-    numbers round r's anchor and lookahead decided on (empty for the prefill)."""
-    if r < 1 or r > len(records):
-        return {}
-    prev = records[r - 1]
-    return dict(zip(prev.branch_positions[prev.winner], prev.branch_max_prob[prev.winner]))
-
-
-def proposal_probs(records: list[RoundRecord], r: int) -> list[float | None]:
-    """For each lookahead position of round r: the max prob that round r - 1's winner predicted there,
-    the number the lookahead ranked and a lookahead floor compares (DecodeSettings.lookahead_min_prob).
-    The branch score never looks at it (docs/method.md, departure 8). None where unrecorded."""
-    if r < 1 or r >= len(records):
-        return []
-    seen = decided_max_prob(records, r)
-    return [seen.get(p) for p in records[r].lookahead_positions]
-
-
 def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
     """How uneven the token filling order was over the answer's first `useful` positions: the round
     each was filled in, its spread (population standard deviation, in rounds) and the share filled

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +31,8 @@ from lopa.models import load  # noqa: E402
 from lopa.problems import CALC_RE as CALC  # noqa: E402
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
-from lopa.trace import decided_max_prob, fill_landscape  # noqa: E402
+from lopa.trace import fill_landscape  # noqa: E402
+from visualizations.timeline import LOOKAHEAD, fills  # noqa: E402
 
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if b else None}
@@ -80,13 +82,10 @@ def wrong_name_writers(run, question: str, tokenizer) -> list[tuple[bool, float 
     """(written by a lookahead token?, the max prob it was committed at) for every person or object
     token of the answer that is not in the question."""
     asked, known = set(WORD_RE.findall(question)), set(NAMES) | set(OBJECTS)
-    writer = {}
-    for r, rec in enumerate(run.records):
-        probs = decided_max_prob(run.records, r)
-        for position, _, by_lookahead in rec.filled():
-            writer[position] = (by_lookahead, probs.get(position))
+    filled = fills(run.records)
     words = ((p, tokenizer.decode([t]).strip()) for p, t in enumerate(run.useful_tokens))
-    return [writer.get(p, (False, None)) for p, w in words if w in known and w not in asked]
+    return [(filled[p].how == LOOKAHEAD, filled[p].max_prob) if p in filled else (False, None)
+            for p, w in words if w in known and w not in asked]
 
 
 def main(argv=None) -> int:
@@ -131,7 +130,7 @@ def main(argv=None) -> int:
           f"object: {count['ok']}/{len(verdicts)} ({100 * count['ok'] / lines:.1f}%); wrong person only "
           f"{count['person']}, wrong object only {count['object']}, both wrong {count['both']}")
     for by_lookahead, who in ((False, "the anchor"), (True, "a lookahead token")):
-        probs = [q for la, q in wrong_names if la == by_lookahead and q is not None]
+        probs = [q for la, q in wrong_names if la == by_lookahead and q is not None and not math.isnan(q)]
         print(f"  wrong person/object tokens written by {who}: {sum(la == by_lookahead for la, _ in wrong_names)}"
               + (f", committed at a mean max prob of {statistics.mean(probs):.3f}" if probs else ""))
     print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "

@@ -19,7 +19,6 @@ from lopa.order import (
     script_from_trace,
     script_to_json,
 )
-from lopa.trace import proposal_probs
 
 PROMPT = torch.tensor([7, 8, 9])
 SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)
@@ -77,8 +76,12 @@ def test_the_lookahead_floor_keeps_barely_guessed_positions_out_of_every_order()
     kw = dict(k=2, block_size=8, max_new_tokens=8, confidence="max_prob")
     floored = fake_run(RISING, lookahead_min_prob=0.62, **kw)
     assert floored.records[1].lookahead_positions == [7]
-    assert all(p >= 0.62 for r in range(1, len(floored.records)) for p in proposal_probs(floored.records, r))
-    assert proposal_probs(fake_run(RISING, **kw).records, 1) == pytest.approx([0.65, 0.60])
+    from visualizations.timeline import predictions
+    proposed = [predictions(floored.records[r - 1])[p].max_prob
+                for r in range(1, len(floored.records)) for p in floored.records[r].lookahead_positions]
+    assert proposed and min(proposed) >= 0.62
+    before = predictions(fake_run(RISING, **kw).records[0])
+    assert [before[p].max_prob for p in (7, 6)] == pytest.approx([0.65, 0.60])
     assert fake_run(RISING, lookahead_min_prob=0.62, order="left_to_right", **kw).records[1].lookahead_positions == [7]
     for seed in range(4):
         look = fake_run(RISING, lookahead_min_prob=0.58, order="random", order_seed=seed, **kw).records[1]

@@ -135,26 +135,24 @@ def test_cost_metrics_time_to_first_token_and_work_per_forward():
 
 def test_what_each_round_decided_on_from_hand_made_rounds():
     """Round 1 decides on round 0's winner predictions: the anchor commits position 0 (0.95), the
-    winning branch B2 adds position 3, proposed at 0.2; a lookahead floor compares that 0.2."""
-    from lopa.trace import RoundRecord, decided_max_prob, fill_landscape, proposal_probs
+    winning branch B2 adds position 3, proposed at 0.2; round 2 decides on B2's predictions."""
+    from lopa.trace import RoundRecord, fill_landscape
+    from visualizations.timeline import ANCHOR, LOOKAHEAD, fills
 
-    blank = dict(kind="round", window_start=0, anchor_tokens=[], lookahead_tokens=[], branch_tokens=[[]],
-                 branch_conf=[[]], branch_argmax=[[]], branch_rank=[0], block_states=["active_full"], committed=0,
-                 n_cached_blocks=0, forward_seconds=0.0, round_seconds=0.0)
-    prefill = RoundRecord(round=0, **{**blank, "kind": "prefill"}, anchor_positions=[], lookahead_positions=[],
-                          branch_positions=[[0, 1, 2, 3]], branch_max_prob=[[0.95, 0.5, 0.4, 0.2]], branch_scores=[0.0],
-                          winner=0)
-    first = RoundRecord(round=1, **{**blank, "anchor_tokens": [7], "lookahead_tokens": [8, 9]}, anchor_positions=[0],
-                        lookahead_positions=[1, 3], branch_positions=[[1, 2, 3], [2, 3], [1, 2]],
-                        branch_max_prob=[[0.6, 0.5, 0.3], [0.97, 0.3], [0.96, 0.92]], branch_scores=[0.0, 0.1, 0.2],
-                        winner=2)
-    second = RoundRecord(round=2, **{**blank, "anchor_tokens": [5, 6]}, anchor_positions=[1, 2], lookahead_positions=[],
-                         branch_positions=[[]], branch_max_prob=[[]], branch_scores=[float("inf")], winner=0)
-    records = [prefill, first, second]
-    assert decided_max_prob(records, 0) == {}
-    assert decided_max_prob(records, 1) == {0: 0.95, 1: 0.5, 2: 0.4, 3: 0.2}
-    assert decided_max_prob(records, 2) == {1: 0.96, 2: 0.92}          # the winner's (B2's), not the anchor's
-    assert proposal_probs(records, 1) == [0.5, 0.2] and proposal_probs(records, 2) == []
-    assert first.filled() == [(0, 7, False), (3, 9, True)]
-    landscape = fill_landscape(records, useful=4)                     # rounds 1, 2, 2, 1
-    assert landscape == {"fill_spread": 0.5, "first_fill_share": 0.5}
+    def rec(r, kind, positions, max_prob, winner=0, **kw):
+        return RoundRecord(round=r, kind=kind, window_start=0, branch_tokens=[[]] * len(positions),
+                           branch_positions=positions, branch_max_prob=max_prob, branch_conf=max_prob,
+                           branch_argmax=[[9] * len(b) for b in positions], branch_scores=[0.0] * len(positions),
+                           branch_rank=[0] * len(positions), winner=winner, block_states=["active_full"], committed=0,
+                           n_cached_blocks=0, forward_seconds=0.0, round_seconds=0.0,
+                           **{"anchor_positions": [], "anchor_tokens": [], "lookahead_positions": [],
+                              "lookahead_tokens": [], **kw})
+    records = [rec(0, "prefill", [[0, 1, 2, 3]], [[0.95, 0.5, 0.4, 0.2]]),
+               rec(1, "round", [[1, 2, 3], [2, 3], [1, 2]], [[0.6, 0.5, 0.3], [0.97, 0.3], [0.96, 0.92]], winner=2,
+                   anchor_positions=[0], anchor_tokens=[7], lookahead_positions=[1, 3], lookahead_tokens=[8, 9]),
+               rec(2, "round", [[]], [[]], anchor_positions=[1, 2], anchor_tokens=[5, 6])]
+    assert records[1].filled() == [(0, 7, False), (3, 9, True)]
+    got = {p: (f.round, f.token, f.how, f.max_prob) for p, f in fills(records).items()}
+    assert got == {0: (1, 7, ANCHOR, 0.95), 3: (1, 9, LOOKAHEAD, 0.2),        # round 0's predictions
+                   1: (2, 5, ANCHOR, 0.96), 2: (2, 6, ANCHOR, 0.92)}          # the winner's (B2's), not the anchor's
+    assert fill_landscape(records, useful=4) == {"fill_spread": 0.5, "first_fill_share": 0.5}   # rounds 1, 2, 2, 1

@@ -89,7 +89,7 @@ def test_canvas_escapes_token_strings_and_falls_back_to_ids(lopa):
 
 
 def test_branches_table_and_explanation_name_the_winner(lopa):
-    from lopa.trace import proposal_probs
+    from visualizations.timeline import predictions
 
     run, names = lopa
     said = 0
@@ -101,7 +101,7 @@ def test_branches_table_and_explanation_name_the_winner(lopa):
         text = explain_round(run, r, names)
         assert (f"Winner: B{rec.winner}" if rec.winner else "Winner: the anchor") in text
         if rec.winner:       # the winning token's own max prob, which the score never checks, is said
-            own = proposal_probs(run.records, r)[rec.winner - 1]
+            own = predictions(run.records[r - 1])[rec.lookahead_positions[rec.winner - 1]].max_prob
             said += f"max prob {own:.2f} when it was proposed" in text
     assert said >= 1
     assert "prompt forward" in explain_round(run, 0, names)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 from lopa.rules import score_split
-from lopa.trace import proposal_probs
 
 from .labels import token_label, token_repr
 from .markup import esc
@@ -28,8 +27,13 @@ def _ready(record, j: int, tau: float) -> int:
     return sum(p > tau for p in record.branch_max_prob[j])
 
 
+def _proposed(run, r: int, pos: int):
+    """What round r - 1's winner predicted at `pos`: what round r's lookahead ranked it by (None if unknown)."""
+    return predictions(run.records[r - 1]).get(pos) if r > 0 else None
+
+
 def _lookahead_conf(run, r: int, pos: int) -> float:
-    before = predictions(run.records[r - 1]).get(pos) if r > 0 else None
+    before = _proposed(run, r, pos)
     return before.conf if before else float("nan")
 
 
@@ -150,17 +154,17 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}{gain}, the highest of "
                f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
                f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}"
-               f"{_own(proposal_probs(run.records, r)[w - 1], tau)}")
+               f"{_own(_proposed(run, r, pos), tau)}")
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")
 
 
-def _own(p: float | None, tau: float) -> str:
-    """The winning lookahead token's own max prob, which the score never checks."""
-    if p is None or p > tau:
+def _own(proposed, tau: float) -> str:
+    """The winning lookahead token's own max prob when proposed, which the score never checks."""
+    if proposed is None or proposed.max_prob > tau:
         return ""
-    return (f" The token itself had max prob {p:.2f} when it was proposed, below the τ_conf = {tau} a commit "
+    return (f" The token itself had max prob {proposed.max_prob:.2f} when it was proposed, below the τ_conf = {tau} a commit "
             "needs: C(B) scores what it does to the other positions, never whether it is right (a lookahead "
             "floor, in the settings, keeps such positions out).")
 
