@@ -13,6 +13,7 @@ annotation `<<a+b=c>>c`, then a final `#### c` line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -51,7 +52,27 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
 # "openers" (session 6) keeps every line's plain wording and only opens each later line with one of
 # eight openers: the line shifts as a whole, which leaves the model's plain lines as they were.
-PHRASINGS = ("plain", "varied", "openers")
+# "adverbs" is the regime model's family (assets/models/regime-gsm-dllm): every line keeps its plain
+# verb, and after the name comes " now" (one line in four) or nothing ("Tom has ...", "Tom now has
+# ..."). That one token moves the rest of its line, and every later line, by 0 or 1 position, so until
+# it is committed nothing after it is sure: one committed token decides many others, the regime where
+# the filling order sets the speed (LoPA, Sec. 1). The choice is one token, so a parallel fill cannot
+# splice the pieces of two choices, and it sits after the name, so the first line has it too (the name
+# is what the prompt predicts). "Nothing" is the likelier reading (3/4) on purpose: D2F commits one
+# fallback token per block in the same round, and where a line's choice straddles a block boundary,
+# two blocks that favour different readings write "Tom has has"; with one reading above 1/2 at every
+# position, every block favours the same one (the exact model of the family, lopa.study.oracle,
+# wrote 4 such lines in 60 answers with four equally likely adverbs and none with this weighting).
+PHRASINGS = ("plain", "varied", "openers", "adverbs")
+ADVERBS = ("", "", "", " now")   # drawn uniformly, so "" has probability 3/4
+ADVERB_LINES = {
+    "add": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
+    "get": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
+    "sub": "{N}{v} has <<{a}-{b}={c}>>{c} {o} left.",
+    "mul": "{N}{v} ends up with <<{a}*{b}={c}>>{c} {o}.",
+    "div": "{N}{v} keeps <<{a}/{b}={c}>>{c} {o}.",
+    "sell": "{N}{v} earns <<{a}*{b}={c}>>{c} dollars.",
+}
 OPENERS_FIRST = ("",)
 OPENERS = ("", "Then ", "So ", "After that, ")
 OPENERS_WIDE = ("", "Then ", "So ", "After that, ", "Next, ", "Now ", "And ", "Later, ")
@@ -124,9 +145,11 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def line_choices(op: str, line: int, phrasing: str = "varied") -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(openers, wordings) that a "varied" or "openers" answer line for `op` takes one of each from;
+    """(openers, wordings) that a "varied", "openers" or "adverbs" answer line for `op` takes one of each from;
     line 0 is the first. The first wording is the plain template's."""
     plain = (SELL if op == "sell" else TEMPLATES[op])[1]
+    if phrasing == "adverbs":
+        return ("",), tuple(ADVERB_LINES[op].replace("{v}", v) for v in ADVERBS)
     if phrasing == "openers":
         return (OPENERS_WIDE if line else OPENERS_FIRST), (plain,)
     return (OPENERS if line else OPENERS_FIRST), (plain, WORDINGS[op])
@@ -198,6 +221,46 @@ def phrasings(answer: str, phrasing: str = "varied") -> list[str]:
     return ["\n".join(combo + (lines[-1],)) for combo in itertools.product(*choices)]
 
 
+# ---------------------------------------------------------------- the family's grammar
+
+_FIELDS = {"N": "(?:" + "|".join(NAMES) + ")", "o": "(?:" + "|".join(OBJECTS) + ")",
+           "a": r"\d+", "b": r"\d+", "c": r"\d+"}
+FINAL_LINE = re.compile(r"#### \d+")
+
+
+def _template_pattern(template: str) -> str:
+    """A template's text escaped, its {N} {o} {a} {b} {c} fields as the words and numbers they stand for."""
+    return "".join(_FIELDS[piece[1]] if re.fullmatch(r"\{\w\}", piece) else re.escape(piece)
+                   for piece in re.split(r"(\{\w\})", template))
+
+
+@functools.cache
+def line_grammar(phrasing: str, first: bool) -> re.Pattern:
+    """Every reasoning line the `phrasing` family can write as the first (or a later) line of an answer,
+    as one pattern: each operation's openers and wordings with any name, object and numbers."""
+    if phrasing not in PHRASINGS:
+        raise ValueError(f"phrasing must be one of {PHRASINGS}, got {phrasing!r}")
+    alternatives = []
+    for op in (*TEMPLATES, "sell"):
+        if phrasing == "plain":
+            openers, wordings = ("",), ((SELL if op == "sell" else TEMPLATES[op])[1],)
+        else:
+            openers, wordings = line_choices(op, 0 if first else 1, phrasing)
+        alternatives += [re.escape(o) + _template_pattern(w) for o in openers for w in wordings]
+    return re.compile("|".join(dict.fromkeys(alternatives)))
+
+
+def grammatical_lines(text: str, phrasing: str) -> tuple[int, int]:
+    """(well-formed, all) lines of a generated answer: a line is well-formed when the family could
+    have written it there, a reasoning line (line_grammar) or, last, the `#### N` line. A parallel
+    fill that splices two readings of a line ("Tom has has <<...") fails it, whatever its numbers."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    ok = sum(bool(line_grammar(phrasing, i == 0).fullmatch(line)
+                  or (i == len(lines) - 1 and FINAL_LINE.fullmatch(line)))
+             for i, line in enumerate(lines))
+    return ok, len(lines)
+
+
 def is_heldout(question: str) -> bool:
     """Split membership by a hash of the question text, so the splits can never share one."""
     digest = hashlib.sha256(question.encode()).digest()
@@ -224,6 +287,19 @@ def split(name: str, n: int, seed: int = 0, max_steps: int = 3, max_value: int =
         seen.add(p["question"])
         out.append(p)
     return out
+
+
+FAMILY = "synthetic-gsm"   # the name config.lopa.problems gives this module's problems
+
+
+def family_problems(family: dict, n: int, seed: int) -> list[dict]:
+    """`n` fresh held-out problems of the family a model's config names (config.lopa.problems, written by
+    lopa.train), reference answers in its phrasing: how anyone checks a bundled model on problems
+    nobody has seen (`python -m lopa.bench --problem-seed S`)."""
+    if family.get("name") != FAMILY:
+        raise ValueError(f"unknown problem family {family.get('name')!r}; this module writes {FAMILY!r}")
+    return split("heldout", n, seed, family.get("max_steps", 3), family.get("max_value", DEFAULT_MAX_VALUE),
+                 family.get("phrasing", "plain"))
 
 
 def write_jsonl(path: str | Path, problems: list[dict]) -> None:

@@ -154,3 +154,31 @@ def test_copied_names_needs_a_name_and_only_the_question_s():
     assert copied_names(q, "Leo now has <<7+2=9>>9 pencils.\n#### 9") == (0, 1)   # wrong object
     assert copied_names(q, "now has <<7+2=9>>9.\n#### 9") == (0, 1)                # names nobody
     assert copied_names(q, "#### 9") == (0, 0)                                       # no annotated line
+
+
+def test_bench_draws_fresh_problems_of_the_model_s_family(tmp_path, capsys):
+    import pytest
+    model = save_tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "out"
+    args = ["--model", str(model), "--n", "3", "--decoders", "d2f", "--block-size", "8", "--max-new-tokens", "8",
+            "--out", str(out), "--problem-seed", "7"]
+    with pytest.raises(SystemExit):                   # the tiny model names no family
+        bench.main(args)
+    assert "names no problem family" in capsys.readouterr().err
+    config = json.loads((model / "config.json").read_text())
+    config["lopa"]["problems"] = {"name": "synthetic-gsm", "phrasing": "adverbs", "max_steps": 3, "max_value": 30}
+    (model / "config.json").write_text(json.dumps(config))
+    assert bench.main(args) == 0
+    assert "synthetic-gsm-adverbs-seed7" in capsys.readouterr().out
+    summary = list(csv.DictReader((out / "summary.csv").open()))[0]
+    assert 0.0 <= float(summary["grammar_ok"]) <= 1.0     # the tiny model writes noise: mostly not the family's lines
+    details = list(csv.DictReader((out / "problems.csv").open()))
+    assert len(details) == 3 and all(int(r["grammar_lines"]) >= 0 for r in details)
+
+
+def test_score_answer_counts_the_family_s_lines():
+    problem = {"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
+               "answer": "Tom has <<3+2=5>>5 apples.\n#### 5"}
+    assert bench.score_answer(problem, " Tom now has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 2
+    assert bench.score_answer(problem, " Tom has has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 1
+    assert bench.score_answer(problem, " Tom has has", None)["grammar_lines"] == 0      # no family: not counted

@@ -112,3 +112,70 @@ def test_openers_phrasing_shifts_plain_lines_by_an_opener():
 def test_unknown_phrasing_is_refused():
     with pytest.raises(ValueError, match="phrasing"):
         make_problem(random.Random(0), 2, phrasing="poetic")
+
+
+# ---------------------------------------------------------------- the family's grammar
+
+@pytest.mark.parametrize("phrasing", ["plain", "varied", "openers", "adverbs"])
+def test_grammar_accepts_every_answer_the_family_writes(phrasing):
+    from lopa.problems import PHRASINGS, grammatical_lines, phrasings
+    assert phrasing in PHRASINGS
+    for p in split("heldout", 60, seed=3, phrasing=phrasing):
+        lines = p["answer"].count("\n") + 1
+        assert grammatical_lines(p["answer"], phrasing) == (lines, lines)
+        if phrasing != "plain":                       # and every other wording the oracle weighs
+            assert all(grammatical_lines(a, phrasing) == (lines, lines) for a in phrasings(p["answer"], phrasing)[:20])
+
+
+ADVERB_ANSWER = " Tom now has <<3+2=5>>5 apples.\nTom has <<5-1=4>>4 apples left.\nTom earns <<4*2=8>>8 dollars.\n#### 8"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (ADVERB_ANSWER, (4, 4)),
+    ("Tom has has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                 # two readings of the line spliced
+    ("Tom now now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),
+    ("Tom has <<3+2=5>>5 apples\n#### 5", (1, 2)),                      # no full stop
+    ("Nd Tom now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),              # a garbled opener
+    ("Bob has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                     # not a name of the family
+    ("Tom has <<3+2=5>>5 dollars.\n#### 5", (1, 2)),                    # dollars only from a sale
+    ("#### 5\nTom has <<3+2=5>>5 apples.", (1, 2)),                     # the answer line comes last
+    ("Then Tom has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                # another family's opener
+    ("", (0, 0)),
+])
+def test_grammar_on_hand_made_lines(text, expected):
+    from lopa.problems import grammatical_lines
+    assert grammatical_lines(text, "adverbs") == expected
+
+
+def test_grammar_is_per_family():
+    from lopa.problems import grammatical_lines
+    assert grammatical_lines("Tom then has <<3+2=5>>5 apples.\n#### 5", "adverbs") == (1, 2)
+    assert grammatical_lines("Tom has <<3+2=5>>5 apples.\nThen Tom now has <<5+1=6>>6 apples.\n#### 6", "openers") == (2, 3)
+    assert grammatical_lines("Tom has <<3+2=5>>5 apples.\nThen Tom now has <<5+1=6>>6 apples.\n#### 6", "plain") == (1, 3)
+    with pytest.raises(ValueError, match="phrasing"):
+        grammatical_lines("Tom has", "poetry")
+
+
+def test_adverbs_choose_one_token_after_the_name_and_leave_the_numbers():
+    from lopa.problems import ADVERBS, phrasings
+    p = split("heldout", 1, seed=9, phrasing="adverbs")[0]
+    plain = split("heldout", 1, seed=9)[0]
+    assert p["question"] == plain["question"] and final_answer(p["answer"]) == final_answer(plain["answer"])
+    steps = plain["answer"].count("<<")
+    assert len(phrasings(p["answer"], "adverbs")) == len(ADVERBS) ** steps
+    counts = {"": 0, " now": 0}          # "" is the likelier reading (3 of 4): see the comment on ADVERBS
+    for q in split("train", 400, seed=1, phrasing="adverbs"):
+        for line in q["answer"].splitlines()[:-1]:
+            counts[" now" if line.split()[1] == "now" else ""] += 1
+    assert 0.65 < counts[""] / sum(counts.values()) < 0.85
+
+
+def test_family_problems_follow_the_config():
+    from lopa.problems import family_problems
+    family = {"name": "synthetic-gsm", "phrasing": "adverbs", "max_steps": 2, "max_value": 30}
+    drawn = family_problems(family, 30, seed=5)
+    assert drawn == split("heldout", 30, 5, max_steps=2, phrasing="adverbs")
+    assert max(p["answer"].count("<<") for p in drawn) == 2
+    assert family_problems({**family, "phrasing": "plain"}, 30, 5) != drawn
+    with pytest.raises(ValueError, match="unknown problem family"):
+        family_problems({"name": "poems"}, 3, 0)

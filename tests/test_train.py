@@ -47,7 +47,10 @@ def test_smoke_train_export_and_resume(tmp_path):
     spec = AutoConfig.from_pretrained(str(tmp_path / "model")).lopa
     assert spec == {"mask_token_id": tok.mask_token_id, "eos_token_ids": [tok.eos_token_id],
                     "pad_token_id": tok.pad_token_id, "logit_shift": True, "block_size": 32,
-                    "prompt_template": "Question: {prompt}\nAnswer:", "attention": "block_causal"}
+                    "prompt_template": "Question: {prompt}\nAnswer:", "attention": "block_causal",
+                    # the problem family it was trained on, for `python -m lopa.bench --problem-seed`
+                    "problems": {"name": "synthetic-gsm", "phrasing": TINY.phrasing, "max_steps": TINY.max_steps,
+                                 "max_value": TINY.max_value}}
     assert (tmp_path / "model" / "custom_generate" / "generate.py").is_file()      # lopa.hf: generate() with LoPA
     assert "masked diffusion LM" in json.loads((tmp_path / "model" / "generation_config.json").read_text())["bad_words_ids"]
     loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
@@ -255,3 +258,5 @@ def test_init_starts_a_second_stage_from_an_exported_model(tmp_path):
     shutil.rmtree(tmp_path / "stage1" / "model")
     resumed, _ = T.train(tmp_path / "stage2", varied, steps=3, seed=1, **kw)
     assert torch.load(tmp_path / "stage2" / "checkpoint" / "state.pt", weights_only=False)["step"] == 3
+    from lopa.models import load
+    assert load(tmp_path / "stage2" / "model", device="cpu").spec.extra["problems"]["phrasing"] == "varied"

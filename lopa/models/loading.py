@@ -86,7 +86,8 @@ def spec_from_pretrained(config, tokenizer, name: str) -> ModelSpec:
         mask_token_id=int(mask), eos_token_ids=tuple(eos), logit_shift=bool(shift),
         pad_token_id=stored.get("pad_token_id", getattr(config, "pad_token_id", None)),
         block_size=stored.get("block_size"), prompt_template=stored.get("prompt_template", "{prompt}"),
-        max_context=context, attention=stored.get("attention", "block_causal"), name=name)
+        max_context=context, attention=stored.get("attention", "block_causal"), name=name,
+        extra={"problems": stored["problems"]} if stored.get("problems") else {})
 
 
 def load_tokenizer(path: Path, trust_remote_code: bool = False):

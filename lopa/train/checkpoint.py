@@ -13,7 +13,9 @@ from lopa.train.layout import BLOCK_SIZE, PROMPT_TEMPLATE
 from lopa.train.tokenizer import EOS, MASK, PAD
 
 
-def lopa_spec(tok) -> dict:
+def lopa_spec(tok, problems: dict | None = None) -> dict:
+    """config.lopa: what the engine needs to decode the model, and the problem family it was trained on
+    (config.lopa.problems; lopa.problems.family_problems draws fresh problems of it, e.g. `python -m lopa.bench --problem-seed`)."""
     return {
         "mask_token_id": tok.convert_tokens_to_ids(MASK),
         "eos_token_ids": [tok.convert_tokens_to_ids(EOS)],
@@ -22,13 +24,14 @@ def lopa_spec(tok) -> dict:
         "block_size": BLOCK_SIZE,
         "prompt_template": PROMPT_TEMPLATE,
         "attention": "block_causal",
+        **({"problems": problems} if problems else {}),
     }
 
 
-def export(model, tok, out: Path):
+def export(model, tok, out: Path, problems: dict | None = None):
     """bf16 safetensors + config.json (with config.lopa) + tokenizer, loadable offline."""
     out.mkdir(parents=True, exist_ok=True)
-    model.config.lopa = lopa_spec(tok)
+    model.config.lopa = lopa_spec(tok, problems)
     state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
     model.config.dtype = "bfloat16"
     model.save_pretrained(str(out), state_dict=state)

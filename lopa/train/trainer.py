@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lopa.problems import DEFAULT_MAX_VALUE, NAMES, OBJECTS, is_heldout, make_problem, split
+from lopa.problems import DEFAULT_MAX_VALUE, FAMILY, NAMES, OBJECTS, is_heldout, make_problem, split
 from lopa.train.checkpoint import export, lopa_spec, save_checkpoint, update_model_card  # noqa: F401 (re-exported)
 from lopa.train.counterfactual import counterfactual
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
@@ -80,6 +80,11 @@ class Recipe:
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
 
 
+def family(recipe: Recipe) -> dict:
+    """The problem family a recipe trains on, as config.lopa.problems names it (lopa.problems.family_problems)."""
+    return {"name": FAMILY, "phrasing": recipe.phrasing, "max_steps": recipe.max_steps, "max_value": recipe.max_value}
+
+
 # ---------------------------------------------------------------- tokenizer and model
 
 def load_or_build_tokenizer(out: Path):
@@ -95,7 +100,7 @@ def load_or_build_tokenizer(out: Path):
 def build_model(recipe: Recipe, tok):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    spec = lopa_spec(tok)
+    spec = lopa_spec(tok, family(recipe))
     config = Qwen2Config(
         vocab_size=len(tok), hidden_size=recipe.hidden, intermediate_size=recipe.ffn,
         num_hidden_layers=recipe.layers, num_attention_heads=recipe.heads,
@@ -274,7 +279,7 @@ def export_checkpoint(out: Path, export_dir: Path) -> dict:
     tok = load_or_build_tokenizer(out)
     model = build_model(recipe, tok)
     model.load_state_dict(state["model"])
-    export(model, tok, export_dir)
+    export(model, tok, export_dir, family(recipe))
     if state["history"]:
         n_params = sum(p.numel() for p in model.parameters())
         update_model_card(export_dir / "README.md", state["history"], n_params, recipe)
@@ -337,7 +342,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         return max(parts)
 
     def checkpoint():
-        export(model, tok, export_dir)
+        export(model, tok, export_dir, family(recipe))
         if n_eval:
             r = evaluate(model, tok, heldout, recipe.bf16)
             history.append({"step": step, "minutes": elapsed / 60, **{k: r[k] for k in
