@@ -190,11 +190,11 @@ def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
         client.predict(prompt=PROMPT, k=99, api_name="/decode")
 
 
-def test_the_readme_client_snippet_runs(url):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    snippet = readme.split("<!-- client-snippet -->")[1].split("```python")[1].split("```")[0]
+def test_the_docs_client_snippet_runs(url):
+    page = (Path(__file__).resolve().parent.parent / "docs" / "explorer.md").read_text()
+    snippet = page.split("<!-- client-snippet -->")[1].split("```python")[1].split("```")[0]
     namespace = {}
-    exec(snippet.replace("http://localhost:7860/", url), namespace)      # the README's own words, run as written
+    exec(snippet.replace("http://localhost:7860/", url), namespace)      # the page's own words, run as written
     assert namespace["result"]["answer"] == namespace["result"]["trace"]["text"]
 
 
