@@ -106,3 +106,13 @@ class Branch:
         if bool(self.masked().any()):
             return False
         return self.n_blocks >= settings.max_blocks or self.eos_committed(spec)
+
+
+# Which branch's complete leading blocks join the prefix cache after a round (DecodeSettings.cache_schedule;
+# docs/method.md, departure 2): the winner's at once ("eager"), or only those the anchor completed, as
+# the authors' loop does, so a block a lookahead token completed is cached one forward later ("authors").
+CACHE_SCHEDULES = {
+    "eager": lambda branches, winner: branches[winner].cacheable_blocks(),
+    "authors": lambda branches, winner: branches[0].cacheable_blocks(),
+}
+

@@ -11,7 +11,6 @@ benchmarks, app) consumes those.
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ from itertools import count
 
 import torch
 
-from lopa.blocks import Branch
-from lopa.forward import EXECUTORS, Executor, Verified, make_executor
+from lopa.blocks import CACHE_SCHEDULES, Branch
+from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, Forced, OrderPolicy, RoundView, ScriptedOrder, make_order, script_from_trace
 from lopa.rules import branch_scores, select_winner
 from lopa.settings import DecodeSettings, ModelSpec
@@ -96,11 +95,11 @@ class Decoder:
             last = max((r.round for r in parent.records if r.kind != "final"), default=0)
             raise ValueError(f"cannot fork at round {at_round}: choose a round with a forward, 0..{last}")
         source = parent.decoder.states if parent.decoder is not None else {}
-        saved = source.get(at_round) if type(self.executor) in EXECUTORS.values() else None
+        saved = source.get(at_round)
         script = {at_round + 1: Forced(commit=dict(commit or {}), hold=tuple(hold))}
         if saved is None:
             script.update(script_from_trace(parent, upto=at_round))
-        self.order = ScriptedOrder(self.base_order, script)
+        self.apply_script(script)
         self.prompt, self.prompt_ids = parent.prompt, torch.tensor(parent.prompt_ids, dtype=torch.long)
         self.records, self.finished = list(parent.records[:at_round + 1]), False
         self.states = {r: s for r, s in source.items() if r <= at_round} if saved is not None else {}
@@ -112,8 +111,10 @@ class Decoder:
         self.finished = True
 
     def apply_script(self, script: dict[int, Forced]) -> None:
-        """Force these decisions ({round: Forced}) on top of the policy in the next decode."""
+        """Force these decisions ({round: Forced}) on top of the policy in the next decode. A script may
+        hold back every candidate of its rounds, so the loop's progress bound grows by their number."""
         self.order = ScriptedOrder(self.base_order, script) if script else self.base_order
+        self.scripted_rounds = len(script or ())
 
     def run(self, prompt: str | torch.Tensor) -> RunResult:
         for _ in self.stream(prompt):
@@ -150,7 +151,7 @@ class Decoder:
             # activated) unless a script holds every candidate back, or, under mask_argmax="authors",
             # the model's argmax is the mask token at every open position (the authors' loop spins
             # there for good). A clear error instead, never an endless loop.
-            if r > s.max_new_tokens + 1 + len(getattr(order, "script", ())):
+            if r > s.max_new_tokens + 1 + self.scripted_rounds:
                 raise DecodeStalled(f"decoding made no progress after {r - 1} rounds" + (
                     ": the model predicts the mask token at every open position, which the authors' rule "
                     "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
@@ -168,8 +169,6 @@ class Decoder:
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
             free = anchor.window() == anchor.mask_id
             free[anchor_pos] = False     # a position the anchor committed the mask token to (mask_argmax "authors") too
-            if s.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
-                free &= view.max_prob >= s.lookahead_min_prob
             look_pos = order.lookahead(view, free)
             branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
             # 3. block management on every branch (lengths may now differ)
@@ -180,9 +179,8 @@ class Decoder:
             masked = [self._masked(b, verified, j) for j, b in enumerate(branches)]
             scores = branch_scores(masked, s.branch_score, s.tau_conf)
             winner = int(select_winner(scores))
-            # 7. commit: the winner becomes the state; its complete leading blocks join the cache. The
-            # authors' loop caches only blocks the anchor completed (a lookahead-completed one a forward later).
-            n_cache = branches[0 if s.cache_schedule == "authors" else winner].cacheable_blocks()
+            # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
+            n_cache = CACHE_SCHEDULES[s.cache_schedule](branches, winner)
             ex.commit(winner, n_cache * N)
             self.state = branches[winner].with_cached(n_cache)
             predictions = tuple(x[n_cache * N:] for x in verified.branch(winner))
@@ -227,11 +225,12 @@ class Decoder:
 
     # -- saved states (forks resume from them) ---------------------------------------------
     def _save(self, r: int, predictions: Predictions) -> None:
-        if self.keep_states and type(self.executor) in EXECUTORS.values():
-            self.states[r] = Saved(r, self.state, predictions, _copy_executor(self.executor))
+        snapshot = self.executor.snapshot() if self.keep_states else None
+        if snapshot is not None:              # None: an executor whose state lives elsewhere (forks replay)
+            self.states[r] = Saved(r, self.state, predictions, snapshot)
 
     def _restore(self, saved: Saved) -> Predictions:
-        self.state, self.executor = saved.state, _copy_executor(saved.executor)   # the saved one stays intact
+        self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
         return saved.predictions
 
     # -- records ---------------------------------------------------------------------------
@@ -301,18 +300,14 @@ class Saved:
     executor: Executor
 
 
-def _copy_executor(executor: Executor) -> Executor:
-    """A deep copy of a single-process executor that shares the model (weights are never copied)."""
-    return copy.deepcopy(executor, memo={id(executor.model): executor.model})
-
-
 def fork_decoder(run: RunResult, model=None) -> Decoder:
     """A Decoder for forks of `run`, with the run's settings and policy. Uses the in-process decoder
     that made `run` when there is one (then forks resume from its saved states); otherwise `model`,
     anything with .decoder(settings) such as lopa.models.LoadedModel (forks then replay the run)."""
     parent = run.decoder
-    if parent is not None and type(parent.executor) in EXECUTORS.values():
-        return Decoder(None, parent.spec, parent.settings, parent.tokenizer, executor=_copy_executor(parent.executor),
+    executor = parent.executor.snapshot() if parent is not None else None
+    if executor is not None:
+        return Decoder(None, parent.spec, parent.settings, parent.tokenizer, executor=executor,
                        order=parent.base_order, keep_states=parent.keep_states)
     if model is None:
         raise ValueError("forks need a model: this run was loaded from a file (or decoded by another process); "

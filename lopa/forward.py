@@ -78,6 +78,9 @@ class Executor(Protocol):
 
     def commit(self, winner: int, n_positions: int) -> None: ...
 
+    def snapshot(self) -> Executor | None:
+        """A private copy of this executor's state (prefix cache, boundary row, sampling generator) that
+        a fork can resume from, or None where state cannot be copied (it lives in other processes)."""
 
 def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, boundary) -> torch.Tensor:
     """Rows over input positions -> predictions for window positions. [B, L] -> [B, W].
@@ -131,6 +134,10 @@ class LocalExecutor:
         self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
         self._cache(winner, q0 + n_positions)
         self.prompt_cached = True
+
+    def snapshot(self) -> LocalExecutor:
+        """A deep copy that shares the model (weights are never copied)."""
+        return copy.deepcopy(self, memo={id(self.model): self.model})
 
     def summarize(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[B, L, V] logits -> (token, max_prob, conf), 3 x [B, L]: what the decisions need, from the

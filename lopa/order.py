@@ -16,6 +16,9 @@ Built-in policies (ORDERS, chosen by DecodeSettings.order):
                  control group the paper never ran.
 - left_to_right  the autoregressive order: the commit rule's fallback takes the lowest masked
                  position of a block, lookahead the k lowest free positions.
+- adaptive       confidence, verifying only as many of the k branches as pay for themselves in
+                 tokens per second under a cost model (AdaptiveOrder).
+FlooredOrder wraps a policy with the lookahead floor (lookahead_min_prob).
 ScriptedOrder wraps any of them with forced decisions per round (commit p now, hold p back, pin
 the lookahead), which is how forks and replays of recorded traces work.
 
@@ -124,9 +127,10 @@ class LeftToRightOrder(ConfidenceOrder):
 
 
 class AdaptiveOrder:
-    """k = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
+    """order = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
     top settings.k candidates as pay for themselves in committed tokens per second (lopa.rules.choose_k),
-    given `cost`, the seconds of a round with B = 1 .. K + 1 branches measured on the running device
+    given `cost`, the seconds of a round with B = 1 .. K + 1 branches: by default the cost model of the
+    settings (branch_cost, make_order), or a curve measured on the running device
     (lopa.study.adaptive.measure_cost). Returns fewer than k positions, often none, which the engine
     verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
     near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
@@ -144,6 +148,8 @@ class AdaptiveOrder:
         return self.base.anchor(view)
 
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        # `free` is every masked position the anchor left (a floor, if any, sits in self.base and
+        # only narrows the ranking), so masked - free is exactly what the anchor committed.
         anchor_commits = int(view.masked.sum() - free.sum())
         n_near = int((free & (view.max_prob > view.settings.tau_conf - self.near)).sum())
         best_gain = self.gain["release"] + self.gain["lift"] * n_near        # what a sure win could add
@@ -153,14 +159,40 @@ class AdaptiveOrder:
         return ranked[:int(choose_k(ranked.numel(), anchor_commits, n_near, self.cost, **self.gain))]
 
 
-ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder}
+class FlooredOrder:
+    """A lookahead floor around any policy (DecodeSettings.lookahead_min_prob; docs/method.md,
+    departure 8): a position is a lookahead candidate only if its max_prob is at least `floor`, so a
+    round may verify fewer than k branches. The anchor is the base policy's, untouched."""
+
+    def __init__(self, base: OrderPolicy, floor: float):
+        self.base, self.floor = base, floor
+
+    def anchor(self, view: RoundView) -> Commits:
+        return self.base.anchor(view)
+
+    def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        return self.base.lookahead(view, free & (view.max_prob >= self.floor))
 
 
-def make_order(settings: DecodeSettings) -> OrderPolicy:
-    """The built-in policy a run's settings name."""
-    if settings.order == "random":
-        return RandomOrder(settings.order_seed)
-    return ORDERS[settings.order]()
+ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder,
+          "adaptive": AdaptiveOrder}
+
+
+def linear_cost(settings: DecodeSettings) -> list[float]:
+    """The adaptive order's cost model: a round with B branches costs 1 + branch_cost * (B - 1)."""
+    return [1.0 + settings.branch_cost * b for b in range(settings.k + 1)]
+
+
+def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
+    """The policy a run's settings name, with its lookahead floor. `cost`: a measured cost curve for
+    order = adaptive (default: linear_cost(settings))."""
+    ranking = RandomOrder(settings.order_seed) if settings.order == "random" else \
+        ConfidenceOrder() if settings.order == "adaptive" else ORDERS[settings.order]()
+    if settings.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
+        ranking = FlooredOrder(ranking, settings.lookahead_min_prob)
+    if settings.order == "adaptive":
+        return AdaptiveOrder(linear_cost(settings) if cost is None else cost, base=ranking)
+    return ranking
 
 
 # -- forced decisions -----------------------------------------------------------------------------

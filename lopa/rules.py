@@ -131,6 +131,40 @@ def _least_confident_segment(conf: torch.Tensor) -> torch.Tensor:
     return conf.unfold(0, SCORE_WINDOW, 1).mean(-1).min()      # [M - w + 1] segment means
 
 
+NOTHING_MASKED = float("inf")     # a branch with nothing left masked wins under every rule, as in branch_score
+
+
+def _each(score):
+    """A rule that scores each branch on its own: score(positions, max_prob, conf, tau) -> scalar."""
+    return lambda masked, tau: [score(p, m, c.float(), tau) if c.numel() else torch.tensor(NOTHING_MASKED)
+                                for p, m, c in masked]
+
+
+def _leave_one_out(masked, tau: float) -> list[torch.Tensor]:
+    common = masked[0][0]                                   # positions still masked in every branch
+    for positions, _, _ in masked[1:]:
+        common = common[torch.isin(common, positions)]
+    scores = []
+    for positions, _, conf in masked:
+        conf, shared = conf.float(), torch.isin(positions, common)
+        scores.append(torch.tensor(NOTHING_MASKED) if conf.numel() == 0
+                      else conf[shared].mean() if bool(shared.any()) else conf.mean())
+    return scores
+
+
+# The rules by name (DecodeSettings.branch_score, docs/studies.md): each maps a round's branches,
+# [(positions [M_j], max_prob [M_j], conf [M_j])], and tau to one score per branch.
+BRANCH_SCORES = {
+    "mean": _each(lambda p, m, conf, tau: branch_score(conf)),
+    "loo": _leave_one_out,
+    "min": _each(lambda p, m, conf, tau: conf.min()),
+    "window": _each(lambda p, m, conf, tau: _front_window(conf)),
+    "segment": _each(lambda p, m, conf, tau: _least_confident_segment(conf)),
+    "count": _each(lambda p, max_prob, conf, tau: (max_prob > tau).sum().float()),
+}
+assert tuple(BRANCH_SCORES) == BRANCH_SCORE_RULES
+
+
 def branch_scores(masked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], rule: str = "mean",
                   tau: float = 0.9) -> torch.Tensor:
     """C(B_j) for every branch of a round under one rule. masked: per branch j, its still-masked
@@ -146,31 +180,9 @@ def branch_scores(masked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     count    how many masked positions have max_prob > tau (what the next anchor would commit)
     A branch with nothing left masked scores +inf under every rule, as in branch_score.
     """
-    if rule not in BRANCH_SCORE_RULES:
+    if rule not in BRANCH_SCORES:
         raise ValueError(f"branch_score must be one of {BRANCH_SCORE_RULES}, got {rule!r}")
-    if rule == "loo":
-        common = masked[0][0]
-        for positions, _, _ in masked[1:]:
-            common = common[torch.isin(common, positions)]
-    scores = []
-    for positions, max_prob, conf in masked:
-        conf = conf.float()
-        if conf.numel() == 0:
-            scores.append(torch.tensor(float("inf")))
-        elif rule == "mean":
-            scores.append(branch_score(conf))
-        elif rule == "loo":
-            shared = torch.isin(positions, common)
-            scores.append(conf[shared].mean() if bool(shared.any()) else conf.mean())
-        elif rule == "min":
-            scores.append(conf.min())
-        elif rule == "window":
-            scores.append(_front_window(conf))
-        elif rule == "segment":
-            scores.append(_least_confident_segment(conf))
-        else:
-            scores.append((max_prob > tau).sum().float())
-    return torch.stack(scores)
+    return torch.stack(BRANCH_SCORES[rule](masked, tau))
 
 
 def score_split(anchor_positions: list[int], anchor_conf: list[float], positions: list[int], conf: list[float],

@@ -14,17 +14,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from lopa.settings import (
     ATTENTION_MODES,
-    BRANCH_SCORE_RULES,
-    CACHE_SCHEDULES,
-    COMMIT_RULES,
-    CONFIDENCE_METRICS,
-    MASK_ARGMAX,
+    MAX_BLOCK_SIZE,
     MAX_LOOKAHEAD,
-    ORDERS,
+    MAX_NEW_TOKENS,
+    SETTINGS,
     DecodeSettings,
     ModelSpec,
 )
@@ -36,8 +33,7 @@ OLD_FORMATS = {"lopa-trace/1": {"full": "full_prompt_blind"}}
 # Bounds on what a trace may declare; generous for real runs (a 7B model at the paper's 512 new
 # tokens and k = 14 stays far inside), small enough that a replay's figures stay within memory.
 MAX_TRACE_BYTES = 64 << 20             # the file itself
-MAX_POSITIONS = 8192                   # generated positions (max_new_tokens)
-MAX_BLOCK_SIZE = 1024
+MAX_POSITIONS = MAX_NEW_TOKENS         # generated positions (the registry's bound on max_new_tokens)
 MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
 MAX_PROMPT_TOKENS = 32768
 MAX_TOKEN_ID = 1 << 24                 # token ids travel as float32 between ranks (lopa.dist)
@@ -59,31 +55,28 @@ def _positions(n: int):
     return Field(max_length=n)
 
 
-class Settings(BaseModel):
-    """DecodeSettings as stored; types strict here, ranges checked by DecodeSettings itself."""
+def _stored(spec) -> tuple:
+    """A registry setting as a strict pydantic field: its type, choices and default (ranges are
+    checked by DecodeSettings itself, which names the setting, its range and the value)."""
+    if spec.choices is not None:
+        return Literal[spec.choices], spec.default
+    if spec.type is float:
+        return Finite, spec.default
+    return Annotated[int, Field(ge=spec.low, le=spec.high)], spec.default
+
+
+class _SettingsChecks(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
-    k: Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD)] = 0
-    tau_conf: Finite = 0.9
-    tau_add: Finite = 0.1
-    tau_act: Finite = 0.95
-    block_size: Annotated[int, Field(ge=1, le=MAX_BLOCK_SIZE)] = 32
-    max_new_tokens: Annotated[int, Field(ge=1, le=MAX_POSITIONS)] = 256
-    commit: Literal[COMMIT_RULES] = "threshold"
-    confidence: Literal[CONFIDENCE_METRICS] = "neg_entropy"
-    attention: Literal[ATTENTION_MODES] = "block_causal"
-    temperature: Finite = 0.0
-    seed: Annotated[int, Field(ge=0)] = 0
-    order: Literal[ORDERS] = "confidence"
-    order_seed: Annotated[int, Field(ge=0)] = 0
-    branch_score: Literal[BRANCH_SCORE_RULES] = "mean"
-    cache_schedule: Literal[CACHE_SCHEDULES] = "eager"
-    mask_argmax: Literal[MASK_ARGMAX] = "next_best"
-    lookahead_min_prob: Finite = 0.0
 
     @model_validator(mode="after")
     def _ranges(self):
         DecodeSettings(**self.model_dump())            # its own checks: thresholds, multiples, ...
         return self
+
+
+# DecodeSettings as stored, generated from the registry (a trace of an older version lacks the
+# settings added since: they read as their defaults).
+Settings = create_model("Settings", __base__=_SettingsChecks, **{name: _stored(s) for name, s in SETTINGS.items()})
 
 
 class Spec(BaseModel):

@@ -1,8 +1,19 @@
-"""Frozen settings: what the user chooses (DecodeSettings) and what the model is (ModelSpec)."""
+"""Frozen settings: what the user chooses (DecodeSettings) and what the model is (ModelSpec).
+
+Every decode setting is declared once, as a DecodeSettings field whose metadata holds its range or
+choices, help, the paper's value and whether the app shows it (`setting(...)` below). SETTINGS, the
+registry read from those fields, is what every surface is generated from: the command-line flags
+(add_settings_arguments), the trace schema (lopa.schema), transformers' generation config (lopa.hf),
+the paper presets, the app's inputs, its share links and its /decode endpoint. `check_value` and
+`parse_value` are the one range check all of them apply; tests/test_settings_registry.py fails when
+a surface disagrees with the registry.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
@@ -19,105 +30,175 @@ CACHE_SCHEDULES = ("eager", "authors")
 MASK_ARGMAX = ("next_best", "authors")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
-ORDERS = ("confidence", "random", "left_to_right")
-# Branch score rules (lopa.rules.branch_scores): "mean" is the paper's C(B); the others are the
+ORDERS = ("confidence", "random", "left_to_right", "adaptive")
+# Branch score rules (lopa.rules.BRANCH_SCORES): "mean" is the paper's C(B); the others are the
 # alternatives `python -m lopa.study calibration` compares (docs/studies.md).
 BRANCH_SCORE_RULES = ("mean", "loo", "min", "window", "segment", "count")
 # k verifies k + 1 windows in one batch; past 32 the batch stops being "small" even on a GPU,
 # and the paper never uses more than 14 (Table 5).
 MAX_LOOKAHEAD = 32
 MAX_TEMPERATURE = 10.0
+# Bounds a run (and so a trace, lopa.schema) may declare: far above the paper's 512 new tokens in
+# blocks of 32, small enough that a trace's figures stay within memory.
+MAX_BLOCK_SIZE = 1024
+MAX_NEW_TOKENS = 8192
+# Seeds are 32-bit: the random order derives one generator seed per round from order_seed, and
+# every derived seed must stay inside torch's 64-bit seed range.
+MAX_SEED = 2**32 - 1
+# The cost model of the adaptive order: a round with B branches costs
+# 1 + branch_cost * (B - 1) rounds of one branch (lopa.order.AdaptiveOrder).
+MAX_BRANCH_COST = 100.0
 
 
-def _check_unit_interval(name: str, value: float) -> None:
-    if not (0.0 < value <= 1.0):
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+@dataclass(frozen=True)
+class Setting:
+    """One decode setting as the registry holds it (read from a DecodeSettings field's metadata).
+
+    low / high (numbers, open_low / open_high for strict bounds) or choices: what a value may be.
+    paper: the paper's value (Table 5's GSM8K row; None where the paper fixes none).
+    app: whether the app shows it as an input. label: how messages name it."""
+    name: str
+    type: type
+    default: object
+    help: str
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    choices: tuple | None = None
+    paper: object = None
+    app: bool = True
+    label: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def describe(self) -> str:
+        """What a value may be, as messages say it: 'an integer in 0..32', 'in (0, 1]', 'one of (...)'."""
+        if self.choices is not None:
+            return f"one of {self.choices}"
+        if self.type is int:
+            return f"an integer in {self.low}..{self.high}"
+        return f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+
+    def _error(self, value, hint: str = "") -> ValueError:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        return ValueError(f"{self.label or self.name} must be {self.describe()}{hint}, got {shown}")
+
+    def _inside(self, value) -> bool:
+        above = value > self.low if self.open_low else value >= self.low
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+    def check(self, value):
+        """`value` if it has this setting's type and range (an int is a float here); ValueError otherwise."""
+        if self.choices is not None:
+            if not isinstance(value, str) or value not in self.choices:
+                raise self._error(value)
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._error(value, " (a number)" if self.type is float else "")
+        if self.type is int:
+            if not isinstance(value, int) or not self._inside(value):
+                raise self._error(value)
+            return value
+        if not math.isfinite(value) or not self._inside(value):
+            raise self._error(value)
+        return float(value)
+
+    def parse(self, value):
+        """`value` as typed by a person or a client (a number, its text, a whole float for an int),
+        then check()ed: the one reading of the app's inputs, share links and /decode. The message
+        quotes what was given."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"{self.label or self.name} is empty (it must be {self.describe()})")
+        if self.choices is not None:
+            return self.check(value)
+        given = value
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise self._error(given, " (a number)") from None
+        if self.type is int and isinstance(value, float):
+            if not value.is_integer():
+                raise self._error(given, " (a whole number)")
+            value = int(value)
+        try:
+            return self.check(value)
+        except ValueError:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            raise self._error(given, "" if number else " (a number)") from None
+
+
+def setting(default, help: str, *, low=None, high=None, open_low=False, open_high=False, choices=None,
+            paper=None, app=True, label=""):
+    """A DecodeSettings field with its registry entry (see Setting) in the field's metadata."""
+    meta = dict(help=help, low=low, high=high, open_low=open_low, open_high=open_high,
+                choices=choices, paper=paper, app=app, label=label)
+    return field(default=default, metadata={"lopa": meta})
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """One run's decoding settings. The defaults are the paper's D2F-Dream GSM8K row (Table 5).
+    """One run's decoding settings. The defaults are the paper's D2F-Dream GSM8K row (Table 5), k and
+    the mechanics aside (the `paper` of each field is the paper's value). Each field's help says what
+    it does; `SETTINGS[name]` holds its range, choices, paper value and whether the app shows it."""
 
-    k: lookahead branches per round (0 = D2F vanilla), 0..MAX_LOOKAHEAD.
-    tau_conf: commit threshold on max_prob (strict: commit when max_prob > tau_conf).
-    tau_add: add a block once the last block's decoded fraction reaches this.
-    tau_act: fully activate block i+1 once block i's decoded fraction reaches this.
-    commit: "threshold" (D2F/Fast-dLLM rule) or "top1" (one token per round).
-    confidence: Conf used for the fallback commit, lookahead ranking and branch score.
-    attention: "block_causal" (how D2F models are trained), "full" (the authors' LoPA default: the
-        prompt's rows see the first window too) or "full_prompt_blind" (full, the prompt seeing only itself).
-    cache_schedule: "eager" (a block is cached from the forward that verified its completion) or
-        "authors" (a block a lookahead token completed is cached one forward later, as in their loop).
-    mask_argmax: "next_best" (the mask token is never predicted) or "authors" (it is, and committing
-        it leaves the position masked). Probabilities and Conf never change: both use the raw logits.
-    order: token filling order policy (lopa/order.py): "confidence" (the paper's), "random" (the
-        lookahead drawn uniformly, seeded by order_seed) or "left_to_right".
-    branch_score: how a branch is scored to pick the winner (LoPA step 5): "mean" (the paper's mean
-        Conf over its masked positions), "loo", "min", "window", "segment" or "count"
-        (lopa.rules.branch_scores; docs/studies.md says what each does on the bundled model).
-    lookahead_min_prob: a position is a lookahead candidate only if its max_prob is at least this;
-        0 (the paper's) makes every free masked position one. Ours, not the paper's: the branch score
-        checks what a lookahead token does to the other positions, never the token itself, so on the
-        bundled model the winning branch often speculates a name at max_prob ~0.15 (docs/method.md,
-        departure 8).
-    """
-
-    k: int = 0
-    tau_conf: float = 0.9
-    tau_add: float = 0.1
-    tau_act: float = 0.95
-    block_size: int = 32
-    max_new_tokens: int = 256
-    commit: str = "threshold"
-    confidence: str = "neg_entropy"
-    attention: str = "block_causal"
-    temperature: float = 0.0
-    seed: int = 0
-    order: str = "confidence"
-    order_seed: int = 0
-    branch_score: str = "mean"
-    cache_schedule: str = "eager"
-    mask_argmax: str = "next_best"
-    lookahead_min_prob: float = 0.0
+    k: int = setting(0, "lookahead branches per round (0 = D2F vanilla)", low=0, high=MAX_LOOKAHEAD, paper=14,
+                     label="k (lookahead branches)")
+    tau_conf: float = setting(0.9, "commit threshold on max prob (strict: commit when max_prob > tau_conf)",
+                              low=0.0, high=1.0, open_low=True, paper=0.9)
+    tau_add: float = setting(0.1, "add a block once the last block's decoded fraction reaches this",
+                             low=0.0, high=1.0, open_low=True, paper=0.1)
+    tau_act: float = setting(0.95, "fully activate block i+1 once block i's decoded fraction reaches this",
+                             low=0.0, high=1.0, open_low=True, paper=0.95)
+    block_size: int = setting(32, "block size N", low=1, high=MAX_BLOCK_SIZE, paper=32)
+    max_new_tokens: int = setting(256, "new tokens at most, a multiple of the block size", low=1,
+                                  high=MAX_NEW_TOKENS, paper=512)
+    commit: str = setting("threshold", "commit rule: threshold (D2F / Fast-dLLM: every max prob > tau_conf, "
+                          "else the best) or top1 (one token per round)", choices=COMMIT_RULES, paper="threshold")
+    confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
+                              "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy")
+    attention: str = setting("block_causal", "attention inside the window: block_causal (how D2F models are "
+                             "trained), full (the authors': the prompt's rows see the first window too), "
+                             "full_prompt_blind (full, the prompt seeing only itself)", choices=ATTENTION_MODES,
+                             paper="full")
+    temperature: float = setting(0.0, "sampling temperature (0 = greedy)", low=0.0, high=MAX_TEMPERATURE, paper=0.0)
+    seed: int = setting(0, "sampling seed", low=0, high=MAX_SEED)
+    order: str = setting("confidence", "token filling order (lopa/order.py): confidence (the paper's), random "
+                         "(lookahead drawn uniformly, seeded by order_seed), left_to_right (lowest first) or "
+                         "adaptive (the confidence order verifying only the branches that pay, branch_cost)",
+                         choices=ORDERS, paper="confidence")
+    order_seed: int = setting(0, "seed of the random order", low=0, high=MAX_SEED)
+    branch_score: str = setting("mean", "how a branch is scored to pick the winner: mean (the paper's mean Conf "
+                                "of its masked positions), loo, min, window, segment or count (docs/studies.md)",
+                                choices=BRANCH_SCORE_RULES, paper="mean")
+    cache_schedule: str = setting("eager", "eager: a block a lookahead token completed is cached from the "
+                                  "forward that verified it; authors: one forward later, as in their loop "
+                                  "(docs/method.md, departure 2)", choices=CACHE_SCHEDULES, paper="authors")
+    mask_argmax: str = setting("next_best", "next_best: the mask token is never predicted; authors: it is, and "
+                               "its commit leaves the position masked (departure 1)", choices=MASK_ARGMAX,
+                               paper="authors")
+    lookahead_min_prob: float = setting(
+        0.0, "a position is a lookahead candidate only if its max prob is at least this; 0 = the paper's (every "
+        "masked position). Ours: the branch score never checks the lookahead token itself (departure 8)",
+        low=0.0, high=1.0, open_high=True, paper=0.0)
+    branch_cost: float = setting(
+        1.0, "order=adaptive only: what one more branch adds to a round's seconds, in rounds of one branch "
+        "(1 = a compute-bound CPU; a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.k, int) or not (0 <= self.k <= MAX_LOOKAHEAD):
-            raise ValueError(f"k (lookahead branches) must be an integer in 0..{MAX_LOOKAHEAD}, got {self.k!r}")
-        _check_unit_interval("tau_conf", self.tau_conf)
-        _check_unit_interval("tau_add", self.tau_add)
-        _check_unit_interval("tau_act", self.tau_act)
-        if not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < self.block_size:
+        for name, spec in SETTINGS.items():
+            object.__setattr__(self, name, spec.check(getattr(self, name)))
+        if self.max_new_tokens < self.block_size:
             raise ValueError(
                 f"max_new_tokens must be at least block_size ({self.block_size}), got {self.max_new_tokens!r}")
         if self.max_new_tokens % self.block_size:
             raise ValueError(
                 f"max_new_tokens ({self.max_new_tokens}) must be a multiple of block_size ({self.block_size}); "
                 f"try {self.max_new_tokens - self.max_new_tokens % self.block_size}")
-        if self.commit not in COMMIT_RULES:
-            raise ValueError(f"commit must be one of {COMMIT_RULES}, got {self.commit!r}")
-        if self.confidence not in CONFIDENCE_METRICS:
-            raise ValueError(f"confidence must be one of {CONFIDENCE_METRICS}, got {self.confidence!r}")
-        if self.attention not in ATTENTION_MODES:
-            raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
-        if not (0.0 <= self.temperature <= MAX_TEMPERATURE):
-            raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE}], got {self.temperature!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
-        if not isinstance(self.order_seed, int) or self.order_seed < 0:
-            raise ValueError(f"order_seed must be a non-negative integer, got {self.order_seed!r}")
-        if self.branch_score not in BRANCH_SCORE_RULES:
-            raise ValueError(f"branch_score must be one of {BRANCH_SCORE_RULES}, got {self.branch_score!r}")
-        if self.cache_schedule not in CACHE_SCHEDULES:
-            raise ValueError(f"cache_schedule must be one of {CACHE_SCHEDULES}, got {self.cache_schedule!r}")
-        if self.mask_argmax not in MASK_ARGMAX:
-            raise ValueError(f"mask_argmax must be one of {MASK_ARGMAX}, got {self.mask_argmax!r}")
-        if not (0.0 <= self.lookahead_min_prob < 1.0):
-            raise ValueError(f"lookahead_min_prob must be in [0, 1) (0 = the paper's: no floor), "
-                             f"got {self.lookahead_min_prob!r}")
 
     @property
     def max_blocks(self) -> int:
@@ -131,8 +212,22 @@ class DecodeSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> DecodeSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in SETTINGS})
+
+
+_TYPES = {"int": int, "float": float, "str": str}
+# The registry: every decode setting, in declaration order.
+SETTINGS: dict[str, Setting] = {
+    f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(DecodeSettings)}
+
+
+def check_settings(values: dict, parse: bool = True) -> dict:
+    """{name: value} read through the registry (Setting.parse, or .check when parse=False): typed
+    values, or ValueError naming the first bad one, its range and what was given. Unknown names too."""
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}: the settings are {', '.join(SETTINGS)}")
+    return {name: (SETTINGS[name].parse if parse else SETTINGS[name].check)(value) for name, value in values.items()}
 
 
 # The four decoders the comparison offers (design note, "Other baselines"). Each is a set of
@@ -155,21 +250,23 @@ def decoder_settings(decoder: str, base: DecodeSettings | None = None, **overrid
     return base.replace(**{**overrides, **DECODERS[decoder]})
 
 
-# Paper Table 5 (D2F-Dream unless noted); generation length 512, greedy. Every row also takes the
-# authors' mechanics: blocks cached on their schedule, a mask-token argmax handled as they do
-# (docs/method.md, departures). Attention is left to the model: the paper's checkpoints decode
-# with the authors' `full` by default (lopa.models.families), while the bundled model was trained
-# block-causal with a prompt blind to the answer and, under `full`, answers almost nothing right
-# (4 of 80 held-out problems, 0 of 23 one-step, D2F vanilla, seed 48213; block_causal: 50 of 80),
-# so a Table 5 row on it keeps its own attention.
-_AUTHORS = dict(cache_schedule="authors", mask_argmax="authors")
+# Paper Table 5 (D2F-Dream unless noted); greedy. The GSM8K row is every setting's paper value in the
+# registry; the other rows change what Table 5 changes. Two paper values are not a preset's: the
+# generation length (512) is the task's, so a preset keeps the caller's, and attention is left to the
+# model: the paper's checkpoints decode with the authors' `full` by default (lopa.models.families),
+# while the bundled model was trained block-causal with a prompt blind to the answer and, under
+# `full`, answers almost nothing right (4 of 80 held-out problems, 0 of 23 one-step, D2F vanilla,
+# seed 48213; block_causal: 50 of 80), so a Table 5 row on it keeps its own attention. Every row
+# takes the authors' mechanics (cache schedule, mask-token argmax: docs/method.md, departures).
+NOT_IN_PRESETS = ("max_new_tokens", "attention")
+_GSM8K = {name: s.paper for name, s in SETTINGS.items() if s.paper is not None and name not in NOT_IN_PRESETS}
 PAPER_PRESETS = {
-    "gsm8k": dict(block_size=32, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=14, confidence="neg_entropy", **_AUTHORS),
-    "math": dict(block_size=16, tau_add=0.1, tau_conf=0.90, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
-    "humaneval": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
-    "mbpp": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=7, confidence="neg_entropy", **_AUTHORS),
-    "diffucoder-humaneval+": dict(block_size=32, tau_add=0.3, tau_conf=0.95, tau_act=0.95, k=6, confidence="max_prob", **_AUTHORS),
-    "diffucoder-mbpp+": dict(block_size=32, tau_add=0.3, tau_conf=0.90, tau_act=0.95, k=14, confidence="max_prob", **_AUTHORS),
+    "gsm8k": _GSM8K,
+    "math": {**_GSM8K, "block_size": 16, "k": 7},
+    "humaneval": {**_GSM8K, "tau_add": 0.3, "tau_conf": 0.95, "k": 7},
+    "mbpp": {**_GSM8K, "tau_add": 0.3, "tau_conf": 0.95, "k": 7},
+    "diffucoder-humaneval+": {**_GSM8K, "tau_add": 0.3, "tau_conf": 0.95, "k": 6, "confidence": "max_prob"},
+    "diffucoder-mbpp+": {**_GSM8K, "tau_add": 0.3, "tau_conf": 0.90, "k": 14, "confidence": "max_prob"},
 }
 
 
@@ -212,45 +309,42 @@ class ModelSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-# -- the command-line flags of these settings (lopa generate, the benchmarks) -------------------
-_DEFAULTS = DecodeSettings()
+# -- the command-line flags of these settings (lopa generate, the benchmarks, the studies) --------
+def _flag_type(spec: Setting):
+    """argparse's reading of a number flag: text to the setting's type, failing with the registry's
+    message. The range is checked where every surface checks it, in DecodeSettings, so a value out
+    of range ends in the CLI's one `error:` line like any other bad setting."""
+    def read(text: str):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(str(spec._error(text, " (a number)"))) from None
+        if spec.type is int:
+            if not value.is_integer():
+                raise argparse.ArgumentTypeError(str(spec._error(text, " (a whole number)")))
+            return int(text) if text.strip().lstrip("+-").isdigit() else int(value)
+        return value
+    read.__name__ = spec.type.__name__
+    return read
 
 
-def add_settings_arguments(parser, choose_decoder: bool = True) -> None:
-    """Decoding settings as flags; shared by `generate` and the benchmarks (which choose the
-    decoder, k and commit rule per row themselves: choose_decoder=False)."""
+def add_settings_arguments(parser, per_row=(), choose_decoder: bool = True, defaults: dict | None = None) -> None:
+    """A flag for every registry setting, except those in `per_row`: the settings a command sets
+    itself for each row it runs (a benchmark's k and commit rule), which a flag could not change.
+    choose_decoder adds --decoder and --preset (`lopa generate`). defaults: the command's own
+    defaults where they differ from the registry's, for the help text."""
+    defaults = {"k": DEFAULT_K, **(defaults or {})}
     g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
     if choose_decoder:
         g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
                        help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
         g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
-        g.add_argument("--k", type=int, help="lookahead branches per round (default 4 for lopa; gsm8k preset 14)")
-        g.add_argument("--commit", choices=COMMIT_RULES, help="commit rule (default threshold)")
-    g.add_argument("--tau-conf", type=float, help=f"commit threshold on max prob (default {_DEFAULTS.tau_conf})")
-    g.add_argument("--tau-add", type=float, help=f"block add threshold (default {_DEFAULTS.tau_add})")
-    g.add_argument("--tau-act", type=float, help=f"block activation threshold (default {_DEFAULTS.tau_act})")
-    g.add_argument("--block-size", type=int, help=f"block size N (default {_DEFAULTS.block_size})")
-    g.add_argument("--max-new-tokens", type=int, help=f"multiple of the block size (default {_DEFAULTS.max_new_tokens})")
-    g.add_argument("--confidence", choices=CONFIDENCE_METRICS, help=f"Conf metric (default {_DEFAULTS.confidence})")
-    g.add_argument("--attention", choices=ATTENTION_MODES,
-                   help="attention inside the window (default: the model's); full = the authors' (prompt rows see "
-                        "the first window), full_prompt_blind = full with a prompt that sees only itself")
-    g.add_argument("--cache-schedule", choices=CACHE_SCHEDULES,
-                   help="eager (default): a block a lookahead token completed is cached at once; authors: one forward later")
-    g.add_argument("--mask-argmax", choices=MASK_ARGMAX,
-                   help="next_best (default): never predict the mask token; authors: predict it (its commit is a no-op)")
-    g.add_argument("--temperature", type=float, help="0 = greedy (default)")
-    g.add_argument("--seed", type=int, help="sampling seed (default 0)")
-    g.add_argument("--order", choices=ORDERS,
-                   help="token filling order: confidence (the paper's, default), random (lookahead positions drawn "
-                        "uniformly from the masked window, seeded by --order-seed) or left_to_right (lowest first)")
-    g.add_argument("--order-seed", type=int, help="seed of the random order (default 0)")
-    g.add_argument("--branch-score", choices=BRANCH_SCORE_RULES,
-                   help="how a branch is scored to pick the winner: mean (the paper's mean Conf of its masked "
-                        "positions, default), loo, min, window, segment, count (docs/studies.md)")
-    g.add_argument("--lookahead-min-prob", type=float,
-                   help="only positions whose max prob is at least this are lookahead candidates (default 0: the "
-                        "paper's, every masked position; ours, docs/method.md departure 8)")
+    for name, spec in SETTINGS.items():
+        if name in per_row:
+            continue
+        paper = f"; paper: {spec.paper}" if spec.paper is not None else ""
+        kind = dict(choices=spec.choices) if spec.choices else dict(type=_flag_type(spec))
+        g.add_argument(spec.flag, dest=name, **kind, help=f"{spec.help} ({spec.describe()}; default {defaults.get(name, spec.default)}{paper})")
 
 
 # The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
@@ -271,8 +365,7 @@ def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:
 
 def flag_settings(args) -> dict:
     """The DecodeSettings fields given as flags (add_settings_arguments), those left unset omitted."""
-    names = [f.name for f in dataclasses.fields(DecodeSettings)]
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    return {name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None}
 
 
 def settings_from_args(args, spec=None) -> DecodeSettings:

@@ -61,3 +61,8 @@ def app_model(tmp_path_factory):
         yield path
     finally:
         MODELS.default, MODELS.loaded = saved
+
+
+# Low thresholds so that a random tiny model commits several tokens per round and lookahead matters.
+LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"

@@ -194,7 +194,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     add_model_arguments(parser)
-    add_settings_arguments(parser, choose_decoder=False)
+    add_settings_arguments(parser, per_row=("k", "commit"), choose_decoder=False,   # each row sets its own
+                           defaults={"max_new_tokens": 128})
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -72,6 +72,9 @@ class RemoteExecutor:
         self._check_owner()
         self._extra.update(self.group._call(("commit", winner, n_positions)))
 
+    def snapshot(self) -> None:
+        return None                           # the caches live in the rank processes: a fork replays instead
+
     def _check_owner(self) -> None:
         if self.group._owner is not self:
             raise RuntimeError("another run started on this branch-parallel group since this one did (or the group "

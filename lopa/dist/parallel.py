@@ -290,6 +290,9 @@ class BPExecutor:
         self.prompt_cached, self.boundary = False, None
         self._run("start", self.settings.to_dict(), self.prompt.tolist())
 
+    def snapshot(self) -> None:
+        return None                           # the caches live in every rank: a fork replays instead
+
     @torch.no_grad()
     def verify(self, branches: list[Branch]) -> Verified:
         t0 = time.perf_counter()

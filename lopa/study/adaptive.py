@@ -4,7 +4,7 @@
 
 At start-up the study measures the cost curve of the running device: the verify forward's seconds
 for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
-then chooses k each round from the anchor's confidence profile and that curve, aiming at committed
+(order = adaptive) then chooses k each round from the anchor's confidence profile and that curve, aiming at committed
 tokens per second, not per forward (lopa.rules.choose_k). On a GPU, where B branches cost about one,
 it verifies many; on a CPU, where they cost B times one, few or none. Every problem runs every
 configuration back to back, so a shared machine's load falls on all of them alike. Writes
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from lopa.order import AdaptiveOrder
+from lopa.order import make_order
 from lopa.settings import DecodeSettings
 from lopa.study.common import (
     add_common_arguments,
@@ -80,9 +80,11 @@ def describe_cost(verify: list[float], bookkeeping: float) -> str:
 
 
 def configurations(base: DecodeSettings, ks, k_max: int, cost) -> list[tuple[str, DecodeSettings, object]]:
-    """(name, settings, order policy or None): fixed k, then adaptive with at most k_max branches."""
+    """(name, settings, order policy or None): fixed k, then order = adaptive with at most k_max branches
+    under the cost curve measured here (its trace says order "adaptive"; a replay pins its decisions)."""
+    adaptive = base.replace(k=k_max, order="adaptive")
     return ([(f"k={k}", base.replace(k=k), None) for k in ks]
-            + [("adaptive", base.replace(k=k_max), AdaptiveOrder(cost))])
+            + [("adaptive", adaptive, make_order(adaptive, cost))])
 
 
 def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats: int = 1,
@@ -142,7 +144,7 @@ def report(summary: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopa.study adaptive", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=40)
+    add_common_arguments(parser, n=40, per_row=("k", "order", "branch_cost"))   # --ks, --k-max; cost measured
     parser.add_argument("--ks", default=",".join(map(str, FIXED_KS)), help="fixed k to compare, comma-separated")
     parser.add_argument("--k-max", type=int, default=14, help="most branches the adaptive budget may verify (default 14)")
     parser.add_argument("--repeats", type=int, default=5, help="timed forwards per B for the cost curve (default 5)")

@@ -235,8 +235,9 @@ def report(summary: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopa.study calibration", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=30)
-    parser.add_argument("--metrics", default=",".join(CONFIDENCE_METRICS), help="Conf metrics, comma-separated")
+    add_common_arguments(parser, n=30, per_row=("branch_score",))   # --rules
+    parser.add_argument("--metrics", help="Conf metrics, comma-separated (default: --confidence if given, else all: "
+                                          f"{','.join(CONFIDENCE_METRICS)})")
     parser.add_argument("--rules", default=",".join(BRANCH_SCORE_RULES), help="selection rules, comma-separated")
     parser.add_argument("--bootstrap", type=int, default=CORRELATION_BOOTSTRAP, help="bootstrap resamples")
     args = parser.parse_args(argv)
@@ -244,7 +245,9 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from lopa.study.figures import calibration_figure, calibration_png
-    metrics, rules = args.metrics.split(","), args.rules.split(",")
+    metrics, rules = (args.metrics or args.confidence or ",".join(CONFIDENCE_METRICS)).split(","), args.rules.split(",")
+    if args.confidence and args.confidence not in metrics:
+        parser.error(f"--confidence {args.confidence} is not among --metrics {args.metrics}: each metric runs its own decodes")
     if "mean" not in rules:
         rules = ["mean", *rules]                  # the calibration part needs the paper's trajectory
     started = start(args)

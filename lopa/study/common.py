@@ -17,7 +17,7 @@ import torch
 
 from lopa.models.loading import ASSETS
 from lopa.problems import final_answer, read_jsonl, split
-from lopa.settings import DecodeSettings
+from lopa.settings import DecodeSettings, flag_settings
 from lopa.study.stats import afp, fill_rounds, order_tau
 
 STUDIES_DIR = ASSETS / "studies"             # results shipped with the app (docs/studies.md)
@@ -26,7 +26,9 @@ GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"      # as lopa.bench.decoders, fo
 DEFAULT_SEED = 15                            # fresh synthetic problems: a seed the shipped held-out file does not use
 
 
-def add_common_arguments(parser, n: int) -> None:
+def add_common_arguments(parser, n: int, per_row=()) -> None:
+    """The flags every study takes: model, problems, output, and every decode setting except
+    `per_row`, those the study sets itself for each configuration it runs (so no flag is ignored)."""
     from lopa.models import add_model_arguments
     from lopa.models.loading import DEFAULT_MODEL
     from lopa.settings import add_settings_arguments
@@ -38,14 +40,13 @@ def add_common_arguments(parser, n: int) -> None:
                         help=f"seed of the fresh synthetic problems (default {DEFAULT_SEED})")
     parser.add_argument("--n", type=int, default=n, help=f"problems (default {n})")
     parser.add_argument("--shots", type=int, default=0, help="few-shot GSM8K train examples before each question (paper: 4)")
-    parser.add_argument("--k", type=int, help="lookahead branches (default 4)")
     parser.add_argument("--out", default="study-out", help="output folder")
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--hardware-note", default="", help="appended to the recorded hardware, e.g. 'shared machine'")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     add_model_arguments(parser)
-    add_settings_arguments(parser, choose_decoder=False)
+    add_settings_arguments(parser, per_row=per_row, choose_decoder=False, defaults={"k": 4, "max_new_tokens": 128})
 
 
 def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:
@@ -65,15 +66,12 @@ def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:
 
 
 def base_settings(args, spec) -> DecodeSettings:
-    """The paper's GSM8K row (Table 5) with 128 new tokens, the model's block size and attention, then flags."""
+    """The paper's GSM8K row (Table 5) with 128 new tokens, k = 4, the model's block size and attention,
+    then every settings flag given."""
     fields = {"max_new_tokens": 128, "attention": spec.attention, "k": 4}
     if spec.block_size:
         fields["block_size"] = spec.block_size
-    for name in ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens", "confidence", "attention",
-                 "temperature", "seed", "order", "order_seed", "branch_score"):
-        if getattr(args, name, None) is not None:
-            fields[name] = getattr(args, name)
-    return DecodeSettings(**fields)
+    return DecodeSettings(**{**fields, **flag_settings(args)})
 
 
 def prompt_ids(loaded, question: str, data: str = "", shots: int = 0) -> torch.Tensor:

@@ -47,6 +47,9 @@ class OracleExecutor:
     def commit(self, winner: int, n_positions: int) -> None:
         pass
 
+    def snapshot(self) -> None:
+        return None                           # no saved states: a fork of an oracle run replays it
+
     def distribution(self, tokens: torch.Tensor) -> torch.Tensor:
         """[n] generated tokens (mask id where masked) -> [n, V] probabilities of each position."""
         n, N = tokens.numel(), self.settings.block_size

@@ -100,7 +100,7 @@ def report(summary: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopa.study orders", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=40)
+    add_common_arguments(parser, n=40, per_row=("order", "order_seed"))   # each run sets its order
     parser.add_argument("--random", type=int, default=20, help="random orders per problem (seeds 0..R-1; default 20)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
     args = parser.parse_args(argv)
