@@ -1,0 +1,391 @@
+"""Every GPU-dependent check and measurement in one command, written as one JSON and one Markdown report.
+
+    python -m lopa.bench.gpu [--out DIR] [--device cuda|cpu] [--toy] [--threads N]
+
+1. Equality on the device: the batched executor against the per-branch and the uncached references,
+   fp32 and bf16, every attention mode, k in {0, 4, 8}, on the bundled model(s); the attention
+   kernels each executor ran (FlashAttention where `flash_attn` imports, SDPA's backend op).
+2. The premise: one verify forward over B = 1, 2, 4, 8, 15 windows of two 32-token blocks at
+   prefixes of about 100 and 500 tokens (lopa.bench.round.forward_times), on the bundled model(s) and
+   on a randomly initialised Qwen2 of Dream-7B's shape (28 layers, hidden 3584, GQA 28/4, bf16;
+   nothing downloaded): ms/forward, ratio to B = 1, KV memory.
+3. The bundled model's bench (lopa.bench.decoders) on this device, rows k = 0, 1, 3, 7, 14, whose
+   B = k + 1 are the premise's.
+4. A projection of tokens/s for vanilla and LoPA rounds at the 7B shape: TPF / (verify forward at
+   B = k + 1 + the bookkeeping the bench measured per round), with the paper's GSM8K TPF and with ours.
+
+On a CPU (or with --toy) the same runs at toy sizes: a 2-layer Qwen2 in place of the 7B shape, a few
+problems, fewer repeats; the report says so. Needs torch, transformers and safetensors only, plus
+pydantic for the engine core (scripts/gpu_wheels.sh carries it to an offline machine). The report
+is rewritten after each section, so a run cut short still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from lopa.bench.decoders import DATA, row_settings, run_decoder, summarize_rows
+from lopa.bench.round import BRANCH_COUNTS, forward_times, heldout_prompts
+from lopa.models import ASSETS, load
+from lopa.models.loading import LoadedModel
+from lopa.problems import read_jsonl
+from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec
+
+REPORT_FORMAT = "lopa-gpu-report/1"
+BLOCK = 32                        # the paper's block size: windows of two 32-token blocks
+PREMISE_LIMIT = 1.3               # the premise holds when a B = 8 forward costs at most 1.3x B = 1
+# D2F-Dream on GSM8K (the paper's Table 1): vanilla and LoPA TPF, LoPA with 14 branches (Table 5).
+PAPER_TPF = {"vanilla": (0, 3.1), "LoPA": (14, 10.1)}
+# Dream-7B (Qwen2.5-7B's architecture); weights random, created on the device.
+DREAM_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
+# The same family and GQA ratio (7 query heads per K/V head) at a size a CPU runs in seconds.
+TOY_SHAPE = dict(num_hidden_layers=2, hidden_size=224, intermediate_size=608, num_attention_heads=7,
+                 num_key_value_heads=1, vocab_size=4096, max_position_embeddings=4096, tie_word_embeddings=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one run measures, and at what size."""
+    toy: bool
+    shape_name: str
+    shape: dict
+    repeats: int
+    bench_n: int
+    bench_rows: tuple[str, ...]
+    dtypes: tuple[str, ...] = ("float32", "bfloat16")
+    ks: tuple[int, ...] = (0, 4, 8)
+    equality_tokens: int = 128
+    prefixes: tuple[int, ...] = (100, 500)
+    counts: tuple[int, ...] = BRANCH_COUNTS
+
+
+BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
+PLANS = {
+    "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS),
+    "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=3, bench_n=3,
+                bench_rows=("d2f", "lopa-k14"), equality_tokens=64),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def environment(device: torch.device) -> dict:
+    """The hardware and software the numbers come from, and which optional kernels exist."""
+    import transformers
+    flash = importlib.util.find_spec("flash_attn") is not None
+    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else
+           f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads",
+           "device_type": device.type, "python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "transformers": transformers.__version__, "flash_attn": flash,
+           "flash_attn_note": "flash_attn imports: full-attention rounds after the prefill run FlashAttention-2"
+           if flash else "flash_attn is not installed: the FlashAttention path was not exercised"}
+    if device.type == "cuda":
+        env["sdpa_backends_enabled"] = {name: getattr(torch.backends.cuda, f"{name}_sdp_enabled")()
+                                        for name in ("flash", "mem_efficient", "math", "cudnn")
+                                        if hasattr(torch.backends.cuda, f"{name}_sdp_enabled")}
+    return env
+
+
+def attention_ops(fn, *args) -> list[str]:
+    """The attention ops (SDPA's backend, FlashAttention) that fn(*args) dispatched, from the profiler's
+    CPU-side record of aten ops (the dispatch is recorded there on every device)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sorted({e.key for e in prof.key_averages()
+                   if e.key.startswith("aten::_scaled_dot_product") or "flash" in e.key.lower()})
+
+
+def bundled_models() -> list[Path]:
+    return sorted(p for p in (ASSETS / "models").iterdir() if (p / "config.json").is_file())
+
+
+# -- 1. equality -------------------------------------------------------------------------------
+def decisions(run) -> list[tuple]:
+    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
+             r.block_states, r.branch_positions) for r in run.records]
+
+
+def compare(fast, ref) -> dict:
+    """Tokens and round-by-round decisions equal? Where they first differ, and the largest max-prob
+    difference over the rounds before that."""
+    a, b = decisions(fast), decisions(ref)
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    agree = len(a) if first is None else first
+    diff = max((abs(p - q) for ra, rb in zip(fast.records[:agree], ref.records[:agree])
+                for pa, pb in zip(ra.branch_max_prob, rb.branch_max_prob) for p, q in zip(pa, pb)), default=0.0)
+    return {"tokens_equal": fast.tokens == ref.tokens, "decisions_equal": first is None,
+            "first_divergent_round": first, "max_prob_diff": diff}
+
+
+def equality(loaded: LoadedModel, plan: Plan) -> tuple[list[dict], dict]:
+    """Batched vs per-branch vs uncached on one held-out prompt, for every dtype x attention x k.
+    -> (rows, the attention ops each executor dispatched per dtype)."""
+    rows, ops = [], {}
+    prompt = heldout_prompts(1)[0]
+    original = next(loaded.model.parameters()).dtype
+    for dtype in plan.dtypes:
+        loaded.model.to(getattr(torch, dtype))
+        for attention in ATTENTION_MODES:
+            for k in plan.ks:
+                # tau_conf 0.99 rather than the paper's 0.9: the bundled model then takes more rounds and
+                # lookahead branches win some, so the comparison covers branch selection too.
+                settings = DecodeSettings(k=k, attention=attention, block_size=BLOCK, max_new_tokens=plan.equality_tokens,
+                                          tau_conf=0.99, cache_schedule="authors" if attention == "full" else "eager")
+                ids = loaded.decoder(settings).encode(prompt)
+                batched = loaded.decoder(settings, executor="batched")
+                fast = batched.run(ids)
+                runs = {name: loaded.decoder(settings, executor=name).run(ids) for name in ("per_branch", "uncached")}
+                rows.append({"model": loaded.spec.name, "dtype": dtype, "attention": attention, "k": k,
+                             "rounds": len(fast.records), "lookahead_wins": sum(r.winner > 0 for r in fast.records),
+                             "batched_kernel": batched.executor.kv.kernel,
+                             **{f"{name}_{key}": value for name, run in runs.items()
+                                for key, value in compare(fast, run).items()}})
+        # The batched executor's own kernel is in batched_kernel; the references run the model's stock
+        # attention, whose SDPA backend the profiler names.
+        look = DecodeSettings(k=4, attention="full", block_size=BLOCK, max_new_tokens=2 * BLOCK)
+        reference = loaded.decoder(look, executor="per_branch")
+        ops[dtype] = attention_ops(reference.run, reference.encode(prompt))
+    loaded.model.to(original)
+    return rows, ops
+
+
+# -- 2. the premise ----------------------------------------------------------------------------
+def random_model(shape: dict, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """A Qwen2 with random weights, created on the device in `dtype` (no full-precision copy)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    config = Qwen2Config(**shape, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default)
+    V = shape["vocab_size"]
+    spec = ModelSpec(mask_token_id=V - 1, eos_token_ids=(V - 2,), logit_shift=True, max_context=shape["max_position_embeddings"],
+                     block_size=BLOCK, attention="full", name=name)
+    return LoadedModel(model, None, spec, Path("random"))
+
+
+def kv_bytes_per_token(model) -> int:
+    """K and V of one position over every layer: 2 x layers x Hkv x D x bytes per element."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * next(model.parameters()).element_size()
+
+
+def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
+    """ms per verify forward over B windows of 2 x 32 masked tokens behind a random prefix; KV memory
+    (the shared prefix stored once; per branch its window, or a whole copy as the per-branch executor keeps)."""
+    device = next(loaded.model.parameters()).device
+    settings = DecodeSettings(block_size=BLOCK, max_new_tokens=2 * BLOCK, attention=loaded.spec.attention)
+    per_token = kv_bytes_per_token(loaded.model)
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for wanted in plan.prefixes:
+        prefix = min(wanted, loaded.spec.max_context - 2 * BLOCK)
+        vocab = loaded.model.config.vocab_size
+        prompt_ids = torch.randint(3, vocab - 2, (prefix,), generator=generator)          # [P]
+        times = {}
+        for B in plan.counts:
+            if device.type == "cuda":
+                sync(device)
+                torch.cuda.reset_peak_memory_stats(device)
+                before = torch.cuda.memory_allocated(device)
+            times[B] = forward_times(loaded, prompt_ids, settings, plan.repeats, counts=(B,))[B]
+            peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20 if device.type == "cuda" else None
+            rows.append({"model": loaded.spec.name, "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
+                         "attention": settings.attention, "prefix": prefix, "B": B, "ms_per_forward": times[B] * 1e3,
+                         "ratio_to_b1": times[B] / times[1], "ms_per_branch": times[B] * 1e3 / B,
+                         "prefix_kv_mib": prefix * per_token / 2**20,
+                         "window_kv_per_branch_mib": 2 * BLOCK * per_token / 2**20,
+                         "copy_kv_per_branch_mib": (prefix + 2 * BLOCK) * per_token / 2**20,
+                         "peak_forward_mib": peak})
+    return rows
+
+
+# -- 3. the projection -------------------------------------------------------------------------
+def projected_tps(tpf: float, forward_s: float, bookkeeping_s: float) -> float:
+    """Tokens per second of rounds that each commit `tpf` tokens and cost one verify forward plus
+    the engine's bookkeeping (the decisions around the forward, independent of the model's size)."""
+    return tpf / (forward_s + bookkeeping_s)
+
+
+def projection(premise_rows: list[dict], bench_rows: list[dict], model_name: str) -> list[dict]:
+    """For each prefix: the paper's GSM8K TPF and our bundled model's, at B = k + 1 of the measured
+    forwards of `model_name`; bookkeeping per round from the bench (the d2f row for vanilla rounds,
+    the row itself for ours). LoPA's speedup is over vanilla at the same source and prefix."""
+    forward = {(r["prefix"], r["B"]): r["ms_per_forward"] / 1e3 for r in premise_rows if r["model"] == model_name}
+    bench = {r["decoder"]: r for r in bench_rows}
+    keep = lambda k: bench["d2f"]["bookkeeping_ms_per_round"] / 1e3 if k == 0 else bench.get(f"lopa-k{k}", bench["d2f"])["bookkeeping_ms_per_round"] / 1e3
+    sources = [("paper GSM8K (D2F-Dream, Table 1)", name, k, tpf) for name, (k, tpf) in PAPER_TPF.items()]
+    sources += [(f"ours ({r['model']}, synthetic, TPF useful)", r["decoder"], r["k"], r["tpf_useful"]) for r in bench_rows]
+    rows = []
+    for prefix in sorted({p for p, _ in forward}):
+        for source, decoder, k, tpf in sources:
+            if (prefix, k + 1) not in forward or "d2f" not in bench:
+                continue
+            tps = projected_tps(tpf, forward[prefix, k + 1], keep(k))
+            rows.append({"model": model_name, "prefix": prefix, "source": source, "decoder": decoder, "k": k,
+                         "B": k + 1, "tpf": tpf, "round_ms": (forward[prefix, k + 1] + keep(k)) * 1e3, "tps": tps})
+    for row in rows:
+        vanilla = next(r for r in rows if r["prefix"] == row["prefix"] and r["source"] == row["source"] and r["k"] == 0)
+        row["speedup_over_vanilla"] = row["tps"] / vanilla["tps"]
+    return rows
+
+
+# -- 4. the bench ------------------------------------------------------------------------------
+def bench(loaded: LoadedModel, plan: Plan) -> list[dict]:
+    """lopa.bench.decoders' rows on the first held-out synthetic problems, as `python -m lopa.bench` runs them."""
+    problems = read_jsonl(DATA["synthetic"])[:plan.bench_n]
+    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention)
+    rows = []
+    for name in plan.bench_rows:
+        settings = row_settings(name, base)
+        details = run_decoder(loaded, name, settings, problems, prefix="")
+        total = {key: sum(r[key] for r in details) for key in ("forward_s", "forwards", "latency_s", "rounds")}
+        summary = summarize_rows(name, settings, details)
+        rows.append({"model": loaded.spec.name, **{key: summary[key] for key in (
+            "decoder", "k", "n", "accuracy", "tpf_useful", "tpf_paper", "tps", "tps_excl_first", "latency_s_mean",
+            "forwards_mean")}, "ms_per_forward": 1e3 * total["forward_s"] / total["forwards"],
+            "bookkeeping_ms_per_round": 1e3 * (total["latency_s"] - total["forward_s"]) / total["rounds"]})
+    return rows
+
+
+# -- the report --------------------------------------------------------------------------------
+def table(rows: list[dict], columns: dict[str, str]) -> str:
+    """A Markdown table: columns maps a row key to its heading; floats to 3 significant digits."""
+    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else "" if v is None else str(v)
+    lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(cell(r.get(key)) for key in columns) + " |" for r in rows])
+
+
+def markdown(report: dict) -> str:
+    env, plan = report["environment"], report["plan"]
+    out = [f"# GPU report: {env['device']}", "",
+           f"torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, Python {env['python']}. "
+           f"{env['flash_attn_note']}." + (" **Toy sizes on a CPU: a check that the command works, not a measurement "
+                                           "of the premise.**" if plan["toy"] else ""),
+           "", f"Reproduce: `python -m lopa.bench.gpu{' --toy' if plan['toy'] and env['device_type'] != 'cpu' else ''}`.",
+           ""]
+    if "equality" in report:
+        eq = report["equality"]
+        rows = eq["rows"]
+        same = lambda name, dtype: sum(r[f"{name}_decisions_equal"] and r[f"{name}_tokens_equal"] for r in rows if r["dtype"] == dtype)
+        out += ["## 1. Equality on the device", "",
+                "Batched executor against the per-branch (own cache copy, stock attention) and uncached references: "
+                "tokens and every round's decisions equal; largest max-prob difference before any divergence.", ""]
+        out += [f"- {dtype}: per-branch {same('per_branch', dtype)}/{n}, uncached {same('uncached', dtype)}/{n} runs equal"
+                for dtype in plan["dtypes"] for n in [sum(r["dtype"] == dtype for r in rows)]]
+        out += [f"- SDPA backend of the references, {model} {dtype}: {', '.join(ops) or 'none recorded'}"
+                for model, by_dtype in eq["attention_ops"].items() for dtype, ops in by_dtype.items()]
+        out += ["", table(rows, {"dtype": "dtype", "attention": "attention", "k": "k", "rounds": "rounds",
+                                 "lookahead_wins": "lookahead wins", "batched_kernel": "batched kernel",
+                                 "per_branch_decisions_equal": "= per-branch", "per_branch_first_divergent_round": "differs at",
+                                 "per_branch_max_prob_diff": "Δp per-branch", "uncached_decisions_equal": "= uncached",
+                                 "uncached_first_divergent_round": "differs at", "uncached_max_prob_diff": "Δp uncached"}), ""]
+    if "premise" in report:
+        out += ["## 2. The premise: one verify forward over B windows of 2 x 32 tokens", ""]
+        out += [f"- {v['model']}, prefix {v['prefix']}: B = 8 costs {v['ratio_b8']:.2f}x B = 1 "
+                f"({'holds' if v['holds'] else 'does not hold'}: at most {PREMISE_LIMIT}x)" for v in report["verdict"]]
+        out += ["", table(report["premise"], {"model": "model", "dtype": "dtype", "prefix": "prefix", "B": "B",
+                                              "ms_per_forward": "ms/forward", "ratio_to_b1": "x B=1", "ms_per_branch": "ms/branch",
+                                              "prefix_kv_mib": "prefix KV MiB (once)",
+                                              "window_kv_per_branch_mib": "window KV MiB/branch",
+                                              "copy_kv_per_branch_mib": "KV MiB/branch if copied",
+                                              "peak_forward_mib": "peak MiB (CUDA)"}), ""]
+    if "bench" in report:
+        out += ["## 3. The bundled model's bench on this device", "", table(report["bench"], {
+            "model": "model", "decoder": "decoder", "n": "n", "accuracy": "accuracy", "tpf_useful": "TPF",
+            "tps": "tokens/s", "tps_excl_first": "tokens/s excl. 1st", "ms_per_forward": "ms/forward",
+            "bookkeeping_ms_per_round": "bookkeeping ms/round"}), ""]
+    if "projection" in report:
+        out += [f"## 4. Projection (not a measurement): tokens/s at the {plan['shape_name']}", "",
+                "tokens/s = TPF / (verify forward at B = k + 1, measured above + bookkeeping per round, measured by "
+                "the bench). Branch parallelism, batching of requests and the first round are not modelled.", "",
+                table(report["projection"], {"prefix": "prefix", "source": "TPF from", "decoder": "decoder", "B": "B",
+                                             "tpf": "TPF", "round_ms": "ms/round", "tps": "tokens/s",
+                                             "speedup_over_vanilla": "x vanilla"}), ""]
+    if report["errors"]:
+        out += ["## Errors", ""] + [f"- {section}: `{err}`" for section, err in report["errors"].items()]
+    out += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items())]
+    return "\n".join(out) + "\n"
+
+
+def write(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(markdown(report))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lopa.bench.gpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="bench-out/gpu", help="folder for report.json and report.md")
+    parser.add_argument("--device", help="cuda, cpu, ... (default: the accelerator, else the CPU)")
+    parser.add_argument("--toy", action="store_true", help="toy sizes on any device (always on a CPU)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = [load(path, device=args.device) for path in bundled_models()]
+    device = next(models[0].model.parameters()).device
+    plan = PLANS["toy" if args.toy or device.type == "cpu" else "device"]
+    report = {"format": REPORT_FORMAT, "environment": environment(device), "plan": dataclasses.asdict(plan),
+              "errors": {}, "seconds": {}, "verdict": []}
+    out = Path(args.out)
+
+    def section(name: str, fn) -> None:
+        """Run one section; an error is recorded in the report (and the exit status), not fatal to the rest."""
+        t0 = time.perf_counter()
+        try:
+            report[name] = fn()
+        except Exception as err:          # noqa: BLE001 - one machine-time window: keep going, report it
+            report["errors"][name] = f"{type(err).__name__}: {err}"
+        report["seconds"][name] = time.perf_counter() - t0
+        print(f"{name}: {report['seconds'][name]:.0f} s" + (f"  ERROR {report['errors'][name]}" if name in report["errors"] else ""),
+              file=sys.stderr, flush=True)
+        write(report, out)
+
+    def check_equality() -> dict:
+        runs = {m.spec.name: equality(m, plan) for m in models}
+        return {"rows": [row for rows, _ in runs.values() for row in rows],
+                "attention_ops": {name: ops for name, (_, ops) in runs.items()}}
+    section("equality", check_equality)
+    section("bench", lambda: [row for m in models for row in bench(m, plan)])
+
+    def measure_premise() -> list[dict]:
+        rows = [row for m in models for row in premise(m, plan)]
+        big = random_model(plan.shape, plan.shape_name, device, torch.float32 if device.type == "cpu" else torch.bfloat16)
+        rows += premise(big, plan)
+        del big
+        return rows
+    section("premise", measure_premise)
+    if "premise" in report:
+        report["verdict"] = [{"model": r["model"], "prefix": r["prefix"], "ratio_b8": r["ratio_to_b1"],
+                              "holds": r["ratio_to_b1"] <= PREMISE_LIMIT}
+                             for r in report["premise"] if r["B"] == 8 and r["model"] == plan.shape_name]
+    if "premise" in report and "bench" in report:
+        section("projection", lambda: projection(report["premise"], report["bench"], plan.shape_name))
+    print(markdown(report))
+    print(f"wrote {out / 'report.json'} and {out / 'report.md'}")
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
