@@ -1,6 +1,6 @@
 """The generated-code sandbox against a hostile completion: every escape that monkeypatching
 Python could not stop, each checked from outside the sandbox (files, processes, signals, the
-network, the verdict)."""
+network, the verdict, how much it can write)."""
 
 import os
 import signal
@@ -11,14 +11,17 @@ import time
 import pytest
 
 from lopa.bench import humaneval
+from lopa.eval import sandbox
+from lopa.eval.sandbox import Program
 
 pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(not humaneval.bubblewrap_available(),
-                                 reason="needs bubblewrap (apt-get install bubblewrap) able to create namespaces")]
+              pytest.mark.skipif(not sandbox.bubblewrap_available(),
+                                 reason="needs bubblewrap >= 0.5 (apt-get install bubblewrap) able to create namespaces")]
+ADD_TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n\ncheck(add)\n"
 
 
 def run(program: str, timeout: float = 20):
-    result = humaneval.run_program(program, timeout=timeout)
+    result = sandbox.run_program(program, timeout=timeout)
     assert result.sandbox == "bubblewrap"
     return result
 
@@ -121,6 +124,169 @@ def test_a_runaway_loop_is_killed_at_the_timeout():
 
 
 def test_fallback_is_labelled(monkeypatch):
-    monkeypatch.setattr(humaneval, "bubblewrap_available", lambda: False)
-    result = humaneval.run_program("assert True\n", timeout=20)
-    assert result.passed and result.sandbox.startswith("fallback")
+    monkeypatch.setattr(sandbox, "bubblewrap_available", lambda: False)
+    assert run_fallback(Program("def add(a, b):\n    return a + b\n", ADD_TEST)).passed
+    assert not run_fallback(Program("def add(a, b):\n    return a - b\n", ADD_TEST)).passed
+
+
+def run_fallback(program):
+    result = sandbox.run_program(program, timeout=20)
+    assert result.sandbox.startswith("fallback")
+    return result
+
+
+# -- the verdict: only the tests, in a process the candidate cannot reach, can give a pass ---------
+FORGERIES = {
+    # any bytes in a calling frame's globals (where a verdict token would be), written to every
+    # open descriptor, then an exit that skips everything after
+    "frame read, pipe write, _exit": """
+import posix, sys
+found, frame = [b"passed"], sys._getframe()
+while frame is not None:
+    found += [value for value in frame.f_globals.values() if isinstance(value, bytes)]
+    frame = frame.f_back
+for fd in range(3, 256):
+    try:
+        posix.write(fd, found[-1])
+    except OSError:
+        pass
+posix._exit(0)
+""",
+    # the protocol itself: "my code ran to its end", a made-up verdict, then gone
+    "forged ready and verdict": """
+import json, os, posix, struct
+for message in ({"ready": True}, {"value": True}, "passed"):
+    data = json.dumps(message).encode()
+    for fd in range(3, 256):
+        try:
+            posix.write(fd, struct.pack(">Q", len(data)) + data)
+            posix.write(fd, b"passed")
+        except OSError:
+            pass
+posix._exit(0)
+""",
+    # everything in its own memory that looks like a token, to every descriptor, then a clean exit
+    "memory scan": """
+import gc, posix
+for obj in gc.get_objects():
+    for value in (obj.values() if isinstance(obj, dict) else ()):
+        if isinstance(value, (bytes, str)) and 16 <= len(value) <= 64:
+            for fd in range(3, 64):
+                try:
+                    posix.write(fd, value if isinstance(value, bytes) else value.encode())
+                except OSError:
+                    pass
+import sys
+sys.exit(0)
+""",
+}
+
+
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_the_candidate_cannot_forge_the_verdict(forgery):
+    """The issue's battery: a program that never defines `add` and never lets a test run."""
+    result = run(Program(FORGERIES[forgery], ADD_TEST))
+    assert not result.passed and result.status.startswith("failed"), result.status
+
+
+def test_the_candidate_cannot_see_the_test_process_or_read_the_test():
+    """The candidate looks for the test's process and text everywhere it can read; the tests then
+    ask it what it found (any sighting fails the run)."""
+    candidate = """
+import glob, os
+seen = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        seen.append(open(f'/proc/{pid}/cmdline', 'rb').read())
+    except OSError:
+        pass
+sightings = [c for c in seen if b' test ' in c.replace(b'\\0', b' ')]
+texts = []
+for path in glob.glob('/sandbox/**', recursive=True) + glob.glob('/tmp/**', recursive=True):
+    try:
+        texts.append(open(path, errors='replace').read())
+    except OSError:
+        pass
+leaked = any('MARKER-' + '7f3a' in text for text in texts)   # not spelled out: this file is read too
+"""
+    test = "# MARKER-7f3a: only the test process has this text\nassert sightings == [] and not leaked\n"
+    assert run(Program(candidate, test)).passed
+
+
+def test_values_cross_as_data_and_objects_stay_with_the_candidate():
+    """What a HumanEval or MBPP test needs of the candidate: plain values (copied), its own objects
+    (classes, generators, modules it imported) used through requests, its exceptions by type."""
+    candidate = """
+import math
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+def longest(pairs):
+    return max(p.b - p.a for p in pairs)
+def evens(n):
+    yield from range(0, n, 2)
+def shape(x):
+    return {"t": (1, 2.5, None), "s": {3}, "b": b"\\x00", "c": 1j, "n": float("inf")}
+def fail(x):
+    raise ValueError(x)
+def mutate(xs):
+    xs.append(1)
+    return len(xs)
+"""
+    test = """
+assert longest([Pair(1, 5), Pair(2, 3)]) == 4
+assert list(evens(7)) == [0, 2, 4, 6]
+assert shape(0) == {"t": (1, 2.5, None), "s": {3}, "b": b"\\x00", "c": 1j, "n": float("inf")}
+assert math.isclose(math.sqrt(2) ** 2, 2)
+try:
+    fail("x")
+    raise AssertionError("no exception")
+except ValueError as error:
+    assert str(error) == "x"
+xs = []
+assert mutate(xs) == 1 and xs == []
+"""
+    result = run(Program(candidate, test))
+    assert result.passed, result.status
+
+
+def test_a_function_of_the_tests_cannot_be_passed_to_the_candidate():
+    result = run(Program("def apply(f, x):\n    return f(x)\n", "assert apply(lambda v: v + 1, 1) == 2\n"))
+    assert result.status.startswith("failed: TypeError") and "cannot be passed" in result.status
+
+
+def test_an_exception_the_tests_catch_broadly_does_not_hide_a_vanished_candidate():
+    candidate = "import posix\ndef add(a, b):\n    posix._exit(0)\n"
+    test = "try:\n    add(1, 2)\nexcept Exception:\n    pass\n"
+    assert run(Program(candidate, test)).status.startswith("failed: CandidateGone")
+
+
+# -- writes: one bounded tmpfs, everything else read-only ------------------------------------------
+@pytest.mark.parametrize("folder", ["/tmp", "/sandbox", "."])
+def test_filling_the_disk_or_memory_stops_at_the_write_limit(folder):
+    """The issue's case: 64 files of 15 MB, each under the file-size and memory limits."""
+    start = time.monotonic()
+    program = f"for i in range(64):\n    open(f'{folder}/fill{{i}}', 'wb').write(b'0' * (15 << 20))\n"
+    result = run(Program(program, "pass\n"), timeout=30)
+    assert not result.passed
+    assert result.status.startswith("failed: wrote past the sandbox's 64 MiB write limit"), result.status
+    assert time.monotonic() - start < 25
+
+
+def test_nothing_else_is_writable_and_the_work_directory_is_bounded():
+    candidate = f"""
+import os
+writable = []
+for folder in ("/", "/dev", "/usr", "/etc", "/proc", "{os.path.dirname(sandbox.__file__)}"):
+    try:
+        open(os.path.join(folder, "probe"), "w").close()
+        writable.append(folder)
+    except OSError:
+        pass
+sizes = [os.statvfs(f).f_blocks * os.statvfs(f).f_frsize for f in ("/sandbox", "/tmp", "/dev/shm")]
+same = os.stat("/tmp").st_dev == os.stat("/sandbox").st_dev
+"""
+    test = (f"assert writable == [], writable\nassert same and sizes[0] <= {sandbox.WRITE_LIMIT_BYTES}, sizes\n"
+            f"assert sizes[2] <= {sandbox.SHM_LIMIT_BYTES}, sizes\n")
+    result = run(Program(candidate, test))
+    assert result.passed, result.status

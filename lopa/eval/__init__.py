@@ -6,12 +6,15 @@
     code_eval.py  unit-test grading as HF code_eval does it, each program in the bubblewrap sandbox
                   (MBPP 3-shot, Table 1 HumanEval)
     codegen.py    HumanEval+ and MBPP+ through EvalPlus: the authors' prompts, samples.jsonl,
-                  EvalPlus's evaluator run inside the bubblewrap sandbox (lopa.bench.humaneval)
+                  EvalPlus's evaluator run inside the bubblewrap sandbox
+    sandbox.py    the code sandbox: generated code and its tests in two bubblewrap processes;
+                  sandbox_child.py is what runs inside them
     paper.py      the paper's numbers (Tables 1 and 2), to print beside ours
     reproduce.py  `python -m lopa reproduce --table N --model ...`
 
 Every evaluation saves its completions so a run can be re-graded. Nothing here downloads: data
 comes from assets/ or from paths the user gives.
 
-Layer: beside bench (imports the core, lopa.models and lopa.bench's sandbox); used by the CLI.
+Layer: beside bench (imports the core, lopa.models and lopa.bench's HumanEval problems; the bench
+imports the sandbox); used by the CLI.
 """
