@@ -24,6 +24,20 @@ from lopa.models.loading import ROOT, load_tokenizer
 from .examples import example_groups
 
 MODELS_DIR = ASSETS / "models"
+# What each bundled model shows, for the model choice. The two side by side are the lesson: the same
+# decoder is fast or not depending on whether the model leaves its filling order open (model cards).
+SHOWS = {
+    "open-gsm-dllm": "the paper's regime: one token (\"now\" or not) decides the rest of a line, so the filling "
+                     "order sets the speed",
+    "sure-gsm-dllm": "sure of every token: every filling order gives the same speed (the contrast)",
+}
+
+
+def bundled_models() -> list[tuple[str, str]]:
+    """(label, folder) of every model under assets/models, the default first, each labelled by what it shows."""
+    folders = sorted((p for p in MODELS_DIR.iterdir() if (p / "config.json").is_file()),
+                     key=lambda p: (p.resolve() != DEFAULT_MODEL.resolve(), p.name)) if MODELS_DIR.is_dir() else []
+    return [(f"{p.name}: {SHOWS.get(p.name, 'bundled model')}", str(p)) for p in folders]
 
 
 def allowed_model_roots() -> list[Path] | None:
