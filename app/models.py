@@ -33,6 +33,10 @@ SHOWS = {
 }
 
 
+# Traces and links recorded before a bundled model was renamed still find its tokenizer.
+RENAMED = {"tiny-gsm-dllm": "sure-gsm-dllm"}
+
+
 def bundled_models() -> list[tuple[str, str]]:
     """(label, folder) of every model under assets/models, the default first, each labelled by what it shows."""
     folders = sorted((p for p in MODELS_DIR.iterdir() if (p / "config.json").is_file()),
@@ -208,6 +212,7 @@ def tokenizer_for_trace(spec: dict):
     assets/models (or matched against the loaded model): never as a path.
     """
     name = str(spec.get("name", ""))
+    name = RENAMED.get(name, name)
     loaded = MODELS.loaded
     if loaded is not None and loaded.spec.name == name:
         return loaded.tokenizer

@@ -209,7 +209,7 @@ def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
     before = MODELS.get()
     info, status = cb.load_model_dir(str(tiny_model))
     assert "only loads models from `assets/models`" in status and MODELS.loaded is before
-    check_model_dir(MODELS_DIR / "tiny-gsm-dllm")  # the bundled model stays loadable
+    check_model_dir(MODELS_DIR / "sure-gsm-dllm")  # the bundled model stays loadable
     with pytest.raises(ValueError):
         check_model_dir(MODELS_DIR / ".." / ".." / "lopa")  # no escaping by ".."
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tiny_model.parent))  # an operator may widen it

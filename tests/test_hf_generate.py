@@ -222,7 +222,7 @@ def test_hf_export_refuses_checkpoints_transformers_loads_through_remote_code(tm
 
 def test_the_bundled_folder_is_exported_as_the_helper_would(tmp_path):
     """A retrain that rewrote generation_config.json without the guard fails here: rerun
-    `python -m lopa hf-export assets/models/tiny-gsm-dllm` (lopa.train's export does it itself)."""
+    `python -m lopa hf-export assets/models/sure-gsm-dllm` (lopa.train's export does it itself)."""
     copy = tmp_path / DEFAULT_MODEL.name
     copy.mkdir()
     for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):

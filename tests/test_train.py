@@ -204,7 +204,7 @@ def test_name_ids_cover_both_spellings_of_a_name():
 
     from lopa.problems import NAMES, OBJECTS
 
-    tok = AutoTokenizer.from_pretrained("assets/models/tiny-gsm-dllm")
+    tok = AutoTokenizer.from_pretrained("assets/models/sure-gsm-dllm")
     names = {tok.decode([i]) for i in T.name_ids(tok, NAMES, bare=True).nonzero().flatten().tolist()}
     assert {"Leo", " Leo"} <= names  # "Leo" starts a later answer line, " Leo" the first one
     assert "Leo" not in {tok.decode([i]) for i in T.name_ids(tok, NAMES).nonzero().flatten().tolist()}

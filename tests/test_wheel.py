@@ -51,9 +51,9 @@ def installed(tmp_path_factory):
 def test_the_wheel_holds_the_bundled_model_and_no_generic_top_level_names(installed):
     wheel, _, purelib, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
-    assert "lopa/assets/models/tiny-gsm-dllm/model.safetensors" in names
+    assert "lopa/assets/models/sure-gsm-dllm/model.safetensors" in names
     # transformers' generate() with LoPA (lopa.hf): the folder `lopa hf-export` copies from
-    assert {"lopa/assets/models/tiny-gsm-dllm/custom_generate/generate.py", "lopa/hf/generation.py"} <= set(names)
+    assert {"lopa/assets/models/sure-gsm-dllm/custom_generate/generate.py", "lopa/hf/generation.py"} <= set(names)
     assert "lopa_explorer/app/wiring.py" in names and "lopa_explorer/visualizations/canvas.py" in names
     tops = {n.split("/")[0] for n in names}
     assert tops == {"lopa", "lopa_explorer", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}

@@ -41,7 +41,7 @@ from lopa.train.tokenizer import MASK
 
 @dataclass(frozen=True)
 class Recipe:
-    """The defaults are the shipped model's recipe (assets/models/tiny-gsm-dllm/README.md)."""
+    """The defaults are the shipped model's recipe (assets/models/sure-gsm-dllm/README.md)."""
     layers: int = 4
     hidden: int = 160
     heads: int = 4
