@@ -277,7 +277,7 @@ def table(rows: list[dict], columns: dict[str, str]) -> str:
 
 def markdown(report: dict) -> str:
     env, plan = report["environment"], report["plan"]
-    out = [f"# GPU report: {env['device']}", "",
+    out = [f"# lopa.bench.gpu on {env['device']}", "",
            f"torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, Python {env['python']}. "
            f"{env['flash_attn_note']}." + (" **Toy sizes on a CPU: a check that the command works, not a measurement "
                                            "of the premise.**" if plan["toy"] else ""),
