@@ -11,41 +11,63 @@ another), so `model` names that model or is left empty: an API call never loads 
 
 from __future__ import annotations
 
+import inspect
 import json
 from contextlib import closing
 
 import gradio as gr
 
-from lopa.settings import settings_for_model
+from lopa.settings import SETTINGS, check_settings, settings_for_model
 
 from .boundary import stream_jobs
 from .models import MODELS
-from .session import LiveRun
+from .session import APP_DEFAULTS, LiveRun
+
+# A prompt longer than this is refused before it is tokenized (the model's context is checked after).
+MAX_PROMPT_CHARS = 100_000
+# The endpoint's parameters: the prompt, the model's name, then every registry setting with the app's
+# default; attention "" follows the model's own (its config).
+SIGNATURE = inspect.Signature(
+    [inspect.Parameter("prompt", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+     inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default="", annotation=str),
+     *[inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=spec.type,
+                         default="" if name == "attention" else APP_DEFAULTS.get(name, spec.default))
+       for name, spec in SETTINGS.items()]],
+    return_annotation=dict)
 
 
-def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", order_seed: int = 0,
-           tau_conf: float = 0.9, tau_add: float = 0.1, tau_act: float = 0.95, block_size: int = 32,
-           max_new_tokens: int = 64, attention: str = "", confidence: str = "neg_entropy",
-           temperature: float = 0.0, seed: int = 0, cache_schedule: str = "eager",
-           mask_argmax: str = "next_best", lookahead_min_prob: float = 0.0) -> dict:
-    """Decode one prompt with LoPA (k lookahead branches; k = 0 is D2F vanilla).
+def _check_prompt(prompt) -> str:
+    if not isinstance(prompt, str):
+        raise ValueError(f"prompt must be text (a string of at most {MAX_PROMPT_CHARS} characters), "
+                         f"got {type(prompt).__name__} {str(prompt)[:40]!r}")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ValueError(f"prompt must be at most {MAX_PROMPT_CHARS} characters, got {len(prompt)}")
+    return prompt
+
+
+def decode(*args, **kwargs) -> dict:
+    """Decode one prompt with LoPA (k lookahead branches; k = 0 is D2F vanilla). Parameters: prompt,
+    model, then every decode setting by name (lopa.settings.SETTINGS: its range and meaning).
 
     Returns {"answer": text, "model": name, "settings": {...}, "metrics": {...}, "trace": {...}}; the
     trace is the lopa-trace/2 JSON that `lopa.RunResult.from_json` reads. attention "" follows the
     model's own (its config); attention "full" with cache_schedule "authors" and mask_argmax
-    "authors" is the authors' loop (docs/method.md). Errors come back as messages naming what to fix.
+    "authors" is the authors' loop (docs/method.md). Every value is read by the registry: a wrong
+    type or a value out of range comes back as one message naming the parameter, its range and the
+    value given.
     """
     try:
+        bound = SIGNATURE.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        prompt, model = _check_prompt(values.pop("prompt")), values.pop("model")
+        if values["attention"] == "":
+            del values["attention"]
+        chosen = check_settings(values)                        # every value, before any model is touched
         loaded = MODELS.get()
         if model and model != loaded.spec.name:
             raise ValueError(f"the app serves {loaded.spec.name!r}; pass model='' or that name "
                              "(an API call never loads another model)")
-        chosen = dict(k=k, order=order, order_seed=order_seed, tau_conf=tau_conf, tau_add=tau_add, tau_act=tau_act,
-                      block_size=block_size, max_new_tokens=max_new_tokens, confidence=confidence,
-                      temperature=temperature, seed=seed, cache_schedule=cache_schedule, mask_argmax=mask_argmax,
-                      lookahead_min_prob=lookahead_min_prob)
-        if attention:
-            chosen["attention"] = attention
         settings = settings_for_model(loaded.spec, **chosen)    # the one place unset settings are filled
         live = LiveRun({"model": loaded.spec.name, "prompt": prompt, "settings": settings.to_dict(), "workers": 1,
                         "rounds": None, "resume": None})
@@ -59,3 +81,7 @@ def decode(prompt: str, model: str = "", k: int = 4, order: str = "confidence", 
         raise gr.Error(str(err), print_exception=False) from None
     return {"answer": run.text, "model": loaded.spec.name, "settings": settings.to_dict(), "metrics": run.metrics(),
             "trace": json.loads(run.to_json())}
+
+
+decode.__signature__ = SIGNATURE
+decode.__annotations__ = {p.name: p.annotation for p in SIGNATURE.parameters.values()} | {"return": dict}

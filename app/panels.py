@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from lopa.settings import ATTENTION_MODES, CONFIDENCE_METRICS, MAX_LOOKAHEAD, ORDERS
+from lopa.settings import SETTINGS
 
 from .callbacks import PRESETS, VIEW_OUTPUTS, view
 from .compare import BASELINES
 from .examples import example_groups
 from .models import MODELS, example_prompts
-from .session import APP_DEFAULTS, BRANCH_PARALLEL, SINGLE, WORKER_RANGE, Session
+from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
@@ -38,40 +38,28 @@ def build_input_panel() -> dict:
     return {"prompt": prompt}
 
 
+def setting_input(name: str, value):
+    """The input of one registry setting (lopa.settings.SETTINGS): a dropdown for choices, a slider for
+    a bounded interval, a number box otherwise; its label, help and range from the registry. Values
+    are checked by the registry when read (app.session.settings_from_ui), with its message."""
+    spec = SETTINGS[name]
+    kw = dict(label=spec.label or name, info=f"{spec.help} ({spec.describe()})", value=value,
+              elem_id=name.replace("_", "-"))
+    if spec.choices is not None:
+        return gr.Dropdown(list(spec.choices), **kw)
+    if spec.type is int and spec.high - spec.low <= 64:
+        return gr.Slider(spec.low, spec.high, step=1, **kw)
+    if spec.type is float and spec.high <= 1:          # a probability: open ends one step inside
+        step = 0.01
+        return gr.Slider(spec.low + step * spec.open_low, spec.high - step * spec.open_high, step=step, **kw)
+    return gr.Number(precision=0 if spec.type is int else None, **kw)
+
+
 def build_settings_panel() -> dict:
-    d = APP_DEFAULTS
     with gr.Accordion("Decoding settings", open=True):
         preset = gr.Dropdown(list(PRESETS), value=list(PRESETS)[0], label="preset (paper: Table 5; keeps max new tokens)",
                              elem_id="preset")
-        k = gr.Slider(0, MAX_LOOKAHEAD, value=d["k"], step=1, label="k: lookahead branches (0 = D2F vanilla)", elem_id="k")
-        with gr.Row():
-            order = gr.Dropdown(list(ORDERS), value=ORDERS[0], scale=3, elem_id="order",
-                                label="Order: which positions the anchor's fallback and the k branches take",
-                                info="confidence = the paper's; random = the control group; left_to_right = autoregressive")
-            order_seed = gr.Number(value=0, precision=0, label="order seed (random)", scale=1, min_width=80,
-                                   elem_id="order-seed")
-        lookahead_min_prob = gr.Slider(0.0, 0.95, value=0.0, step=0.05, elem_id="lookahead-min-prob",
-                                       label="lookahead floor: a branch may only fill a position whose max prob is at least",
-                                       info="0 = the paper's (any masked position). Ours: the branch score never checks "
-                                            "the lookahead token itself (docs/method.md, departure 8)")
-        tau_conf = gr.Slider(0.01, 1.0, value=d["tau_conf"], step=0.01, label="τ_conf: commit when max prob >",
-                             elem_id="tau-conf")
-        tau_add = gr.Slider(0.01, 1.0, value=d["tau_add"], step=0.01, label="τ_add: add a block at decoded fraction",
-                            elem_id="tau-add")
-        tau_act = gr.Slider(0.01, 1.0, value=d["tau_act"], step=0.01, label="τ_act: fully activate the next block at",
-                            elem_id="tau-act")
-        with gr.Row():
-            block_size = gr.Number(value=d["block_size"], precision=0, label="block size N", elem_id="block-size")
-            max_new_tokens = gr.Number(value=d["max_new_tokens"], precision=0, label="max new tokens (multiple of N)",
-                                       elem_id="max-new-tokens")
-        with gr.Row():
-            confidence = gr.Dropdown(list(CONFIDENCE_METRICS), value=d["confidence"], label="confidence metric Conf",
-                                     elem_id="confidence")
-            attention = gr.Dropdown(list(ATTENTION_MODES), value=d["attention"], label="attention in the window",
-                                    elem_id="attention")
-        with gr.Row():
-            temperature = gr.Number(value=d["temperature"], label="temperature (0 = greedy)", elem_id="temperature")
-            seed = gr.Number(value=d["seed"], precision=0, label="seed", elem_id="seed")
+        inputs = {name: setting_input(name, APP_DEFAULTS[name]) for name in SETTING_NAMES}
     # ---- BACKEND SLOT --------------------------------------------------------------------------
     # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.models.ModelCache.bp_group.
     with gr.Group(elem_id="backend-slot"):
@@ -87,11 +75,8 @@ def build_settings_panel() -> dict:
         share_link = gr.Textbox(label="add to this page's address (opening it restores the prompt and settings)",
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
-    return {"share_link": share_link, "command": command, "preset": preset, "k": k, "tau_conf": tau_conf, "tau_add": tau_add, "tau_act": tau_act,
-            "block_size": block_size, "max_new_tokens": max_new_tokens, "confidence": confidence,
-            "attention": attention, "temperature": temperature, "seed": seed, "backend": backend,
-            "workers": workers, "order": order, "order_seed": order_seed,
-            "lookahead_min_prob": lookahead_min_prob}
+    return {"share_link": share_link, "command": command, "preset": preset, **inputs, "backend": backend,
+            "workers": workers}
 
 
 def build_controls() -> dict:

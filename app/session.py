@@ -14,25 +14,22 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
+from lopa.settings import SETTINGS, check_settings
 from lopa.trace import RoundRecord
 
 from .boundary import trace_of
 from .runs import RunTree
 
-# Order of the settings inputs, shared by the panel (build_settings_panel) and the callbacks.
-SETTING_NAMES = ("k", "tau_conf", "tau_add", "tau_act", "block_size", "max_new_tokens", "confidence", "attention",
-                 "temperature", "seed")
-INT_SETTINGS = {"k", "block_size", "max_new_tokens", "seed"}
-# The app's own starting point: the paper's GSM8K row (Table 5) with k and length cut for a CPU.
-APP_DEFAULTS = dict(k=4, tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=32, max_new_tokens=64,
-                    confidence="neg_entropy", attention="block_causal", temperature=0.0, seed=0)
+# The settings inputs: every setting the registry (lopa.settings.SETTINGS) marks for the app, in its
+# order. The panel builds them, the wiring passes them and the callbacks read them by these names.
+SETTING_NAMES = tuple(name for name, spec in SETTINGS.items() if spec.app)
+# The app's own starting point: the engine's defaults (the paper's GSM8K row, Table 5) with k and
+# length cut for a CPU.
+APP_DEFAULTS = {**{name: SETTINGS[name].default for name in SETTING_NAMES}, "k": 4, "max_new_tokens": 64}
 # The backend inputs follow the settings inputs (optional: callers that leave them out get single process).
 BACKEND_NAMES = ("backend", "workers")
 SINGLE, BRANCH_PARALLEL = "single process", "branch-parallel"
 WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a model replica)
-# The order inputs follow the backend inputs (optional too: callers that leave them out get the
-# paper's confidence order).
-ORDER_NAMES = ("order", "order_seed", "lookahead_min_prob")
 # Forks resume from a copy of the prefix cache saved after every round, or replay the parent's
 # recorded decisions (same result, more forwards). Below MIN a replay costs less than a page
 # refresh (the bundled model: ~8 ms a forward) while the copies cost ~1 MB a run in every
@@ -72,24 +69,13 @@ def backend_from_ui(choice=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
 
 
 def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
-    """(settings, backend) from the settings inputs, optionally followed by the backend inputs and
-    then the order inputs."""
+    """(settings, backend) from the settings inputs (SETTING_NAMES), optionally followed by the
+    backend inputs (BACKEND_NAMES)."""
     n, nb = len(SETTING_NAMES), len(BACKEND_NAMES)
-    if len(values) not in (n, n + nb, n + nb + len(ORDER_NAMES)):
-        raise ValueError(f"expected {n} settings (and optionally {nb} backend and {len(ORDER_NAMES)} order values), "
-                         f"got {len(values)}")
-    settings = settings_from_ui(*values[:n])
-    if len(values) > n + nb:
-        order, seed, floor = values[n + nb:]
-        settings = settings.replace(order=str(order or "confidence"), order_seed=_as_int("order seed", seed),
-                                    lookahead_min_prob=_as_float("lookahead floor", floor))
-    return settings, backend_from_ui(*values[n:n + nb])
-
-
-def _as_float(name: str, value) -> float:
-    if value is None or value == "":
-        raise ValueError(f"{name} is empty: type a number")
-    return float(value)
+    if len(values) not in (n, n + nb):
+        raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
+                         f"got {len(values)} values")
+    return settings_from_ui(*values[:n]), backend_from_ui(*values[n:])
 
 
 def _as_int(name: str, value) -> int:
@@ -102,21 +88,12 @@ def _as_int(name: str, value) -> int:
 
 
 def settings_from_ui(*values) -> DecodeSettings:
-    """DecodeSettings from the panel's values (in SETTING_NAMES order). Raises ValueError with a
-    message for the page when a value is missing or out of range (DecodeSettings validates)."""
+    """DecodeSettings from the panel's values (SETTING_NAMES), each read by the registry's one
+    reading (lopa.settings.Setting.parse). Raises ValueError naming the setting, its range and
+    the value when one is missing, of the wrong type or out of range."""
     if len(values) != len(SETTING_NAMES):
         raise ValueError(f"expected {len(SETTING_NAMES)} settings, got {len(values)}")
-    fields = {}
-    for name, value in zip(SETTING_NAMES, values):
-        if name in INT_SETTINGS:
-            fields[name] = _as_int(name, value)
-        elif name in ("confidence", "attention"):
-            fields[name] = str(value)
-        else:
-            if value is None or value == "":
-                raise ValueError(f"{name} is empty: type a number")
-            fields[name] = float(value)
-    return DecodeSettings(**fields)
+    return DecodeSettings(**check_settings(dict(zip(SETTING_NAMES, values))))
 
 
 class LiveRun:

@@ -8,6 +8,7 @@ import functools
 import inspect
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
@@ -25,7 +26,7 @@ from .panels import (
     build_studies_panel,
     build_trace_panel,
 )
-from .session import BACKEND_NAMES, ORDER_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
+from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -43,8 +44,10 @@ CSS = """
 # recent SESSION_CAPACITY sessions keep their state, an older idle one starts afresh.
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
+# A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
 LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS, max_file_size=MAX_TRACE_BYTES,
-                     state_session_capacity=SESSION_CAPACITY)
+                     state_session_capacity=SESSION_CAPACITY,
+                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength)]})
 
 
 def build_demo() -> gr.Blocks:
@@ -126,8 +129,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
-    # After the settings: the callbacks' values are settings + backend + order (app.session.parse_ui).
-    backend = pick(*BACKEND_NAMES, *ORDER_NAMES)
+    # After the settings: the callbacks' values are settings + backend (app.session.parse_ui).
+    backend = pick(*BACKEND_NAMES)
 
     # Model events: run, step, compare, forks, model loading.
     on(c["run"].click, cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
@@ -136,9 +139,10 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     on(c["prompt"].submit, cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_visibility="private",
                        show_progress="hidden", **MODEL)
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
-    # A shared link restores the inputs; the link and the command line follow the inputs.
-    shared = [c["prompt"], *settings, *pick(*ORDER_NAMES)]
-    on(demo.load, share.on_load, shared, shared, api_visibility="private", queue=False)
+    # A shared link restores the inputs (and says in the status what it could not read); the link and
+    # the command line follow the inputs.
+    shared = [c["prompt"], *settings]
+    on(demo.load, share.on_load, shared, [*shared, c["status"]], api_visibility="private", queue=False)
     on(functools.partial(gr.on, [x.change for x in shared]), share.links, shared, [c["share_link"], c["command"]],
        api_visibility="private", queue=False)
     on(c["step"].click, cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",

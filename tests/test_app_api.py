@@ -12,12 +12,12 @@ from servers import free_port
 from tiny import app_model
 
 from app import build_demo
-from app.session import SETTING_NAMES
+from app.session import APP_DEFAULTS, SETTING_NAMES
 
 pytestmark = pytest.mark.timeout(300)                 # starts the app on a local port
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
-SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
                 attention="block_causal", temperature=0.0, seed=0)
 ARGS = [SETTINGS[n] for n in SETTING_NAMES]
 TIMEOUT_S = 60

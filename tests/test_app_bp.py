@@ -12,7 +12,16 @@ from tiny import app_model
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
 from app.models import MODELS
-from app.session import BRANCH_PARALLEL, SETTING_NAMES, SINGLE, Backend, Session, backend_from_ui, parse_ui
+from app.session import (
+    APP_DEFAULTS,
+    BRANCH_PARALLEL,
+    SETTING_NAMES,
+    SINGLE,
+    Backend,
+    Session,
+    backend_from_ui,
+    parse_ui,
+)
 from lopa import DecodeSettings
 from lopa.dist.group import BPGroup
 from visualizations.ranks import lane_segments, rank_lanes
@@ -21,7 +30,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),   # gr.Warning 
               pytest.mark.distributed, pytest.mark.timeout(300)]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
-SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
                 attention="block_causal", temperature=0.0, seed=0)
 DECODE = DecodeSettings(**{n: SETTINGS[n] for n in ("k", "tau_conf", "tau_add", "tau_act", "block_size",
                                                      "max_new_tokens", "confidence")})

@@ -10,14 +10,14 @@ from tiny import app_model
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.models import MODELS, example_prompts, safetensors_param_count
-from app.session import SETTING_NAMES, Session, settings_from_ui
+from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 # Low thresholds so that a random model commits several tokens per round and lookahead matters.
-SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
                 attention="block_causal", temperature=0.0, seed=0)
 
 

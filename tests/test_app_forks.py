@@ -11,18 +11,19 @@ from tiny import app_model
 from app import callbacks as cb
 from app import forks
 from app.compare import COMPARE_OUTPUTS, compare_runs
-from app.session import SETTING_NAMES, SINGLE, Session, parse_ui
+from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, parse_ui
 from visualizations.timeline import fills
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
-SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
                 attention="block_causal", temperature=0.0, seed=0)
 
 
 def values(order="confidence", order_seed=0, lookahead_min_prob=0.0, **changes):
-    return [{**SETTINGS, **changes}[n] for n in SETTING_NAMES] + [SINGLE, 2, order, order_seed, lookahead_min_prob]
+    chosen = {**SETTINGS, "order": order, "order_seed": order_seed, "lookahead_min_prob": lookahead_min_prob, **changes}
+    return [chosen[n] for n in SETTING_NAMES] + [SINGLE, 2]
 
 
 @pytest.fixture(scope="module", autouse=True)

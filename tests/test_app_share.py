@@ -3,18 +3,18 @@ bad or hostile queries change nothing, and the command decodes the same run as t
 
 import shlex
 
-from app.session import APP_DEFAULTS, ORDER_NAMES, SETTING_NAMES
+from app.session import APP_DEFAULTS, SETTING_NAMES
 from app.share import command_line, restore, share_query
 from lopa.cli import build_parser
 from lopa.settings import settings_from_args
 
 PROMPT = "Tom has 23 apples & 7 pears. How many?"
-CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES], "confidence", 0, 0.0]
+CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES]]
 
 
 def values(**changes):
-    fields = {**APP_DEFAULTS, "order": "confidence", "order_seed": 0, "lookahead_min_prob": 0.0, **changes}
-    return [fields[n] for n in (*SETTING_NAMES, *ORDER_NAMES)]
+    fields = {**APP_DEFAULTS, **changes}
+    return [fields[n] for n in SETTING_NAMES]
 
 
 def test_a_link_restores_what_it_was_made_from():

@@ -16,13 +16,13 @@ from app import boundary, forks, gpu
 from app import callbacks as cb
 from app.api import decode
 from app.models import MODELS
-from app.session import SETTING_NAMES, Session
+from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
-SETTINGS = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
+SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",
                 attention="block_causal", temperature=0.0, seed=0)
 
 

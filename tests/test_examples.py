@@ -66,9 +66,9 @@ def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
 
     from app.compare import COMPARE_OUTPUTS, compare_stream
     from app.models import MODELS
-    from app.session import SETTING_NAMES, Session
+    from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 
-    settings = dict(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,
+    settings = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,
                     confidence="max_prob", attention="block_causal", temperature=0.0, seed=0)
     saved = (MODELS.default, MODELS.loaded)
     MODELS.default, MODELS.loaded = save_tiny_model_dir(tmp_path / "tiny-dllm"), None
