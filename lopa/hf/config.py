@@ -10,21 +10,19 @@ fills it (lopa.settings.settings_for_model), so the same choices decode the same
 
 from __future__ import annotations
 
-import dataclasses
 
 from transformers import GenerationConfig
 
-from lopa.settings import DecodeSettings, ModelSpec, settings_for_model
+from lopa.settings import SETTINGS, DecodeSettings, ModelSpec, settings_for_model
 
-# DecodeSettings fields with no transformers counterpart, carried as they are.
-LOPA_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeSettings) if f.name not in ("max_new_tokens", "temperature"))
+# Registry settings with no transformers counterpart, carried as they are.
+LOPA_FIELDS = tuple(name for name in SETTINGS if name not in ("max_new_tokens", "temperature"))
 
 
 class LopaGenerationConfig(GenerationConfig):
     """A GenerationConfig for LoPA decoding (lopa.hf.generation). Arguments: those of
-    GenerationConfig, plus every DecodeSettings field (k, tau_conf, tau_add, tau_act, block_size,
-    commit, confidence, attention, order, order_seed, branch_score, lookahead_min_prob, seed); see
-    lopa.settings.DecodeSettings for what each means and its range.
+    GenerationConfig, plus every decode setting of the registry (lopa.settings.SETTINGS: k, tau_conf,
+    order, ...), which says what each means and its range.
 
         config = LopaGenerationConfig(k=8, max_new_tokens=64, order="confidence")
         model.generate(**inputs, generation_config=config, custom_generate=DIR, trust_remote_code=True)
