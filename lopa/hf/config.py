@@ -10,7 +10,6 @@ fills it (lopa.settings.settings_for_model), so the same choices decode the same
 
 from __future__ import annotations
 
-
 from transformers import GenerationConfig
 
 from lopa.settings import SETTINGS, DecodeSettings, ModelSpec, settings_for_model
