@@ -75,7 +75,7 @@ class Decoder:
         stops decoding after the current round; `result()` then holds what was done."""
         self.prompt = prompt if isinstance(prompt, str) else ""
         ids = self.encode(prompt) if isinstance(prompt, str) else torch.as_tensor(prompt, dtype=torch.long)
-        self._check_prompt(ids)
+        check_prompt(ids, self.settings, self.spec)
         self.prompt_ids, self.records, self.finished, self.states = ids, [], False, {}
         self.run_id, self.forked_from = uuid.uuid4().hex[:12], None
         for record in self._rounds(ids):
@@ -147,15 +147,7 @@ class Decoder:
             predictions = self._restore(resume)                         # the state after round resume.round
         s, N, ex, order = self.settings, self.settings.block_size, self.executor, self.order
         for r in count(1 if resume is None else resume.round + 1):
-            # Every round commits at least one token (the first unfinished block is always fully
-            # activated) unless a script holds every candidate back, or, under mask_argmax="authors",
-            # the model's argmax is the mask token at every open position (the authors' loop spins
-            # there for good). A clear error instead, never an endless loop.
-            if r > s.max_new_tokens + 1 + self.scripted_rounds:
-                raise DecodeStalled(f"decoding made no progress after {r - 1} rounds" + (
-                    ": the model predicts the mask token at every open position, which the authors' rule "
-                    "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
-                    if s.mask_argmax == "authors" else ""))
+            self._check_progress(r)
             start = time.perf_counter()
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
             view, filled = self._view(r, predictions), self.state.n_filled()
@@ -192,6 +184,18 @@ class Decoder:
             yield record
             if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
                 return
+
+    def _check_progress(self, r: int) -> None:
+        """Every round commits at least one token (the first unfinished block is always fully activated)
+        unless a script holds every candidate back, or, under mask_argmax="authors", the model's argmax
+        is the mask token at every open position (the authors' loop spins there for good). A clear
+        error instead, never an endless loop."""
+        s = self.settings
+        if r > s.max_new_tokens + 1 + self.scripted_rounds:
+            raise DecodeStalled(f"decoding made no progress after {r - 1} rounds" + (
+                ": the model predicts the mask token at every open position, which the authors' rule "
+                "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
+                if s.mask_argmax == "authors" else ""))
 
     def _prefill(self, prompt_ids: torch.Tensor):
         """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
@@ -273,16 +277,18 @@ class Decoder:
             n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
             forced=list(commits.forced))
 
-    def _check_prompt(self, ids: torch.Tensor) -> None:
-        if ids.numel() == 0:
-            raise ValueError("the prompt is empty: type a question or pick an example")
-        total = ids.numel() + self.settings.max_new_tokens
-        if total > self.spec.max_context:
-            room = self.spec.max_context - self.settings.max_new_tokens
-            raise ValueError(
-                f"the prompt is {ids.numel()} tokens and max_new_tokens is {self.settings.max_new_tokens}: together "
-                f"{total} > the model's context of {self.spec.max_context} tokens. Shorten the prompt to at most "
-                f"{max(room, 0)} tokens or lower max_new_tokens.")
+
+def check_prompt(ids: torch.Tensor, settings: DecodeSettings, spec: ModelSpec) -> None:
+    """A prompt the model can decode with these settings, or a ValueError saying what to shorten."""
+    if ids.numel() == 0:
+        raise ValueError("the prompt is empty: type a question or pick an example")
+    total = ids.numel() + settings.max_new_tokens
+    if total > spec.max_context:
+        room = spec.max_context - settings.max_new_tokens
+        raise ValueError(
+            f"the prompt is {ids.numel()} tokens and max_new_tokens is {settings.max_new_tokens}: together "
+            f"{total} > the model's context of {spec.max_context} tokens. Shorten the prompt to at most "
+            f"{max(room, 0)} tokens or lower max_new_tokens.")
 
 
 def decode(model, spec: ModelSpec, settings: DecodeSettings, prompt, tokenizer=None, executor="batched") -> RunResult:
