@@ -30,7 +30,7 @@ from collections import OrderedDict
 
 from lopa import DecodeSettings, RunResult
 from lopa.engine import fork_decoder
-from lopa.order import top_tokens
+from lopa.forward import top_tokens
 from lopa.study import adaptive as adaptive_study
 from lopa.study import calibration as calibration_study
 from lopa.study import orders as orders_study
@@ -204,7 +204,7 @@ def stream_jobs(jobs: list[dict]):
 
 
 def top_tokens_at(model: str, trace: dict, r: int, position: int, n: int) -> dict:
-    """The model's n best tokens at `position` in round r's forward of a run (lopa.order.top_tokens)."""
+    """The model's n best tokens at `position` in round r's forward of a run (lopa.forward.top_tokens)."""
     try:
         loaded = MODELS.get()
         if model != loaded.spec.name:

@@ -381,3 +381,32 @@ def make_executor(name: str, model, spec: ModelSpec, settings: DecodeSettings) -
     if name not in EXECUTORS:
         raise ValueError(f"executor must be one of {tuple(EXECUTORS)}, got {name!r}")
     return EXECUTORS[name](model, spec, settings)
+
+
+# -- what if: the model's top tokens at one position of a recorded round (app forks) -----------------
+@torch.no_grad()
+def top_tokens(model, spec, run, r: int, position: int, n: int = 5) -> list[tuple[int, float]]:
+    """[(token, probability)] x n: the model's best tokens at generated `position` in round r's
+    forward of the winning branch, recomputed with one uncached forward over prompt + that window.
+    Exact for block_causal attention (a cached block's K/V depends only on what precedes it); with
+    full attention cached blocks are recomputed seeing their final neighbours, so probabilities can
+    differ slightly from the round's own (and in `full`, where the cached prompt saw the first window,
+    more). Temperature applies as in the engine; probabilities come from the unmodified logits and
+    the mask token is never listed."""
+    record = run.records[r]
+    N, settings = int(run.settings["block_size"]), DecodeSettings.from_dict(run.settings)
+    generated = run.tokens[:record.window_start] + record.branch_tokens[record.winner]     # [G]
+    prompt = torch.tensor(run.prompt_ids, dtype=torch.long)
+    inputs = torch.cat([prompt, torch.tensor(generated, dtype=torch.long)])[None]          # [1, L]
+    segments = torch.cat([torch.zeros(prompt.numel(), dtype=torch.long),
+                          1 + torch.arange(len(generated)) // N])[None]                    # [1, L]
+    mask = attention_mask(segments, settings.attention, True)                             # [1, 1, L, L]
+    device = next(model.parameters()).device
+    logits = model(input_ids=inputs.to(device), attention_mask=mask.to(device),
+                   position_ids=torch.arange(inputs.shape[1])[None].to(device), use_cache=False).logits
+    row = logits[0, prompt.numel() + position - int(spec["logit_shift"])].float().cpu()   # [V]
+    probs = torch.softmax(row / settings.temperature if settings.temperature > 0 else row, dim=-1)
+    listed = probs.clone()                 # probabilities as the engine's (the mask's mass included) ...
+    listed[spec["mask_token_id"]] = -1.0   # ... but the mask token is not listed as a candidate
+    top = listed.topk(min(n, probs.numel() - 1))
+    return list(zip(top.indices.tolist(), top.values.tolist()))

@@ -359,7 +359,7 @@ def test_cli_help_documents_orders_and_scripts(capsys):
 
 
 def test_top_tokens_recompute_the_rounds_prediction(qwen):
-    from lopa.order import top_tokens
+    from lopa.forward import top_tokens
     run = qwen_decoder(qwen).run(QWEN_PROMPT)
     for r in (1, 2):
         rec = run.records[r]
