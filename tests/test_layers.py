@@ -1,6 +1,10 @@
 """The package's layers, checked: imports go down only, and no module reaches itself again.
 
-    core (lopa/*.py)  <-  models  <-  dist / hf  <-  train / bench / eval / study / visualizations  <-  cli / app
+    core (lopa/*.py) <- models <- dist <- hf <- train <- eval <- bench <- study <- visualizations <- cli <- app
+
+Siblings get a level each, so a sideways import is an upward one in one direction or the other
+(the studies run benchmarks' decoders, benchmarks grade in the evaluation's sandbox, the app's
+figures show studies').
 
 Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
 still a cycle (docs/style: "Data flows one way").
@@ -10,9 +14,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"core": 0, "models": 1, "dist": 2, "hf": 2, "train": 3, "bench": 3, "eval": 3, "study": 3,
-          "visualizations": 3, "cli": 4,
-          "app": 4}
+LAYERS = {"core": 0, "models": 1, "dist": 2, "hf": 3, "train": 4, "eval": 5, "bench": 6, "study": 7,
+          "visualizations": 8, "cli": 9, "app": 10}
+# Upward edges that are known and on their way out, each with what removes it.
+KNOWN_UPWARD = {
+    ("lopa.eval.reproduce", "lopa.bench.humaneval"):
+        "HumanEval's problem loader (load_problems) moves to lopa.eval, as its sandbox did",
+}
 # app/viz.py becomes the visualizations package at import time (see its docstring).
 ALIASES = {"app.viz": "visualizations"}
 
@@ -67,8 +75,15 @@ def graph() -> dict[str, set[str]]:
 
 def test_imports_only_go_down_the_layers():
     upward = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in graph().items() for d in deps
-              if LAYERS[layer(d)] > LAYERS[layer(m)]]
+              if LAYERS[layer(d)] > LAYERS[layer(m)] and (m, d) not in KNOWN_UPWARD]
     assert not upward, "imports that go up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_each_known_upward_edge_still_exists():
+    """An exception outlives its edge only by mistake: remove it from KNOWN_UPWARD with the edge."""
+    edges = graph()
+    gone = [f"{m} -> {d}" for m, d in KNOWN_UPWARD if d not in edges.get(m, set())]
+    assert not gone, "KNOWN_UPWARD lists edges that no longer exist: " + ", ".join(gone)
 
 
 def test_no_import_cycles():
