@@ -280,7 +280,10 @@ def load_trace(session: Session, file) -> tuple:
         return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
     tokenizer = tokenizer_for_trace(run.spec)
     names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
-    session.replay(run, names)
+    try:
+        session.replay(run, names)
+    except ValueError as err:                    # over the memory budget (app/budget.py): nothing changed
+        return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
     where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
     k = run.settings.get("k", "?")
     return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "

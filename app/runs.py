@@ -7,15 +7,18 @@ names. Labels are plain text (gradio renders radio labels as text, not HTML).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from lopa import RunResult
 from lopa.trace import metrics
 
+from .budget import LEDGER, SESSION_BUDGET_BYTES, held_bytes, mb, return_freed_memory
+
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
-# A session's memory is bounded: at most MAX_RUNS runs (the oldest original run and its forks go
-# first). Runs here are plain data; saved per-round states stay in the decoding process
-# (app/boundary.py), never in a session.
+# A session's memory is bounded: at most MAX_RUNS runs, and its loaded traces within its byte budget
+# (app/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
+# per-round states stay in the decoding process (app/boundary.py), never in a session.
 MAX_RUNS = 24
 
 
@@ -28,12 +31,19 @@ class RunEntry:
     parent: str | None = None
     at_round: int | None = None          # a fork's round: identical to the parent through it
     source: str = "live"                 # "live" (decoded here) or "replay" (loaded from a file)
+    held: int = 0                        # bytes charged to the budgets (loaded traces)
 
 
 class RunTree:
-    def __init__(self):
+    def __init__(self, budget: int = SESSION_BUDGET_BYTES):
         self.entries: dict[str, RunEntry] = {}
         self._children: dict[str | None, int] = {}
+        self.budget = budget
+        self._charges: dict[str, weakref.finalize] = {}     # run id -> gives its bytes back once
+
+    @property
+    def held(self) -> int:
+        return sum(e.held for e in self.entries.values())
 
     def __getitem__(self, run_id: str) -> RunEntry:
         return self.entries[run_id]
@@ -43,12 +53,38 @@ class RunTree:
 
     def add(self, note: str, parent: str | None = None, at_round: int | None = None, names: dict | None = None,
             source: str = "live", run: RunResult | None = None) -> RunEntry:
+        """A new run under `parent`. A loaded trace (source "replay") is charged its bytes: the oldest
+        runs it needs room for go first; ValueError, with nothing changed, where it cannot fit."""
+        held = held_bytes(run) if source == "replay" and run is not None else 0
+        evicted = self._room_for(held)
+        if held:
+            LEDGER.charge(held, freed_first=sum(self.entries[i].held for i in evicted))
+        for run_id in evicted:
+            self._drop_tree(run_id)
         n = self._children[parent] = self._children.get(parent, 0) + 1
         run_id = str(n) if parent is None else f"{parent}.{n}"
-        entry = RunEntry(run_id, note, run, dict(names or {}), parent, at_round, source)
+        entry = RunEntry(run_id, note, run, dict(names or {}), parent, at_round, source, held)
         self.entries[run_id] = entry
+        if held:
+            # given back when the entry is dropped, or when the tree goes with its session
+            self._charges[run_id] = weakref.finalize(entry, LEDGER.release, held)
         self.trim(keep=run_id)
+        if evicted:
+            return_freed_memory()
         return entry
+
+    def _room_for(self, nbytes: int) -> list[str]:
+        """The oldest original runs (each with its forks) to drop so that `nbytes` more fit the budget."""
+        if nbytes > self.budget:
+            raise ValueError(f"this trace takes {mb(nbytes)} in memory; a session may hold {mb(self.budget)} of "
+                             "loaded traces: load a shorter run")
+        roots = [e.id for e in self.entries.values() if e.parent is None]
+        held, evicted = self.held, []
+        while held + nbytes > self.budget and roots:
+            root = roots.pop(0)
+            evicted.append(root)
+            held -= sum(e.held for e in self.entries.values() if e.id == root or e.id.startswith(root + "."))
+        return evicted
 
     def trim(self, keep: str) -> None:
         """Enforce MAX_RUNS (see above); `keep` and its ancestors always stay."""
@@ -64,10 +100,13 @@ class RunTree:
     def _drop_tree(self, run_id: str) -> None:
         for child in [e.id for e in self.entries.values() if e.parent == run_id]:
             self._drop_tree(child)
-        self.entries.pop(run_id, None)
+        self.remove(run_id)
 
     def remove(self, run_id: str) -> None:
         self.entries.pop(run_id, None)
+        charge = self._charges.pop(run_id, None)
+        if charge is not None:
+            charge()
 
     def ready(self) -> list[RunEntry]:
         """Entries with at least one round, depth first (each fork right under its parent)."""

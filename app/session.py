@@ -18,6 +18,7 @@ from lopa.settings import SETTINGS, check_settings
 from lopa.trace import RoundRecord
 
 from .boundary import trace_of
+from .budget import return_freed_memory
 from .runs import RunTree
 
 # The settings inputs: every setting the registry (lopa.settings.SETTINGS) marks for the app, in its
@@ -243,9 +244,10 @@ class Session:
         self.live, self.key = None, None
 
     def replay(self, run: RunResult, names: dict) -> None:
-        """Show a loaded trace; no model involved."""
-        self.close()
+        """Show a loaded trace; no model involved. ValueError, with the session unchanged, when it is
+        over the memory budget (app/budget.py)."""
         entry = self.runs.add("loaded trace", names=names, source="replay", run=run)
+        self.close()
         self.current, self.runs_changed = entry.id, True
         self.run, self.names, self.source, self.elapsed_before = run, names, "replay", 0.0
 
@@ -300,3 +302,4 @@ def end_session(session: Session) -> None:
     if isinstance(session, Session):
         session.close()
         session.runs, session.run, session.compare, session.names = RunTree(), None, None, {}
+        return_freed_memory()                    # the runs just freed: back to the system, not kept by malloc

@@ -12,6 +12,7 @@ a replay allocate gigabytes. A failure is one ValueError that names the field, e
 from __future__ import annotations
 
 import math
+import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -30,9 +31,14 @@ TRACE_FORMAT = "lopa-trace/2"
 # Version 1 called prompt-blind full attention "full"; version 2 calls it "full_prompt_blind" and
 # gives "full" the authors' meaning. A version-1 trace is read as version 2 with that name changed.
 OLD_FORMATS = {"lopa-trace/1": {"full": "full_prompt_blind"}}
-# Bounds on what a trace may declare; generous for real runs (a 7B model at the paper's 512 new
-# tokens and k = 14 stays far inside), small enough that a replay's figures stay within memory.
-MAX_TRACE_BYTES = 64 << 20             # the file itself
+# Memory first: one loaded trace may hold at most TRACE_MEMORY_BYTES (the app's per-session budget,
+# app/budget.py, which charges each loaded run what it holds), and the file may be at most that
+# over JSON_EXPANSION, the bytes of Python objects one byte of a trace's numbers becomes ("300," is
+# a list slot and an int: 36 bytes from 4; tests/test_app_budget.py). The counts below are the
+# run's own ranges (from the settings registry); the file size bounds memory.
+TRACE_MEMORY_BYTES = int(os.environ.get("LOPA_SESSION_MEMORY_MB", "192")) << 20
+JSON_EXPANSION = 10
+MAX_TRACE_BYTES = TRACE_MEMORY_BYTES // JSON_EXPANSION   # the file (JSON; Parquet: its uncompressed data)
 MAX_POSITIONS = MAX_NEW_TOKENS         # generated positions (the registry's bound on max_new_tokens)
 MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
 MAX_PROMPT_TOKENS = 32768

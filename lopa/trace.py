@@ -265,6 +265,15 @@ class RunResult:
             return cls.from_json(text)
         import pyarrow.parquet as pq
         try:
+            # Parquet compresses: the file's size says nothing of its data's, which bounds memory here
+            layout = pq.ParquetFile(path).metadata
+            unpacked = sum(layout.row_group(i).total_byte_size for i in range(layout.num_row_groups))
+        except Exception as err:  # pyarrow raises several types for corrupt files
+            raise ValueError(f"not a readable Parquet file: {err}") from None
+        if unpacked > MAX_TRACE_BYTES:
+            raise ValueError(f"{path.name} holds {unpacked >> 20} MB of data; traces are limited to "
+                             f"{MAX_TRACE_BYTES >> 20} MB")
+        try:
             table = pq.read_table(path)
             meta = (table.schema.metadata or {}).get(b"lopa")
             # Rows straight from Arrow as Python objects: the file's pandas metadata (which pandas

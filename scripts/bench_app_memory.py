@@ -1,9 +1,12 @@
 """The app's memory over time: RSS of the serving process after many runs in one session and after
-many sessions of one run each (bundled model, through gradio_client, app served in-process).
+many sessions of one run each (bundled model, through gradio_client, app served in-process), and
+over many uploads of the largest trace the limits accept (through the upload callback, one session).
 
-    python scripts/bench_app_memory.py [--runs 200] [--sessions 100]
+    python scripts/bench_app_memory.py [--runs 200] [--sessions 100] [--uploads 16]
 
-Prints numbers and asserts nothing. The goal (issue "bound everything"): flat after warm-up.
+Prints numbers and asserts nothing. The goals: flat after warm-up; uploads raise RSS by at most
+the session's memory budget (app/budget.py), and RSS comes back within 50 MB of its pre-upload
+level once the session's runs are evicted.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--uploads", type=int, default=16, help="uploads of the largest accepted trace (0: skip)")
     args = ap.parse_args(argv)
 
     import torch
@@ -85,8 +89,48 @@ def main(argv=None) -> int:
     time.sleep(5)
     gc.collect()
     print(f"5 s idle later: RSS {rss_mb():.0f} MB ({rss_mb() - base:+.0f} over warm-up)")
+    if args.uploads:
+        uploads(args.uploads)
     demo.close()
     return 0
+
+
+def uploads(n: int) -> None:
+    """`n` uploads of the largest trace the schema accepts into one session, then the session ends."""
+    import tempfile
+
+    from big_trace import largest_trace
+
+    from app import callbacks
+    from app.budget import APP_BUDGET_BYTES, LEDGER, SESSION_BUDGET_BYTES, held_bytes
+    from app.session import Session, end_session
+    from lopa import RunResult
+    from lopa.schema import MAX_TRACE_BYTES
+
+    path = Path(tempfile.mkdtemp(prefix="lopa-bench-")) / "largest.json"
+    path.write_text(largest_trace(MAX_TRACE_BYTES))
+    held = held_bytes(RunResult.load(path))
+    print(f"uploads: the largest accepted trace is {path.stat().st_size / 2**20:.1f} MB of JSON "
+          f"(limit {MAX_TRACE_BYTES / 2**20:.1f} MB) and holds {held / 2**20:.0f} MB in memory; budgets: "
+          f"{SESSION_BUDGET_BYTES >> 20} MB a session, {APP_BUDGET_BYTES >> 20} MB the app")
+    session = Session()
+    before = rss_mb()
+    peak = before
+    t0 = time.monotonic()
+    for i in range(1, n + 1):
+        status = callbacks.load_trace(session, str(path))[0]
+        peak = max(peak, rss_mb())
+        if i % 4 == 0 or "could not" in str(status):
+            print(f"  {i} uploads: RSS {rss_mb():.0f} MB ({rss_mb() - before:+.0f}); session holds "
+                  f"{session.runs.held / 2**20:.0f} MB in {len(session.runs.entries)} runs; {str(status)[:90]}")
+    print(f"{n} uploads took {time.monotonic() - t0:.0f} s; RSS {before:.0f} MB before, peak {peak:.0f} MB "
+          f"({peak - before:+.0f}; budget {SESSION_BUDGET_BYTES >> 20} MB)")
+    end_session(session)                                  # what Gradio calls when the session expires
+    del session
+    time.sleep(5)
+    gc.collect()
+    print(f"session's runs evicted, 5 s idle: RSS {rss_mb():.0f} MB ({rss_mb() - before:+.0f} over pre-upload); "
+          f"the app's ledger holds {LEDGER.held} bytes")
 
 
 if __name__ == "__main__":

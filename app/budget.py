@@ -1,0 +1,99 @@
+"""What loaded traces may hold in memory: a byte budget per session and one for the whole app.
+
+Each trace a visitor loads is charged the bytes its RunResult holds (`held_bytes`, measured on the
+objects themselves, not estimated from counts). A session's loaded traces stay within
+SESSION_BUDGET_BYTES: a new one first evicts the session's oldest loaded runs that it needs room
+for (app/runs.py), and one bigger than the whole budget is refused. All sessions together stay
+within APP_BUDGET_BYTES: a trace that does not fit even after its own session's evictions is
+refused, with a message giving the size and the limit. An evicted run gives its bytes back, and the
+allocator is asked to return freed memory to the system, so the process's RSS comes down too.
+
+    LOPA_SESSION_MEMORY_MB   per session (default 192; also what one trace may take: lopa.schema)
+    LOPA_APP_MEMORY_MB       all sessions together (default 1024)
+
+The defaults fit a CPU Space (16 GB; the app itself, model included, takes ~0.4 GB). Live runs are
+not charged: the settings' ranges and the run list's MAX_RUNS bound them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+import threading
+
+from lopa.schema import TRACE_MEMORY_BYTES
+
+SESSION_BUDGET_BYTES = TRACE_MEMORY_BYTES
+APP_BUDGET_BYTES = int(os.environ.get("LOPA_APP_MEMORY_MB", "1024")) << 20
+if APP_BUDGET_BYTES < SESSION_BUDGET_BYTES:
+    raise ValueError(f"LOPA_APP_MEMORY_MB ({APP_BUDGET_BYTES >> 20}) must be at least LOPA_SESSION_MEMORY_MB "
+                     f"({SESSION_BUDGET_BYTES >> 20}): one session's trace must fit the app")
+
+
+def held_bytes(obj) -> int:
+    """Bytes held by `obj` and everything it reaches through containers and instance attributes,
+    each object counted once (interned strings and small ints, shared by every run, count once)."""
+    seen, total, stack = set(), 0, [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            stack.append(item.__dict__)
+    return total
+
+
+def mb(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MB" if n >= 1 << 20 else f"{n / 1024:.0f} KB"
+
+
+class Ledger:
+    """The bytes all sessions' loaded traces hold, against APP_BUDGET_BYTES (thread-safe: Gradio
+    runs callbacks of different sessions on different threads)."""
+
+    def __init__(self, budget: int):
+        self.budget, self.held = budget, 0
+        self._lock = threading.Lock()
+
+    def charge(self, nbytes: int, freed_first: int = 0) -> None:
+        """Take `nbytes` once `freed_first` bytes are given back; ValueError if that does not fit."""
+        with self._lock:
+            if self.held - freed_first + nbytes > self.budget:
+                raise ValueError(f"the app holds {mb(self.held)} of loaded traces for all visitors and may hold "
+                                 f"{mb(self.budget)}; this trace needs {mb(nbytes)}: try again later, or load a "
+                                 "shorter trace")
+            self.held += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.held = max(0, self.held - nbytes)
+
+
+LEDGER = Ledger(APP_BUDGET_BYTES)
+
+
+def _malloc_trim():
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):         # not glibc: freed memory goes back by the allocator's own rules
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def return_freed_memory() -> None:
+    """Ask glibc to give freed heap back to the system: without it a run's lists, once freed, stay in
+    the process's RSS as reusable space."""
+    if _TRIM is not None:
+        _TRIM(0)
