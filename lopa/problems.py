@@ -52,7 +52,7 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
 # "openers" (session 6) keeps every line's plain wording and only opens each later line with one of
 # eight openers: the line shifts as a whole, which leaves the model's plain lines as they were.
-# "adverbs" is the regime model's family (assets/models/regime-gsm-dllm): every line keeps its plain
+# "adverbs" is the regime model's family (assets/models/open-gsm-dllm): every line keeps its plain
 # verb, and after the name comes " now" (one line in four) or nothing ("Tom has ...", "Tom now has
 # ..."). That one token moves the rest of its line, and every later line, by 0 or 1 position, so until
 # it is committed nothing after it is sure: one committed token decides many others, the regime where
