@@ -81,17 +81,92 @@ def authors_tpf(appended: int, forwards: int, runs: int = 1) -> float:
     return appended / (forwards + runs) if forwards else 0.0
 
 
+# -- who filled which position, when, how sure: the one reading of a trace's commits --------------
+ANCHOR, LOOKAHEAD = "anchor", "lookahead"
+
+
+@dataclass(frozen=True)
+class Fill:
+    """How one generated position got its token."""
+    round: int          # round whose decisions committed it
+    token: int
+    how: str            # ANCHOR or LOOKAHEAD (the winning branch's extra token)
+    max_prob: float     # probability of the token when it was chosen (nan if unknown)
+    conf: float         # Conf of the position when it was chosen (nan if unknown)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one forward predicted at a still-masked position."""
+    token: int
+    max_prob: float
+    conf: float
+
+
+def predictions(record: RoundRecord, branch: int | None = None) -> dict[int, Prediction]:
+    """Position -> prediction of `branch` (default: the winner) in this record's forward."""
+    j = record.winner if branch is None else branch
+    if j >= len(record.branch_positions):
+        return {}
+    return {p: Prediction(t, mp, c) for p, t, mp, c in zip(record.branch_positions[j], record.branch_argmax[j],
+                                                          record.branch_max_prob[j], record.branch_conf[j])}
+
+
+def _commits(records: list[RoundRecord], upto: int | None):
+    """(round index, position, token, by lookahead) of every commit in rounds 1..upto, in order. A
+    position committed twice (a committed mask token fills nothing, mask_argmax="authors") is
+    filled by its last commit, so every reader below keeps the last."""
+    last = len(records) - 1 if upto is None else min(upto, len(records) - 1)
+    for r in range(1, last + 1):
+        for p, t, ahead in records[r].filled():
+            yield r, p, t, ahead
+
+
+def fill_rounds(records: list[RoundRecord], upto: int | None = None) -> dict[int, int]:
+    """Position -> the round that filled it, for rounds 1..upto (default: all)."""
+    return {p: r for r, p, _, _ in _commits(records, upto)}
+
+
+def fills(records: list[RoundRecord], upto: int | None = None) -> dict[int, Fill]:
+    """Position -> Fill for every position committed in rounds 1..upto (default: all). Round r's
+    anchor and lookahead were chosen from round r-1's winner predictions, hence the max prob."""
+    out: dict[int, Fill] = {}
+    before = {}
+    for r, p, t, ahead in _commits(records, upto):
+        if r not in before:
+            before = {r: predictions(records[r - 1])}
+        seen = before[r].get(p)
+        out[p] = Fill(r, t, LOOKAHEAD if ahead else ANCHOR, seen.max_prob if seen else float("nan"),
+                      seen.conf if seen else float("nan"))
+    return out
+
+
 def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
     """How uneven the token filling order was over the answer's first `useful` positions: the round
     each was filled in, its spread (population standard deviation, in rounds) and the share filled
     in the first round that filled any. A model sure of every token fills an answer in one or two
     rounds (spread near 0); the order has something to decide only where the fills spread out."""
-    rounds = {p: r for r, rec in enumerate(records) for p, _, _ in rec.filled() if p < useful}
+    rounds = {p: r for p, r in fill_rounds(records).items() if p < useful}
     if not rounds:
         return {"fill_spread": 0.0, "first_fill_share": 0.0}
     values = list(rounds.values())
     return {"fill_spread": statistics.pstdev(values),
             "first_fill_share": values.count(min(values)) / len(values)}
+
+
+def pooled(rows: list[dict], tokens: str = "tokens_useful") -> dict:
+    """Metrics over several decodes, the one place they are pooled: totals over the decodes before
+    dividing (TPF = all tokens / all forwards, tokens/s = all tokens / all seconds), as the paper
+    does. rows: metrics() of each decode, or rows holding its keys (`tokens` names the token count)."""
+    total = lambda key: sum(r.get(key, 0) for r in rows)      # noqa: E731
+    useful, paper, forwards = total(tokens), total("tokens_paper"), total("forwards")
+    latency, first = total("latency_s"), total("first_round_s")
+    return {"runs": len(rows), "forwards": forwards, "tokens_useful": useful, "tokens_paper": paper,
+            "tpf_useful": useful / forwards if forwards else 0.0,
+            "tpf_paper": paper / forwards if forwards else 0.0,
+            "tpf_authors": authors_tpf(paper, forwards, len(rows)),
+            "latency_s": latency, "tps": useful / latency if latency > 0 else 0.0,
+            "tps_excl_first": useful / (latency - first) if latency > first else 0.0}
 
 
 def metrics(run: RunResult | None) -> dict:

@@ -156,3 +156,30 @@ def test_what_each_round_decided_on_from_hand_made_rounds():
     assert got == {0: (1, 7, ANCHOR, 0.95), 3: (1, 9, LOOKAHEAD, 0.2),        # round 0's predictions
                    1: (2, 5, ANCHOR, 0.96), 2: (2, 6, ANCHOR, 0.92)}          # the winner's (B2's), not the anchor's
     assert fill_landscape(records, useful=4) == {"fill_spread": 0.5, "first_fill_share": 0.5}   # rounds 1, 2, 2, 1
+
+
+def test_pooled_metrics_total_over_decodes_before_dividing():
+    from lopa.trace import authors_tpf, pooled
+    rows = [{"tokens_useful": 10, "tokens_paper": 32, "forwards": 2, "latency_s": 1.0, "first_round_s": 0.5},
+            {"tokens_useful": 2, "tokens_paper": 32, "forwards": 4, "latency_s": 3.0, "first_round_s": 0.5}]
+    total = pooled(rows)
+    assert total["tpf_useful"] == 12 / 6 and total["tps"] == 12 / 4.0 and total["tps_excl_first"] == 12 / 3.0
+    assert total["tpf_authors"] == authors_tpf(64, 6, 2) == 64 / 8
+    assert pooled([{"tokens": 3, "forwards": 3}], tokens="tokens")["tpf_useful"] == 1.0
+    assert pooled([])["tpf_useful"] == 0.0
+
+
+def test_a_position_committed_twice_is_filled_by_its_last_commit(run):
+    """One rule for "which round filled p" (fills, fill_rounds, fill_landscape): the last commit, as a
+    committed mask token (mask_argmax="authors") fills nothing."""
+    import dataclasses
+
+    from lopa.trace import fill_rounds, fills
+    records = list(run.records)
+    r = next(i for i, rec in enumerate(records) if i > 1 and rec.anchor_positions)
+    p = records[r].anchor_positions[0]
+    early = dataclasses.replace(records[1], anchor_positions=[*records[1].anchor_positions, p],
+                                anchor_tokens=[*records[1].anchor_tokens, run.spec["mask_token_id"]])
+    records[1] = early
+    assert fill_rounds(records)[p] == r and fills(records)[p].round == r
+    assert fill_rounds(records, upto=1)[p] == 1 and fill_rounds(records) == {q: f.round for q, f in fills(records).items()}

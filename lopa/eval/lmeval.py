@@ -23,7 +23,7 @@ import torch
 
 from lopa.eval import code_eval
 from lopa.eval.tasks import GSM8K_DIR, task_configs  # noqa: F401 (GSM8K_DIR: the CLI's default)
-from lopa.trace import authors_tpf
+from lopa.trace import pooled
 
 
 @functools.cache
@@ -135,10 +135,7 @@ def run_lm_eval(loaded, settings, task: str, shots: int, out: str | Path, chat: 
 
 
 def summarize_runs(runs: list[dict]) -> dict:
-    """TPF over a set of decodes: ours (useful tokens over forwards) and the authors' (lopa.trace.authors_tpf)."""
-    total = lambda key: sum(r[key] for r in runs)
-    forwards = total("forwards")
-    return {"tpf_useful": total("tokens_useful") / forwards if forwards else 0.0,
-            "tpf_authors": authors_tpf(total("tokens_paper"), forwards, len(runs)),
-            "forwards": forwards, "latency_s": total("latency_s"),
-            "prompts_cut": sum(r.get("prompt_tokens_cut", 0) > 0 for r in runs)}
+    """TPF over a set of decodes (lopa.trace.pooled): ours (useful tokens over forwards) and the authors'."""
+    total = pooled(runs)
+    return {"tpf_useful": total["tpf_useful"], "tpf_authors": total["tpf_authors"], "forwards": total["forwards"],
+            "latency_s": total["latency_s"], "prompts_cut": sum(r.get("prompt_tokens_cut", 0) > 0 for r in runs)}

@@ -27,6 +27,7 @@ from lopa.study.common import (
     write_results,
 )
 from lopa.study.stats import pareto_front
+from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
 
@@ -105,10 +106,10 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
 def summarize_adaptive(df) -> dict:
     rows = []
     for name, g in df.groupby("config", sort=False):
-        graded = g.dropna(subset=["correct"])
+        graded, total = g.dropna(subset=["correct"]), pooled(g.to_dict("records"), tokens="tokens")
         rows.append({"config": name, "problems": len(g),
                      "accuracy": float(graded.correct.mean()) if len(graded) else None,
-                     "tpf": float(g.tokens.sum() / g.forwards.sum()), "tps": float(g.tokens.sum() / g.latency_s.sum()),
+                     "tpf": total["tpf_useful"], "tps": total["tps"],
                      "mean_k": float(g.mean_k.mean()), "latency_ms": float(g.latency_s.mean() * 1e3)})
     front = pareto_front([(r["tpf"], r["tps"]) for r in rows])
     for i, r in enumerate(rows):

@@ -39,6 +39,7 @@ from lopa.study.common import (
     write_results,
 )
 from lopa.study.stats import aup, bootstrap_ci, kendall_tau, spearman
+from lopa.trace import pooled
 
 CORRELATION_BOOTSTRAP = 200          # resamples of problems for the pooled correlations
 
@@ -149,12 +150,13 @@ def selection(runs, n_boot: int = 1000, seed: int = 0) -> list[dict]:
     graded = runs.dropna(subset=["correct"])
     top = float(graded.groupby(["metric", "rule"]).correct.mean().max()) if len(graded) else 0.0
     for (metric, rule), g in runs.groupby(["metric", "rule"], sort=False):
-        tpf = g.tokens.sum() / g.forwards.sum()
+        total = pooled(g.to_dict("records"), tokens="tokens")
+        tpf = total["tpf_useful"]
         gg = graded[(graded.metric == metric) & (graded.rule == rule)]
         acc = float(gg.correct.mean()) if len(gg) else None
         row = {"metric": metric, "rule": rule, "problems": len(g), "tpf": float(tpf), "accuracy": acc,
                "aup": aup([(tpf, acc)], y_max=top) if acc is not None else None,
-               "tps": float(g.tokens.sum() / g.latency_s.sum())}
+               "tps": total["tps"]}
         paper = runs[(runs.metric == metric) & (runs.rule == "mean")].set_index("problem")
         mine = g.set_index("problem")
         shared = sorted(set(mine.index) & set(paper.index))

@@ -18,7 +18,8 @@ import torch
 from lopa.models.loading import ASSETS
 from lopa.problems import final_answer, read_jsonl, split
 from lopa.settings import DecodeSettings, flag_settings
-from lopa.study.stats import afp, fill_rounds, order_tau
+from lopa.study.stats import afp, order_tau
+from lopa.trace import fill_rounds
 
 STUDIES_DIR = ASSETS / "studies"             # results shipped with the app (docs/studies.md)
 DATA_FILES = {"heldout": ASSETS / "data" / "synthetic" / "heldout.jsonl", "gsm8k": ASSETS / "data" / "gsm8k" / "test.jsonl"}
@@ -94,7 +95,7 @@ def run_row(run, problem: dict) -> dict:
     text = run.text.split("Question:")[0]
     predicted = final_answer(text)
     expected = final_answer(problem["answer"]) if problem.get("answer") else None
-    rounds = fill_rounds(run)
+    rounds = {p: r for p, r in fill_rounds(run.records).items() if p < len(run.useful_tokens)}
     looks = [len(r.lookahead_positions) for r in run.records if r.kind == "round"]
     return {"problem": problem["id"], "forwards": m["forwards"], "tokens": m["tokens_useful"],
             "tpf": m["tpf_useful"], "tps": m["tps"], "latency_s": m["latency_s"],

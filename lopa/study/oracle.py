@@ -32,6 +32,7 @@ from lopa.forward import Verified
 from lopa.problems import PHRASINGS, final_answer, phrasings, split
 from lopa.rules import summarize
 from lopa.settings import DecodeSettings, decoder_settings
+from lopa.trace import pooled
 
 
 class OracleExecutor:
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         runs = [decode(loaded, p, settings, args.phrasing, args.attention) for p in problems]
         right = sum(final_answer(r.text) == final_answer(p["answer"]) for r, p in zip(runs, problems))
         m = [r.metrics() for r in runs]
-        tpf = sum(x["tokens_useful"] for x in m) / sum(x["forwards"] for x in m)
+        tpf = pooled(m)["tpf_useful"]
         d2f_tpf = d2f_tpf or tpf
         print(f"{'d2f' if k == 0 else f'lopa-k{k}':>10} {right:>6} {tpf:6.2f} {tpf / d2f_tpf:7.2f}x "
               f"{statistics.mean(x['forwards'] for x in m):9.2f} {statistics.mean(x['fill_spread'] for x in m):12.2f} "

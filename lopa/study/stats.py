@@ -81,20 +81,6 @@ def percentile_among(value: float, others) -> float:
 
 
 # -- order metrics ----------------------------------------------------------------------------------
-def fill_rounds(run) -> dict[int, int]:
-    """{generated position: round that committed it} for the useful positions (up to the first EOS)."""
-    n = len(run.useful_tokens)
-    rounds = {}
-    for rec in run.records:
-        filled = list(rec.anchor_positions)
-        if rec.kind == "round" and rec.winner > 0:
-            filled.append(rec.lookahead_positions[rec.winner - 1])
-        for p in filled:
-            if p < n:
-                rounds.setdefault(p, rec.round)
-    return rounds
-
-
 def afp(steps) -> float:
     """Average finalization parallelism (Zhong et al. 2026): tokens / distinct steps that finalized
     any; 1 for one token per step, n when all n are finalized together."""
