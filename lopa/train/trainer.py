@@ -342,15 +342,17 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         return max(parts)
 
     def checkpoint():
-        export(model, tok, export_dir, family(recipe))
         if n_eval:
             r = evaluate(model, tok, heldout, recipe.bf16)
             history.append({"step": step, "minutes": elapsed / 60, **{k: r[k] for k in
                             ("acc", "by_steps", "tokens_per_round_per_sample")}})
-            update_model_card(export_dir / "README.md", history, n_params, recipe)
             log(f"EVAL step {step} min {elapsed / 60:.1f} acc {r['acc']:.3f} by_steps {r['by_steps']} "
                 f"tok/round {r['tokens_per_round_per_sample']:.2f} ({r['eval_s']:.0f}s) ex {r['example']!r}")
+        # The run's state first: an export that fails (a full disk, a moved folder) must not cost the steps.
         save_checkpoint(ckpt, model, opt, step, elapsed, rng, gen, recipe, history, seed)
+        export(model, tok, export_dir, family(recipe))
+        if n_eval:
+            update_model_card(export_dir / "README.md", history, n_params, recipe)
 
     model.train()
     bar = tqdm(total=steps, initial=step, mininterval=10, dynamic_ncols=False)
