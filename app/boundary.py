@@ -7,7 +7,7 @@ give JSON-able values (trace chunks), and the session is updated outside them (a
 
     decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
     top_tokens_at(...)    -> {"top": [[token, p], ...], "names": [[token, text], ...]}
-    study_steps(...)      -> yields {"total": ...}, then {"row": ..., "rounds": [...]} per decode
+    study_steps(...)      -> yields {"where": ...}, then the study's steps (lopa.study: live)
 
 A job: {"model": name, "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
 branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
@@ -31,10 +31,8 @@ from collections import OrderedDict
 from lopa import DecodeSettings, RunResult
 from lopa.engine import fork_decoder
 from lopa.forward import top_tokens
-from lopa.study import adaptive as adaptive_study
-from lopa.study import calibration as calibration_study
-from lopa.study import orders as orders_study
-from lopa.study.common import load_problems, prompt_ids
+from lopa.study import STUDIES
+from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
 from .gpu import gpu
@@ -221,32 +219,15 @@ top_tokens_on_gpu = gpu(top_tokens_at)
 
 
 def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict):
-    """A live study's decodes (lopa.study): {"where": ..., "total": None} first; for "adaptive"
-    {"cost": [...]} once this machine's cost curve is measured; then {"total", "row", "rounds"} per
-    decode. The caller stops it by closing it (after the current decode)."""
+    """A live study's decodes (lopa.study.STUDIES[study].load().live): {"where": ..., "total": None} first,
+    then the study's own steps ({"status"}, {"summary"}, {"total", "row", "rounds"} per decode). The
+    caller stops it by closing it (after the current decode)."""
     loaded = MODELS.get()
     problems, where = load_problems("synthetic", n, seed)
-    base = DecodeSettings.from_dict(base)
     yield {"where": where, "total": None}
-    if study == "orders":
-        total = n * len(orders_study.order_runs(base, random_orders))
-        steps = orders_study.iter_orders(loaded, problems, base, random_orders)
-    elif study == "calibration":
-        rules = calibration_study.BRANCH_SCORE_RULES
-        total = n * len(rules)
-        steps = calibration_study.iter_calibration(loaded, problems, base, ("neg_entropy",), rules)
-    else:
-        verify, bookkeeping = adaptive_study.measure_cost(loaded, base, 14, prompt_ids(loaded, problems[0]["question"]),
-                                                          repeats=3)
-        cost = [t + bookkeeping for t in verify]
-        yield {"cost": cost}
-        configs = adaptive_study.configurations(base, adaptive_study.FIXED_KS, 14, cost)
-        total = n * len(configs)
-        steps = adaptive_study.iter_adaptive(loaded, problems, configs)
+    steps = STUDIES[study].load().live(loaded, problems, DecodeSettings.from_dict(base), random_orders)
     try:
-        for step in steps:
-            row, rounds = step if study == "calibration" else (step, [])
-            yield {"total": total, "row": row, "rounds": rounds}
+        yield from steps
     finally:
         steps.close()
 

@@ -13,23 +13,19 @@ import pandas as pd
 
 from lopa.models import DEFAULT_MODEL
 from lopa.settings import DecodeSettings
-from lopa.study import STUDIES
-from lopa.study import adaptive as adaptive_study
-from lopa.study import calibration as calibration_study
-from lopa.study import orders as orders_study
+from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 
 from . import boundary
 from .callbacks import error_message
 from .models import MODELS
-from .viz import adaptive_figure, calibration_figure, esc, orders_figure
+from .viz import esc
 
 # The shipped results show as their PNG (an image costs the page nothing when other outputs update;
 # a large plotly figure in the page made every streamed update of the round view relayout it), the
 # interactive plot on request and after a live run.
 STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_image", "study_summary")
-TITLES = {"orders": "1. LoPA's orders against random orders", "calibration": "2. What the branch score measures",
-          "adaptive": "3. An adaptive branch budget"}
+TITLES = {name: STUDIES[name].title for name in APP_STUDIES}
 LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
 LIVE_K = 4
 
@@ -40,16 +36,11 @@ def new_study_state() -> dict:
 
 
 def figure(study: str, tables: dict, summary: dict, title: str):
-    if study == "orders":
-        return orders_figure(tables[""], summary, title)
-    if study == "calibration":
-        return calibration_figure(tables["runs"], tables["rounds"], summary, title)
-    return adaptive_figure(tables[""], summary, title)
+    return STUDIES[study].load().figure(tables, summary, title)
 
 
 def report(study: str, summary: dict) -> str:
-    module = {"orders": orders_study, "calibration": calibration_study, "adaptive": adaptive_study}[study]
-    return "```\n" + module.report(summary) + "\n```"
+    return "```\n" + STUDIES[study].load().report(summary) + "\n```"
 
 
 def _progress(done: int, total: int, what: str = "") -> str:
@@ -60,8 +51,8 @@ def _progress(done: int, total: int, what: str = "") -> str:
 def show_shipped(study: str, interactive: bool = False) -> tuple:
     """STUDY_OUTPUTS for the results shipped in assets/studies/ (what the command line produced): their
     PNG, or with `interactive` the plotly figure made from the shipped tables."""
-    if study not in STUDIES:
-        return (error_message(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}"),) + (gr.skip(),) * 4
+    if study not in APP_STUDIES:
+        return (error_message(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}"),) + (gr.skip(),) * 4
     shipped = load_results(study)
     if shipped is None:
         return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
@@ -118,25 +109,25 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
     decodes run behind the GPU boundary (app/boundary.py); the tables, summary and plot are made here."""
     state["stop"], state["running"] = False, True
     try:
-        if study not in STUDIES:
-            raise ValueError(f"unknown study {study!r}: choose one of {', '.join(STUDIES)}")
+        if study not in APP_STUDIES:
+            raise ValueError(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}")
         n = _as_int("problems", n_problems, LIVE_LIMITS["problems"])
         r = _as_int("random orders", random_orders, LIVE_LIMITS["random"])
         seed = _as_int("problem seed", seed, (0, 2**31 - 1))
         loaded = MODELS.get()           # its spec, in the server process
-        rows, rounds, total, cost = [], [], 0, None
+        rows, rounds, total, noted = [], [], 0, {}
         with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict())) as steps:
             for step in steps:
                 if "where" in step:
                     where = step["where"]
                     yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
                         gr.skip()
-                    if study == "adaptive":
-                        yield "Measuring this machine's cost curve (verify time for 1 .. 15 branches)…", \
-                            _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
                     continue
-                if "cost" in step:
-                    cost = step["cost"]
+                if "status" in step:
+                    yield step["status"], _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
+                    continue
+                if "summary" in step:
+                    noted.update(step["summary"])
                     continue
                 total = step["total"]
                 rows.append(step["row"])
@@ -145,14 +136,8 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                 if state["stop"]:
                     break
         df = pd.DataFrame(rows)
-        if study == "orders":
-            summary, tables = orders_study.summarize_orders(df, n_boot=200), {"": df}
-        elif study == "calibration":
-            rounds_df = pd.DataFrame(rounds)
-            summary, tables = calibration_study.summarize_calibration(df, rounds_df, n_boot=50), {"runs": df, "rounds": rounds_df}
-        else:
-            summary, tables = adaptive_study.summarize_adaptive(df), {"": df}
-            summary["cost_s"] = cost
+        summary, tables = STUDIES[study].load().live_summary(rows, rounds)
+        summary.update(noted)
         stopped = " (stopped: the problems done so far)" if state["stop"] else ""
         make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(df.problem.unique())} problems")
         yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "

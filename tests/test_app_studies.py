@@ -7,7 +7,7 @@ from tiny import app_model
 
 from app import studies
 from lopa.models import DEFAULT_MODEL
-from lopa.study import STUDIES
+from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")     # gr.Warning outside a request

@@ -212,3 +212,53 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
     question = json.loads(data.read_text().splitlines()[0])["question"]
     row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
     assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+
+
+# -- the study registry and the studies that were scripts --------------------------------------------------
+def test_every_study_is_a_command_of_the_one_registry():
+    import subprocess
+    import sys
+
+    from lopa.study import APP_STUDIES, STUDIES
+    for name, study in STUDIES.items():
+        module = study.load()
+        assert callable(module.main), name
+        if study.app:                                   # what the app and its GPU boundary call
+            assert all(callable(getattr(module, f)) for f in ("live", "live_summary", "figure", "report")), name
+    assert APP_STUDIES == ("orders", "calibration", "adaptive")
+    usage = subprocess.run([sys.executable, "-m", "lopa.study"], capture_output=True, text=True)
+    assert usage.returncode == 2 and all(name in usage.stderr for name in STUDIES)
+
+
+def test_errors_study_charges_each_wrong_answer_to_its_first_error(tiny_setup, capsys):
+    from lopa.study import errors
+    assert errors.line_errors("Tom has 3 apples .", "<<3+2=5>>5\n#### 5", "<<3+2=6>>6\n#### 6")[0] == \
+        ["line 1: arithmetic wrong (+) for its own operands"]
+    model, data, root = tiny_setup
+    out = root / "errors"
+    assert errors.main(["--model", str(model), "--data", str(data), "--n", "2", "--k", "2", "--lookahead-min-prob",
+                        "0.1", "--out", str(out), *FLAGS]) == 0
+    printed = capsys.readouterr().out
+    assert "right:" in printed and "| first error in a wrong answer |" in printed
+    meta = json.loads((out / "errors.json").read_text())
+    assert meta["settings"]["k"] == 2 and meta["settings"]["lookahead_min_prob"] == 0.1     # the flags reached it
+    assert len(pd.read_parquet(out / "errors.parquet")) == 2
+
+
+def test_teacher_forced_study_counts_its_probes(tiny_setup, capsys):
+    from lopa.study import teacher_forced
+    model, data, root = tiny_setup
+    assert teacher_forced.main(["--model", str(model), "--data", str(data), "--n", "2", "--out", str(root / "tf")]) == 0
+    table = pd.read_parquet(root / "tf" / "teacher-forced.parquet")
+    assert set(table.probe) >= {"result line 1", "result ####"} and (table.total > 0).all()
+    assert (table.right <= table.total).all()
+
+
+def test_departures_study_measures_both_departures(tiny_setup, capsys):
+    from lopa.study import departures
+    model, data, root = tiny_setup
+    assert departures.main(["--prompts", "1", "--block-size", "8", "--max-new-tokens", "16",
+                            "--out", str(root / "dep")]) == 0
+    table = pd.read_parquet(root / "dep" / "departures.parquet")
+    assert len(table) == 6 and set(table.attention) == {"full", "full_prompt_blind", "block_causal"}
+    assert (table.predictions > 0).all() and (table.rounds > 0).all()

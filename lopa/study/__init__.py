@@ -1,9 +1,17 @@
-"""Studies of the token filling order (TFO): each answers one question the paper leaves open, on any
-model the engine loads, and writes a table, an interactive plot, a PNG and a JSON of what ran where.
+"""Studies of the token filling order (TFO) and of the model: each answers one question the paper or
+the model card leaves open, on any model the engine loads, and writes its numbers (a table and a JSON
+of what ran where) and, where plotly / matplotlib are installed, its plots.
 
-    python -m lopa.study orders        LoPA's orders against random and left-to-right orders (orders.py)
-    python -m lopa.study calibration   does the branch score predict the next round; other scores (calibration.py)
-    python -m lopa.study adaptive      an adaptive branch budget against fixed k (adaptive.py)
+    python -m lopa.study orders          LoPA's orders against random and left-to-right orders (orders.py)
+    python -m lopa.study calibration     does the branch score predict the next round; other scores (calibration.py)
+    python -m lopa.study adaptive        an adaptive branch budget against fixed k (adaptive.py)
+    python -m lopa.study errors          where answers go wrong, line by line, and who wrote each wrong name (errors.py)
+    python -m lopa.study teacher-forced  what the model predicts with only some answer slots masked (teacher_forced.py)
+    python -m lopa.study departures      what the engine's departures from the authors' loop change (departures.py)
+
+STUDIES is the one list: the command line dispatches on it, and the app shows (and runs live, behind
+its GPU boundary) the studies marked `app`, each through the same functions of its module: live()
+yields its decodes, live_summary() makes its tables, figure() and report() show them.
 
 Beside them, not in the app: `python -m lopa.study.oracle`, a perfect model of the synthetic family as
 an executor, for what the family itself leaves to the filling order (oracle.py).
@@ -14,4 +22,29 @@ tau, AUP), figures.py (plotly figures the app shows too, and the PNGs). docs/stu
 Layer: with lopa.bench (imports the core, lopa.models and lopa.bench); the app imports it.
 """
 
-STUDIES = ("orders", "calibration", "adaptive")
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study: its command name, its title, its module in lopa.study (with main(argv)) and whether the
+    app shows it (then the module also has live, live_summary, figure and report)."""
+    name: str
+    title: str
+    module: str
+    app: bool = False
+
+    def load(self):
+        return importlib.import_module(f"lopa.study.{self.module}")
+
+
+STUDIES = {s.name: s for s in (
+    Study("orders", "1. LoPA's orders against random orders", "orders", app=True),
+    Study("calibration", "2. What the branch score measures", "calibration", app=True),
+    Study("adaptive", "3. An adaptive branch budget", "adaptive", app=True),
+    Study("errors", "Where answers go wrong, line by line", "errors"),
+    Study("teacher-forced", "Teacher-forced probes of the answers", "teacher_forced"),
+    Study("departures", "What the engine's departures from the authors' loop change", "departures"),
+)}
+APP_STUDIES = tuple(name for name, study in STUDIES.items() if study.app)

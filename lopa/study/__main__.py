@@ -1,4 +1,3 @@
-import importlib
 import sys
 
 from lopa.study import STUDIES
@@ -7,4 +6,4 @@ if len(sys.argv) < 2 or sys.argv[1] not in STUDIES:
     print(f"usage: python -m lopa.study {{{','.join(STUDIES)}}} [options]   (--help after the name for its options)",
           file=sys.stderr)
     raise SystemExit(2)
-raise SystemExit(importlib.import_module(f"lopa.study.{sys.argv[1]}").main(sys.argv[2:]))
+raise SystemExit(STUDIES[sys.argv[1]].load().main(sys.argv[2:]))

@@ -125,6 +125,34 @@ def summarize_adaptive(df) -> dict:
     return out
 
 
+# -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
+LIVE_K_MAX = 14
+
+
+def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+    """A live run: {"status"} while this machine's cost curve is measured, {"summary": {"cost_s"}} once
+    it is, then {"total", "row", "rounds"} per decode."""
+    yield {"status": f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…"}
+    verify, bookkeeping = measure_cost(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), repeats=3)
+    cost = [t + bookkeeping for t in verify]
+    yield {"summary": {"cost_s": cost}}
+    configs = configurations(base, FIXED_KS, LIVE_K_MAX, cost)
+    total = len(problems) * len(configs)
+    for row in iter_adaptive(loaded, problems, configs):
+        yield {"total": total, "row": row, "rounds": []}
+
+
+def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    return summarize_adaptive(df), {"": df}
+
+
+def figure(tables: dict, summary: dict, title: str):
+    from lopa.study.figures import adaptive_figure
+    return adaptive_figure(tables[""], summary, title)
+
+
 def report(summary: dict) -> str:
     lines = [f"{summary['problems']} problems",
              f"{'config':>9} {'accuracy':>9} {'TPF':>6} {'tokens/s':>9} {'mean k':>7} {'ms/problem':>11} {'Pareto':>7}"]

@@ -201,6 +201,25 @@ def summarize_calibration(runs, rounds, n_boot: int = CORRELATION_BOOTSTRAP) -> 
                 "mean_next_committed": float(winners.next_committed.mean()) if len(winners) else None}}
 
 
+# -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
+def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+    """The study's decodes for a live run (the app's Conf, every rule): {"total", "row", "rounds"} per decode."""
+    total = len(problems) * len(BRANCH_SCORE_RULES)
+    for row, rounds in iter_calibration(loaded, problems, base, ("neg_entropy",), BRANCH_SCORE_RULES):
+        yield {"total": total, "row": row, "rounds": rounds}
+
+
+def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
+    import pandas as pd
+    runs, rounds = pd.DataFrame(rows), pd.DataFrame(rounds)
+    return summarize_calibration(runs, rounds, n_boot=50), {"runs": runs, "rounds": rounds}
+
+
+def figure(tables: dict, summary: dict, title: str):
+    from lopa.study.figures import calibration_figure
+    return calibration_figure(tables["runs"], tables["rounds"], summary, title)
+
+
 def report(summary: dict) -> str:
     lines = [f"{summary['problems']} problems",
              f"{'metric':>12} {'rule':>8} {'pairs':>6} {'Spearman (95% CI)':>24} {'Kendall (95% CI)':>24} "

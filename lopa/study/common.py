@@ -27,9 +27,10 @@ GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"      # as lopa.bench.decoders, fo
 DEFAULT_SEED = 15                            # fresh synthetic problems: a seed the shipped held-out file does not use
 
 
-def add_common_arguments(parser, n: int, per_row=()) -> None:
+def add_common_arguments(parser, n: int, per_row=(), k: int = 4) -> None:
     """The flags every study takes: model, problems, output, and every decode setting except
-    `per_row`, those the study sets itself for each configuration it runs (so no flag is ignored)."""
+    `per_row`, those the study sets itself for each configuration it runs (so no flag is ignored);
+    `k` the study's default lookahead."""
     from lopa.models import add_model_arguments
     from lopa.models.loading import DEFAULT_MODEL
     from lopa.settings import add_settings_arguments
@@ -47,7 +48,9 @@ def add_common_arguments(parser, n: int, per_row=()) -> None:
     parser.add_argument("--hardware-note", default="", help="appended to the recorded hardware, e.g. 'shared machine'")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     add_model_arguments(parser)
-    add_settings_arguments(parser, per_row=per_row, choose_decoder=False, defaults={"k": 4, "max_new_tokens": 128})
+    add_settings_arguments(parser, per_row=per_row, choose_decoder=False, defaults={"k": k, "max_new_tokens": 128})
+    if "k" not in per_row:
+        parser.set_defaults(k=k)
 
 
 def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:

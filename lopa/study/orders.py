@@ -80,6 +80,25 @@ def summarize_orders(df, n_boot: int = 1000, seed: int = 0) -> dict:
     }
 
 
+# -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
+def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+    """The study's decodes for a live run: {"total", "row", "rounds"} per decode."""
+    total = len(problems) * len(order_runs(base, random_orders))
+    for row in iter_orders(loaded, problems, base, random_orders):
+        yield {"total": total, "row": row, "rounds": []}
+
+
+def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    return summarize_orders(df, n_boot=200), {"": df}
+
+
+def figure(tables: dict, summary: dict, title: str):
+    from lopa.study.figures import orders_figure
+    return orders_figure(tables[""], summary, title)
+
+
 def report(summary: dict) -> str:
     if not summary.get("problems"):
         return "no complete problem yet"

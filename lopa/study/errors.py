@@ -1,17 +1,18 @@
 """Where a model's answers go wrong, line by line, on synthetic problems (the model card's table).
 
-    python scripts/error_breakdown.py --data runs/data/dev_2611.jsonl --n 300 [--model DIR] [--k 0] [--floor 0]
+    python -m lopa.study errors --data FILE.jsonl --n 300 [--model DIR] [--k 0] [--lookahead-min-prob 0]
 
-Decodes with the engine (D2F vanilla at k = 0, paper GSM8K settings) and checks each answer line
-`<<a op b = c>>c2` against the reference: the first operand (read from the question on line 1,
-copied from the previous line's result after that), the second operand (always from the
-question), the operation, the arithmetic given the line's own operands, the copy after `>>`, the
-`####` line, and the person and object named. Each wrong answer is charged to its first error.
-It also prints how uneven the confidence landscape is: rounds per answer, the share of answer
-tokens filled in the first round, and the spread (standard deviation) of the fill round over an
-answer's positions; a model sure of every token would fill everything in one or two rounds. And it
-says who wrote each wrong person or object token (the anchor or a lookahead token) and at what max
-prob it was committed: under LoPA those are where a lookahead floor (`--floor`) acts.
+Decodes with the engine (D2F vanilla at k = 0, the default; paper GSM8K settings, every settings flag
+applies) and checks each answer line `<<a op b = c>>c2` against the reference: the first operand (read
+from the question on line 1, copied from the previous line's result after that), the second operand
+(always from the question), the operation, the arithmetic given the line's own operands, the copy
+after `>>`, the `####` line, and the person and object named. Each wrong answer is charged to its
+first error. It also prints how uneven the confidence landscape is: rounds per answer, the share of
+answer tokens filled in the first round, and the spread (standard deviation) of the fill round over
+an answer's positions; a model sure of every token would fill everything in one or two rounds. And
+it says who wrote each wrong person or object token (the anchor or a lookahead token) and at what max
+prob it was committed: under LoPA those are where a lookahead floor (--lookahead-min-prob) acts.
+Writes errors.csv / .parquet (one row per problem) and errors.json beside the printed table.
 """
 
 from __future__ import annotations
@@ -20,19 +21,11 @@ import argparse
 import collections
 import math
 import statistics
-import sys
-from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lopa.models import load  # noqa: E402
-from lopa.problems import CALC_RE as CALC  # noqa: E402
-from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer, read_jsonl  # noqa: E402
-from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
-from lopa.trace import fill_landscape  # noqa: E402
-from visualizations.timeline import LOOKAHEAD, fills  # noqa: E402
+from lopa.problems import CALC_RE as CALC
+from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer
+from lopa.study.common import add_common_arguments, decode_one, start, write_results
+from lopa.trace import LOOKAHEAD, fill_landscape, fills
 
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if b else None}
@@ -89,23 +82,19 @@ def wrong_name_writers(run, question: str, tokenizer) -> list[tuple[bool, float 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--n", type=int, default=300)
-    ap.add_argument("--k", type=int, default=0, help="lookahead branches (0 = D2F vanilla)")
-    ap.add_argument("--floor", type=float, default=0.0, help="lookahead floor (DecodeSettings.lookahead_min_prob)")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    loaded = load(args.model)
-    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention, lookahead_min_prob=args.floor)
-    settings = decoder_settings("lopa", base, k=args.k) if args.k else decoder_settings("d2f", base)
+    parser = argparse.ArgumentParser(prog="python -m lopa.study errors", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, n=300, k=0)
+    args = parser.parse_args(argv)
+    import pandas as pd
+    started = start(args)
+    loaded, problems, settings = started.loaded, started.problems, started.base
     first, every, by_steps, verdicts = collections.Counter(), collections.Counter(), collections.Counter(), []
-    problems = read_jsonl(args.data)[: args.n]
-    rounds, first_round, spread, wrong_names = [], [], [], []
+    rounds, first_round, spread, wrong_names, rows = [], [], [], [], []
     for p in problems:
-        run = loaded.decoder(settings).run(p["question"])
+        if not p.get("answer"):
+            raise ValueError("the errors study needs reference answers: use a GSM8K-format .jsonl or synthetic")
+        run, _ = decode_one(loaded, settings, p, data=args.data, shots=args.shots)
         text = run.text
         landscape = fill_landscape(run.records, len(run.useful_tokens))
         rounds.append(len(run.records) - 1)                     # rounds after the prefill
@@ -120,8 +109,10 @@ def main(argv=None) -> int:
         every.update(set(errors))
         if not right:
             first[errors[0] if errors else "other"] += 1
+        rows.append({"problem": p["id"], "steps": steps, "right": int(right),
+                     "first_error": "" if right else (errors[0] if errors else "other"), "errors": "; ".join(errors)})
     n_wrong = sum(first.values())
-    print(f"{loaded.describe()}; {Path(args.data).name}, n={len(problems)}, k={args.k}")
+    print(f"{loaded.describe()}; {started.where}, n={len(problems)}, k={settings.k}")
     for s in sorted({s for s, _ in by_steps}):
         ok, total = by_steps[(s, True)], by_steps[(s, True)] + by_steps[(s, False)]
         print(f"  {s}-step: {ok}/{total} right ({100 * ok / total:.1f}%)")
@@ -129,18 +120,22 @@ def main(argv=None) -> int:
     print(f"  right: {len(problems) - n_wrong}/{len(problems)}; answer lines naming the question's person and "
           f"object: {count['ok']}/{len(verdicts)} ({100 * count['ok'] / lines:.1f}%); wrong person only "
           f"{count['person']}, wrong object only {count['object']}, both wrong {count['both']}")
-    for by_lookahead, who in ((False, "the anchor"), (True, "a lookahead token")):
+    writers = {}
+    for by_lookahead, who in ((False, "anchor"), (True, "lookahead")):
         probs = [q for la, q in wrong_names if la == by_lookahead and q is not None and not math.isnan(q)]
-        print(f"  wrong person/object tokens written by {who}: {sum(la == by_lookahead for la, _ in wrong_names)}"
-              + (f", committed at a mean max prob of {statistics.mean(probs):.3f}" if probs else ""))
+        writers[who] = {"tokens": sum(la == by_lookahead for la, _ in wrong_names),
+                        "mean_max_prob": statistics.mean(probs) if probs else None}
+        print(f"  wrong person/object tokens written by {'the anchor' if who == 'anchor' else 'a lookahead token'}: "
+              f"{writers[who]['tokens']}" + (f", committed at a mean max prob of {statistics.mean(probs):.3f}"
+                                              if probs else ""))
     print(f"  landscape: {statistics.mean(rounds):.1f} rounds per answer, "
           f"{100 * statistics.mean(first_round):.0f}% of answer tokens filled in the first round, "
           f"fill-round spread over positions {statistics.mean(spread):.2f} rounds")
     print("\n| first error in a wrong answer | answers | answers with this error anywhere |\n|---|---:|---:|")
-    for error, count in first.most_common():
-        print(f"| {error} | {count} | {every[error]} |")
+    for error, n in first.most_common():
+        print(f"| {error} | {n} | {every[error]} |")
+    summary = {"right": len(problems) - n_wrong, "problems": len(problems), "first_errors": dict(first),
+               "errors_anywhere": dict(every), "line_verdicts": dict(count), "wrong_name_writers": writers}
+    files = write_results(args.out, "errors", {"": pd.DataFrame(rows)}, started.meta(argv, args, summary))
+    print("wrote " + ", ".join(str(f) for f in files))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,28 +1,32 @@
 """How much two of the engine's departures from the authors' loop change a run (docs/method.md,
-"Where this engine departs"), measured on the bundled model and held-out prompts, greedy, CPU.
+"Where this engine departs"), measured on a model (the bundled one by default) and held-out prompts,
+greedy, CPU.
 
-    python scripts/paper_departures.py [--prompts 30] [--max-new-tokens 128] [--block-size 32]
+    python -m lopa.study departures [--prompts 30] [--max-new-tokens 128] [--block-size 32] [--out DIR]
 
 1. Cache timing (settings.cache_schedule): "eager" caches a block a lookahead token completed from
    the forward that verified it, "authors" one forward later. Counted: rounds where a winning
    lookahead token completed a leading block (the event), runs whose tokens or decisions differ,
    and the largest branch-score difference over the rounds both schedules share.
 2. The mask token: the engine used to set its logit to -inf before the softmax; probabilities and
-   Conf now come from the raw logits. Counted: runs whose decisions differ between the two, and
-   window predictions whose raw argmax is the mask token.
+   Conf now come from the raw logits. Counted: runs whose decisions differ between the two, window
+   predictions whose raw argmax is the mask token, and runs the authors' rule (mask_argmax="authors")
+   stalls on (the mask predicted at every open position).
+Prints one JSON row per attention mode and k, and writes them to departures.csv / .parquet / .json.
 """
 
+from __future__ import annotations
+
 import argparse
-import json
 import time
 
 import torch
 
-from lopa import DecodeSettings
+from lopa.engine import DecodeStalled
 from lopa.forward import LocalExecutor
-from lopa.models import load
-from lopa.models.loading import DEFAULT_MODEL
 from lopa.rules import summarize
+from lopa.settings import DecodeSettings
+from lopa.study.common import hardware, load_problems, write_results
 
 
 def decisions(run):
@@ -67,25 +71,34 @@ def lookahead_completions(run, N):
     return events, followed
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=30)
+def main(argv=None) -> int:
+    import json
+
+    import pandas as pd
+
+    from lopa.models import load
+    from lopa.models.loading import DEFAULT_MODEL
+    ap = argparse.ArgumentParser(prog="python -m lopa.study departures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory (default: the bundled model)")
+    ap.add_argument("--prompts", type=int, default=30, help="the first N held-out prompts (default 30)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--out", default="study-out", help="output folder")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    loaded = load(DEFAULT_MODEL, device="cpu")
-    path = DEFAULT_MODEL.parents[1] / "data" / "synthetic" / "heldout.jsonl"
-    questions = [json.loads(line)["question"] for line in path.read_text().splitlines()[:args.prompts]]
-    paper = DecodeSettings(tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=args.block_size, max_new_tokens=args.max_new_tokens,
-                           confidence="neg_entropy")
+    loaded = load(args.model, device="cpu")
+    problems, where = load_problems("heldout", args.prompts, 0)
+    questions = [p["question"] for p in problems]
+    paper = DecodeSettings(tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=args.block_size,
+                           max_new_tokens=args.max_new_tokens, confidence="neg_entropy")
     t0, rows = time.perf_counter(), []
     for attention in ("full", "full_prompt_blind", "block_causal"):
         for k in (4, 8):
             s = paper.replace(k=k, attention=attention)
-            row = {"attention": attention, "k": k, "prompts": len(questions), "block": s.block_size, "rounds": 0, "events": 0, "events_followed": 0,
-                   "schedule_runs_differ": [], "schedule_max_dscore": 0.0, "mask_runs_differ": [],
-                   "mask_argmax_predictions": 0, "predictions": 0}
+            row = {"attention": attention, "k": k, "prompts": len(questions), "block": s.block_size, "rounds": 0,
+                   "events": 0, "events_followed": 0, "schedule_runs_differ": [], "schedule_max_dscore": 0.0,
+                   "mask_runs_differ": [], "mask_argmax_predictions": 0, "predictions": 0, "mask_argmax_stalled": []}
             for i, q in enumerate(questions):
                 eager = loaded.decoder(s).run(q)
                 authors = loaded.decoder(s.replace(cache_schedule="authors")).run(q)
@@ -96,10 +109,15 @@ def main(argv=None):
                 if decisions(eager) != decisions(authors):
                     row["schedule_runs_differ"].append(i)         # held-out prompt index
                 row["schedule_max_dscore"] = max(row["schedule_max_dscore"], score_gap(eager, authors))
-                raw = loaded.decoder(s.replace(mask_argmax="authors")).run(q)
+                raw = loaded.decoder(s.replace(mask_argmax="authors"))
+                try:
+                    raw.run(q)
+                except DecodeStalled:        # the authors' rule spins where the mask is the argmax everywhere
+                    row["mask_argmax_stalled"].append(i)
                 row["mask_argmax_predictions"] += sum(t == loaded.spec.mask_token_id for r in raw.records
                                                       for a in r.branch_argmax for t in a)
                 row["predictions"] += sum(len(a) for r in raw.records for a in r.branch_argmax)
+                # The engine before, for the comparison only: restored whatever happens.
                 saved, LocalExecutor.summarize = LocalExecutor.summarize, old_summarize
                 try:
                     old = loaded.decoder(s).run(q)
@@ -109,8 +127,13 @@ def main(argv=None):
                     row["mask_runs_differ"].append(i)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"# {time.perf_counter() - t0:.0f} s, {torch.get_num_threads()} torch thread, CPU")
-
-
-if __name__ == "__main__":
-    main()
+    seconds = time.perf_counter() - t0
+    print(f"# {seconds:.0f} s, {torch.get_num_threads()} torch thread, CPU")
+    table = pd.DataFrame([{**r, "schedule_runs_differ": json.dumps(r["schedule_runs_differ"]),
+                           "mask_runs_differ": json.dumps(r["mask_runs_differ"]),
+                           "mask_argmax_stalled": json.dumps(r["mask_argmax_stalled"])} for r in rows])
+    meta = {"command": argv, "model": loaded.describe(), "hardware": hardware(loaded), "data": where,
+            "summary": {"rows": rows, "seconds": seconds}}
+    files = write_results(args.out, "departures", {"": table}, meta)
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
