@@ -84,10 +84,11 @@ class Decoder:
         self.finished = True
 
     def stream_fork(self, parent: RunResult, at_round: int, commit: dict | None = None,
-                    hold=()) -> Iterator[RoundRecord]:
+                    hold=(), lookahead=None) -> Iterator[RoundRecord]:
         """Decode a fork of `parent`: identical through round `at_round`, then the forced decisions
         applied in round at_round + 1 (commit: {position: token id, or None for the model's top
-        token}; hold: positions kept masked), then this decoder's own policy. Yields the new rounds;
+        token}; hold: positions kept masked; lookahead: that round's lookahead positions, () for none,
+        None for the policy's), then this decoder's own policy. Yields the new rounds;
         `result()` holds the whole fork. Resumes from the parent's saved state after `at_round`
         when it has one (decoded in this process with keep_states); otherwise replays the parent's
         recorded decisions through `at_round` first (same result, at_round more forwards)."""
@@ -96,7 +97,8 @@ class Decoder:
             raise ValueError(f"cannot fork at round {at_round}: choose a round with a forward, 0..{last}")
         source = parent.decoder.states if parent.decoder is not None else {}
         saved = source.get(at_round)
-        script = {at_round + 1: Forced(commit=dict(commit or {}), hold=tuple(hold))}
+        script = {at_round + 1: Forced(commit=dict(commit or {}), hold=tuple(hold),
+                                       lookahead=None if lookahead is None else tuple(lookahead))}
         if saved is None:
             script.update(script_from_trace(parent, upto=at_round))
         self.apply_script(script)
@@ -323,11 +325,13 @@ def fork_decoder(run: RunResult, model=None) -> Decoder:
     return decoder
 
 
-def fork(run: RunResult, at_round: int, commit: dict | None = None, hold=(), model=None) -> RunResult:
+def fork(run: RunResult, at_round: int, commit: dict | None = None, hold=(), model=None,
+         lookahead=None) -> RunResult:
     """A new run identical to `run` through round `at_round`, with `commit` ({position: token id or
-    None for the model's top token}) and `hold` ([positions kept masked]) forced in round
-    at_round + 1, then the run's own order policy to the end. See Decoder.stream_fork."""
+    None for the model's top token}), `hold` ([positions kept masked]) and `lookahead` (that round's
+    lookahead positions; () for none, None for the policy's) forced in round at_round + 1, then the
+    run's own order policy to the end. See Decoder.stream_fork."""
     decoder = fork_decoder(run, model)
-    for _ in decoder.stream_fork(run, at_round, commit, hold):
+    for _ in decoder.stream_fork(run, at_round, commit, hold, lookahead):
         pass
     return decoder.result()

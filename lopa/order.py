@@ -16,6 +16,9 @@ Built-in policies (ORDERS, chosen by DecodeSettings.order):
                  control group the paper never ran.
 - left_to_right  the autoregressive order: the commit rule's fallback takes the lowest masked
                  position of a block, lookahead the k lowest free positions.
+- least_confident, highest_entropy, mixed: other proposal rules for the branches (anchor as
+                 confidence): the k lowest max prob, the k lowest Conf (the highest entropy under
+                 Conf = neg_entropy), or half the highest Conf and half the lowest.
 - adaptive       confidence, verifying only as many of the k branches as pay for themselves in
                  tokens per second under a cost model (AdaptiveOrder).
 FlooredOrder wraps a policy with the lookahead floor (lookahead_min_prob).
@@ -126,6 +129,42 @@ class LeftToRightOrder(ConfidenceOrder):
     lookahead_rank = fallback_rank
 
 
+# Proposal rules: which k positions the branches try (the paper's answer, Sec. 3: the k most confident).
+# The anchor stays the paper's, so each differs from `confidence` in the lookahead only. The paper's rule
+# proposes positions that are nearly committable already; on an earlier bundled model the winning branch
+# had filled the least confident candidate in 86% of the rounds a lookahead branch won (docs/studies.md),
+# which is what these ask: does the extra token pay more where the model is unsure?
+class LeastConfidentOrder(ConfidenceOrder):
+    """Lookahead = the k free positions whose predicted token is least sure (lowest max prob)."""
+    name = "least_confident"
+
+    def lookahead_rank(self, view: RoundView) -> torch.Tensor:
+        return -view.max_prob
+
+
+class HighestEntropyOrder(ConfidenceOrder):
+    """Lookahead = the k free positions with the lowest Conf: under Conf = neg_entropy (the default and the
+    paper's for D2F-Dream) the highest entropy; under another Conf, the least certain by it."""
+    name = "highest_entropy"
+
+    def lookahead_rank(self, view: RoundView) -> torch.Tensor:
+        return -view.conf
+
+
+class MixedOrder(ConfidenceOrder):
+    """Lookahead = the ceil(k / 2) highest-Conf free positions (the paper's), then the floor(k / 2) lowest:
+    half the branches fill what is nearly sure, half what is least sure. k = 1 is the paper's order."""
+    name = "mixed"
+
+    def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        k = view.settings.k
+        top = lookahead_positions(view.conf, free, (k + 1) // 2)             # [<= ceil(k/2)] best first
+        rest = free.clone()                                                  # free stays the caller's
+        rest[top] = False
+        bottom = lookahead_positions(-view.conf, rest, k - top.numel())      # [<= floor(k/2)] least sure first
+        return torch.cat([top, bottom])
+
+
 class AdaptiveOrder:
     """order = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
     top settings.k candidates as pay for themselves in committed tokens per second (lopa.rules.choose_k),
@@ -175,7 +214,8 @@ class FlooredOrder:
 
 
 ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder,
-          "adaptive": AdaptiveOrder}
+          "adaptive": AdaptiveOrder, "least_confident": LeastConfidentOrder,
+          "highest_entropy": HighestEntropyOrder, "mixed": MixedOrder}
 
 
 def linear_cost(settings: DecodeSettings) -> list[float]:

@@ -30,7 +30,7 @@ CACHE_SCHEDULES = ("eager", "authors")
 MASK_ARGMAX = ("next_best", "authors")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
-ORDERS = ("confidence", "random", "left_to_right", "adaptive")
+ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
 # Branch score rules (lopa.rules.BRANCH_SCORES): "mean" is the paper's C(B); the others are the
 # alternatives `python -m lopa.study calibration` compares (docs/studies.md).
 BRANCH_SCORE_RULES = ("mean", "loo", "min", "window", "segment", "count")
@@ -168,8 +168,10 @@ class DecodeSettings:
     temperature: float = setting(0.0, "sampling temperature (0 = greedy)", low=0.0, high=MAX_TEMPERATURE, paper=0.0)
     seed: int = setting(0, "sampling seed", low=0, high=MAX_SEED)
     order: str = setting("confidence", "token filling order (lopa/order.py): confidence (the paper's), random "
-                         "(lookahead drawn uniformly, seeded by order_seed), left_to_right (lowest first) or "
-                         "adaptive (the confidence order verifying only the branches that pay, branch_cost)",
+                         "(lookahead drawn uniformly, seeded by order_seed), left_to_right (lowest first), "
+                         "adaptive (the confidence order verifying only the branches that pay, branch_cost), or "
+                         "another lookahead proposal with the paper's anchor: least_confident (lowest max prob), "
+                         "highest_entropy (lowest Conf) or mixed (half highest, half lowest Conf)",
                          choices=ORDERS, paper="confidence")
     order_seed: int = setting(0, "seed of the random order", low=0, high=MAX_SEED)
     branch_score: str = setting("mean", "how a branch is scored to pick the winner: mean (the paper's mean Conf "

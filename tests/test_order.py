@@ -11,7 +11,10 @@ from lopa import Decoder, DecodeSettings, ModelSpec, RunResult, decoder_settings
 from lopa.engine import fork
 from lopa.order import (
     Forced,
+    HighestEntropyOrder,
+    LeastConfidentOrder,
     LeftToRightOrder,
+    MixedOrder,
     RandomOrder,
     RoundView,
     load_script,
@@ -150,6 +153,45 @@ def test_random_lookahead_is_uniform_and_helpers_do_not_change_their_inputs():
         assert torch.equal(old, new)
 
 
+# -- proposal rules: which positions the branches try ------------------------------------------------------
+def _ranked_view(k):
+    """Window of 8: max prob falls with the position, Conf (as if neg_entropy) is ranked differently, so
+    the lowest max prob (7) and the lowest Conf (5) are different positions."""
+    view = _view(k=k)
+    max_prob = torch.tensor([0.95, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
+    conf = torch.tensor([-0.1, -0.5, -0.2, -0.9, -0.3, -2.0, -0.4, -1.5])
+    return RoundView(view.round, 0, 8, view.token, max_prob, conf, view.masked, [True], view.settings, MASK, 16)
+
+
+@pytest.mark.parametrize("policy, k, expected", [
+    (LeastConfidentOrder(), 3, [7, 6, 5]),          # lowest max prob first
+    (HighestEntropyOrder(), 3, [5, 7, 3]),          # lowest Conf (= highest entropy) first
+    (MixedOrder(), 4, [2, 4, 5, 7]),                # two highest Conf (0 is taken), then the two lowest
+    (MixedOrder(), 3, [2, 4, 5]),                   # ceil(3/2) = 2 highest, 1 lowest
+    (MixedOrder(), 1, [2]),                         # k = 1: the paper's
+    (MixedOrder(), 9, [2, 4, 6, 1, 3, 5, 7]),       # k > free: five highest, then the rest lowest first
+])
+def test_proposal_rules_on_hand_made_predictions(policy, k, expected):
+    view = _ranked_view(k)
+    free = view.masked.clone()
+    free[0] = False                                  # position 0 is the anchor's
+    before = [t.clone() for t in (view.max_prob, view.conf, view.masked, free)]
+    assert policy.lookahead(view, free).tolist() == expected
+    for old, new in zip(before, (view.max_prob, view.conf, view.masked, free)):
+        assert torch.equal(old, new)                 # helpers never change their inputs
+    assert torch.equal(policy.anchor(view).positions, torch.tensor([0]))    # the paper's anchor: 0.95 > 0.9
+
+
+@pytest.mark.parametrize("order, first", [("least_confident", [1, 2]), ("highest_entropy", [1, 2]),
+                                          ("mixed", [7, 1])])
+def test_proposal_rules_through_the_engine_are_recorded_and_reloaded(order, first, tmp_path):
+    """RISING: max prob and Conf rise with the position, so the least sure free positions are the lowest."""
+    run = fake_run(RISING, k=2, block_size=8, max_new_tokens=8, confidence="max_prob", order=order)
+    assert run.settings["order"] == order and run.records[1].lookahead_positions == first
+    back = RunResult.load(run.save(tmp_path / "run.json"))
+    assert back.settings["order"] == order and back.records[1].lookahead_positions == first
+
+
 # -- scripted decisions ----------------------------------------------------------------------------------
 def test_scripted_commit_hold_and_their_record():
     table = {0: (5, 0.95), 1: (6, 0.95), 2: (7, 0.5), 3: (8, 0.4), 4: (9, 0.3), 5: (10, 0.3), 6: (2, 0.3), 7: (2, 0.3)}
@@ -207,7 +249,8 @@ def test_script_json_round_trip_and_schema_errors(tmp_path):
 # -- replay fidelity -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("k", [0, 2, 8])
 @pytest.mark.parametrize("attention", ["block_causal", "full"])
-@pytest.mark.parametrize("order", ["confidence", "random", "left_to_right"])
+@pytest.mark.parametrize("order", ["confidence", "random", "left_to_right", "least_confident", "highest_entropy",
+                                   "mixed"])
 def test_a_run_scripted_with_its_own_decisions_reproduces_it(qwen, order, attention, k, tmp_path):
     settings = QWEN_SETTINGS.replace(k=k, attention=attention, order=order, order_seed=5)
     run = qwen_decoder(qwen, settings).run(QWEN_PROMPT)
@@ -261,6 +304,26 @@ def test_fork_keeps_the_prefix_applies_the_forced_decisions_then_follows_the_pol
     grandchild = fork(child, at_round=r + 1, commit={child.records[r + 1].branch_positions[0][0]: None})
     assert grandchild.records[:r + 2] == child.records[:r + 2]
     assert grandchild.forked_from["run_id"] == child.run_id
+
+
+def test_a_fork_can_pin_its_round_to_the_anchor_and_one_extra_token(qwen):
+    """lookahead=(): the forked round verifies the anchor's branch only, so exactly the forced token is
+    added to the anchor's commits (the headroom search's round); the rounds after follow the policy."""
+    settings = QWEN_SETTINGS.replace(k=3)
+    parent = qwen_decoder(qwen, settings, keep_states=True).run(QWEN_PROMPT)
+    r = 1
+    plain = fork(parent, at_round=r, commit={}, lookahead=())
+    step = plain.records[r + 1]
+    assert step.lookahead_positions == [] and len(step.branch_tokens) == 1 and step.winner == 0
+    assert step.anchor_positions == parent.records[r + 1].anchor_positions     # the commit rule's, nothing else
+    free = [p for p in parent.records[r].branch_positions[parent.records[r].winner]
+            if p not in step.anchor_positions]
+    extra = fork(parent, at_round=r, commit={free[-1]: None}, lookahead=())
+    step = extra.records[r + 1]
+    assert sorted(step.anchor_positions) == sorted(plain.records[r + 1].anchor_positions + [free[-1]])
+    assert len(step.branch_tokens) == 1 and all(len(rec.lookahead_positions) <= 3 for rec in extra.records[r + 2:])
+    replayed = qwen_decoder(qwen, settings, script=script_from_trace(extra)).run(QWEN_PROMPT)
+    assert replayed.tokens == extra.tokens and decisions(replayed) == decisions(extra)
 
 
 def test_a_late_fork_resumes_from_the_saved_state_instead_of_redoing_the_run(qwen):

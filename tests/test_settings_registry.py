@@ -149,7 +149,7 @@ def test_adaptive_under_a_floor_counts_only_the_anchor_s_commits(monkeypatch):
     (dict(k=True), "k (lookahead branches) must be an integer in 0..32, got True"),
     (dict(temperature=float("nan")), "temperature must be in [0, 10], got nan"),
     (dict(max_new_tokens=10**20), "max_new_tokens must be an integer in 1..8192"),
-    (dict(order="sideways"), "order must be one of ('confidence', 'random', 'left_to_right', 'adaptive')"),
+    (dict(order="sideways"), "order must be one of ('confidence', 'random', 'left_to_right', 'adaptive', "),
     (dict(branch_cost=-1.0), "branch_cost must be in [0, 100], got -1.0"),
 ])
 def test_every_setting_has_a_range_and_one_message(fields, message):
