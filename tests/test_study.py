@@ -262,3 +262,18 @@ def test_departures_study_measures_both_departures(tiny_setup, capsys):
     table = pd.read_parquet(root / "dep" / "departures.parquet")
     assert len(table) == 6 and set(table.attention) == {"full", "full_prompt_blind", "block_causal"}
     assert (table.predictions > 0).all() and (table.rounds > 0).all()
+
+
+def test_a_study_writes_its_numbers_without_matplotlib(tmp_path, monkeypatch, capsys):
+    """On a requirements.txt install (no matplotlib) the tables and JSON are written, the PNG is
+    skipped with a message saying how to get it, and the study does not fail."""
+    import sys
+
+    from lopa.study.common import write_results
+    from lopa.study.figures import adaptive_png
+    monkeypatch.setitem(sys.modules, "matplotlib", None)           # import matplotlib -> ModuleNotFoundError
+    summary = {"configs": [{"config": "k=0", "tpf": 1.0, "tps": 1.0, "pareto": True}]}
+    files = write_results(tmp_path, "adaptive", {"": pd.DataFrame({"a": [1]})}, {"command": [], "summary": summary},
+                          png=lambda path: adaptive_png(summary, "t", path))
+    assert [f.name for f in files] == ["adaptive.csv", "adaptive.parquet", "adaptive.json"]
+    assert "needs matplotlib" in capsys.readouterr().out

@@ -157,8 +157,9 @@ def weights_digest(model_dir: str | Path) -> str:
 
 
 def write_results(out: str | Path, name: str, tables: dict, meta: dict, figure=None, png=None) -> list[Path]:
-    """tables {suffix: DataFrame} -> <name>[_suffix].csv and .parquet; figure -> <name>.html (plotly);
-    png(path) draws <name>.png; meta -> <name>.json, with the command, date and Python/torch versions."""
+    """tables {suffix: DataFrame} -> <name>[_suffix].csv and .parquet; meta -> <name>.json, with the
+    command, date and Python/torch versions; then figure -> <name>.html (plotly) and png(path) draws
+    <name>.png, where matplotlib is installed (the numbers never wait on a plotting library)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -167,12 +168,6 @@ def write_results(out: str | Path, name: str, tables: dict, meta: dict, figure=N
         df.to_csv(out / f"{stem}.csv", index=False)
         df.to_parquet(out / f"{stem}.parquet", index=False)
         written += [out / f"{stem}.csv", out / f"{stem}.parquet"]
-    if figure is not None:
-        figure.write_html(out / f"{name}.html", include_plotlyjs="cdn")
-        written.append(out / f"{name}.html")
-    if png is not None:
-        png(out / f"{name}.png")
-        written.append(out / f"{name}.png")
     argv = sys.argv[2:] if meta.get("command") is None else meta["command"]
     meta = {"study": name, "command": shlex.join(["python", "-m", "lopa.study", name, *argv]),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -180,6 +175,18 @@ def write_results(out: str | Path, name: str, tables: dict, meta: dict, figure=N
             **{k: v for k, v in meta.items() if k != "command"}}
     (out / f"{name}.json").write_text(json.dumps(meta, indent=2, default=_plain) + "\n")
     written.append(out / f"{name}.json")
+    if figure is not None:
+        figure.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+        written.append(out / f"{name}.html")
+    if png is not None:
+        try:
+            png(out / f"{name}.png")
+            written.append(out / f"{name}.png")
+        except ModuleNotFoundError as err:
+            if err.name != "matplotlib":
+                raise
+            print(f"{name}.png not drawn: it needs matplotlib (pip install 'lopa-explorer[bench]'); the numbers "
+                  "are written")
     return written
 
 
