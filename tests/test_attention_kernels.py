@@ -5,13 +5,12 @@ against SDPA."""
 
 import pytest
 import torch
-from tiny import tiny_qwen2, tiny_spec
+from tiny import LIVELY, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, attention
 from lopa.forward import BatchedExecutor
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 
 
 def dense(q, k, v, softmax_scale, causal, return_attn_probs):

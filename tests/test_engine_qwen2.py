@@ -2,20 +2,13 @@
 
 import pytest
 import torch
-from tiny import tiny_qwen2, tiny_spec
+from tiny import LIVELY, decisions, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, decoder_settings
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor, PerBranchExecutor
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
-# Low thresholds so that a random model commits several tokens per round and lookahead matters.
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
-
-
-def decisions(run):
-    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
-             r.block_states, r.branch_positions) for r in run.records]
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from tiny import tiny_qwen2, tiny_spec
+from tiny import LIVELY, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, RunResult, schema
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>'
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from tiny import MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
+from tiny import LIVELY, MASK_ID, decisions, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings
 from lopa.blocks import Branch
@@ -21,13 +21,7 @@ pytestmark = [pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_avail
               pytest.mark.distributed, pytest.mark.timeout(300)]
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 TIMEOUT_S = 5.0          # every collective; also bounds how long a hung rank goes unnoticed
-
-
-def decisions(run):
-    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
-             r.block_states, r.branch_positions) for r in run.records]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 import torch
-from tiny import save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
+from tiny import LIVELY, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
 
 from lopa import Decoder, DecodeSettings
 from lopa.cli import main as lopa_main
@@ -29,7 +29,6 @@ from lopa.study.stats import (
     spearman,
 )
 
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 
 

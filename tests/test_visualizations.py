@@ -9,7 +9,7 @@ import math
 import re
 
 import pytest
-from tiny import tiny_qwen2, tiny_spec, tiny_tokenizer
+from tiny import LIVELY, tiny_qwen2, tiny_spec, tiny_tokenizer
 
 from lopa import Decoder, DecodeSettings, RunResult
 from lopa.trace import metrics
@@ -29,7 +29,6 @@ from visualizations.timeline import commits, fills
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 # Low thresholds so that a random model commits several tokens per round and lookahead matters.
-LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 
 
 def decode(k: int) -> tuple[RunResult, dict]:

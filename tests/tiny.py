@@ -66,3 +66,10 @@ def app_model(tmp_path_factory):
 # Low thresholds so that a random tiny model commits several tokens per round and lookahead matters.
 LIVELY = dict(tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob")
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+
+
+def decisions(run):
+    """A run's decisions round by round, for equality tests between execution paths (timings, ranks
+    and executor extras left out: they differ by design)."""
+    return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
+             r.block_states, r.branch_positions) for r in run.records]
