@@ -5,6 +5,7 @@ of what ran where) and, where plotly / matplotlib are installed, its plots.
     python -m lopa.study orders          LoPA's orders against random and left-to-right orders (orders.py)
     python -m lopa.study calibration     does the branch score predict the next round; other scores (calibration.py)
     python -m lopa.study adaptive        an adaptive branch budget against fixed k (adaptive.py)
+    python -m lopa.study headroom        LoPA against the best filling order a search finds (headroom.py)
     python -m lopa.study errors          where answers go wrong, line by line, and who wrote each wrong name (errors.py)
     python -m lopa.study teacher-forced  what the model predicts with only some answer slots masked (teacher_forced.py)
     python -m lopa.study departures      what the engine's departures from the authors' loop change (departures.py)
@@ -43,6 +44,7 @@ STUDIES = {s.name: s for s in (
     Study("orders", "1. LoPA's orders against random orders", "orders", app=True),
     Study("calibration", "2. What the branch score measures", "calibration", app=True),
     Study("adaptive", "3. An adaptive branch budget", "adaptive", app=True),
+    Study("headroom", "4. How far LoPA is from the best order found", "headroom"),
     Study("errors", "Where answers go wrong, line by line", "errors"),
     Study("teacher-forced", "Teacher-forced probes of the answers", "teacher_forced"),
     Study("departures", "What the engine's departures from the authors' loop change", "departures"),

@@ -195,6 +195,85 @@ def adaptive_png(summary: dict, title: str, path) -> None:
     _save(fig, path)
 
 
+# -- headroom -------------------------------------------------------------------------------------------
+HEADROOM_MARKS = (("vanilla", "square", "s", COLOURS["vanilla"]), ("lopa", "star", "*", COLOURS["lopa"]),
+                  ("best", "diamond", "D", "#CC79A7"))
+
+
+def _headroom_rows(df, config: str, k):
+    rows = df[df.config == config]
+    return rows[rows.k == k] if config == "lopa" else rows
+
+
+def headroom_figure(df, summary: dict, title: str = "") -> go.Figure:
+    """Left: per problem, TPF of the random orders (box), vanilla, LoPA at the search's k and the best order
+    found. Right: pooled TPF and accuracy of every order."""
+    fig = make_subplots(1, 2, column_widths=[0.7, 0.3], horizontal_spacing=0.1,
+                        subplot_titles=("TPF per problem: random orders (box), LoPA and the best order found",
+                                        "pooled TPF (bars) and accuracy"))
+    k = summary.get("k")
+    if len(df):
+        rand = df[df.config == "random"]
+        if len(rand):
+            fig.add_trace(go.Box(x=rand.problem.astype(str), y=rand.tpf, name=f"random orders (k={k})",
+                                 marker_color=COLOURS["random"], boxpoints="all", jitter=0.4, pointpos=0,
+                                 marker_size=3, line_width=1), 1, 1)
+        for config, symbol, _, colour in HEADROOM_MARKS:
+            rows = _headroom_rows(df, config, k)
+            name = {"lopa": f"LoPA k={k}", "best": "best order found"}.get(config, config)
+            fig.add_trace(go.Scatter(x=rows.problem.astype(str), y=rows.tpf, mode="markers", name=name,
+                                     marker=dict(symbol=symbol, size=10, color=colour),
+                                     hovertext=[f"problem {p}: {f} forwards" for p, f in zip(rows.problem, rows.forwards)]),
+                          1, 1)
+        configs = summary.get("per_config", {})
+        fig.add_trace(go.Bar(x=list(configs), y=[c["tpf"] for c in configs.values()], showlegend=False,
+                             marker_color="#56B4E9",
+                             text=["" if c["accuracy"] is None else f"{c['accuracy'] * 100:.0f}%" for c in configs.values()],
+                             textposition="outside", hovertext=[f"{n}: TPF {c['tpf']:.2f}" for n, c in configs.items()]),
+                      1, 2)
+    fig.update_xaxes(title_text="problem", row=1, col=1)
+    fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
+    fig.update_yaxes(title_text="pooled TPF (label: accuracy)", row=1, col=2)
+    share = summary.get("gap_share")
+    if share is not None:
+        lo, hi = summary["gap_share_ci95"]
+        title = f"{title}<br>LoPA closes {share * 100:.0f}% (95% CI {lo * 100:.0f}..{hi * 100:.0f}%) of the gap to the best order found"
+    return _layout(fig, title)
+
+
+def headroom_png(df, summary: dict, title: str, path) -> None:
+    plt = _pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, gridspec_kw={"width_ratios": [3, 1.3]})
+    k = summary.get("k")
+    problems = sorted(df.problem.unique())
+    rand = df[df.config == "random"]
+    if len(rand):
+        ax.boxplot([rand[rand.problem == p].tpf for p in problems], positions=range(len(problems)), widths=0.6,
+                   showfliers=False)
+    for config, _, marker, colour in HEADROOM_MARKS:
+        rows = _headroom_rows(df, config, k).set_index("problem").reindex(problems)
+        label = {"lopa": f"LoPA k={k}", "best": "best order found"}.get(config, config)
+        ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=45, color=colour, label=label, zorder=3)
+    ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
+    ax.set_xlabel("problem")
+    ax.set_ylabel("tokens per forward")
+    ax.legend(fontsize=8, loc="upper right")
+    configs = summary.get("per_config", {})
+    bars = bx.bar(range(len(configs)), [c["tpf"] for c in configs.values()], color="#56B4E9")
+    for bar, c in zip(bars, configs.values()):
+        if c["accuracy"] is not None:
+            bx.annotate(f"{c['accuracy'] * 100:.0f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=6)
+    bx.set_xticks(range(len(configs)), list(configs), rotation=60, ha="right", fontsize=6)
+    bx.set_ylabel("pooled TPF (label: accuracy)")
+    share = summary.get("gap_share")
+    if share is not None:
+        lo, hi = summary["gap_share_ci95"]
+        title = f"{title}\nLoPA closes {share * 100:.0f}% (95% CI {lo * 100:.0f}..{hi * 100:.0f}%) of the gap to the best order found"
+    fig.suptitle(title, fontsize=9)
+    _save(fig, path)
+
+
 def _pyplot():
     import matplotlib
     matplotlib.use("Agg")

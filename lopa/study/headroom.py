@@ -1,0 +1,316 @@
+"""Study 4: how far is LoPA from the best token filling order a search can find?
+
+    python -m lopa.study headroom [--n 60] [--ks 1,2,4,8,14] [--random 10] [--k 4] [--max-candidates 0]
+
+LoPA (Sec. 3 of the paper) keeps D2F's commit rule for the anchor and adds at most one extra token per
+round, at the position whose branch has the best score C(B). The search keeps that round and chooses the
+extra position by the true outcome instead: the forwards the decode then needs to finish. It is a rollout
+search (Bertsekas' rollout algorithm, with LoPA as the base policy). It starts from the LoPA run of the
+problem that needed the fewest forwards over --ks (LoPA at every k keeps this round too); at every round,
+every candidate (the anchor alone, or the anchor plus the model's top token at one free position) is run
+to the end as a fork (lopa.engine.fork: the forked round verifies that one branch, the rounds after it are
+LoPA at the starting run's k), and the round keeps the candidate that finishes in the fewest forwards; on
+a tie, LoPA's own round stays. LoPA's own round is among the candidates, so the order found never needs
+more forwards than LoPA at any k of --ks. It never reads the reference answer.
+
+Budget, per round of the order found: one rollout per candidate, every free position of the window
+(`--max-candidates M`: only the M most confident) plus the anchor alone, each stopped as soon as it
+reaches the best count so far; one round deep, searched again at every round; LoPA at the starting
+run's k below.
+
+What it cannot see: orders that pay only after two or more departures from LoPA in a row (each departure
+must pay on its own, under LoPA below it); another token than the model's top one at the extra position;
+more than one extra token per round. So the best order may reach a TPF higher still.
+
+For each problem: vanilla D2F (k = 0), LoPA at each k of --ks (the paper's order), R random orders at k
+(seeds 0..R-1) and the order found. Writes headroom.csv / .parquet (one row per decode),
+headroom_choices.* (one row per round where the order found left LoPA's choice), headroom.html, .png and
+.json. Headline: the share of the gap in pooled TPF from vanilla to the order found that LoPA closes,
+with a bootstrap 95% interval over problems, beside the accuracy of every order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import closing
+
+from lopa.engine import fork_decoder
+from lopa.settings import DecodeSettings
+from lopa.study.common import add_common_arguments, prompt_ids, run_row, start, write_results
+from lopa.study.stats import bootstrap_ci
+from lopa.trace import RunResult, pooled, predictions
+
+DEFAULT_KS = (1, 2, 4, 8, 14)
+
+
+# -- the search ---------------------------------------------------------------------------------------
+def _forwards(records) -> int:
+    return sum(r.kind != "final" for r in records)
+
+
+def rollout(parent: RunResult, at_round: int, position: int | None, bound: int) -> tuple[RunResult | None, int]:
+    """`parent` forked after `at_round`: its round at_round + 1 is the anchor's commits plus the model's top
+    token at `position` (None: the anchor alone), verified as one branch, then the parent's policy to the
+    end. -> (the fork, or None once it reaches `bound` forwards in all; forwards it ran)."""
+    decoder = fork_decoder(parent)
+    total, ran = _forwards(parent.records[:at_round + 1]), 0
+    stream = decoder.stream_fork(parent, at_round, {} if position is None else {position: None}, lookahead=())
+    with closing(stream):
+        for record in stream:
+            ran += record.kind != "final"
+            if total + ran >= bound:
+                return None, ran
+    return decoder.result(), ran
+
+
+def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, list[dict], int]:
+    """The best order found from `lopa_run`, a LoPA run decoded in this process with keep_states.
+    -> (its run, one dict per round where it left LoPA's choice, forwards the rollouts ran)."""
+    best, choices, spent, r = lopa_run, [], 0, 0
+    while r + 1 < len(best.records) and best.records[r + 1].kind != "final":
+        seen, step = predictions(best.records[r]), best.records[r + 1]      # round r + 1 decides from round r
+        anchor = set(step.anchor_positions)
+        free = sorted((p for p in seen if p not in anchor), key=lambda p: -seen[p].conf)   # LoPA's ranking
+        ranked = free[:max_candidates] if max_candidates else free
+        lopa_choice = step.lookahead_positions[step.winner - 1] if step.winner else None
+        bound, found = _forwards(best.records), None
+        for position in [p for p in ranked if p != lopa_choice] + ([None] if lopa_choice is not None else []):
+            child, ran = rollout(best, r, position, bound)
+            spent += ran
+            if child is not None:                      # strictly fewer forwards (ties keep the earlier)
+                best_child, bound, found = child, _forwards(child.records), position
+        if bound < _forwards(best.records):
+            front = min(free) if free else 0
+            choices.append({"round": r + 1, "position": found, "lopa_position": lopa_choice,
+                            "conf_rank": None if found is None else free.index(found) + 1, "free": len(free),
+                            "max_prob": None if found is None else seen[found].max_prob,
+                            "offset": None if found is None else found - front,
+                            "in_lopa_top_k": found is not None and found in step.lookahead_positions,
+                            "saved": _forwards(best.records) - bound})
+            best = best_child
+        r += 1
+    return best, choices, spent
+
+
+# -- the runs of one problem ---------------------------------------------------------------------------
+def configurations(base: DecodeSettings, ks, random_orders: int) -> list[tuple[str, int, int, DecodeSettings]]:
+    """(config, k, seed, settings) of every plain decode of one problem; seed -1 where none applies."""
+    paper = base.replace(order="confidence")
+    runs = [("vanilla", 0, -1, paper.replace(k=0))] + [("lopa", k, -1, paper.replace(k=k)) for k in ks]
+    return runs + [("random", base.k, s, base.replace(order="random", order_seed=s)) for s in range(random_orders)]
+
+
+def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random_orders: int,
+                  max_candidates: int = 0, data: str = "", shots: int = 0):
+    """(row, choices) per decode, problem by problem, the search last (a stopped study has whole problems).
+    The search starts from the LoPA run with the fewest forwards (the smallest k on a tie)."""
+    ks = sorted(set(ks) | {base.k})
+    for problem in problems:
+        ids = prompt_ids(loaded, problem["question"], data, shots)
+        lopa_runs = {}
+        for config, k, seed, settings in configurations(base, ks, random_orders):
+            decoder = loaded.decoder(settings)
+            decoder.keep_states = config == "lopa"          # a possible starting point: forks resume from it
+            run = decoder.run(ids)
+            yield {"problem": problem["id"], "config": config, "k": k, "seed": seed, **run_row(run, problem),
+                   "start_k": -1, "search_forwards": 0, "search_s": 0.0}, []
+            if config == "lopa":
+                lopa_runs[k] = run
+        start_k = min(lopa_runs, key=lambda k: (lopa_runs[k].metrics()["forwards"], k))
+        t0 = time.perf_counter()
+        best, choices, spent = search(lopa_runs[start_k], max_candidates)
+        row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem),
+               "start_k": start_k, "search_forwards": spent, "search_s": time.perf_counter() - t0}
+        yield row, [{"problem": problem["id"], **c} for c in choices]
+
+
+# -- the numbers -----------------------------------------------------------------------------------------
+def _tpf(rows: list[dict]) -> float:
+    return pooled(rows, tokens="tokens")["tpf_useful"]
+
+
+def _gap_share(groups) -> float:
+    """Share of the pooled-TPF gap from vanilla to the order found that LoPA closes; groups: (vanilla, lopa,
+    best) rows per problem."""
+    van, lopa, best = (_tpf([g[i] for g in groups]) for i in range(3))
+    return (lopa - van) / (best - van) if best > van else float("nan")
+
+
+def summarize_headroom(df, choices=None, k: int | None = None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The study's numbers from its table (problems with a vanilla, a LoPA at k and a best row)."""
+    rows = df.to_dict("records")
+    best = {r["problem"]: r for r in rows if r["config"] == "best"}
+    k = k if k is not None else (next(iter(best.values()))["k"] if best else 4)
+    lopa = {r["problem"]: r for r in rows if r["config"] == "lopa" and r["k"] == k}
+    van = {r["problem"]: r for r in rows if r["config"] == "vanilla"}
+    problems = sorted(set(best) & set(lopa) & set(van))
+    if not problems:
+        return {"problems": 0}
+    pick = [r for r in rows if r["problem"] in problems]
+
+    def describe(group: list[dict]) -> dict:
+        graded = [r["correct"] for r in group if r["correct"] is not None and r["correct"] == r["correct"]]
+        return {"runs": len(group), "tpf": _tpf(group), "forwards_mean": statistics.mean(r["forwards"] for r in group),
+                "accuracy": statistics.mean(graded) if graded else None}
+
+    per_config = {"vanilla": describe([van[p] for p in problems])}
+    for kk in sorted({r["k"] for r in pick if r["config"] == "lopa"}):
+        per_config[f"lopa k={kk}"] = describe([r for r in pick if r["config"] == "lopa" and r["k"] == kk])
+    randoms = [r for r in pick if r["config"] == "random"]
+    if randoms:
+        per_config[f"random k={k}"] = describe(randoms)
+    per_config["best found"] = describe([best[p] for p in problems])
+    # An answer-keeping variant: where the order found wrote another answer than LoPA's, LoPA's run counts.
+    kept = {p: best[p] if best[p]["answer"] == lopa[p]["answer"] else lopa[p] for p in problems}
+    per_config["best found, LoPA's answer kept"] = describe(list(kept.values()))
+    groups = [(van[p], lopa[p], best[p]) for p in problems]
+    lo, hi = bootstrap_ci(groups, _gap_share, n_boot, seed)
+    kept_groups = [(van[p], lopa[p], kept[p]) for p in problems]
+    seeds = sorted({r["seed"] for r in randoms})
+    by_seed = [_tpf([r for r in randoms if r["seed"] == s]) for s in seeds]
+    changed = [p for p in problems if best[p]["answer"] != lopa[p]["answer"]]
+    graded = lambda r: r["correct"] is not None and r["correct"] == r["correct"]      # noqa: E731
+    per_problem = []
+    for p in problems:
+        rand = [r["tpf"] for r in randoms if r["problem"] == p]
+        per_problem.append({"problem": int(p), "vanilla_tpf": van[p]["tpf"], "lopa_tpf": lopa[p]["tpf"],
+                            "best_tpf": best[p]["tpf"], "vanilla_forwards": van[p]["forwards"],
+                            "lopa_forwards": lopa[p]["forwards"], "best_forwards": best[p]["forwards"],
+                            "random_min": min(rand, default=float("nan")),
+                            "random_median": statistics.median(rand) if rand else float("nan"),
+                            "random_max": max(rand, default=float("nan")),
+                            "lopa_correct": lopa[p]["correct"], "best_correct": best[p]["correct"],
+                            "search_forwards": best[p]["search_forwards"], "search_s": best[p]["search_s"]})
+    out = {
+        "problems": len(problems), "k": k, "random_orders": len(seeds), "bootstrap": n_boot,
+        "gap_share": _gap_share(groups), "gap_share_ci95": [lo, hi],
+        "gap_share_answer_kept": _gap_share(kept_groups),
+        "best_over_lopa_tpf": per_config["best found"]["tpf"] / per_config[f"lopa k={k}"]["tpf"],
+        "problems_best_saves": sum(best[p]["forwards"] < lopa[p]["forwards"] for p in problems),
+        "answers_changed": len(changed),
+        "right_to_wrong": sum(graded(best[p]) and lopa[p]["correct"] == 1 and best[p]["correct"] == 0 for p in changed),
+        "wrong_to_right": sum(graded(best[p]) and lopa[p]["correct"] == 0 and best[p]["correct"] == 1 for p in changed),
+        "random_pooled_tpf": {"min": min(by_seed), "median": statistics.median(by_seed), "max": max(by_seed)} if by_seed else None,
+        "search_forwards_total": int(sum(best[p]["search_forwards"] for p in problems)),
+        "search_s_total": float(sum(best[p]["search_s"] for p in problems)),
+        "per_config": per_config, "per_problem": per_problem,
+    }
+    out["choices"] = summarize_choices(choices, problems)
+    return out
+
+
+def summarize_choices(choices, problems) -> dict:
+    """What the order found filled where it left LoPA: how LoPA ranked that position, and where it sat."""
+    rows = [] if choices is None or not len(choices) else [c for c in choices.to_dict("records") if c["problem"] in problems]
+    extra = [c for c in rows if c["position"] is not None and c["position"] == c["position"]]
+    if not rows:
+        return {"departures": 0}
+    return {"departures": len(rows), "anchor_alone": len(rows) - len(extra),
+            "in_lopa_top_k": sum(bool(c["in_lopa_top_k"]) for c in extra),
+            "conf_rank_median": statistics.median(c["conf_rank"] for c in extra) if extra else None,
+            "at_front": sum(c["offset"] == 0 for c in extra),
+            "max_prob_median": statistics.median(c["max_prob"] for c in extra) if extra else None,
+            "free_median": statistics.median(c["free"] for c in rows)}
+
+
+def report(summary: dict) -> str:
+    if not summary.get("problems"):
+        return "no complete problem yet"
+    lo, hi = summary["gap_share_ci95"]
+    k = summary["k"]
+    lines = [f"{summary['problems']} problems; LoPA at k = {k}; the order found: anchor + at most one extra token per "
+             "round, chosen by the forwards to finish (rollouts under LoPA from its best run over k)",
+             f"{'order':>32} {'runs':>5} {'TPF':>6} {'forwards':>9} {'accuracy':>9}"]
+    for name, s in summary["per_config"].items():
+        acc = "n/a" if s["accuracy"] is None else f"{s['accuracy'] * 100:.1f}%"
+        lines.append(f"{name:>32} {s['runs']:>5} {s['tpf']:>6.2f} {s['forwards_mean']:>9.2f} {acc:>9}")
+    spread = summary.get("random_pooled_tpf")
+    if spread:
+        lines.append(f"random orders ({summary['random_orders']} seeds), pooled TPF per seed: min {spread['min']:.2f}, "
+                     f"median {spread['median']:.2f}, max {spread['max']:.2f}")
+    lines += [f"share of the vanilla -> best-found TPF gap that LoPA closes: {summary['gap_share']:.3f} "
+              f"(bootstrap 95% CI {lo:.3f}..{hi:.3f}); keeping LoPA's answer where the search changed it: "
+              f"{summary['gap_share_answer_kept']:.3f}",
+              f"best found / LoPA TPF: {summary['best_over_lopa_tpf']:.3f}; fewer forwards than LoPA on "
+              f"{summary['problems_best_saves']} of {summary['problems']} problems; answers changed on "
+              f"{summary['answers_changed']} (right -> wrong {summary['right_to_wrong']}, wrong -> right "
+              f"{summary['wrong_to_right']})",
+              f"search: {summary['search_forwards_total']} rollout forwards, {summary['search_s_total']:.1f} s"]
+    c = summary.get("choices", {})
+    if c.get("departures"):
+        lines.append(f"where the order found left LoPA ({c['departures']} rounds): the anchor alone {c['anchor_alone']}; "
+                     f"an extra token in LoPA's top k {c['in_lopa_top_k']}, at the front (lowest free position) "
+                     f"{c['at_front']}; median Conf rank {c['conf_rank_median']} of {c['free_median']} free, "
+                     f"median max prob {c['max_prob_median']:.2f}")
+    return "\n".join(lines)
+
+
+# -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
+LIVE_KS = (1, 4)
+
+
+def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+    """A live run: {"total", "row", "rounds"} per decode ("rounds": where the order found left LoPA)."""
+    ks = sorted(set(LIVE_KS) | {base.k})
+    total = len(problems) * (len(configurations(base, ks, random_orders)) + 1)
+    for row, choices in iter_headroom(loaded, problems, base, ks, random_orders):
+        yield {"total": total, "row": row, "rounds": choices}
+
+
+def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
+    import pandas as pd
+    df, choices = pd.DataFrame(rows), pd.DataFrame(rounds, columns=CHOICE_COLUMNS)
+    return summarize_headroom(df, choices, n_boot=200), {"": df, "choices": choices}
+
+
+def figure(tables: dict, summary: dict, title: str):
+    from lopa.study.figures import headroom_figure
+    return headroom_figure(tables[""], summary, title)
+
+
+CHOICE_COLUMNS = ["problem", "round", "position", "lopa_position", "conf_rank", "free", "max_prob", "offset",
+                  "in_lopa_top_k", "saved"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lopa.study headroom", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, n=60, per_row=("order", "order_seed"))      # each run sets its order
+    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)),
+                        help="LoPA's branch counts to report (the search's k, --k, is always among them)")
+    parser.add_argument("--random", type=int, default=10, help="random orders per problem at k (seeds 0..R-1; default 10)")
+    parser.add_argument("--max-candidates", type=int, default=0,
+                        help="rollouts per round: the M most confident free positions (0 = every one; default)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    args = parser.parse_args(argv)
+    import pandas as pd
+    from tqdm import tqdm
+
+    from lopa.study.figures import headroom_figure, headroom_png
+    started = start(args)
+    loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
+    ks = sorted({int(x) for x in args.ks.split(",")} | {base.k})
+    if base.k < 1:
+        parser.error("the search needs LoPA with at least one branch below it: --k 1 or more")
+    t0 = time.perf_counter()
+    rows, choices = [], []
+    total = len(problems) * (len(configurations(base, ks, args.random)) + 1)
+    for row, chosen in tqdm(iter_headroom(loaded, problems, base, ks, args.random, args.max_candidates, args.data,
+                                          args.shots), total=total, leave=False):
+        rows.append(row)
+        choices += chosen
+    df, choices_df = pd.DataFrame(rows), pd.DataFrame(choices, columns=CHOICE_COLUMNS)
+    summary = summarize_headroom(df, choices_df, base.k, args.bootstrap)
+    summary["budget"] = {"depth": 1, "candidates": args.max_candidates or "every free position",
+                         "k_below": "the k of the LoPA run with the fewest forwards, over --ks", "ks": ks,
+                         "wall_s": time.perf_counter() - t0}
+    print(report(summary))
+    print(f"wall time {summary['budget']['wall_s']:.0f} s")
+    title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
+    meta = started.meta(argv, args, summary)
+    files = write_results(args.out, "headroom", {"": df, "choices": choices_df}, meta,
+                          headroom_figure(df, summary, title), lambda path: headroom_png(df, summary, title, path))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
