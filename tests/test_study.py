@@ -165,11 +165,23 @@ def test_orders_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup,
     for name in ("orders.csv", "orders.parquet", "orders.html", "orders.png", "orders.json"):
         assert (out / name).stat().st_size > 0, name
     df = pd.read_parquet(out / "orders.parquet")
-    assert len(df) == 2 * (3 + 2) and set(df.order) == {"vanilla", "lopa", "left_to_right", "random"}
+    assert len(df) == 2 * (3 + 3 + 2) and set(df.order) == {"vanilla", "lopa", "left_to_right", "random",
+                                                             "least_confident", "highest_entropy", "mixed"}
     meta = json.loads((out / "orders.json").read_text())
     assert meta["command"].startswith("python -m lopa.study orders") and "CPU" in meta["hardware"] and meta["date"]
     assert meta["summary"]["problems"] == 2
+    # Each proposal rule: pooled TPF (all tokens over all forwards) and its ratio to LoPA's, with an interval.
+    for rule in ("least_confident", "highest_entropy", "mixed"):
+        rows = df[df.order == rule]
+        assert meta["summary"]["per_order"][rule]["tpf_pooled"] == pytest.approx(rows.tokens.sum() / rows.forwards.sum())
+        lopa_rows = df[df.order == "lopa"]
+        ratio = (rows.tokens.sum() / rows.forwards.sum()) / (lopa_rows.tokens.sum() / lopa_rows.forwards.sum())
+        assert meta["summary"]["proposals"][rule]["tpf_over_lopa"] == pytest.approx(ratio)
+        assert meta["summary"]["per_order"][rule]["tps"] > 0
     question = json.loads(data.read_text().splitlines()[1])["question"]
+    row = df[(df.problem == 1) & (df.order == "mixed")].iloc[0]
+    forwards, tpf = generate(capsys, model, question, "--k", "2", "--order", "mixed")
+    assert (forwards, tpf) == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
     row = df[(df.problem == 1) & (df.order == "random") & (df.seed == 1)].iloc[0]
     forwards, tpf = generate(capsys, model, question, "--k", "2", "--order", "random", "--order-seed", "1")
     assert (forwards, tpf) == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
