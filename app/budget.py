@@ -1,14 +1,17 @@
 """What loaded traces may hold in memory: a byte budget per session and one for the whole app.
 
 Each trace a visitor loads is charged the bytes its RunResult holds (`held_bytes`, measured on the
-objects themselves, not estimated from counts). A session's loaded traces stay within
-SESSION_BUDGET_BYTES: a new one first evicts the session's oldest loaded runs that it needs room
+objects themselves, not estimated from counts). A session's budget, SESSION_BUDGET_BYTES, is two
+halves: HOLD_BYTES for the loaded traces it keeps, and lopa.schema.READ_BYTES for reading the next
+one, whose peak lopa.schema.read_cost bounds before it is parsed. So a read never needs the kept
+runs gone first (a file that fails to load costs none of them), and the session's peak stays
+within its budget. Its loaded traces stay within HOLD_BYTES: a new one first evicts the session's oldest loaded runs that it needs room
 for (app/runs.py), and one bigger than the whole budget is refused. All sessions together stay
 within APP_BUDGET_BYTES: a trace that does not fit even after its own session's evictions is
 refused, with a message giving the size and the limit. An evicted run gives its bytes back, and the
 allocator is asked to return freed memory to the system, so the process's RSS comes down too.
 
-    LOPA_SESSION_MEMORY_MB   per session (default 192; also what one trace may take: lopa.schema)
+    LOPA_SESSION_MEMORY_MB   per session (default 192: 96 to hold traces, 96 to read one)
     LOPA_APP_MEMORY_MB       all sessions together (default 1024)
 
 The defaults fit a CPU Space (16 GB; the app itself, model included, takes ~0.4 GB). Live runs are
@@ -23,9 +26,10 @@ import os
 import sys
 import threading
 
-from lopa.schema import TRACE_MEMORY_BYTES
+from lopa.schema import READ_BYTES, TRACE_MEMORY_BYTES
 
 SESSION_BUDGET_BYTES = TRACE_MEMORY_BYTES
+HOLD_BYTES = SESSION_BUDGET_BYTES - READ_BYTES
 APP_BUDGET_BYTES = int(os.environ.get("LOPA_APP_MEMORY_MB", "1024")) << 20
 if APP_BUDGET_BYTES < SESSION_BUDGET_BYTES:
     raise ValueError(f"LOPA_APP_MEMORY_MB ({APP_BUDGET_BYTES >> 20}) must be at least LOPA_SESSION_MEMORY_MB "
@@ -34,14 +38,19 @@ if APP_BUDGET_BYTES < SESSION_BUDGET_BYTES:
 
 def held_bytes(obj) -> int:
     """Bytes held by `obj` and everything it reaches through containers and instance attributes,
-    each object counted once (interned strings and small ints, shared by every run, count once)."""
+    each object counted once (interned strings and small ints, shared by every run, count once), as
+    the allocator lays them out: rounded up to its 16-byte blocks, and a container's item array is
+    a block of its own (a float's 24 bytes take 32; RSS sees the 32)."""
     seen, total, stack = set(), 0, [obj]
     while stack:
         item = stack.pop()
         if id(item) in seen:
             continue
         seen.add(id(item))
-        total += sys.getsizeof(item)
+        size = sys.getsizeof(item)
+        if isinstance(item, (list, dict, set, frozenset)):
+            size += 16
+        total += (size + 15) & ~15
         if isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())

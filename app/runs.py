@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from lopa import RunResult
 from lopa.trace import metrics
 
-from .budget import LEDGER, SESSION_BUDGET_BYTES, held_bytes, mb, return_freed_memory
+from .budget import HOLD_BYTES, LEDGER, held_bytes, mb, return_freed_memory
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
-# A session's memory is bounded: at most MAX_RUNS runs, and its loaded traces within its byte budget
-# (app/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
+# A session's memory is bounded: at most MAX_RUNS runs, and its loaded traces within the half of its
+# byte budget that holds them (app/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
 # per-round states stay in the decoding process (app/boundary.py), never in a session.
 MAX_RUNS = 24
 
@@ -35,7 +35,7 @@ class RunEntry:
 
 
 class RunTree:
-    def __init__(self, budget: int = SESSION_BUDGET_BYTES):
+    def __init__(self, budget: int = HOLD_BYTES):
         self.entries: dict[str, RunEntry] = {}
         self._children: dict[str | None, int] = {}
         self.budget = budget

@@ -31,14 +31,17 @@ TRACE_FORMAT = "lopa-trace/2"
 # Version 1 called prompt-blind full attention "full"; version 2 calls it "full_prompt_blind" and
 # gives "full" the authors' meaning. A version-1 trace is read as version 2 with that name changed.
 OLD_FORMATS = {"lopa-trace/1": {"full": "full_prompt_blind"}}
-# Memory first: one loaded trace may hold at most TRACE_MEMORY_BYTES (the app's per-session budget,
-# app/budget.py, which charges each loaded run what it holds), and the file may be at most that
-# over JSON_EXPANSION, the bytes of Python objects one byte of a trace's numbers becomes ("300," is
-# a list slot and an int: 36 bytes from 4; tests/test_app_budget.py). The counts below are the
-# run's own ranges (from the settings registry); the file size bounds memory.
+# Memory first. A session may use TRACE_MEMORY_BYTES (LOPA_SESSION_MEMORY_MB) for traces: half to
+# hold the ones it keeps (app/budget.py charges each what it holds), half, READ_BYTES, to read the
+# next one beside them, so the peak stays within the budget before the oldest are evicted and a
+# file that fails to load costs no kept run. A read's peak (the text, what json.loads builds, the
+# validated copy) is bounded before parsing by read_cost, from counts of the characters that make
+# Python objects: READ_COST is the most bytes one occurrence becomes, measured on hostile shapes
+# (nested empty lists, one-key dicts, unique keys, short strings; tests/test_app_budget.py).
 TRACE_MEMORY_BYTES = int(os.environ.get("LOPA_SESSION_MEMORY_MB", "192")) << 20
-JSON_EXPANSION = 10
-MAX_TRACE_BYTES = TRACE_MEMORY_BYTES // JSON_EXPANSION   # the file (JSON; Parquet: its uncompressed data)
+READ_BYTES = TRACE_MEMORY_BYTES // 2
+READ_COST = {"[": 120, "{": 320, ",": 52, ":": 130, '"': 22}
+MAX_TRACE_BYTES = READ_BYTES // 2    # the file: its text and its strings already cost 2 bytes a character
 MAX_POSITIONS = MAX_NEW_TOKENS         # generated positions (the registry's bound on max_new_tokens)
 MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
 MAX_PROMPT_TOKENS = 32768
@@ -55,6 +58,14 @@ Prob = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Name = Annotated[str, Field(max_length=MAX_NAME)]
+
+
+def read_cost(text: str) -> int:
+    """An upper bound on the bytes reading `text` takes at its peak (RunResult.from_json): the text
+    and its strings (1 byte a character each when ASCII; up to 4 each otherwise, and a \\u escape
+    can widen a whole string), plus READ_COST per structural character. Counts only, no parse."""
+    wide = not text.isascii() or "\\u" in text
+    return (8 if wide else 2) * len(text) + sum(cost * text.count(char) for char, cost in READ_COST.items())
 
 
 def _positions(n: int):

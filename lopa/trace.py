@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lopa.schema import MAX_TRACE_BYTES, TRACE_FORMAT, validate_trace
+from lopa.schema import MAX_TRACE_BYTES, READ_BYTES, TRACE_FORMAT, read_cost, validate_trace
 
 
 @dataclass
@@ -251,6 +251,10 @@ class RunResult:
         """Parse and validate (lopa.schema) a JSON trace; ValueError naming the bad field."""
         if len(text) > MAX_TRACE_BYTES:
             raise ValueError(f"the trace is over {MAX_TRACE_BYTES >> 20} MB")
+        cost = read_cost(text)          # checked before json.loads builds anything (lopa.schema)
+        if cost > READ_BYTES:
+            raise ValueError(f"reading this trace would take up to {cost / 2**20:.0f} MB of memory; a trace may take "
+                             f"{READ_BYTES >> 20} MB to read (LOPA_SESSION_MEMORY_MB / 2): load a shorter run")
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:

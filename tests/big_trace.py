@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from lopa import DecodeSettings
-from lopa.schema import MAX_ROUNDS
+from lopa.schema import MAX_ROUNDS, READ_BYTES, read_cost
 
 SPEC = {"mask_token_id": 3, "eos_token_ids": [2], "logit_shift": False, "vocab_size": 50_000, "name": "synthetic"}
 
@@ -30,13 +30,15 @@ def trace_json(rounds: int, blocks: int, per_round: int = 0, block_size: int = 3
                       separators=(",", ":"))
 
 
-def largest_trace(limit: int, rounds: int = MAX_ROUNDS, blocks: int = 64) -> str:
-    """The biggest such trace under `limit` bytes: the most rounds and blocks the schema takes, and
-    as many predictions per round as still fit."""
-    empty, ten = len(trace_json(rounds, blocks, 0)), len(trace_json(rounds, blocks, 10))
-    if empty > limit:
-        raise ValueError(f"{rounds} rounds of {blocks} blocks already take {empty} bytes, over {limit}")
-    per_round = int((limit - empty) / ((ten - empty) / 10))
-    while per_round > 0 and len(text := trace_json(rounds, blocks, per_round)) > limit:
+def largest_trace(rounds: int = MAX_ROUNDS, blocks: int = 64) -> str:
+    """The biggest such trace the schema reads (read_cost within READ_BYTES): `rounds` rounds of
+    the most blocks up to `blocks` that fit, and as many predictions per round as still fit."""
+    while read_cost(trace_json(rounds, blocks, 0)) > READ_BYTES:
+        if blocks == 1:
+            raise ValueError(f"{rounds} rounds of one block already cost more than {READ_BYTES} bytes to read")
+        blocks //= 2
+    empty, ten = read_cost(trace_json(rounds, blocks, 0)), read_cost(trace_json(rounds, blocks, 10))
+    per_round = int((READ_BYTES - empty) / ((ten - empty) / 10))
+    while per_round > 0 and read_cost(text := trace_json(rounds, blocks, per_round)) > READ_BYTES:
         per_round -= 1
     return text if per_round > 0 else trace_json(rounds, blocks, 0)

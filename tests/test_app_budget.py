@@ -1,6 +1,7 @@
 """Loaded traces are bounded by bytes, not counts: each is charged what it holds, a session and the
 app have budgets, an upload over budget is refused with its size and the limit and changes nothing,
-evicted runs give their bytes back, and the schema's file limit derives from the budget."""
+evicted runs give their bytes back, reading a trace costs no more than read_cost says (hostile
+shapes included), and the schema's limits derive from the budget."""
 
 import json
 import os
@@ -16,7 +17,7 @@ from app.budget import Ledger, held_bytes
 from app.runs import RunTree
 from app.session import Session
 from lopa import RunResult
-from lopa.schema import JSON_EXPANSION, MAX_TRACE_BYTES, TRACE_MEMORY_BYTES
+from lopa.schema import MAX_TRACE_BYTES, READ_BYTES, TRACE_MEMORY_BYTES, read_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,19 +80,74 @@ def test_the_upload_callback_says_why_a_trace_was_refused(tmp_path, monkeypatch)
     assert "could not load trace.json" in status and "a session may hold" in status and not session.runs.entries
 
 
-def test_the_file_limit_derives_from_the_budget():
-    assert MAX_TRACE_BYTES == TRACE_MEMORY_BYTES // JSON_EXPANSION and budget.SESSION_BUDGET_BYTES == TRACE_MEMORY_BYTES
-    code = "import lopa.schema as s; print(s.TRACE_MEMORY_BYTES, s.MAX_TRACE_BYTES)"
+def test_the_limits_derive_from_the_budget():
+    assert budget.SESSION_BUDGET_BYTES == TRACE_MEMORY_BYTES == budget.HOLD_BYTES + READ_BYTES
+    assert MAX_TRACE_BYTES == READ_BYTES // 2 and Session().runs.budget == budget.HOLD_BYTES
+    code = "import lopa.schema as s; print(s.TRACE_MEMORY_BYTES, s.READ_BYTES, s.MAX_TRACE_BYTES)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "LOPA_SESSION_MEMORY_MB": "40"}).stdout.split()
-    assert [int(v) for v in out] == [40 << 20, (40 << 20) // JSON_EXPANSION]
+    assert [int(v) for v in out] == [40 << 20, 20 << 20, 10 << 20]
 
 
-def test_json_expansion_bounds_what_a_trace_becomes():
-    """The numbers that cost most once parsed (each its own int or float object), and a whole
-    trace of them, stay within JSON_EXPANSION bytes of memory per byte of JSON."""
-    for values in ([300 + i for i in range(10_000)], [0.5] * 10_000, [1e5] * 10_000):
-        text = json.dumps(values, separators=(",", ":"))
-        assert held_bytes(json.loads(text)) <= JSON_EXPANSION * len(text), values[:2]
-    text = trace_json(200, blocks=16, per_round=200)
-    assert held_bytes(RunResult.from_json(text)) <= JSON_EXPANSION * len(text)
+def test_a_trace_that_would_cost_too_much_to_read_is_refused_before_parsing(monkeypatch):
+    text = trace_json(5, blocks=16, per_round=50)
+    monkeypatch.setattr("lopa.trace.READ_BYTES", read_cost(text) - 1)
+    monkeypatch.setattr("lopa.trace.json.loads", lambda *a, **k: pytest.fail("parsed a trace over its read budget"))
+    with pytest.raises(ValueError, match=r"reading this trace would take up to \d+ MB of memory; a trace may take \d+ MB"):
+        RunResult.from_json(text)
+
+
+def _junk(value) -> str:
+    """A valid trace carrying `value` where the schema lets free-form JSON through (an ignored key)."""
+    data = json.loads(trace_json(4, blocks=16, per_round=8))
+    return json.dumps({**data, "junk": value}, separators=(",", ":"))
+
+
+def _forced_and_extra(n: int) -> str:
+    """Kept, validated shapes: many Forced models per round, and lists in a round's free-form extra."""
+    data = json.loads(trace_json(4, blocks=16, per_round=8))
+    for record in data["records"]:
+        record["forced"] = [{"action": "hold", "position": 1} for _ in range(n)]
+        record["extra"] = {"x": [[] for _ in range(n)]}
+    return json.dumps(data, separators=(",", ":"))
+
+
+N = 100_000
+SHAPES = {   # what a byte of JSON can become, the costliest first: each must stay within read_cost
+    "nested lists": lambda: _junk([json.loads("[" * 50 + "]" * 50)] * (N // 50)),
+    "empty lists": lambda: _junk([[] for _ in range(N)]),
+    "one-key dicts": lambda: _junk([{"": 0} for _ in range(N)]),
+    "unique keys": lambda: _junk({f"{i:x}": 0 for i in range(N)}),
+    "short strings": lambda: _junk([f"{i % 99:02}" for i in range(N)]),
+    "a wide string": lambda: _junk("\U0001F600" + "a" * (4 * N)),
+    "floats": lambda: _junk([1e5 + i for i in range(N)]),
+    "forced and extra": lambda: _forced_and_extra(8000),          # the schema's most per round
+    "a real-shaped trace": lambda: trace_json(400, blocks=16, per_round=200),
+}
+
+PEAK = r"""
+import gc, sys
+from lopa import RunResult
+def status(field):
+    return next(int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith(field + ":"))
+gc.collect()
+open("/proc/self/clear_refs", "w").write("5")        # VmHWM from here: the read's own peak
+before = status("VmRSS")
+RunResult.load(sys.argv[1])
+print(status("VmHWM") - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS counter")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_reading_a_trace_never_takes_more_than_its_read_cost(tmp_path, shape):
+    """Measured as the kernel sees it (peak RSS of a fresh process loading the file), so allocator
+    rounding and the validated copy count; a READ_COST too small for any shape fails here."""
+    text = SHAPES[shape]()
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    env = {**os.environ, "LOPA_SESSION_MEMORY_MB": "4096", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak = int(out.stdout)
+    assert 0 < peak <= read_cost(text), f"{shape}: read took {peak} bytes, read_cost says at most {read_cost(text)}"

@@ -83,7 +83,7 @@ def test_many_blocks_or_rounds_are_bounded_before_any_replay(tmp_path, data):
         load_json(tmp_path, many)
     rounds = copy.deepcopy(data)
     rounds["records"] = rounds["records"] * (schema.MAX_ROUNDS // len(rounds["records"]) + 2)
-    with pytest.raises(ValueError, match="records"):
+    with pytest.raises(ValueError, match="records|reading this trace would take"):    # the schema or the read cost
         load_json(tmp_path, rounds)
     assert time.monotonic() - start < 20
 
