@@ -10,7 +10,7 @@ from lopa.settings import SETTINGS
 from .callbacks import PRESETS, VIEW_OUTPUTS, view
 from .compare import BASELINES
 from .examples import example_groups
-from .models import MODELS, example_prompts
+from .models import MODELS, bundled_models, example_prompts
 from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
 
 INTRO = """# LoPA Explorer
@@ -23,8 +23,8 @@ def build_model_panel() -> dict:
     with gr.Group():
         info = gr.Markdown(MODELS.describe(), elem_id="model-info")
         with gr.Row():
-            model_dir = gr.Textbox(label="model directory (local Hugging Face folder)", value=str(MODELS.default),
-                                   scale=4, elem_id="model-dir")
+            model_dir = gr.Dropdown(bundled_models(), value=str(MODELS.default), allow_custom_value=True, scale=4,
+                                    label="model: a bundled one, or type a local Hugging Face folder", elem_id="model-dir")
             load = gr.Button("Load model", scale=1, min_width=90, elem_id="load-model")
     return {"model_info": info, "model_dir": model_dir, "load_model": load}
 
