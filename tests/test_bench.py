@@ -182,3 +182,16 @@ def test_score_answer_counts_the_family_s_lines():
     assert bench.score_answer(problem, " Tom now has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 2
     assert bench.score_answer(problem, " Tom has has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 1
     assert bench.score_answer(problem, " Tom has has", None)["grammar_lines"] == 0      # no family: not counted
+
+
+def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ModuleNotFoundError
+    model = save_tiny_model_dir(tmp_path / "model")
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
+    out = tmp_path / "out"
+    assert bench.main(["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f",
+                       "--block-size", "8", "--max-new-tokens", "8", "--out", str(out)]) == 0
+    assert (out / "summary.csv").is_file() and not (out / "accuracy_vs_tpf.png").exists()
+    assert "the plot needs matplotlib" in capsys.readouterr().out

@@ -36,7 +36,7 @@ from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import copied_names, family_problems, final_answer, grammatical_lines, read_jsonl
 from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings, flag_settings
-from lopa.trace import authors_tpf
+from lopa.trace import pooled
 
 DATA = {
     "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
@@ -111,9 +111,9 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
 
 
 def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dict:
-    """Aggregate over problems: TPF and TPS are total tokens over total forwards / seconds."""
+    """Aggregate over problems: TPF and TPS are total tokens over total forwards / seconds (lopa.trace.pooled)."""
     total = lambda key: sum(r.get(key, 0) for r in rows)
-    after_first = total("latency_s") - total("first_round_s")
+    pool = pooled(rows)
     by_steps = {}
     for r in rows:
         if "steps" in r:
@@ -124,14 +124,11 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         **{f"acc_{s}step": sum(v) / len(v) for s, v in sorted(by_steps.items())},
         "names_ok": total("names_right") / total("lines") if total("lines") else float("nan"),
         "grammar_ok": total("grammar_ok") / total("grammar_lines") if total("grammar_lines") else float("nan"),
-        "tpf_useful": total("tokens_useful") / total("forwards"),
-        "tpf_paper": total("tokens_paper") / total("forwards"),
-        "tpf_authors": authors_tpf(total("tokens_paper"), total("forwards"), len(rows)),
+        **{key: pool[key] for key in ("tpf_useful", "tpf_paper", "tpf_authors")},
         "forwards_mean": total("forwards") / len(rows),
         # the pipeline's ceiling on these answers: one forward per block (lopa.blocks.min_forwards)
         "tpf_ceiling": total("tokens_useful") / total("forwards_floor") if total("forwards_floor") else float("nan"),
-        "tps": total("tokens_useful") / total("latency_s"),
-        "tps_excl_first": total("tokens_useful") / after_first if after_first > 0 else 0.0,
+        "tps": pool["tps"], "tps_excl_first": pool["tps_excl_first"],
         "latency_s_mean": total("latency_s") / len(rows),
         # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
         "fill_spread": total("fill_spread") / len(rows),
@@ -139,8 +136,12 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
     }
 
 
-def plot(summary: list[dict], path: Path, title: str) -> None:
-    import matplotlib
+def plot(summary: list[dict], path: Path, title: str) -> bool:
+    """Accuracy against TPF, one point per decoder; False (nothing drawn) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
@@ -157,6 +158,7 @@ def plot(summary: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 def print_step_table(summary: list[dict], details: list[dict]) -> None:
@@ -251,8 +253,10 @@ def main(argv=None) -> int:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {path.name} (n={len(problems)}), {hardware}")
-    print(f"\nwrote {out / 'summary.csv'}, {out / 'problems.csv'}, {out / 'accuracy_vs_tpf.png'}")
+    drawn = plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {path.name} (n={len(problems)}), {hardware}")
+    print(f"\nwrote {out / 'summary.csv'}, {out / 'problems.csv'}"
+          + (f", {out / 'accuracy_vs_tpf.png'}" if drawn else
+             " (the plot needs matplotlib: pip install 'lopa-explorer[bench]'; the numbers above do not)"))
     print("TPF = tokens per forward (useful, ours: up to the first EOS / forwards; paper count: every appended "
           "position / forwards; authors': every appended position / (forwards + 1), what the paper's tables report; "
           "ceiling: useful tokens / one forward per block, the most any k can reach on these answers). "
