@@ -1,17 +1,19 @@
-"""The Studies section: the three TFO studies of lopa.study, shown from the results the command line
-shipped in assets/studies/ (loaded instantly), or run live on a few problems with a progress bar and
-Stop. Plain callbacks; the layout is build_studies_panel() in app/panels.py, the events are wired in
-app/wiring.py."""
+"""The Studies section: the filling-order studies of lopa.study marked `app`, shown from the results the
+command line shipped for the model on show (assets/studies/<model folder name>/, loaded instantly), or
+run live on a few problems with a progress bar and Stop. Plain callbacks; the layout is
+build_studies_panel() in app/panels.py, the events are wired in app/wiring.py."""
 
 from __future__ import annotations
 
+import os
 from contextlib import closing
 from functools import cache
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
-from lopa.models import DEFAULT_MODEL
+from lopa.models.loading import ROOT
 from lopa.settings import DecodeSettings
 from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
@@ -21,6 +23,10 @@ from .callbacks import error_message
 from .models import MODELS
 from .viz import esc
 
+# Shipped results live per model: STUDIES_ROOT/<model folder name>/<study>.*, written by
+# `python -m lopa.study <study> --model assets/models/<name> --out assets/studies/<name>`.
+# LOPA_STUDIES_DIR moves the root (tests point it, or this attribute, at a fixture).
+STUDIES_ROOT = Path(os.environ.get("LOPA_STUDIES_DIR") or STUDIES_DIR)
 # The shipped results show as their PNG (an image costs the page nothing when other outputs update;
 # a large plotly figure in the page made every streamed update of the round view relayout it), the
 # interactive plot on request and after a live run.
@@ -48,39 +54,69 @@ def _progress(done: int, total: int, what: str = "") -> str:
             f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
 
 
+def shown_model() -> Path:
+    """The model whose shipped results the section shows: the loaded one, else the one that loads first."""
+    loaded = MODELS.loaded
+    return Path(getattr(loaded, "path", None) or MODELS.default)
+
+
+def results_dir(model: Path) -> Path:
+    """Where the shipped results of `model` (a model folder) live."""
+    return STUDIES_ROOT / Path(model).name
+
+
+def _repo_path(path: Path) -> str:
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)
+
+
 def show_shipped(study: str, interactive: bool = False) -> tuple:
-    """STUDY_OUTPUTS for the results shipped in assets/studies/ (what the command line produced): their
-    PNG, or with `interactive` the plotly figure made from the shipped tables."""
+    """STUDY_OUTPUTS for the results shipped for the model on show (shown_model()): their PNG, or with
+    `interactive` the plotly figure made from the shipped tables; a message saying how to make them
+    where that model has none."""
     if study not in APP_STUDIES:
         return (error_message(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}"),) + (gr.skip(),) * 4
-    shipped = load_results(study)
+    model = shown_model()
+    folder = results_dir(model)
+    shipped = load_results(study, folder)
     if shipped is None:
-        return (f"No shipped results for **{TITLES[study]}** yet: run it live below or with "
-                f"`python -m lopa.study {study}`.", "", None, _image(None), "")
+        command = (f"python -m lopa.study {study} --model {_repo_path(model)} --out {_repo_path(folder)}")
+        return (f"No shipped results for **{esc(model.name)}** yet: run it live below, or with "
+                f"<code>{esc(command)}</code>." + elsewhere(study, model), "", None, _image(None), "")
     tables, meta = shipped
     status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
               f" (weights {esc(meta.get('weights_sha256', '?'))})"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
-              f"{esc(meta.get('data', ''))}." + stale_note(meta))
+              f"{esc(meta.get('data', ''))}." + stale_note(meta, model) + elsewhere(study, model))
     title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
     if interactive:
         return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
-    png = STUDIES_DIR / f"{study}.png"
+    png = folder / f"{study}.png"
     return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
 
 
 @cache
-def _bundled_digest() -> str:
-    return weights_digest(DEFAULT_MODEL)     # hashed once per server: the bundled weights do not change under it
+def _digest(model_dir: str) -> str:
+    return weights_digest(model_dir)     # hashed once per folder and server: its weights do not change under it
 
 
-def stale_note(meta: dict) -> str:
-    """Say so when shipped results were recorded on other weights than the bundled model's today."""
-    bundled = _bundled_digest()
-    if meta.get("weights_sha256") == bundled:
+def stale_note(meta: dict, model: Path) -> str:
+    """Say so when shipped results were recorded on other weights than `model`'s today."""
+    current = _digest(str(model))
+    if meta.get("weights_sha256") == current:
         return ""
-    return (f" **These are not the bundled model's current weights ({bundled})**: the numbers describe an "
+    return (f" **These are not {esc(Path(model).name)}'s current weights ({current})**: the numbers describe an "
             f"earlier model. Run live, or rerun the command, for this one.")
+
+
+def elsewhere(study: str, model: Path) -> str:
+    """One line naming the other models with shipped results of `study` (load one to see them)."""
+    others = sorted(p.parent.name for p in STUDIES_ROOT.glob(f"*/{study}.json") if p.parent.name != Path(model).name) \
+        if STUDIES_ROOT.is_dir() else []
+    if not others:
+        return ""
+    return ("\n\nShipped for " + ", ".join(f"**{esc(name)}**" for name in others)
+            + " too: load that model above to see its results.")
 
 
 def show_interactive(study: str) -> tuple:

@@ -1,12 +1,13 @@
 """The Studies section's callbacks as plain functions: shipped results, a live run with progress and
-Stop, bad input; and the results shipped in assets/studies/ load with their command, hardware and date."""
+Stop, bad input; and the results shipped in assets/studies/<model>/ load with their command, hardware and
+date, for the weights of the bundled model they are named after."""
 
 import plotly.graph_objects as go
 import pytest
 from tiny import app_model
 
 from app import studies
-from lopa.models import DEFAULT_MODEL
+from app.models import MODELS, MODELS_DIR
 from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest
 
@@ -54,24 +55,73 @@ def test_live_study_inputs_are_bounded_with_a_message(bad, message):
     assert "unknown study" in out["study_status"]
 
 
-@pytest.mark.parametrize("study", STUDIES)
-def test_shipped_results_load_with_command_hardware_and_date(study):
-    shipped = load_results(study, STUDIES_DIR)
-    assert shipped is not None, f"assets/studies/{study}.json is missing: run python -m lopa.study {study}"
+# Each bundled model's shipped results, study by study (a model ships them when its studies are rerun).
+SHIPPED = sorted((p.parent.name, p.stem) for p in STUDIES_DIR.glob("*/*.json") if p.stem in STUDIES)
+
+
+def show_model(monkeypatch, path):
+    monkeypatch.setattr(MODELS, "default", path)
+    monkeypatch.setattr(MODELS, "loaded", None)
+
+
+def test_shipped_results_are_per_bundled_model():
+    assert SHIPPED, "no shipped study results in assets/studies/<model>/: run python -m lopa.study ... --out there"
+    assert not list(STUDIES_DIR.glob("*.json")), "shipped results go in assets/studies/<model folder name>/"
+    for model, _ in SHIPPED:
+        assert (MODELS_DIR / model / "config.json").is_file(), f"assets/studies/{model}/ names no bundled model"
+
+
+@pytest.mark.parametrize("model, study", SHIPPED)
+def test_shipped_results_load_with_command_hardware_and_date(model, study, monkeypatch):
+    shipped = load_results(study, STUDIES_DIR / model)
     tables, meta = shipped
     assert meta["command"].startswith(f"python -m lopa.study {study}") and "CPU" in meta["hardware"] and meta["date"]
+    show_model(monkeypatch, MODELS_DIR / model)
     out = named(studies.show_shipped(study))
     assert "Shipped results" in out["study_status"] and out["study_plot"] is None
-    assert out["study_image"]["value"].endswith(f"{study}.png") and out["study_image"]["visible"]
+    assert out["study_image"]["value"].endswith(f"{model}/{study}.png") and out["study_image"]["visible"]
     out = named(studies.show_interactive(study))
     assert isinstance(out["study_plot"], go.Figure) and not out["study_image"]["visible"]
     assert meta["hardware"].split(",")[0] in out["study_status"]
-    # Shipped results describe the weights that ship: a retrained model needs the studies rerun.
-    assert meta["weights_sha256"] == weights_digest(DEFAULT_MODEL), f"rerun python -m lopa.study {study} on the bundled model"
-    assert "not the bundled model's current weights" not in out["study_status"]
+    # Shipped results describe the weights that ship: a retrained model needs its studies rerun.
+    assert meta["weights_sha256"] == weights_digest(MODELS_DIR / model), \
+        f"rerun python -m lopa.study {study} --model assets/models/{model} --out assets/studies/{model}"
+    assert "current weights" not in out["study_status"]
 
 
-def test_results_from_other_weights_say_so():
-    assert studies.stale_note({"weights_sha256": weights_digest(DEFAULT_MODEL)}) == ""
-    assert "not the bundled model's current weights" in studies.stale_note({"weights_sha256": "000000000000"})
-    assert "not the bundled model's current weights" in studies.stale_note({})
+def fake_results(root, model: str, study: str = "orders", digest: str = "000000000000") -> None:
+    """Shipped-looking results of `study` for `model` under `root`: a copy of a shipped table, our meta."""
+    import json
+    import shutil
+    source_model, _ = next(pair for pair in SHIPPED if pair[1] == study)
+    folder = root / model
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in (STUDIES_DIR / source_model).glob(f"{study}*.parquet"):
+        shutil.copy(path, folder / path.name)
+    meta = json.loads((STUDIES_DIR / source_model / f"{study}.json").read_text())
+    (folder / f"{study}.json").write_text(json.dumps({**meta, "model": model, "weights_sha256": digest}))
+
+
+def test_the_section_shows_the_results_of_the_model_on_show(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(studies, "STUDIES_ROOT", tmp_path)
+    show_model(monkeypatch, tiny_model)
+    out = named(studies.show_shipped("orders"))            # none for this model: how to make them
+    assert f"No shipped results for **{tiny_model.name}** yet" in out["study_status"]
+    assert f"--model {tiny_model} --out {tmp_path / tiny_model.name}" in out["study_status"]
+    assert not out["study_image"]["visible"] and out["study_summary"] == ""
+    fake_results(tmp_path, "other-model")
+    assert "Shipped for **other-model** too" in named(studies.show_shipped("orders"))["study_status"]
+    fake_results(tmp_path, tiny_model.name, digest=weights_digest(tiny_model))
+    out = named(studies.show_shipped("orders"))
+    assert "Shipped results" in out["study_status"] and "current weights" not in out["study_status"]
+    assert "Shipped for **other-model** too" in out["study_status"] and "random orders" in out["study_summary"]
+    # The loaded model wins over the default.
+    monkeypatch.setattr(MODELS, "loaded", type("Loaded", (), {"path": tmp_path / "other-model"})())
+    out = named(studies.show_shipped("orders"))
+    assert "on other-model" in out["study_status"] and "not other-model's current weights" in out["study_status"]
+
+
+def test_results_from_other_weights_say_so(tiny_model):
+    assert studies.stale_note({"weights_sha256": weights_digest(tiny_model)}, tiny_model) == ""
+    assert "not tiny-dllm's current weights" in studies.stale_note({"weights_sha256": "000000000000"}, tiny_model)
+    assert "not tiny-dllm's current weights" in studies.stale_note({}, tiny_model)
