@@ -40,6 +40,38 @@ OBSERVE_COUNTERS = """() => {
 }"""
 
 
+@pytest.fixture(scope="module", autouse=True)
+def shipped_studies(tmp_path_factory):
+    """The Studies section reads a fixture root: for the models the page may load (the default, or the
+    tiny fallback), the shipped results of the other studies (the model's own where it ships them) and a
+    headroom result made here on a tiny model with one problem (not the shipped files)."""
+    from tiny import save_tiny_model_dir
+
+    from app import studies
+    from app.models import MODELS
+    from lopa.study import APP_STUDIES
+    from lopa.study import headroom as headroom_study
+    from lopa.study.common import STUDIES_DIR
+    root, made = tmp_path_factory.mktemp("studies"), tmp_path_factory.mktemp("headroom")
+    tiny = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    assert headroom_study.main(["--model", str(tiny), "--n", "1", "--random", "1", "--k", "2", "--ks", "1,2",
+                                "--block-size", "8", "--max-new-tokens", "16", "--tau-conf", "0.12", "--tau-add", "0.3",
+                                "--tau-act", "0.6", "--bootstrap", "20", "--out", str(made)]) == 0
+    for name in {Path(MODELS.default).name, tiny.name}:
+        folder = root / name
+        folder.mkdir()
+        for path in made.glob("headroom*"):
+            shutil.copy(path, folder / path.name)
+        for study in (s for s in APP_STUDIES if s != "headroom"):
+            source = next((d for d in [STUDIES_DIR / name, *sorted(STUDIES_DIR.iterdir())]
+                           if (d / f"{study}.json").is_file()), None)
+            for path in source.glob(f"{study}*") if source else ():
+                shutil.copy(path, folder / path.name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(studies, "STUDIES_ROOT", root)
+        yield root
+
+
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     from tiny import save_tiny_model_dir
@@ -352,6 +384,45 @@ def test_studies_show_shipped_results_and_run_live(page):
     page.wait_for_function("document.querySelector('#study-status').innerText.includes('Done')", timeout=120_000)
     assert page.locator("#study-progress progress").get_attribute("value") == "5"      # 1 problem x (3 + 2) runs
     page.wait_for_selector("#study-plot .js-plotly-plot")
+    assert not page_errors(page)
+
+
+def choose_study(page, title: str) -> None:
+    page.locator("#studies-view").scroll_into_view_if_needed()
+    page.locator("#study input").click()
+    page.get_by_role("option", name=title).click()
+
+
+def test_headroom_study_shows_its_shipped_results_and_runs_live(page):
+    """The headroom study: the fixture's results appear at once, and a live run on one problem completes
+    (vanilla, LoPA at k = 1 and 4, one random order, the search: 5 steps) with its plot."""
+    choose_study(page, "5. How far LoPA is from the best order found")
+    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
+    assert "Shipped results" in page.locator("#study-status").inner_text()
+    assert "headroom" in page.locator("#study-status").inner_text()
+    page.locator("#study-problems input").fill("1")
+    page.locator("#study-random input").fill("1")
+    page.click("#study-run")
+    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Done')", timeout=120_000)
+    assert page.locator("#study-progress progress").get_attribute("value") == "5"
+    assert "stopped" not in page.locator("#study-status").inner_text()
+    page.wait_for_selector("#study-plot .js-plotly-plot")
+    assert "share of the vanilla -> best-found TPF gap" in page.locator("#study-summary").inner_text()
+    assert not page_errors(page)
+
+
+def test_a_live_headroom_run_can_be_stopped(page):
+    choose_study(page, "5. How far LoPA is from the best order found")
+    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
+    page.locator("#study-problems input").fill("10")
+    page.locator("#study-random input").fill("10")
+    page.click("#study-run")
+    page.wait_for_function("Number(document.querySelector('#study-progress progress')?.value) >= 1")
+    page.click("#study-stop")
+    page.wait_for_function("document.querySelector('#study-status').innerText.includes('stopped')", timeout=120_000)
+    done = int(page.locator("#study-progress progress").get_attribute("value"))
+    assert 1 <= done < 10 * (1 + 2 + 10 + 1)                     # stopped before the 140 decodes
+    assert "the problems done so far" in page.locator("#study-status").inner_text()
     assert not page_errors(page)
 
 

@@ -36,10 +36,11 @@ def test_a_live_study_streams_progress_and_ends_with_its_plot(study, monkeypatch
     assert done == sorted(done) and done[-1] > 1                                      # one step per decode
 
 
-def test_stop_ends_a_live_study_after_the_current_decode(monkeypatch):
+@pytest.mark.parametrize("study", ["orders", "headroom"])
+def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
     monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
-    gen = studies.run_study(state, "orders", 2, 3, 15)
+    gen = studies.run_study(state, study, 2, 3, 15)
     next(gen), next(gen)                                   # started, first decode done
     assert "Stopping" in studies.stop_study(state)
     last = named(list(gen)[-1])

@@ -44,7 +44,7 @@ STUDIES = {s.name: s for s in (
     Study("orders", "1. LoPA's orders against random orders", "orders", app=True),
     Study("calibration", "2. What the branch score measures", "calibration", app=True),
     Study("adaptive", "3. An adaptive branch budget", "adaptive", app=True),
-    Study("headroom", "5. How far LoPA is from the best order found", "headroom"),
+    Study("headroom", "5. How far LoPA is from the best order found", "headroom", app=True),
     Study("errors", "Where answers go wrong, line by line", "errors"),
     Study("teacher-forced", "Teacher-forced probes of the answers", "teacher_forced"),
     Study("departures", "What the engine's departures from the authors' loop change", "departures"),
