@@ -199,3 +199,30 @@ def build_studies_panel() -> dict:
             "study_run": run, "study_stop": stop, "study_shipped": shipped, "study_interactive": interactive,
             "study_status": status, "study_progress": progress, "study_plot": plot, "study_image": image,
             "study_summary": summary}
+
+
+# ---- ARRIVAL AND THE GUIDED TOUR (app/tour.py) ----------------------------------------------------
+def build_arrival_panel() -> dict:
+    """The first screen: the recorded D2F and LoPA runs of the default example side by side (drawn into
+    the page itself, so it shows without a click or a request), and the way into the tour."""
+    from .tour import arrival
+    with gr.Column(elem_id="arrival-view"):
+        story = gr.HTML(arrival(), elem_id="arrival")
+        with gr.Row(equal_height=True):
+            start = gr.Button("▶ Take the guided tour", variant="primary", scale=0, min_width=220, elem_id="tour-start")
+            gr.HTML('<a href="#all-controls" style="font-size:15px;line-height:40px">All controls ↓ (run your own '
+                    'prompt, fork, compare, studies)</a>', elem_id="all-controls-link")
+    return {"arrival": story, "tour_start": start}
+
+
+def build_tour_dock() -> dict:
+    """The tour's card, docked at the bottom of the window while the tour is on (CSS in app/tour.py)."""
+    from .tour import new_tour_state
+    with gr.Group(visible=False, elem_id="tour-dock") as dock:
+        card = gr.HTML(elem_id="tour-card")
+        with gr.Row():
+            back = gr.Button("◀ Back", size="sm", min_width=80, elem_id="tour-prev")
+            forward = gr.Button("Next ▶", variant="primary", size="sm", min_width=80, elem_id="tour-next")
+            end = gr.Button("Close the tour", size="sm", min_width=80, elem_id="tour-end")
+    return {"tour_dock": dock, "tour_card": card, "tour_prev": back, "tour_next": forward, "tour_end": end,
+            "tour_state": gr.State(new_tour_state)}

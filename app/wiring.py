@@ -12,11 +12,12 @@ from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, forks, share, studies
+from . import api, forks, share, studies, tour
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
     INTRO,
+    build_arrival_panel,
     build_compare_panel,
     build_controls,
     build_input_panel,
@@ -24,6 +25,7 @@ from .panels import (
     build_round_view,
     build_settings_panel,
     build_studies_panel,
+    build_tour_dock,
     build_trace_panel,
 )
 from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
@@ -45,7 +47,7 @@ CSS = """
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS, theme=gr.themes.Default(), head=forks.CLICK_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + tour.CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength)]})
 
@@ -58,7 +60,10 @@ def build_demo() -> gr.Blocks:
         # Sessions expire and free their runs (bounded memory on a Space; README "Limits").
         c: dict = {"session": gr.State(new_session, time_to_live=SESSION_TTL_S, delete_callback=end_session),
                    "playing": gr.State(False)}
-        with gr.Row(equal_height=False):
+        # Arrival: the story on screen before any click; the tour's dock floats over the page.
+        c.update(build_arrival_panel())
+        c.update(build_tour_dock())
+        with gr.Row(equal_height=False, elem_id="all-controls"):
             with gr.Column(scale=1, min_width=320):
                 c.update(build_model_panel())
                 c.update(build_input_panel())
@@ -196,3 +201,12 @@ def wire(demo: gr.Blocks, c: dict) -> None:
         on(event, studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
     on(c["study_interactive"].click, studies.show_interactive, [c["study"]], study_out, api_visibility="private",
                                  show_progress="hidden", **VIEW)
+
+    # Arrival and the guided tour (app/tour.py): recorded runs, no model. A step selects a run of the
+    # session's list, so it waits for a running decode like select_run (same slot) instead of racing it.
+    tour_out = pick(*tour.TOUR_OUTPUTS)
+    for name, fn in (("tour_start", tour.start_tour), ("tour_next", tour.next_step), ("tour_prev", tour.previous_step)):
+        on(c[name].click, fn, [session, c["tour_state"]], tour_out, api_visibility="private", show_progress="hidden",
+           **MODEL)
+    on(c["tour_end"].click, tour.end_tour, [c["tour_state"]], pick("tour_dock", "tour_card", "tour_state"),
+       api_visibility="private", queue=False)

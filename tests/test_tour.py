@@ -1,0 +1,255 @@
+"""The arrival view and the guided tour: every claim a step makes is recomputed here from the records
+of the trace it shows, by code independent of app/tour_steps.py, on the shipped traces, on traces
+decoded now by the bundled default model, on the same traces replayed from JSON without their token
+strings, and on a tiny random model whose lookahead branches win often. Then the callbacks, the
+recording script and the arrival HTML."""
+
+import html
+import json
+import re
+
+import pytest
+from tiny import LIVELY, PROMPT, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
+
+from app import tour
+from app.session import APP_DEFAULTS, Session
+from app.tour_steps import tour_steps
+from lopa import Decoder, DecodeSettings, RunResult, decoder_settings
+from lopa.models import load
+from visualizations import arrival_html, story_sentence
+
+
+def _pair_on(loaded, prompt, settings):
+    runs = [loaded.decoder(s).run(prompt) for s in (decoder_settings("d2f", settings), settings)]
+    ids = {t for run in runs for t in run.tokens}
+    names = {i: loaded.tokenizer.decode([i]) for i in ids}
+    return runs[0], runs[1], names
+
+
+@pytest.fixture(scope="module")
+def default_pair():
+    from app.models import example_prompts
+    return _pair_on(load(), example_prompts()[0], DecodeSettings(**APP_DEFAULTS))
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    tokenizer = tiny_tokenizer()
+    runs = [Decoder(tiny_qwen2(seed=1), tiny_spec(), s, tokenizer).run(PROMPT)
+            for s in (DecodeSettings(k=0, **LIVELY), DecodeSettings(k=4, **LIVELY))]
+    return runs[0], runs[1], {i: tokenizer.decode([i]) for i in range(len(tokenizer))}
+
+
+def _pairs(request):
+    pairs = {"default model": request.getfixturevalue("default_pair"), "tiny": request.getfixturevalue("tiny_pair")}
+    d2f, lopa, _ = pairs["default model"]
+    # Replayed: through the JSON a user uploads, with no token strings (a trace of a model not here).
+    pairs["replayed"] = (RunResult.from_json(d2f.to_json()), RunResult.from_json(lopa.to_json()), {})
+    shipped = tour.shipped()
+    if not isinstance(shipped, str):
+        pairs["shipped"] = (shipped.d2f, shipped.lopa, shipped.names)
+    return pairs
+
+
+# -- independent readings of a trace ---------------------------------------------------------------
+def fill_round_of(records) -> dict:
+    """position -> round that committed it, from the raw anchor / winner fields."""
+    out = {}
+    for rec in records[1:]:
+        for p in rec.anchor_positions:
+            out[p] = rec.round
+        if rec.winner > 0:
+            out[rec.lookahead_positions[rec.winner - 1]] = rec.round
+    return out
+
+
+def forwards(run) -> int:
+    return sum(rec.kind != "final" for rec in run.records)
+
+
+def winner_preds(rec) -> dict:
+    """position -> (max prob, conf) of the winner's forward."""
+    w = rec.winner
+    return {p: (mp, c) for p, mp, c in zip(rec.branch_positions[w], rec.branch_max_prob[w], rec.branch_conf[w])}
+
+
+def plain(text: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+
+def check_steps(d2f, lopa, names):
+    steps = {s.key: s for s in tour_steps(d2f, lopa, names)}
+    assert list(steps) == ["fill", "anchor", "branches", "winner", "order", "try"]
+    tau = float(lopa.settings["tau_conf"])
+    N = int(d2f.settings["block_size"])
+
+    # 1. The round of D2F that commits the most tokens at once (earliest), and what is still masked.
+    s = steps["fill"]
+    rounds = [rec for rec in d2f.records if rec.kind == "round"]
+    most = max(len(rec.anchor_positions) for rec in rounds)
+    r = min(rec.round for rec in rounds if len(rec.anchor_positions) == most)
+    rec = d2f.records[r]
+    filled = {p for p, rr in fill_round_of(d2f.records).items() if rr <= r}
+    masked = len(rec.block_states) * N - len(filled)
+    text = plain(s.text)
+    assert (s.run, s.round, s.target) == ("d2f", r, "#canvas")
+    assert f"Round {r} of vanilla D2F commits {most} tokens at once" in text
+    assert f"the {masked} pale cells are still masked" in text
+    assert f"D2F needed {forwards(d2f)} forwards" in text
+
+    # 2-3. The first LoPA round with lookahead branches: its anchor and its branches.
+    first = next(rec for rec in lopa.records if rec.kind == "round" and rec.lookahead_positions)
+    r = first.round
+    before = winner_preds(lopa.records[r - 1])
+    s = steps["anchor"]
+    assert (s.run, s.round) == ("lopa", r) and f"In round {r} it commits" in plain(s.text)
+    n = len(first.anchor_positions)
+    assert n == 0 or f"it commits {n} token" in plain(s.text)
+    for p in first.anchor_positions[:8]:                    # the first eight by name, then a count
+        assert f"{p} ←" in plain(s.text)
+    if all(before[p][0] > tau for p in first.anchor_positions):
+        assert "each had max prob above τ_conf" in plain(s.text)
+    s = steps["branches"]
+    assert (s.run, s.round, s.target) == ("lopa", r, "#branches")
+    assert f"All {len(first.lookahead_positions) + 1} branches" in plain(s.text)
+    for p in first.lookahead_positions:
+        assert f"{p} ←" in plain(s.text)
+    if lopa.settings["order"] == "confidence" and not lopa.settings.get("lookahead_min_prob"):
+        # "the k most confident positions still masked": no other candidate beats the weakest chosen one
+        candidates = {p: c for p, (_, c) in before.items() if p not in first.anchor_positions}
+        weakest = min(candidates[p] for p in first.lookahead_positions)
+        assert sum(c > weakest for c in candidates.values()) < len(first.lookahead_positions)
+        assert "most confident positions still masked" in plain(s.text)
+
+    # 4. The round where a lookahead branch won and made the most extra positions confident.
+    s = steps["winner"]
+    ready = lambda rec, j: sum(mp > tau for mp in rec.branch_max_prob[j])       # noqa: E731
+    won = [rec for rec in lopa.records if rec.kind == "round" and rec.winner > 0]
+    if not won:
+        assert "the anchor won every round" in plain(s.text)
+    else:
+        best = max(ready(rec, rec.winner) - ready(rec, 0) for rec in won)
+        rec = next(rec for rec in won if ready(rec, rec.winner) - ready(rec, 0) == best)
+        w, text = rec.winner, plain(s.text)
+        assert (s.run, s.round, s.target) == ("lopa", rec.round, "#heatmap")
+        assert rec.branch_scores[w] == max(rec.branch_scores)                    # "the highest of k + 1"
+        assert f"In round {rec.round}, branch B{w} (position {rec.lookahead_positions[w - 1]} ←" in text
+        assert f"the highest of {len(rec.branch_scores)}" in text
+        for x in (rec.branch_scores[w], rec.branch_scores[0]):
+            assert ("∞" if x == float("inf") else f"{x:.3f}") in text
+        assert f"{ready(rec, w)} positions clear τ_conf = {tau}, against {ready(rec, 0)} without it" in text
+        if rec.round + 1 < len(lopa.records):
+            assert f"anchor then committed {len(lopa.records[rec.round + 1].anchor_positions)} tokens" in text
+
+    # 5. The filling orders compared: positions of the answer LoPA filled earlier.
+    s = steps["order"]
+    fd, fl = fill_round_of(d2f.records), fill_round_of(lopa.records)
+    n = min(len(d2f.useful_tokens), len(lopa.useful_tokens))
+    both = [p for p in range(n) if p in fd and p in fl]
+    earlier = [p for p in both if fl[p] < fd[p]]
+    text = plain(s.text)
+    assert s.run is None and "#base-tfo" in s.target
+    assert f"needed {forwards(lopa)} forwards where D2F needed {forwards(d2f)}" in text
+    if earlier:
+        assert f"{len(earlier)} of the answer's {len(both)} positions earlier" in text
+        gain = max(fd[p] - fl[p] for p in earlier)
+        p = min(p for p in earlier if fd[p] - fl[p] == gain)
+        assert f"position {p}," in text and f"round {fd[p]} → {fl[p]}" in text
+
+    # 6. Try it: a still-masked position of the first branch round, the model's least sure guess there.
+    s = steps["try"]
+    rec = lopa.records[first.round]
+    preds = winner_preds(rec)
+    p = min(preds, key=lambda q: (preds[q][0], q))
+    assert p not in {q for q, rr in fill_round_of(lopa.records).items() if rr <= first.round}
+    assert (s.run, s.round) == ("lopa", first.round)
+    assert f"position {p}, where round {first.round}'s forward guesses" in plain(s.text)
+    assert f"max prob {preds[p][0]:.2f}" in plain(s.text)
+
+    # The arrival sentence.
+    sentence = story_sentence(d2f, lopa)
+    assert f"LoPA needed {forwards(lopa)} forwards" in sentence and str(forwards(d2f)) in sentence
+    wins = sum(rec.winner > 0 for rec in lopa.records if rec.kind == "round" and rec.lookahead_positions)
+    assert ("no lookahead branch ever beat the anchor" in sentence) == (wins == 0)
+
+
+@pytest.mark.parametrize("which", ["default model", "replayed", "tiny", "shipped"])
+def test_every_step_claim_is_true_of_the_trace_it_shows(request, which):
+    pairs = _pairs(request)
+    if which not in pairs:
+        pytest.skip("no shipped traces: python -m app.tour --record")
+    check_steps(*pairs[which])
+
+
+def test_the_tiny_model_exercises_a_lookahead_win(tiny_pair):
+    """So that the winner step's main branch is checked even when a bundled model never needs one."""
+    assert any(rec.winner > 0 for rec in tiny_pair[1].records)
+
+
+# -- callbacks --------------------------------------------------------------------------------------
+@pytest.fixture
+def traces(tmp_path, monkeypatch, tiny_pair):
+    """The tour reading a pair written as the recording script writes it."""
+    d2f, lopa, names = tiny_pair
+    d2f.save(tmp_path / "d2f.json"), lopa.save(tmp_path / "lopa.json")
+    (tmp_path / tour.MANIFEST).write_text(json.dumps({"model": "tiny", "runs": {"d2f": "d2f.json", "lopa": "lopa.json"},
+                                                      "names": {str(i): s for i, s in names.items()}}))
+    monkeypatch.setattr(tour, "TRACES", tmp_path)
+    tour.shipped.cache_clear()
+    data = tour.load_shipped(tmp_path)
+    monkeypatch.setattr(tour, "shipped", lambda: data)
+    return tmp_path
+
+
+def test_each_step_puts_the_page_in_its_state(traces):
+    data = tour.load_shipped(traces)
+    steps = tour_steps(data.d2f, data.lopa, data.names)
+    session, state = Session(), tour.new_tour_state()
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(session, state)))
+    for i, step in enumerate(steps):
+        state = out["tour_state"]
+        assert state["step"] == i and f'data-step="{i}"' in out["tour_card"]
+        assert html.escape(step.target) in out["tour_card"]
+        assert out["tour_prev"]["interactive"] == (i > 0) and out["tour_next"]["interactive"] == (i < len(steps) - 1)
+        if step.run is not None:
+            assert session.run.run_id == data.runs[step.run].run_id
+            assert f'data-round="{step.round}"' in out["canvas"] and out["round_slider"]["value"] == step.round
+        else:
+            assert out["compare_status"].startswith("Tour") and "lopa-diff" in out["compare_diff"]
+            assert (out["compare_a"]["value"], out["compare_b"]["value"]) == (state["ids"]["d2f"], state["ids"]["lopa"])
+        out = dict(zip(tour.TOUR_OUTPUTS, tour.next_step(session, state)))
+    assert out["tour_state"]["step"] == len(steps) - 1                      # Next on the last step stays there
+    assert len(session.runs.entries) == 2                                   # the recorded runs were added once
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.previous_step(session, out["tour_state"])))
+    assert out["tour_state"]["step"] == len(steps) - 2
+    dock, card, state = tour.end_tour(out["tour_state"])
+    assert dock["visible"] is False and card == "" and state["step"] is None
+
+
+def test_a_missing_trace_says_how_to_record_it(tmp_path, monkeypatch):
+    tour.shipped.cache_clear()
+    monkeypatch.setattr(tour, "TRACES", tmp_path)
+    monkeypatch.setattr(tour, "shipped", lambda: "no recorded tour traces; record them with `python -m app.tour --record`")
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(Session(), tour.new_tour_state())))
+    assert "python -m app.tour --record" in out["tour_card"] and "--record" in tour.arrival()
+    with pytest.raises(ValueError, match="python -m app.tour --record"):
+        tour.load_shipped(tmp_path)
+
+
+def test_the_recording_script_writes_what_the_tour_reads(tmp_path):
+    model = save_tiny_model_dir(tmp_path / "tiny-dllm")
+    tour.main(["--record", "--model", str(model), "--out", str(tmp_path / "traces")])
+    data = tour.load_shipped(tmp_path / "traces")
+    assert data.model == "tiny-dllm" and data.d2f.settings["k"] == 0 and data.lopa.settings["k"] == APP_DEFAULTS["k"]
+    assert data.d2f.prompt == data.lopa.prompt and data.names
+    check_steps(data.d2f, data.lopa, data.names)
+
+
+def test_arrival_html_escapes_token_strings_and_shows_both_runs(tiny_pair):
+    d2f, lopa, names = tiny_pair
+    hostile = {i: "<script>window.__pwned=1</script>" for i in names}
+    page = arrival_html(d2f, lopa, hostile, note="<img src=x>")
+    assert "<script>" not in page and "<img" not in page
+    assert f'data-d2f-forwards="{forwards(d2f)}"' in page and f'data-lopa-forwards="{forwards(lopa)}"' in page
+    assert page.count('class="lopa-story-side"') == 2
+    assert html.escape(story_sentence(d2f, lopa)) in page
