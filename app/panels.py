@@ -172,15 +172,15 @@ def build_studies_panel() -> dict:
     """The Studies section: shipped results of `python -m lopa.study` (instant), or a live run."""
     from .studies import LIVE_LIMITS, TITLES, show_shipped
     from .studies import STUDY_OUTPUTS as names
-    gr.Markdown("Three questions the paper leaves open, answered on the loaded model (docs/studies.md). The plots "
-                "start from the results the command line shipped; **Run live** repeats a study on a few fresh "
-                "problems here.")
+    gr.Markdown("Questions the paper leaves open, answered on the loaded model (docs/studies.md). The plots start "
+                "from the results the command line shipped for that model; **Run live** repeats a study on a few "
+                "fresh problems here.")
     with gr.Row():
         study = gr.Dropdown([(title, name) for name, title in TITLES.items()], value="orders", label="study",
                             scale=3, elem_id="study")
         problems = gr.Number(value=3, precision=0, label=f"problems ({LIVE_LIMITS['problems'][0]}–"
                              f"{LIVE_LIMITS['problems'][1]})", scale=1, min_width=90, elem_id="study-problems")
-        random_orders = gr.Number(value=5, precision=0, label="random orders (orders study)", scale=1, min_width=90,
+        random_orders = gr.Number(value=5, precision=0, label="random orders (orders, headroom)", scale=1, min_width=90,
                                   elem_id="study-random")
         seed = gr.Number(value=15, precision=0, label="problem seed", scale=1, min_width=90, elem_id="study-seed")
     with gr.Row():

@@ -197,7 +197,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                                              c["study_seed"]], study_out, api_name="run_study", show_progress="hidden",
                          **MODEL)
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
-    for event in (c["study"].input, c["study_shipped"].click):
+    # A model loaded (or warmed at page load) shows its own shipped results.
+    for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
         on(event, studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
     on(c["study_interactive"].click, studies.show_interactive, [c["study"]], study_out, api_visibility="private",
                                  show_progress="hidden", **VIEW)
