@@ -54,11 +54,13 @@ TOUR_JS = """<script>
 })();
 </script>"""
 TOUR_CSS = """
-#tour-dock {position: fixed; left: 8px; right: 8px; bottom: 8px; z-index: 1000; max-height: 40vh; overflow-y: auto;
-  box-shadow: 0 2px 14px rgba(0,0,0,0.35); border: 2px solid #D55E00}
+#tour-dock {position: fixed; left: 8px; right: 8px; bottom: 8px; width: auto !important; box-sizing: border-box;
+  z-index: 1000; max-height: 40vh; overflow-y: auto; box-shadow: 0 2px 14px rgba(0,0,0,0.35); border: 2px solid #D55E00}
+/* Gradio gives a Group's id to its inner box too: only the outer one floats */
+#tour-dock #tour-dock {position: static; max-height: none; box-shadow: none; border: none; overflow: visible}
 .lopa-tour-title {font-weight: 700; font-size: 15px; margin-bottom: 3px}
 .lopa-tour-text {font-size: 14px; line-height: 1.4}
-.lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px}
+.lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px; scroll-margin-top: 12px}
 #arrival, #tour-card {overflow-wrap: anywhere}
 """
 CSS = TOUR_CSS + STORY_CSS                  # the page's CSS for the arrival view and the tour
