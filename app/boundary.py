@@ -8,6 +8,7 @@ give JSON-able values (trace chunks), and the session is updated outside them (a
     decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
     top_tokens_at(...)    -> {"top": [[token, p], ...], "names": [[token, text], ...]}
     study_steps(...)      -> yields {"where": ...}, then the study's steps (lopa.study: live)
+    best_order_steps(...) -> yields the headroom search's steps from one run (lopa.study.headroom)
 
 A job: {"model": name, "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
 branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
@@ -36,7 +37,7 @@ from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
 from .gpu import gpu
-from .models import MODELS, token_names
+from .models import MODELS, token_names, trace_ids
 
 HEADER = ("prompt", "prompt_ids", "settings", "spec", "run_id", "forked_from")
 # Paused decodes (and finished ones with saved states, for forks) this process keeps, all sessions
@@ -233,3 +234,47 @@ def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict):
 
 
 study_steps_on_gpu = gpu(study_steps)
+
+
+def best_order_steps(model: str, trace: dict, max_candidates: int, seconds: float):
+    """The headroom search (lopa.study.headroom.iter_search) from one finished run of the loaded model, the
+    extra position of each round chosen by the forwards to finish: after every searched round {"round",
+    "rounds" (the order found so far needs), "spent" (rollout forwards), "out_of_time", "trace" (the order
+    found so far, a whole run), "choices", "names"}; or one {"error": message}. No rollout starts after
+    `seconds`. The caller stops it by closing it (after the current round)."""
+    import time
+
+    from lopa.study.headroom import iter_search
+    deadline = time.perf_counter() + seconds
+    try:
+        loaded = MODELS.get()
+        if model != loaded.spec.name:
+            raise ValueError(f"the search needs the model this run was made with (`{model}`), but the loaded model "
+                             f"is `{loaded.spec.name}`")
+        parent = run_of(trace)
+        parent.decoder = _take(("states", parent.run_id))
+        start = parent
+        if parent.decoder is None:   # replay its recorded decisions with saved states: the rollouts fork from them
+            decoder = fork_decoder(parent, model=loaded)
+            last = max(r.round for r in parent.records if r.kind != "final")
+            for _ in decoder.stream_fork(parent, last):
+                pass
+            start = decoder.result()
+    except ValueError as err:
+        yield {"error": str(err)}
+        return
+    named = set()
+    try:
+        for step in iter_search(start, max_candidates, deadline):
+            best = step["best"]
+            names = token_names(loaded.tokenizer, trace_ids(best) - named)
+            named |= set(names)
+            yield {"round": step["round"], "rounds": step["rounds"], "spent": step["spent"],
+                   "out_of_time": step["out_of_time"], "trace": trace_of(best), "choices": list(step["choices"]),
+                   "names": [[i, text] for i, text in names.items()]}
+    finally:
+        if parent.decoder is not None:
+            _keep(("states", parent.run_id), parent.decoder)     # forks of the run still resume from its states
+
+
+best_order_steps_on_gpu = gpu(best_order_steps)

@@ -112,6 +112,13 @@ def build_round_view() -> dict:
             fill_first = gr.Button("Fill first", variant="primary", elem_id="fill-first")
             hold_back = gr.Button("Hold back", elem_id="hold-back")
     whatif_target = gr.State(None)
+    # The headroom search on the shown run (app/best_order.py): its order joins the run list as a fork.
+    with gr.Row():
+        best_order = gr.Button("Compare with the best order found", scale=3, elem_id="best-order")
+        best_stop = gr.Button("■ Stop search", variant="stop", scale=1, min_width=110, elem_id="best-order-stop")
+    best_status = gr.Markdown("After a run: search the best filling order for its prompt and settings (LoPA's round "
+                              "kept, the extra position chosen by the forwards to finish) and compare the two below.",
+                              elem_id="best-order-status")
     answer = gr.Textbox(label="output so far (up to the first EOS)", lines=3, interactive=False, elem_id="answer")
     explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
     branches = gr.HTML(empty["branches"], elem_id="branches")
@@ -122,7 +129,7 @@ def build_round_view() -> dict:
             "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart,
             "clicked_cell": clicked, "whatif_panel": whatif_panel, "whatif_info": whatif_info,
             "whatif_token": whatif_token, "whatif_target": whatif_target, "fill_first": fill_first,
-            "hold_back": hold_back}
+            "hold_back": hold_back, "best_order": best_order, "best_order_stop": best_stop, "best_status": best_status}
 
 
 def build_trace_panel() -> dict:

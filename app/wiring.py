@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, forks, share, studies, tour
+from . import api, best_order, forks, share, studies, tour
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
@@ -161,6 +161,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                           api_name="fill_first", show_progress="hidden", **MODEL)
     on(c["hold_back"].click, forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
                          show_progress="hidden", **MODEL)
+    # The best order found for the shown run (the headroom search), compared with it.
+    on(c["best_order"].click, best_order.compare_with_best, [session], pick(*best_order.BEST_OUTPUTS),
+       api_name="best_order", show_progress="hidden", **MODEL)
+    on(c["best_order_stop"].click, best_order.stop_search, [session], [c["best_status"]], queue=False,
+       api_visibility="private")
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
     on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)

@@ -426,6 +426,31 @@ def test_a_live_headroom_run_can_be_stopped(page):
     assert not page_errors(page)
 
 
+def test_a_run_is_compared_with_the_best_order_found_for_its_prompt(page):
+    """After a run of the first example, the search renders beside it: its status in the round view (where the
+    two part, or that LoPA's order is the best found) and the comparison's summary and strip."""
+    from app.models import example_prompts
+    page.locator("#prompt textarea").fill(example_prompts()[0])
+    page.click("#run")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    start = time.monotonic()
+    page.click("#best-order")
+    page.wait_for_function("['Best order found', \"LoPA's order is the best found\"].some("
+                           "t => document.querySelector('#best-order-status').innerText.includes(t))", timeout=90_000)
+    searched_s = time.monotonic() - start
+    status = page.locator("#best-order-status").inner_text()
+    page.wait_for_function("document.querySelector('#compare-summary').innerText.includes('Speed-up')")
+    assert page.locator("#compare-diff .lopa-diff[data-first-divergence]").count() == 1
+    if "Best order found" in status:
+        split = page.locator("#compare-diff .lopa-diff[data-first-divergence]").get_attribute("data-first-divergence")
+        assert f"round {split}" in status and "first diverge in round" in page.locator("#compare-summary").inner_text()
+    else:
+        assert "same decisions in every round" in page.locator("#compare-summary").inner_text()
+    assert searched_s < 60
+    assert not page_errors(page)
+    print(f"best order search shown {searched_s:.1f} s after the click: {status[:200]}")
+
+
 def test_enter_in_the_prompt_box_runs(page):
     page.locator("#prompt textarea").fill("Tom has 3 apples. He buys 4 more. How many apples does Tom have now?")
     page.locator("#prompt textarea").press("Enter")

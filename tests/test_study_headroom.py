@@ -100,6 +100,18 @@ def test_a_candidate_budget_that_excludes_the_key_sees_less():
     assert all(c["conf_rank"] is None or c["conf_rank"] <= 3 for c in choices)
 
 
+def test_the_search_a_round_at_a_time_and_its_deadline():
+    import time
+    lopa = lopa_run()
+    steps = list(headroom.iter_search(lopa, deadline=time.perf_counter() + 600))
+    best, _, _ = headroom.search(lopa)
+    assert steps[-1]["best"].tokens == best.tokens and steps[-1]["rounds"] == best.metrics()["forwards"] == 2
+    assert [s["round"] for s in steps] == list(range(1, len(steps) + 1)) and not any(s["out_of_time"] for s in steps)
+    # A deadline already passed: no rollout runs; the search ends after its first round with LoPA's run.
+    (late,) = headroom.iter_search(lopa, deadline=time.perf_counter())
+    assert late["out_of_time"] and late["best"] is lopa and late["spent"] == 0 and late["choices"] == []
+
+
 def test_the_rollout_stops_at_the_bound():
     lopa = lopa_run()
     child, ran = headroom.rollout(lopa, 0, 1, bound=2)

@@ -68,6 +68,18 @@ def rollout(parent: RunResult, at_round: int, position: int | None, bound: int) 
 def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, list[dict], int]:
     """The best order found from `lopa_run`, a LoPA run decoded in this process with keep_states.
     -> (its run, one dict per round where it left LoPA's choice, forwards the rollouts ran)."""
+    best, choices, spent = lopa_run, [], 0
+    for step in iter_search(lopa_run, max_candidates):
+        best, choices, spent = step["best"], step["choices"], step["spent"]
+    return best, choices, spent
+
+
+def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | None = None):
+    """search() a round at a time: after each searched round, {"best": the order found so far (a whole run:
+    the rounds not searched yet as the rollout below left them), "choices", "spent", "round": the round just
+    searched, "rounds": the best run's rounds with a forward, "out_of_time"}. With `deadline` (a
+    time.perf_counter() value) no rollout starts after it: the round in hand keeps the best of the rollouts
+    it ran, and the search ends there."""
     best, choices, spent, r = lopa_run, [], 0, 0
     while r + 1 < len(best.records) and best.records[r + 1].kind != "final":
         seen, step = predictions(best.records[r]), best.records[r + 1]      # round r + 1 decides from round r
@@ -75,8 +87,11 @@ def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, lis
         free = sorted((p for p in seen if p not in anchor), key=lambda p: -seen[p].conf)   # LoPA's ranking
         ranked = free[:max_candidates] if max_candidates else free
         lopa_choice = step.lookahead_positions[step.winner - 1] if step.winner else None
-        bound, found = _forwards(best.records), None
+        bound, found, late = _forwards(best.records), None, False
         for position in [p for p in ranked if p != lopa_choice] + ([None] if lopa_choice is not None else []):
+            if deadline is not None and time.perf_counter() >= deadline:
+                late = True
+                break
             child, ran = rollout(best, r, position, bound)
             spent += ran
             if child is not None:                      # strictly fewer forwards (ties keep the earlier)
@@ -91,7 +106,10 @@ def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, lis
                             "saved": _forwards(best.records) - bound})
             best = best_child
         r += 1
-    return best, choices, spent
+        yield {"best": best, "choices": choices, "spent": spent, "round": r, "rounds": _forwards(best.records),
+               "out_of_time": late}
+        if late:
+            return
 
 
 # -- the runs of one problem ---------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""Callbacks of "compare with the best order found": the headroom search of lopa.study.headroom run on the
+shown run's prompt and settings (LoPA's round kept, the extra position of each round chosen by the forwards
+to finish, LoPA below), behind the GPU boundary (app/boundary.py). The order found joins the run list as a
+fork of the run and is compared with it by the comparison's own outputs (app/compare.py), so a visitor sees
+the first round where LoPA's choice and the best choice part.
+
+Bounded for a shared CPU: no rollout starts after SEARCH_SECONDS (the order found so far is then the answer,
+its later rounds as LoPA left them); Stop ends it after the current round, keeping the order found so far.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import gradio as gr
+
+from . import boundary
+from .callbacks import error_message
+from .compare import COMPARE_OUTPUTS, compare_outputs
+from .forks import fork_model
+from .session import Session
+from .viz import esc
+
+BEST_OUTPUTS = ("best_status",) + COMPARE_OUTPUTS
+SEARCH_SECONDS = 20.0        # no rollout starts after this: the search answers within about this long
+MAX_CANDIDATES = 0           # rollouts per round: every free position of the window (the study's default)
+
+
+def _progress(done: int, total: int, text: str) -> str:
+    return (f'<progress value="{done}" max="{max(total, 1)}" style="width:100%"></progress>\n\n{text}')
+
+
+def _skip() -> tuple:
+    return tuple(gr.skip() for _ in COMPARE_OUTPUTS)
+
+
+def _where(choice: dict) -> str:
+    """Where the order found first left LoPA's choice, in words."""
+    lopa = ("verified no extra token" if choice["lopa_position"] is None
+            else f"added position {choice['lopa_position']}")
+    if choice["position"] is None:
+        best = "the best order found kept the anchor's commits alone"
+    else:
+        best = (f"the best order found filled position {choice['position']} (ranked {choice['conf_rank']} of "
+                f"{choice['free']} free positions by Conf, max prob {choice['max_prob']:.2f})")
+    return (f"They part in **round {choice['round']}**: LoPA {lopa}, {best}, and that saved "
+            f"{choice['saved']} forward(s).")
+
+
+def compare_with_best(session: Session):
+    """BEST_OUTPUTS: search the best order for the shown run (progress after every searched round), then the
+    order found joins the run list under it and both are compared like any two runs."""
+    session.stop_requested = False
+    run, run_id = session.run, session.current
+    try:
+        if run is None or run_id is None or session.live is not None or session.streaming:
+            raise ValueError("run a decode to the end first (or select a finished run): the search starts from it")
+        if run.stopped:
+            raise ValueError("this run was stopped before its end: the search compares whole decodes, run it to the end")
+        if int(run.settings.get("k", 0)) < 1:
+            raise ValueError("the search keeps LoPA below every round it tries: run with k (lookahead branches) 1 or more")
+        if float(run.settings.get("temperature", 0.0)) != 0.0:
+            raise ValueError("the search compares decodes by their forwards, so it needs greedy decoding: temperature 0")
+        loaded = fork_model(run)
+    except ValueError as err:
+        yield (error_message(err),) + _skip()
+        return
+    start = run.metrics()["forwards"]
+    yield (_progress(0, 1, f"Searching the best order for run {esc(run_id)} ({start} forwards)…"),) + _skip()
+    step, names = None, dict(session.names)
+    session.streaming = True
+    try:
+        with closing(boundary.best_order_steps_on_gpu(loaded.spec.name, boundary.trace_of(run), MAX_CANDIDATES,
+                                                      SEARCH_SECONDS)) as steps:
+            for step in steps:
+                if "error" in step:
+                    yield (error_message(step["error"]),) + _skip()
+                    return
+                names.update({int(i): text for i, text in step["names"]})
+                yield (_progress(step["round"], step["rounds"],
+                                 f"Searched round {step['round']} of {step['rounds']}: the best order found so far needs "
+                                 f"{step['rounds']} forwards against this run's {start} ({step['spent']} rollout "
+                                 "forwards)."),) + _skip()
+                if session.stop_requested:
+                    break
+    finally:
+        session.streaming = False
+    if step is None:
+        yield ("Stopped before the first round was searched.",) + _skip()
+        return
+    yield _show(session, run_id, step, names, stopped=session.stop_requested)
+
+
+def _show(session: Session, run_id: str, step: dict, names: dict, stopped: bool) -> tuple:
+    """BEST_OUTPUTS for the search's last step: the order found in the run list, the comparison."""
+    run, best = session.runs[run_id].run, boundary.run_of(step["trace"])
+    choices = step["choices"]
+    ended = (" (stopped: the rounds after it as LoPA left them)" if stopped else
+             f" (the {SEARCH_SECONDS:.0f} s limit: the rounds after it as LoPA left them)" if step["out_of_time"] else "")
+    searched = f"searched rounds 1 to {step['round']}{ended}, {step['spent']} rollout forwards"
+    if not choices:
+        status = (f"**LoPA's order is the best found** for run {esc(run_id)}: no other extra position (or the anchor "
+                  f"alone) finishes in fewer than its {step['rounds']} forwards ({searched}).")
+        return (status,) + compare_outputs(status, run, best, f"run {run_id}", "best order found", session.names, names)
+    first = choices[0]
+    entry = session.runs.add(f"best order found (rollouts, {len(choices)} round(s) changed)", parent=run_id,
+                             at_round=first["round"] - 1, names=names, run=best)
+    session.runs_changed = True
+    status = (f"**Best order found** for run {esc(run_id)}: {step['rounds']} forwards against "
+              f"{run.metrics()['forwards']} ({searched}). {_where(first)} It is run {esc(entry.id)} of the run "
+              "list; the two are compared below in *Compare runs*.")
+    choices_ids = session.runs.choices()
+    runs = (gr.update(choices=choices_ids, value=session.current), gr.update(choices=choices_ids, value=run_id),
+            gr.update(choices=choices_ids, value=entry.id))
+    compared = compare_outputs(status, run, best, f"run {run_id}: {session.runs[run_id].note}",
+                               f"run {entry.id}: best order found", session.runs[run_id].names, names, runs=runs)
+    return (status,) + compared
+
+
+def stop_search(session: Session) -> str:
+    """Ask a running search to stop after its current round."""
+    if session.streaming:
+        session.stop_requested = True
+        return "Stopping the search after the current round…"
+    return "Nothing is running."

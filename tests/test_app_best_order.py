@@ -1,0 +1,98 @@
+"""Compare a run with the best order found for its prompt (app/best_order.py): the headroom search behind
+the GPU boundary, as plain callbacks on a tiny random model; the order found joins the run list as a fork
+and is compared with the run; Stop and the time limit keep the order found so far; bad starts say why."""
+
+import pytest
+from tiny import app_model
+
+from app import best_order
+from app import callbacks as cb
+from app.compare import COMPARE_OUTPUTS
+from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from lopa.study.headroom import search
+from lopa.trace import RunResult
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
+SETTINGS = dict(APP_DEFAULTS, k=1, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32,
+                confidence="max_prob", attention="block_causal", temperature=0.0, seed=0, order="confidence",
+                order_seed=0, lookahead_min_prob=0.0)
+
+
+def values(**changes):
+    chosen = {**SETTINGS, **changes}
+    return [chosen[n] for n in SETTING_NAMES] + [SINGLE, 2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_model(tmp_path_factory):
+    with app_model(tmp_path_factory) as path:
+        yield path
+
+
+def decoded(**changes) -> Session:
+    session = Session()
+    list(cb.run_stream(session, PROMPT, *values(**changes)))
+    assert session.run is not None and not session.run.stopped
+    return session
+
+
+def named(outputs):
+    assert len(outputs) == len(best_order.BEST_OUTPUTS)
+    return dict(zip(best_order.BEST_OUTPUTS, outputs))
+
+
+def test_the_best_order_found_joins_the_run_list_and_is_compared_with_the_run():
+    session = decoded()
+    run = session.run
+    outs = [named(o) for o in best_order.compare_with_best(session)]
+    assert "<progress" in outs[0]["best_status"] and all("<progress" in o["best_status"] for o in outs[1:-1])
+    last = outs[-1]
+    # The same search the headroom study runs, from the same run, in this process.
+    replayed = RunResult.from_json(run.to_json())
+    expected, choices, _ = search(_with_states(replayed))
+    assert choices, "the tiny model's run should leave the search something to find"
+    found = session.runs["1.1"]
+    assert found.parent == "1" and found.run.tokens == expected.tokens
+    assert found.run.metrics()["forwards"] == expected.metrics()["forwards"] < run.metrics()["forwards"]
+    assert found.run.records[:choices[0]["round"]] == run.records[:choices[0]["round"]]
+    assert "Best order found" in last["best_status"] and f"round {choices[0]['round']}**" in last["best_status"]
+    assert f"first diverge in round {choices[0]['round']}" in last["compare_summary"]
+    assert f'data-first-divergence="{choices[0]["round"]}"' in last["compare_diff"]
+    assert (last["compare_a"]["value"], last["compare_b"]["value"]) == ("1", "1.1")
+    assert session.current == "1" and session.run is run           # the round view stays on the run
+    assert set(COMPARE_OUTPUTS) < set(last)
+
+
+def _with_states(run):
+    """`run` replayed with saved states (as the boundary does), so search() can fork it."""
+    from app.models import MODELS
+    from lopa.engine import fork_decoder
+    decoder = fork_decoder(run, model=MODELS.get())
+    for _ in decoder.stream_fork(run, max(r.round for r in run.records if r.kind != "final")):
+        pass
+    return decoder.result()
+
+
+def test_stop_and_the_time_limit_keep_the_order_found_so_far(monkeypatch):
+    session = decoded()
+    gen = best_order.compare_with_best(session)
+    next(gen), next(gen)                                   # started, round 1 searched
+    assert "Stopping" in best_order.stop_search(session)
+    last = named(list(gen)[-1])
+    assert "searched rounds 1 to 1 (stopped" in last["best_status"]
+    assert best_order.stop_search(session) == "Nothing is running."
+    monkeypatch.setattr(best_order, "SEARCH_SECONDS", 0.0)
+    last = named(list(best_order.compare_with_best(decoded()))[-1])
+    assert "LoPA's order is the best found" in last["best_status"] and "the 0 s limit" in last["best_status"]
+    assert "same decisions in every round" in last["compare_summary"]
+
+
+@pytest.mark.parametrize("changes, message", [({"k": 0}, "k (lookahead branches) 1 or more"),
+                                              ({"temperature": 0.5}, "temperature 0")])
+def test_the_search_says_why_it_cannot_start(changes, message):
+    last = named(list(best_order.compare_with_best(decoded(**changes)))[-1])
+    assert message in last["best_status"] and "Error" in last["best_status"]
+    last = named(list(best_order.compare_with_best(Session()))[-1])
+    assert "run a decode to the end first" in last["best_status"]
