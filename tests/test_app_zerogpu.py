@@ -54,7 +54,8 @@ def worker(model_dir):
 def zerogpu(worker, monkeypatch):
     """The app's GPU functions, decorated by the fake spaces.GPU (as app/gpu.py does on a Space)."""
     for name, fn in (("decode_rounds_on_gpu", boundary.decode_rounds), ("top_tokens_on_gpu", boundary.top_tokens_at),
-                     ("study_steps_on_gpu", boundary.study_steps)):
+                     ("study_steps_on_gpu", boundary.study_steps),
+                     ("best_order_steps_on_gpu", boundary.best_order_steps)):
         monkeypatch.setattr(boundary, name, worker.GPU(fn))
     return worker
 
@@ -100,6 +101,22 @@ def test_stop_and_a_closed_page_through_the_boundary(zerogpu):
     assert session.status() == "paused"
     list(cb.run_stream(session, PROMPT, *values()))                 # Run picks it up (replayed)
     assert session.run.tokens == reference.tokens and decisions(session.run) == decisions(reference)
+
+
+def test_the_best_order_search_through_the_boundary_finds_the_local_order(zerogpu):
+    from app import best_order
+    through, here = Session(), Session()
+    for session in (through, here):
+        list(cb.run_stream(session, PROMPT, *values(k=1)))
+    calls = zerogpu.calls
+    assert "Best order found" in list(best_order.compare_with_best(through))[-1][0]
+    assert zerogpu.calls == calls + 1                               # one GPU call streams the whole search
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(boundary, "best_order_steps_on_gpu", boundary.best_order_steps)   # the local path
+        list(best_order.compare_with_best(here))
+    found, expected = through.runs["1.1"].run, here.runs["1.1"].run
+    assert found.tokens == expected.tokens and decisions(found) == decisions(expected)
+    assert found.metrics()["forwards"] < through.runs["1"].run.metrics()["forwards"]
 
 
 def test_scrub_and_export_after_a_run_through_the_boundary(zerogpu):
