@@ -24,7 +24,11 @@ import torch
 
 from lopa import DecodeSettings
 from lopa.models import load
-from lopa.models.loading import DEFAULT_MODEL
+from lopa.models.loading import ASSETS
+
+# Every bundled model: the sure one, where lookahead branches rarely win, and the one in the paper's
+# regime, where they win most rounds, so that the branch bookkeeping is compared where it matters.
+BUNDLED = sorted(p for p in (ASSETS / "models").iterdir() if (p / "config.json").is_file())
 
 PAPER = dict(tau_conf=0.9, tau_add=0.1, tau_act=0.95, block_size=32, max_new_tokens=96, confidence="neg_entropy")
 N_PROMPTS = 3
@@ -147,13 +151,13 @@ class AuthorsReference:
 
 
 def heldout_prompts(n):
-    path = DEFAULT_MODEL.parents[1] / "data" / "synthetic" / "heldout.jsonl"
+    path = ASSETS / "data" / "synthetic" / "heldout.jsonl"
     return [json.loads(line)["question"] for line in path.read_text().splitlines()[:n]]
 
 
-@pytest.fixture(scope="module")
-def bundled():
-    return load(DEFAULT_MODEL, device="cpu")
+@pytest.fixture(scope="module", params=BUNDLED, ids=lambda p: p.name)
+def bundled(request):
+    return load(request.param, device="cpu")
 
 
 # block_causal with the engine's own defaults (eager caching, the mask never predicted): already the
