@@ -136,7 +136,8 @@ def test_run_an_example_live(page):
     from app.models import example_prompts
     example = example_prompts()[0][:24]                                  # the first example prompt
     page.locator("#prompt textarea").fill("")
-    page.get_by_text(example, exact=False).first.click()
+    # the examples' button, not the arrival view above it, which names the same question
+    page.locator("#all-controls").get_by_text(example, exact=False).first.click()
     page.wait_for_function("e => document.querySelector('#prompt textarea').value.startsWith(e)", arg=example)
     page.evaluate(OBSERVE_COUNTERS)
     start = time.monotonic()
