@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from lopa.trace import metrics
+
 from .viz import esc, fills, predictions, token_label
 
 
@@ -70,7 +72,7 @@ def step_fill(d2f, names) -> Step:
     r = pick_fill_round(d2f)
     rec, tau = d2f.records[r], float(d2f.settings["tau_conf"])
     masked = len(rec.branch_positions[rec.winner]) if rec.kind != "final" else 0
-    forwards = sum(x.kind != "final" for x in d2f.records)
+    forwards = metrics(d2f)["forwards"]
     facts = {"round": r, "committed": sorted(rec.anchor_positions), "masked_after": masked, "forwards": forwards}
     text = (f"A masked diffusion LM writes by unmasking: one forward predicts every masked position at once, and "
             f"every position it is sure of (max prob &gt; τ_conf = {tau}) is committed in parallel. Round {r} of "
@@ -171,7 +173,7 @@ def earlier_fills(d2f, lopa) -> dict:
 def step_order(d2f, lopa, names) -> Step:
     e = earlier_fills(d2f, lopa)
     fd, fl = e["fills"]
-    nd, nl = (sum(x.kind != "final" for x in run.records) for run in (d2f, lopa))
+    nd, nl = (metrics(run)["forwards"] for run in (d2f, lopa))
     facts = {"earlier": len(e["earlier"]), "positions": e["positions"], "d2f_forwards": nd, "lopa_forwards": nl}
     if e["earlier"]:
         p = max(e["earlier"], key=lambda q: (e["earlier"][q], -q))

@@ -154,19 +154,29 @@ def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
             "first_fill_share": values.count(min(values)) / len(values)}
 
 
-def pooled(rows: list[dict], tokens: str = "tokens_useful") -> dict:
+def pooled(rows: list[dict], tokens: str = "tokens_useful", forwards: str = "forwards") -> dict:
     """Metrics over several decodes, the one place they are pooled: totals over the decodes before
-    dividing (TPF = all tokens / all forwards, tokens/s = all tokens / all seconds), as the paper
-    does. rows: metrics() of each decode, or rows holding its keys (`tokens` names the token count)."""
+    dividing (TPF = all tokens / all forwards, tokens/s = all tokens / all seconds, ms per forward =
+    all forward seconds / all forwards), as the paper does; per-decode means where a number describes
+    one decode (forwards, latency, the fill landscape). rows: metrics() of each decode, or rows
+    holding its keys (`tokens` and `forwards` name the counts a TPF divides, e.g. forwards="forwards_floor"
+    for the pipeline's ceiling)."""
     total = lambda key: sum(r.get(key, 0) for r in rows)      # noqa: E731
-    useful, paper, forwards = total(tokens), total("tokens_paper"), total("forwards")
-    latency, first = total("latency_s"), total("first_round_s")
-    return {"runs": len(rows), "forwards": forwards, "tokens_useful": useful, "tokens_paper": paper,
-            "tpf_useful": useful / forwards if forwards else 0.0,
-            "tpf_paper": paper / forwards if forwards else 0.0,
-            "tpf_authors": authors_tpf(paper, forwards, len(rows)),
+    mean = lambda key: total(key) / len(rows) if rows else 0.0      # noqa: E731
+    useful, paper, n_forwards = total(tokens), total("tokens_paper"), total(forwards)
+    latency, first, forward_s, rounds = total("latency_s"), total("first_round_s"), total("forward_s"), total("rounds")
+    return {"runs": len(rows), "forwards": n_forwards, "tokens_useful": useful, "tokens_paper": paper,
+            "tpf_useful": useful / n_forwards if n_forwards else 0.0,
+            "tpf_paper": paper / n_forwards if n_forwards else 0.0,
+            "tpf_authors": authors_tpf(paper, n_forwards, len(rows)),
             "latency_s": latency, "tps": useful / latency if latency > 0 else 0.0,
-            "tps_excl_first": useful / (latency - first) if latency > first else 0.0}
+            "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
+            "rounds": rounds, "forward_s": forward_s,
+            "ms_per_forward": 1e3 * forward_s / n_forwards if n_forwards else 0.0,
+            # engine time outside the model's forwards (the decisions around it), per round of any kind
+            "bookkeeping_ms_per_round": 1e3 * (latency - forward_s) / rounds if rounds else 0.0,
+            "forwards_mean": mean(forwards), "latency_s_mean": mean("latency_s"),
+            "fill_spread_mean": mean("fill_spread"), "first_fill_share_mean": mean("first_fill_share")}
 
 
 def metrics(run: RunResult | None) -> dict:

@@ -7,6 +7,7 @@ from tiny import save_tiny_model_dir
 
 from lopa.bench import decoders as bench
 from lopa.bench import round as bench_round
+from lopa.trace import pooled
 
 
 def test_bench_writes_summary_details_and_plot(tmp_path, capsys):
@@ -81,6 +82,9 @@ def test_summary_breaks_accuracy_down_by_steps_and_counts_names():
     assert s["names_ok"] == 4 / 5  # Ben's line names Jack and pencils
     assert s["tpf_useful"] == 2.5
     assert s["tpf_ceiling"] == 5.0   # 40 tokens in 8 blocks
+    pool = pooled(rows)             # every decode metric is lopa.trace.pooled's, not a formula of the bench's own
+    assert {key: s[key] for key in ("tpf_useful", "tps", "forwards_mean", "latency_s_mean")} == \
+        {key: pool[key] for key in ("tpf_useful", "tps", "forwards_mean", "latency_s_mean")}
 
 
 def test_step_table_prints_the_landscape_and_tpf_over_d2f(capsys):

@@ -169,6 +169,26 @@ def test_pooled_metrics_total_over_decodes_before_dividing():
     assert pooled([])["tpf_useful"] == 0.0
 
 
+def test_pooled_cost_and_means_over_hand_made_decodes():
+    """The numbers the benchmarks took by hand: ms per forward and bookkeeping per round pooled (totals
+    before dividing), per-decode means, and a TPF over another forward count (the bench's ceiling)."""
+    from lopa.trace import pooled
+    rows = [{"tokens_useful": 10, "forwards": 2, "forwards_floor": 1, "rounds": 3, "latency_s": 1.0, "forward_s": 0.5,
+             "fill_spread": 1.0, "first_fill_share": 0.5},
+            {"tokens_useful": 2, "forwards": 4, "forwards_floor": 1, "rounds": 5, "latency_s": 3.0, "forward_s": 1.5,
+             "fill_spread": 0.0, "first_fill_share": 1.0}]
+    total = pooled(rows)
+    assert (total["rounds"], total["forward_s"]) == (8, 2.0)
+    assert total["ms_per_forward"] == 1e3 * 2.0 / 6 and total["bookkeeping_ms_per_round"] == 1e3 * (4.0 - 2.0) / 8
+    assert (total["forwards_mean"], total["latency_s_mean"]) == (3.0, 2.0)
+    assert (total["fill_spread_mean"], total["first_fill_share_mean"]) == (0.5, 0.75)
+    ceiling = pooled(rows, forwards="forwards_floor")
+    assert (ceiling["forwards"], ceiling["tpf_useful"], ceiling["forwards_mean"]) == (2, 12 / 2, 1.0)
+    empty = pooled([])
+    assert empty["ms_per_forward"] == empty["bookkeeping_ms_per_round"] == empty["forwards_mean"] == 0.0
+    assert rows[0]["forwards"] == 2 and len(rows[0]) == 8          # the rows are read, never changed
+
+
 def test_a_position_committed_twice_is_filled_by_its_last_commit(run):
     """One rule for "which round filled p" (fills, fill_rounds, fill_landscape): the last commit, as a
     committed mask token (mask_argmax="authors") fills nothing."""

@@ -32,6 +32,7 @@ from lopa.engine import Decoder
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
 from lopa.problems import read_jsonl
 from lopa.settings import DecodeSettings
+from lopa.trace import pooled
 
 HELDOUT = ASSETS / "data" / "synthetic" / "heldout.jsonl"
 
@@ -58,10 +59,11 @@ def random_model_dir() -> Path:
 
 
 def round_stats(runs) -> dict:
-    """Means over every round that ran a forward, of every run."""
+    """Means over every round that ran a forward, of every run; TPF and tokens/s pooled over the runs."""
     rounds = [r for run in runs for r in run.records if r.kind != "final"]
     x = [r.extra for r in rounds]
     get = lambda key: mean(e.get(key, 0.0) for e in x) if x else 0.0   # noqa: E731
+    pool = pooled([run.metrics() for run in runs])      # TPF and tokens/s: totals over the runs (lopa.trace.pooled)
     return {
         "round_ms": 1e3 * mean(r.round_seconds for r in rounds),
         "fwd_ms": 1e3 * (get("forward_s") if x[0] else mean(r.forward_seconds for r in rounds)),
@@ -69,8 +71,7 @@ def round_stats(runs) -> dict:
         "gather_ms": 1e3 * get("gather_s"), "commit_ms": 1e3 * get("commit_s"), "ipc_ms": 1e3 * get("ipc_s"),
         "bcast_pct": 100 * get("commit_broadcast"),
         "kb": get("bytes") / 1e3, "full_kb": get("full_logits_bytes") / 1e3,
-        "tps": sum(len(run.useful_tokens) for run in runs) / sum(run.metrics()["latency_s"] for run in runs),
-        "tpf": mean(run.metrics()["tpf_useful"] for run in runs),
+        **{key: pool[key] for key in ("tps", "tpf_useful")},
     }
 
 
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
                               args.repeats)
         ref = round_stats(ref_runs)
         print(f"{attention:12s} {'single':9s} {ref['round_ms']:8.1f} {ref['fwd_ms']:7.1f} {'':>7s} {'':>7s} "
-              f"{'':>7s} {'':>6s} {'':>6s} {'':>7s} {'':>14s} {ref['tpf']:5.2f} {ref['tps']:7.1f} {1:6.2f}")
+              f"{'':>7s} {'':>6s} {'':>6s} {'':>7s} {'':>14s} {ref['tpf_useful']:5.2f} {ref['tps']:7.1f} {1:6.2f}")
         for world in worlds:
             with BPGroup.start(str(model_dir), workers=world, device=args.device, threads=args.threads) as group:
                 runs = decode_all(lambda g=group, s=settings: g.decoder(s), prompts, args.repeats)
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
             same = all(a.tokens == b.tokens for a, b in zip(runs, ref_runs))
             print(f"{'':12s} {f'BP R={world}':9s} {s['round_ms']:8.1f} {s['fwd_ms']:7.1f} {s['fwd_max_ms']:7.1f} "
                   f"{s['gather_ms']:7.1f} {s['commit_ms']:7.1f} {s['ipc_ms']:6.1f} {s['bcast_pct']:6.0f} "
-                  f"{s['kb']:7.2f} {s['full_kb']:14.1f} {s['tpf']:5.2f} {s['tps']:7.1f} {s['tps'] / ref['tps']:6.2f} "
+                  f"{s['kb']:7.2f} {s['full_kb']:14.1f} {s['tpf_useful']:5.2f} {s['tps']:7.1f} {s['tps'] / ref['tps']:6.2f} "
                   f"{'yes' if same else 'NO'}")
     print("\nper round, means over rounds with a forward; KB/round = control + summaries + K/V broadcasts that "
           "rank 0 exchanged with its peers; full-logits KB = the same gather with [positions x V] logits")

@@ -111,9 +111,12 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
 
 
 def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dict:
-    """Aggregate over problems: TPF and TPS are total tokens over total forwards / seconds (lopa.trace.pooled)."""
-    total = lambda key: sum(r.get(key, 0) for r in rows)
+    """Aggregate over problems: accuracy and the grading shares here; every decode metric (TPF, TPS,
+    means over problems) from lopa.trace.pooled, totals over the problems before dividing."""
+    total = lambda key: sum(r.get(key, 0) for r in rows)      # the grading counts
     pool = pooled(rows)
+    # the pipeline's ceiling on these answers: the same tokens over one forward per block (lopa.blocks.min_forwards)
+    ceiling = pooled(rows, forwards="forwards_floor")
     by_steps = {}
     for r in rows:
         if "steps" in r:
@@ -125,14 +128,13 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "names_ok": total("names_right") / total("lines") if total("lines") else float("nan"),
         "grammar_ok": total("grammar_ok") / total("grammar_lines") if total("grammar_lines") else float("nan"),
         **{key: pool[key] for key in ("tpf_useful", "tpf_paper", "tpf_authors")},
-        "forwards_mean": total("forwards") / len(rows),
-        # the pipeline's ceiling on these answers: one forward per block (lopa.blocks.min_forwards)
-        "tpf_ceiling": total("tokens_useful") / total("forwards_floor") if total("forwards_floor") else float("nan"),
+        "forwards_mean": pool["forwards_mean"],
+        "tpf_ceiling": ceiling["tpf_useful"] if ceiling["forwards"] else float("nan"),
         "tps": pool["tps"], "tps_excl_first": pool["tps_excl_first"],
-        "latency_s_mean": total("latency_s") / len(rows),
+        "latency_s_mean": pool["latency_s_mean"],
         # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
-        "fill_spread": total("fill_spread") / len(rows),
-        "first_fill_share": total("first_fill_share") / len(rows),
+        "fill_spread": pool["fill_spread_mean"],
+        "first_fill_share": pool["first_fill_share_mean"],
     }
 
 

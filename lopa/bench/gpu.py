@@ -39,6 +39,7 @@ from lopa.models import ASSETS, load
 from lopa.models.loading import LoadedModel
 from lopa.problems import read_jsonl
 from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec
+from lopa.trace import pooled
 
 REPORT_FORMAT = "lopa-gpu-report/1"
 BLOCK = 32                        # the paper's block size: windows of two 32-token blocks
@@ -258,12 +259,10 @@ def bench(loaded: LoadedModel, plan: Plan) -> list[dict]:
     for name in plan.bench_rows:
         settings = row_settings(name, base)
         details = run_decoder(loaded, name, settings, problems, prefix="")
-        total = {key: sum(r[key] for r in details) for key in ("forward_s", "forwards", "latency_s", "rounds")}
-        summary = summarize_rows(name, settings, details)
+        summary, pool = summarize_rows(name, settings, details), pooled(details)     # lopa.trace.pooled: totals first
         rows.append({"model": loaded.spec.name, **{key: summary[key] for key in (
             "decoder", "k", "n", "accuracy", "tpf_useful", "tpf_paper", "tps", "tps_excl_first", "latency_s_mean",
-            "forwards_mean")}, "ms_per_forward": 1e3 * total["forward_s"] / total["forwards"],
-            "bookkeeping_ms_per_round": 1e3 * (total["latency_s"] - total["forward_s"]) / total["rounds"]})
+            "forwards_mean")}, **{key: pool[key] for key in ("ms_per_forward", "bookkeeping_ms_per_round")}})
     return rows
 
 

@@ -170,7 +170,8 @@ def summarize_headroom(df, choices=None, k: int | None = None, n_boot: int = 100
 
     def describe(group: list[dict]) -> dict:
         graded = [r["correct"] for r in group if r["correct"] is not None and r["correct"] == r["correct"]]
-        return {"runs": len(group), "tpf": _tpf(group), "forwards_mean": statistics.mean(r["forwards"] for r in group),
+        pool = pooled(group, tokens="tokens")
+        return {"runs": len(group), "tpf": pool["tpf_useful"], "forwards_mean": pool["forwards_mean"],
                 "accuracy": statistics.mean(graded) if graded else None}
 
     per_config = {"vanilla": describe([van[p] for p in problems])}

@@ -22,7 +22,6 @@ Layer: with the other studies (core, lopa.models, lopa.problems).
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -116,11 +115,12 @@ def main(argv=None) -> int:
         runs = [decode(loaded, p, settings, args.phrasing, args.attention) for p in problems]
         right = sum(final_answer(r.text) == final_answer(p["answer"]) for r, p in zip(runs, problems))
         m = [r.metrics() for r in runs]
-        tpf = pooled(m)["tpf_useful"]
+        pool = pooled(m)
+        tpf = pool["tpf_useful"]
         d2f_tpf = d2f_tpf or tpf
         print(f"{'d2f' if k == 0 else f'lopa-k{k}':>10} {right:>6} {tpf:6.2f} {tpf / d2f_tpf:7.2f}x "
-              f"{statistics.mean(x['forwards'] for x in m):9.2f} {statistics.mean(x['fill_spread'] for x in m):12.2f} "
-              f"{100 * statistics.mean(x['first_fill_share'] for x in m):14.0f}%", flush=True)
+              f"{pool['forwards_mean']:9.2f} {pool['fill_spread_mean']:12.2f} "
+              f"{100 * pool['first_fill_share_mean']:14.0f}%", flush=True)
     return 0
 
 

@@ -84,7 +84,8 @@ def summarize_orders(df, n_boot: int = 1000, seed: int = 0) -> dict:
     for order in PROPOSALS:
         rule = df[(df.order == order) & df.problem.isin(problems)].set_index("problem")
         if len(rule):       # pooled TPF over LoPA's, paired by problem (tokens / forwards summed before dividing)
-            pairs_r = [((rule.tokens[p], rule.forwards[p]), (lopa_rows.tokens[p], lopa_rows.forwards[p])) for p in rule.index]
+            pairs_r = [({"tokens": rule.tokens[p], "forwards": rule.forwards[p]},
+                        {"tokens": lopa_rows.tokens[p], "forwards": lopa_rows.forwards[p]}) for p in rule.index]
             proposals[order] = {"tpf_over_lopa": _pooled_ratio(pairs_r),
                                 "tpf_over_lopa_ci95": list(bootstrap_ci(pairs_r, _pooled_ratio, n_boot, seed))}
     return {
@@ -98,9 +99,8 @@ def summarize_orders(df, n_boot: int = 1000, seed: int = 0) -> dict:
 
 
 def _pooled_ratio(pairs) -> float:
-    """Pooled TPF of the first over the second, from ((tokens, forwards), (tokens, forwards)) per problem."""
-    a = sum(x[0][0] for x in pairs) / max(sum(x[0][1] for x in pairs), 1)
-    b = sum(x[1][0] for x in pairs) / max(sum(x[1][1] for x in pairs), 1)
+    """Pooled TPF (lopa.trace.pooled) of the first over the second, from ({"tokens", "forwards"}, same) per problem."""
+    a, b = (pooled([pair[i] for pair in pairs], tokens="tokens")["tpf_useful"] for i in (0, 1))
     return a / b if b else float("nan")
 
 
