@@ -141,51 +141,58 @@ class Decoder:
             run.text = self.tokenizer.decode(answer, skip_special_tokens=True)
         return run
 
-    # -- the loop --------------------------------------------------------------------------
+    # -- the loop: one round per iteration, a line or two per phase; the helpers follow it --
     def _rounds(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
         if resume is None:
             predictions = yield from self._prefill(prompt_ids)          # round 0: the prompt forward
         else:
             predictions = self._restore(resume)                         # the state after round resume.round
-        s, N, ex, order = self.settings, self.settings.block_size, self.executor, self.order
+        s, order = self.settings, self.order
         for r in count(1 if resume is None else resume.round + 1):
             self._check_progress(r)
-            start = time.perf_counter()
+            start, filled = time.perf_counter(), self.state.n_filled()
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
-            view, filled = self._view(r, predictions), self.state.n_filled()
+            view = self._view(r, predictions)
             commits = order.anchor(view)
-            anchor_pos = commits.positions
-            anchor = self.state.with_tokens(self.state.window_start + anchor_pos, commits.tokens)
-            if anchor.finished(s, self.spec):
+            anchor = self.state.with_tokens(self.state.window_start + commits.positions, commits.tokens)
+            if anchor.finished(s, self.spec):              # nothing left to verify: a final round, no forward
                 self.state = anchor
-                yield self._final(r, anchor, commits, start, self.state.n_filled() - filled)
+                yield final_record(r, anchor, commits, s, start, committed=anchor.n_filled() - filled)
                 return
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
-            free = anchor.window() == anchor.mask_id
-            free[anchor_pos] = False     # a position the anchor committed the mask token to (mask_argmax "authors") too
-            look_pos = order.lookahead(view, free)
-            branches = [anchor] + [anchor.with_tokens(anchor.window_start + p, predictions[0][p]) for p in look_pos]
+            look_pos = order.lookahead(view, free_positions(anchor, commits.positions))
+            branches = [anchor] + lookahead_branches(anchor, look_pos, predictions[0])
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
             # 4. verify: one forward over all k + 1 windows
-            verified = ex.verify(branches)
+            verified = self.executor.verify(branches)
             # 5. score (paper: mean Conf of the masked positions; settings.branch_score) and 6. select
-            masked = [self._masked(b, verified, j) for j, b in enumerate(branches)]
-            scores = branch_scores(masked, s.branch_score, s.tau_conf)
+            scores = score_branches(branches, verified, s)
             winner = int(select_winner(scores))
             # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
-            n_cache = CACHE_SCHEDULES[s.cache_schedule](branches, winner)
-            ex.commit(winner, n_cache * N)
-            self.state = branches[winner].with_cached(n_cache)
-            predictions = tuple(x[n_cache * N:] for x in verified.branch(winner))
-            # 8. record (and save a resumable state for forks)
-            committed = self.state.n_filled() - filled      # a committed mask token (mask_argmax "authors") fills nothing
-            record = self._record(r, "round", branches, verified, (anchor_pos, look_pos), scores.tolist(),
-                                  winner, start, committed=committed, forced=commits.forced)
+            predictions = self._commit(branches, verified, winner)
+            # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
+            record = round_record(r, "round", branches, verified, scores.tolist(), winner, self.state, s, start,
+                                  positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
+                                  forced=commits.forced)
             self._save(r, predictions)
             yield record
             if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
                 return
+
+    def _prefill(self, prompt_ids: torch.Tensor):
+        """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
+        start = time.perf_counter()
+        self.state = Branch.start(self.settings, self.spec)
+        self.executor.start(prompt_ids)
+        verified = self.executor.verify([self.state])
+        self.executor.commit(0, 0)                                # caches the prompt
+        scores = score_branches([self.state], verified, self.settings).tolist()
+        record = round_record(0, "prefill", [self.state], verified, scores, 0, self.state, self.settings, start)
+        predictions = verified.branch(0)
+        self._save(0, predictions)
+        yield record
+        return predictions
 
     def _check_progress(self, r: int) -> None:
         """Every round commits at least one token (the first unfinished block is always fully activated)
@@ -199,35 +206,22 @@ class Decoder:
                 "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
                 if s.mask_argmax == "authors" else ""))
 
-    def _prefill(self, prompt_ids: torch.Tensor):
-        """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
-        start = time.perf_counter()
-        self.state = Branch.start(self.settings, self.spec)
-        self.executor.start(prompt_ids)
-        verified = self.executor.verify([self.state])
-        self.executor.commit(0, 0)                                # caches the prompt
-        s = self.settings
-        scores = branch_scores([self._masked(self.state, verified, 0)], s.branch_score, s.tau_conf).tolist()
-        record = self._record(0, "prefill", [self.state], verified, None, scores, 0, start)
-        predictions = verified.branch(0)
-        self._save(0, predictions)
-        yield record
-        return predictions
-
-    # -- what the order policy sees --------------------------------------------------------
     def _view(self, r: int, predictions: Predictions) -> RoundView:
+        """What the order policy sees: the state's window and the previous winner's predictions."""
         state = self.state
         token, max_prob, conf = predictions
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
                          state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
                          self.settings, self.spec.mask_token_id, self.vocab_size)
 
-    @staticmethod
-    def _masked(branch: Branch, verified: Verified, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Branch j's still-masked window positions [M], their max_prob [M] and Conf [M]."""
-        masked = branch.window() == branch.mask_id
-        _, max_prob, conf = verified.branch(j)
-        return masked.nonzero().flatten(), max_prob[masked], conf[masked]
+    def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
+        """The winner becomes the state and its complete leading blocks join the prefix cache
+        (settings.cache_schedule). -> the winner's predictions over its new window."""
+        n_cache = CACHE_SCHEDULES[self.settings.cache_schedule](branches, winner)
+        cut = n_cache * self.settings.block_size
+        self.executor.commit(winner, cut)
+        self.state = branches[winner].with_cached(n_cache)
+        return tuple(x[cut:] for x in verified.branch(winner))
 
     # -- saved states (forks resume from them) ---------------------------------------------
     def _save(self, r: int, predictions: Predictions) -> None:
@@ -239,46 +233,77 @@ class Decoder:
         self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
         return saved.predictions
 
-    # -- records ---------------------------------------------------------------------------
-    def _record(self, r, kind, branches, verified, positions, scores, winner, start, committed=0,
-                forced=()) -> RoundRecord:
-        anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
-        w0 = branches[0].window_start
-        per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
-        for j, b in enumerate(branches):
-            token, max_prob, conf = verified.branch(j)
-            masked = b.window() == b.mask_id
-            per_branch["tokens"].append(b.window().tolist())
-            per_branch["positions"].append((masked.nonzero().flatten() + w0).tolist())
-            per_branch["max_prob"].append(max_prob[masked].tolist())
-            per_branch["conf"].append(conf[masked].tolist())
-            per_branch["argmax"].append(token[masked].tolist())
-        anchor_tokens = branches[0].window()[anchor_pos].tolist()
-        look_tokens = [branches[j + 1].window()[p].item() for j, p in enumerate(look_pos.tolist())]
-        return RoundRecord(
-            round=r, kind=kind, window_start=w0,
-            anchor_positions=(anchor_pos + w0).tolist(), anchor_tokens=anchor_tokens,
-            lookahead_positions=(look_pos + w0).tolist(), lookahead_tokens=look_tokens,
-            branch_tokens=per_branch["tokens"], branch_positions=per_branch["positions"],
-            branch_max_prob=per_branch["max_prob"], branch_conf=per_branch["conf"], branch_argmax=per_branch["argmax"],
-            branch_scores=scores,
-            branch_rank=verified.ranks or [0] * len(branches),
-            winner=winner, block_states=self.state.states(self.settings), committed=committed,
-            n_cached_blocks=self.state.n_cached, forward_seconds=verified.seconds,
-            round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced))
 
-    def _final(self, r, anchor: Branch, commits: Commits, start, committed: int) -> RoundRecord:
-        """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""
-        w0 = anchor.window_start
-        return RoundRecord(
-            round=r, kind="final", window_start=w0, anchor_positions=(commits.positions + w0).tolist(),
-            anchor_tokens=anchor.window()[commits.positions].tolist(), lookahead_positions=[], lookahead_tokens=[],
-            branch_tokens=[anchor.window().tolist()], branch_positions=[[]], branch_max_prob=[[]], branch_conf=[[]],
-            branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
-            block_states=anchor.states(self.settings), committed=committed,
-            n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
-            forced=list(commits.forced))
+# -- pure helpers under the loop: no model, no decoder state; inputs never changed ------------------
+def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
+    """[W] bool: the window positions the lookahead may take, those still masked after the anchor, less the
+    anchor's own (it may commit the mask token, mask_argmax "authors", which leaves its position masked)."""
+    free = anchor.window() == anchor.mask_id                       # a new tensor: the anchor is untouched
+    free[anchor_pos] = False
+    return free
 
+
+def lookahead_branches(anchor: Branch, look_pos: torch.Tensor, tokens: torch.Tensor) -> list[Branch]:
+    """One branch per lookahead position p (window index): the anchor plus the predicted token tokens[p] [W]."""
+    return [anchor.with_tokens(anchor.window_start + p, tokens[p]) for p in look_pos]
+
+
+def masked_predictions(branch: Branch, verified: Verified, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Branch j's still-masked window positions [M], their max_prob [M] and Conf [M]."""
+    masked = branch.window() == branch.mask_id
+    _, max_prob, conf = verified.branch(j)
+    return masked.nonzero().flatten(), max_prob[masked], conf[masked]
+
+
+def score_branches(branches: list[Branch], verified: Verified, settings: DecodeSettings) -> torch.Tensor:
+    """C(B_j) of each branch [K + 1] (settings.branch_score over its still-masked positions; lopa.rules)."""
+    masked = [masked_predictions(b, verified, j) for j, b in enumerate(branches)]
+    return branch_scores(masked, settings.branch_score, settings.tau_conf)
+
+
+def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, scores: list[float], winner: int,
+                 state: Branch, settings: DecodeSettings, start: float, positions=None, committed: int = 0,
+                 forced=()) -> RoundRecord:
+    """The record of a round with a forward: its decisions (positions: anchor and lookahead window
+    indices, none for the prefill), every branch as verified, and the state after the commit."""
+    anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
+    w0 = branches[0].window_start
+    per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
+    for j, b in enumerate(branches):
+        token, max_prob, conf = verified.branch(j)
+        masked = b.window() == b.mask_id
+        per_branch["tokens"].append(b.window().tolist())
+        per_branch["positions"].append((masked.nonzero().flatten() + w0).tolist())
+        per_branch["max_prob"].append(max_prob[masked].tolist())
+        per_branch["conf"].append(conf[masked].tolist())
+        per_branch["argmax"].append(token[masked].tolist())
+    anchor_tokens = branches[0].window()[anchor_pos].tolist()
+    look_tokens = [branches[j + 1].window()[p].item() for j, p in enumerate(look_pos.tolist())]
+    return RoundRecord(
+        round=r, kind=kind, window_start=w0,
+        anchor_positions=(anchor_pos + w0).tolist(), anchor_tokens=anchor_tokens,
+        lookahead_positions=(look_pos + w0).tolist(), lookahead_tokens=look_tokens,
+        branch_tokens=per_branch["tokens"], branch_positions=per_branch["positions"],
+        branch_max_prob=per_branch["max_prob"], branch_conf=per_branch["conf"], branch_argmax=per_branch["argmax"],
+        branch_scores=scores,
+        branch_rank=verified.ranks or [0] * len(branches),
+        winner=winner, block_states=state.states(settings), committed=committed,
+        n_cached_blocks=state.n_cached, forward_seconds=verified.seconds,
+        round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced))
+
+
+def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,
+                 committed: int) -> RoundRecord:
+    """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""
+    w0 = anchor.window_start
+    return RoundRecord(
+        round=r, kind="final", window_start=w0, anchor_positions=(commits.positions + w0).tolist(),
+        anchor_tokens=anchor.window()[commits.positions].tolist(), lookahead_positions=[], lookahead_tokens=[],
+        branch_tokens=[anchor.window().tolist()], branch_positions=[[]], branch_max_prob=[[]], branch_conf=[[]],
+        branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
+        block_states=anchor.states(settings), committed=committed,
+        n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
+        forced=list(commits.forced))
 
 def check_prompt(ids: torch.Tensor, settings: DecodeSettings, spec: ModelSpec) -> None:
     """A prompt the model can decode with these settings, or a ValueError saying what to shorten."""
