@@ -3,13 +3,16 @@
 Each trace a visitor loads is charged the bytes its RunResult holds (`held_bytes`, measured on the
 objects themselves, not estimated from counts). A session's budget, SESSION_BUDGET_BYTES, is two
 halves: HOLD_BYTES for the loaded traces it keeps, and lopa.schema.READ_BYTES for reading the next
-one, whose peak lopa.schema.read_cost bounds before it is parsed. So a read never needs the kept
-runs gone first (a file that fails to load costs none of them), and the session's peak stays
-within its budget. Its loaded traces stay within HOLD_BYTES: a new one first evicts the session's oldest loaded runs that it needs room
-for (app/runs.py), and one bigger than the whole budget is refused. All sessions together stay
-within APP_BUDGET_BYTES: a trace that does not fit even after its own session's evictions is
-refused, with a message giving the size and the limit. An evicted run gives its bytes back, and the
-allocator is asked to return freed memory to the system, so the process's RSS comes down too.
+one, whose peak is bounded before each step that spends it (lopa.schema.check_read: read_cost for
+JSON, lopa.parquet_trace for Parquet). So a read never needs the kept runs gone first (a file that
+fails to load costs none of them), and the session's peak stays within its budget. Its loaded
+traces stay within HOLD_BYTES: a new one first evicts the session's oldest loaded runs that it needs
+room for (app/runs.py), and one bigger than the whole budget is refused. All sessions together stay
+within APP_BUDGET_BYTES, reads in progress included: a read is charged its bound for as long as it
+runs (`Ledger.reading_trace`), so reads in several sessions at once cannot together overrun the app; a
+read, or a trace that does not fit even after its own session's evictions, is refused with a
+message giving the size and the limit. An evicted run gives its bytes back, and the allocator is
+asked to return freed memory to the system, so the process's RSS comes down too.
 
     LOPA_SESSION_MEMORY_MB   per session (default 192: 96 to hold traces, 96 to read one)
     LOPA_APP_MEMORY_MB       all sessions together (default 1024)
@@ -20,6 +23,7 @@ not charged: the settings' ranges and the run list's MAX_RUNS bound them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -66,25 +70,61 @@ def mb(n: int) -> str:
 
 
 class Ledger:
-    """The bytes all sessions' loaded traces hold, against APP_BUDGET_BYTES (thread-safe: Gradio
-    runs callbacks of different sessions on different threads)."""
+    """The bytes all sessions' loaded traces hold, and those their reads in progress may take, against
+    APP_BUDGET_BYTES (thread-safe: Gradio runs callbacks of different sessions on different threads)."""
 
     def __init__(self, budget: int):
-        self.budget, self.held = budget, 0
+        self.budget, self.held, self.reading = budget, 0, 0
         self._lock = threading.Lock()
 
-    def charge(self, nbytes: int, freed_first: int = 0) -> None:
-        """Take `nbytes` once `freed_first` bytes are given back; ValueError if that does not fit."""
+    def charge(self, nbytes: int, freed_first: int = 0, read: Read | None = None) -> None:
+        """Take `nbytes` once `freed_first` bytes are given back; ValueError if that does not fit. The
+        bytes of `read`, the read that built what is charged (its bound covers it), become this charge."""
         with self._lock:
-            if self.held - freed_first + nbytes > self.budget:
-                raise ValueError(f"the app holds {mb(self.held)} of loaded traces for all visitors and may hold "
-                                 f"{mb(self.budget)}; this trace needs {mb(nbytes)}: try again later, or load a "
-                                 "shorter trace")
+            own = read.nbytes if read is not None and read.ledger is self else 0
+            others = self.reading - own
+            if self.held - freed_first + others + nbytes > self.budget:
+                raise ValueError(f"the app holds {mb(self.held)} of loaded traces and {mb(others)} for reads in "
+                                 f"progress, for all visitors, and may hold {mb(self.budget)}; this trace needs "
+                                 f"{mb(nbytes)}: try again later, or load a shorter trace")
             self.held += nbytes
+            if read is not None and read.ledger is self:
+                self.reading, read.nbytes = others, 0
 
     def release(self, nbytes: int) -> None:
         with self._lock:
             self.held = max(0, self.held - nbytes)
+
+    @contextlib.contextmanager
+    def reading_trace(self):
+        """A read charged to the app while it runs: pass its `reserve` to RunResult.load, which calls it
+        with the bound on the read's peak before each step; given back when the read ends, however."""
+        read = Read(self)
+        try:
+            yield read
+        finally:
+            read.reserve(0)
+
+
+class Read:
+    """One read in progress and the bytes it is charged (Ledger.reading_trace)."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger, self.nbytes = ledger, 0
+
+    def reserve(self, nbytes: int) -> None:
+        """Charge this read `nbytes` from now on (more or less than before); ValueError, with the charge
+        unchanged, where the app cannot cover it."""
+        ledger = self.ledger
+        with ledger._lock:
+            more = nbytes - self.nbytes
+            if more > 0 and ledger.held + ledger.reading + more > ledger.budget:
+                raise ValueError(f"reading this trace may take {mb(nbytes)}; the app holds {mb(ledger.held)} of "
+                                 f"loaded traces and {mb(ledger.reading - self.nbytes)} for other reads in progress, "
+                                 f"for all visitors, and may hold {mb(ledger.budget)}: try again in a moment, or "
+                                 "load a shorter trace")
+            ledger.reading += more
+            self.nbytes = nbytes
 
 
 LEDGER = Ledger(APP_BUDGET_BYTES)

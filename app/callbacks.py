@@ -19,6 +19,7 @@ from lopa import PAPER_PRESETS, RunResult
 from lopa.trace import metrics
 
 from .boundary import forget_kept, stream_jobs
+from .budget import LEDGER
 from .examples import check_answer
 from .gpu import zero_gpu
 from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
@@ -268,22 +269,24 @@ def export_trace(session: Session, fmt: str) -> tuple:
 
 
 def load_trace(session: Session, file) -> tuple:
-    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load)."""
+    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load),
+    and the read is charged to the app's memory budget while it runs (app/budget.py)."""
     path = getattr(file, "name", file)
     if not path:
         return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
-    try:
-        run = RunResult.load(path)
-    except (ValueError, OSError, UnicodeDecodeError) as err:
-        return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
-    if not run.records:
-        return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
-    tokenizer = tokenizer_for_trace(run.spec)
-    names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
-    try:
-        session.replay(run, names)
-    except ValueError as err:                    # over the memory budget (app/budget.py): nothing changed
-        return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+    with LEDGER.reading_trace() as read:
+        try:
+            run = RunResult.load(path, reserve=read.reserve)
+        except (ValueError, OSError, UnicodeDecodeError) as err:
+            return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+        if not run.records:
+            return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
+        tokenizer = tokenizer_for_trace(run.spec)
+        names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
+        try:
+            session.replay(run, names, read=read)
+        except ValueError as err:                # over the memory budget (app/budget.py): nothing changed
+            return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
     where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
     k = run.settings.get("k", "?")
     return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "

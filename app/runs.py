@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from lopa import RunResult
 from lopa.trace import metrics
 
-from .budget import HOLD_BYTES, LEDGER, held_bytes, mb, return_freed_memory
+from .budget import HOLD_BYTES, LEDGER, Read, held_bytes, mb, return_freed_memory
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
 # A session's memory is bounded: at most MAX_RUNS runs, and its loaded traces within the half of its
@@ -52,13 +52,14 @@ class RunTree:
         return run_id in self.entries
 
     def add(self, note: str, parent: str | None = None, at_round: int | None = None, names: dict | None = None,
-            source: str = "live", run: RunResult | None = None) -> RunEntry:
-        """A new run under `parent`. A loaded trace (source "replay") is charged its bytes: the oldest
-        runs it needs room for go first; ValueError, with nothing changed, where it cannot fit."""
+            source: str = "live", run: RunResult | None = None, read: Read | None = None) -> RunEntry:
+        """A new run under `parent`. A loaded trace (source "replay") is charged its bytes, in place of
+        the charge of the `read` that built it: the oldest runs it needs room for go first; ValueError,
+        with nothing changed, where it cannot fit."""
         held = held_bytes(run) if source == "replay" and run is not None else 0
         evicted = self._room_for(held)
         if held:
-            LEDGER.charge(held, freed_first=sum(self.entries[i].held for i in evicted))
+            LEDGER.charge(held, freed_first=sum(self.entries[i].held for i in evicted), read=read)
         for run_id in evicted:
             self._drop_tree(run_id)
         n = self._children[parent] = self._children.get(parent, 0) + 1

@@ -18,7 +18,7 @@ from lopa.settings import SETTINGS, check_settings
 from lopa.trace import RoundRecord
 
 from .boundary import trace_of
-from .budget import return_freed_memory
+from .budget import Read, return_freed_memory
 from .runs import RunTree
 
 # The settings inputs: every setting the registry (lopa.settings.SETTINGS) marks for the app, in its
@@ -243,10 +243,10 @@ class Session:
     def close(self) -> None:
         self.live, self.key = None, None
 
-    def replay(self, run: RunResult, names: dict) -> None:
+    def replay(self, run: RunResult, names: dict, read: Read | None = None) -> None:
         """Show a loaded trace; no model involved. ValueError, with the session unchanged, when it is
-        over the memory budget (app/budget.py)."""
-        entry = self.runs.add("loaded trace", names=names, source="replay", run=run)
+        over the memory budget (app/budget.py). `read`: the read that built it, whose charge it takes."""
+        entry = self.runs.add("loaded trace", names=names, source="replay", run=run, read=read)
         self.close()
         self.current, self.runs_changed = entry.id, True
         self.run, self.names, self.source, self.elapsed_before = run, names, "replay", 0.0

@@ -64,12 +64,36 @@ def read_cost(text: str) -> int:
     """An upper bound on the bytes reading `text` takes at its peak (RunResult.from_json): the text
     and its strings (1 byte a character each when ASCII; up to 4 each otherwise, and a \\u escape
     can widen a whole string), plus READ_COST per structural character. Counts only, no parse."""
-    wide = not text.isascii() or "\\u" in text
-    return (8 if wide else 2) * len(text) + sum(cost * text.count(char) for char, cost in READ_COST.items())
+    return text_cost(len(text), not text.isascii() or "\\u" in text, text.count)
+
+
+def text_cost(length, wide, count):
+    """read_cost from a text's length in characters, whether it is wide, and `count(char)`, how often
+    a character occurs in it: on one text (ints) or on many at once (numpy arrays, lopa.parquet_trace)."""
+    return (2 + 6 * wide) * length + sum(cost * count(char) for char, cost in READ_COST.items())
+
+
+def check_read(cost: int, reserve=None) -> None:
+    """Go on with a read whose peak from here on is at most `cost` bytes: ValueError over READ_BYTES.
+    `reserve(cost)`, the caller's own account (the app's budget, app/budget.py), may refuse it too."""
+    if cost > READ_BYTES:
+        raise ValueError(f"reading this trace would take up to {cost / 2**20:.0f} MB of memory; a trace may take "
+                         f"{READ_BYTES >> 20} MB to read (LOPA_SESSION_MEMORY_MB / 2): load a shorter run")
+    if reserve is not None:
+        reserve(cost)
 
 
 def _positions(n: int):
-    return Field(max_length=n)
+    return Field(max_length=n, fail_fast=True)
+
+
+# Every list stops at its first bad item (fail_fast), and a strict model at its first unknown key
+# (_Strict): pydantic would otherwise make an error object of about 1 KB for each, far more than
+# the item or key costs to read (read_cost), so a hostile file of bad items could outgrow its read.
+def _branches(item):
+    """One entry per branch, each a list of `item` that stops at its first bad entry too."""
+    return Annotated[list[Annotated[list[item], Field(fail_fast=True)]],
+                     Field(min_length=1, max_length=MAX_LOOKAHEAD + 1, fail_fast=True)]
 
 
 def _stored(spec) -> tuple:
@@ -99,7 +123,7 @@ Settings = create_model("Settings", __base__=_SettingsChecks, **{name: _stored(s
 class Spec(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     mask_token_id: Id
-    eos_token_ids: list[Id] = Field(min_length=1, max_length=64)
+    eos_token_ids: list[Id] = Field(min_length=1, max_length=64, fail_fast=True)
     logit_shift: bool
     pad_token_id: Id | None = None
     block_size: Annotated[int, Field(ge=1, le=MAX_BLOCK_SIZE)] | None = None
@@ -121,7 +145,7 @@ class Extra(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
     world: Annotated[int, Field(ge=1, le=4096)] | None = None
     forward_s: Seconds | None = None
-    rank_forward_s: list[Seconds] = Field(default=[], max_length=4096)
+    rank_forward_s: list[Seconds] = Field(default=[], max_length=4096, fail_fast=True)
     control_s: Seconds | None = None
     gather_s: Seconds | None = None
     commit_s: Seconds | None = None
@@ -134,8 +158,21 @@ class Extra(BaseModel):
     commit_broadcast: bool | None = None
 
 
-class Forced(BaseModel):
+class _Strict(BaseModel):
+    """Strict types and no unknown keys: the first unknown key is the one error (see _branches)."""
     model_config = Strict
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data):
+        if isinstance(data, dict):
+            unknown = next((key for key in data if key not in cls.model_fields), None)
+            if unknown is not None:
+                raise ValueError(f"unknown field {str(unknown)[:MAX_NAME]!r}")
+        return data
+
+
+class Forced(_Strict):
     action: Literal["commit", "hold", "lookahead"]
     position: Pos
     token: Id | None = None
@@ -147,8 +184,7 @@ class ForkedFrom(BaseModel):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
 
 
-class Record(BaseModel):
-    model_config = Strict
+class Record(_Strict):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
     kind: Literal["prefill", "round", "final"]
     window_start: Pos
@@ -156,21 +192,22 @@ class Record(BaseModel):
     anchor_tokens: list[Id] = _positions(MAX_POSITIONS)
     lookahead_positions: list[Pos] = _positions(MAX_LOOKAHEAD)
     lookahead_tokens: list[Id] = _positions(MAX_LOOKAHEAD)
-    branch_tokens: list[list[Id]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_positions: list[list[Pos]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_max_prob: list[list[Prob]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_conf: list[list[Finite]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_argmax: list[list[Id]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_scores: list[float] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
-    branch_rank: list[Annotated[int, Field(ge=0, le=4096)]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    branch_tokens: _branches(Id)
+    branch_positions: _branches(Pos)
+    branch_max_prob: _branches(Prob)
+    branch_conf: _branches(Finite)
+    branch_argmax: _branches(Id)
+    branch_scores: list[float] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1, fail_fast=True)
+    branch_rank: list[Annotated[int, Field(ge=0, le=4096)]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1,
+                                                                      fail_fast=True)
     winner: Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD)]
-    block_states: list[Literal[BLOCK_STATES]] = Field(min_length=1, max_length=MAX_POSITIONS)
+    block_states: list[Literal[BLOCK_STATES]] = Field(min_length=1, max_length=MAX_POSITIONS, fail_fast=True)
     committed: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
     n_cached_blocks: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
     forward_seconds: Seconds
     round_seconds: Seconds
     extra: Extra = Extra()
-    forced: list[Forced] = Field(default=[], max_length=MAX_POSITIONS)
+    forced: list[Forced] = Field(default=[], max_length=MAX_POSITIONS, fail_fast=True)
 
     @field_validator("branch_scores")
     @classmethod
@@ -204,15 +241,15 @@ class Trace(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     format: Literal[TRACE_FORMAT]
     prompt: Annotated[str, Field(max_length=MAX_TEXT)]
-    prompt_ids: list[Id] = Field(max_length=MAX_PROMPT_TOKENS)
+    prompt_ids: list[Id] = Field(max_length=MAX_PROMPT_TOKENS, fail_fast=True)
     settings: Settings
     spec: Spec
-    tokens: list[Id] = Field(max_length=MAX_POSITIONS)
+    tokens: list[Id] = Field(max_length=MAX_POSITIONS, fail_fast=True)
     text: Annotated[str, Field(max_length=MAX_TEXT)] = ""
     stopped: bool = False
     run_id: Name = ""
     forked_from: ForkedFrom | None = None
-    records: list[Record] = Field(max_length=MAX_ROUNDS)
+    records: list[Record] = Field(max_length=MAX_ROUNDS, fail_fast=True)
 
     @model_validator(mode="after")
     def _consistent(self):

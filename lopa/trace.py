@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lopa.schema import MAX_TRACE_BYTES, READ_BYTES, TRACE_FORMAT, read_cost, validate_trace
+from lopa.parquet_trace import read_parquet
+from lopa.schema import MAX_TRACE_BYTES, TRACE_FORMAT, check_read, read_cost, validate_trace
 
 
 @dataclass
@@ -257,14 +258,12 @@ class RunResult:
         return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
 
     @classmethod
-    def from_json(cls, text: str) -> RunResult:
-        """Parse and validate (lopa.schema) a JSON trace; ValueError naming the bad field."""
+    def from_json(cls, text: str, reserve=None) -> RunResult:
+        """Parse and validate (lopa.schema) a JSON trace; ValueError naming the bad field. Its read_cost
+        is checked before json.loads builds anything (lopa.schema.check_read, `reserve` as there)."""
         if len(text) > MAX_TRACE_BYTES:
             raise ValueError(f"the trace is over {MAX_TRACE_BYTES >> 20} MB")
-        cost = read_cost(text)          # checked before json.loads builds anything (lopa.schema)
-        if cost > READ_BYTES:
-            raise ValueError(f"reading this trace would take up to {cost / 2**20:.0f} MB of memory; a trace may take "
-                             f"{READ_BYTES >> 20} MB to read (LOPA_SESSION_MEMORY_MB / 2): load a shorter run")
+        check_read(read_cost(text), reserve)
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -334,9 +333,11 @@ class RunResult:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> RunResult:
+    def load(cls, path: str | Path, reserve=None) -> RunResult:
         """Read a trace written by `save`. Only parses data, never executes or unpickles anything;
-        every field is validated (lopa.schema) before the run is built. ValueError otherwise."""
+        every field is validated (lopa.schema) before the run is built. ValueError otherwise. The
+        read's peak is bounded before each step that spends it (lopa.schema.check_read; Parquet:
+        lopa.parquet_trace); `reserve(nbytes)`, called with each bound, may refuse it too."""
         path = Path(path)
         if path.suffix not in (".json", ".parquet"):
             raise ValueError(f"trace file must end in .json or .parquet, got {path.name!r}")
@@ -346,33 +347,17 @@ class RunResult:
             raise ValueError(f"cannot read {path.name}: {err.strerror}") from None
         if size > MAX_TRACE_BYTES:
             raise ValueError(f"{path.name} is {size >> 20} MB; traces are limited to {MAX_TRACE_BYTES >> 20} MB")
-        if path.suffix == ".json":
-            try:
-                text = path.read_bytes().decode("utf-8", errors="strict")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path.name} is not UTF-8 text: {err.reason}") from None
-            return cls.from_json(text)
-        import pyarrow.parquet as pq
+        if path.suffix == ".parquet":
+            return cls._from_table(*read_parquet(path, size, reserve))
+        check_read(size, reserve)
+        raw = path.read_bytes()
+        check_read(size + (size if raw.isascii() else 4 * size), reserve)     # the bytes and their text
         try:
-            # Parquet compresses: the file's size says nothing of its data's, which bounds memory here
-            layout = pq.ParquetFile(path).metadata
-            unpacked = sum(layout.row_group(i).total_byte_size for i in range(layout.num_row_groups))
-        except Exception as err:  # pyarrow raises several types for corrupt files
-            raise ValueError(f"not a readable Parquet file: {err}") from None
-        if unpacked > MAX_TRACE_BYTES:
-            raise ValueError(f"{path.name} holds {unpacked >> 20} MB of data; traces are limited to "
-                             f"{MAX_TRACE_BYTES >> 20} MB")
-        try:
-            table = pq.read_table(path)
-            meta = (table.schema.metadata or {}).get(b"lopa")
-            # Rows straight from Arrow as Python objects: the file's pandas metadata (which pandas
-            # would interpret) is never read.
-            rows = table.to_pylist() if meta else []
-        except Exception as err:  # pyarrow raises several types for corrupt files
-            raise ValueError(f"not a readable Parquet file: {err}") from None
-        if meta is None:
-            raise ValueError("Parquet file has no LoPA run header")
-        return cls._from_table(meta, rows)
+            text = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path.name} is not UTF-8 text: {err.reason}") from None
+        del raw
+        return cls.from_json(text, reserve)
 
 
 def _plain(value):

@@ -1,12 +1,16 @@
 """Loaded traces are bounded by bytes, not counts: each is charged what it holds, a session and the
 app have budgets, an upload over budget is refused with its size and the limit and changes nothing,
-evicted runs give their bytes back, reading a trace costs no more than read_cost says (hostile
-shapes included), and the schema's limits derive from the budget."""
+evicted runs give their bytes back, a read is charged to the app while it runs (so reads in several
+sessions at once cannot overrun it), reading a JSON trace costs no more than read_cost says (hostile
+shapes included; Parquet: tests/test_parquet_budget.py), and the schema's limits derive from the
+budget."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,10 +95,102 @@ def test_the_limits_derive_from_the_budget():
 
 def test_a_trace_that_would_cost_too_much_to_read_is_refused_before_parsing(monkeypatch):
     text = trace_json(5, blocks=16, per_round=50)
-    monkeypatch.setattr("lopa.trace.READ_BYTES", read_cost(text) - 1)
+    monkeypatch.setattr("lopa.schema.READ_BYTES", read_cost(text) - 1)
     monkeypatch.setattr("lopa.trace.json.loads", lambda *a, **k: pytest.fail("parsed a trace over its read budget"))
     with pytest.raises(ValueError, match=r"reading this trace would take up to \d+ MB of memory; a trace may take \d+ MB"):
         RunResult.from_json(text)
+
+
+def _ledger(monkeypatch, budget: int) -> Ledger:
+    """A fresh app budget for the upload callback and the run lists."""
+    ledger = Ledger(budget)
+    monkeypatch.setattr("app.callbacks.LEDGER", ledger)
+    monkeypatch.setattr("app.runs.LEDGER", ledger)
+    return ledger
+
+
+def _read_bound(path) -> int:
+    """The most a read of `path` is charged at once (the bounds RunResult.load checks)."""
+    bounds = []
+    RunResult.load(path, reserve=bounds.append)
+    return max(bounds)
+
+
+def test_a_read_is_charged_to_the_app_while_it_runs_and_gives_it_back_after(tmp_path, monkeypatch):
+    from app import callbacks
+    path = tmp_path / "trace.json"
+    path.write_text(trace_json(40, blocks=16, per_round=50))
+    bound = _read_bound(path)
+    ledger = _ledger(monkeypatch, bound)               # exactly one read: its run takes the read's charge
+    session = Session()
+    with ledger.reading_trace() as other:              # another session's read, under way
+        other.reserve(bound // 2)
+        status = callbacks.load_trace(session, str(path))[0]
+        assert re.search(r"reading this trace may take \d+ KB; the app holds 0 KB of loaded traces and \d+ KB for "
+                         r"other reads in progress, for all visitors, and may hold \d+ KB", status), status
+        assert not session.runs.entries and ledger.reading == bound // 2
+    assert ledger.reading == 0
+    callbacks.load_trace(session, str(path))
+    assert len(session.runs.entries) == 1 and ledger.reading == 0 and ledger.held == session.runs.held > 0
+
+
+def test_a_read_that_fails_gives_its_charge_back(tmp_path, monkeypatch):
+    from app import callbacks
+    ledger = _ledger(monkeypatch, 1 << 30)
+    data = json.loads(trace_json(5, blocks=16, per_round=50))
+    data["records"][2]["winner"] = 99
+    bad_json, bad_parquet = tmp_path / "bad.json", tmp_path / "bad.parquet"
+    bad_json.write_text(json.dumps(data))
+    RunResult._from_parts(data, data["records"]).save(bad_parquet)
+    session = Session()
+    for path in (bad_json, bad_parquet):
+        assert "invalid trace: records.2" in callbacks.load_trace(session, str(path))[0]
+        assert ledger.reading == 0 and ledger.held == 0 and not session.runs.entries
+
+
+def test_two_sessions_reading_at_once_cannot_overrun_the_app(tmp_path, monkeypatch):
+    """Session A's read is paused while it parses; session B's read, which the app cannot cover beside
+    it, is refused; A's goes on and is kept."""
+    from app import callbacks
+    path = tmp_path / "trace.json"
+    path.write_text(trace_json(40, blocks=16, per_round=50))
+    ledger = _ledger(monkeypatch, _read_bound(path) * 3 // 2)
+    parsing, go_on, loads = threading.Event(), threading.Event(), json.loads
+
+    def paused_loads(text, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            parsing.set()
+            assert go_on.wait(30)
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr("lopa.trace.json.loads", paused_loads)
+    first, second, statuses = Session(), Session(), {}
+    reader = threading.Thread(target=lambda: statuses.update(first=callbacks.load_trace(first, str(path))[0]))
+    reader.start()
+    assert parsing.wait(30)
+    statuses["second"] = callbacks.load_trace(second, str(path))[0]
+    assert ledger.reading > 0
+    go_on.set()
+    reader.join(30)
+    assert "reading this trace may take" in statuses["second"] and not second.runs.entries
+    assert "Replaying a trace of 40 rounds" in statuses["first"] and len(first.runs.entries) == 1
+    assert ledger.reading == 0 and ledger.held == first.runs.held
+
+
+def test_the_bounds_a_read_checks_are_charged_before_each_step(tmp_path):
+    """RunResult.load hands each bound to `reserve` before spending it: refusing the first stops the
+    read before the file is opened, for JSON and Parquet alike."""
+    run = RunResult.from_json(trace_json(5, blocks=16, per_round=50))
+    for suffix in ("json", "parquet"):
+        path = run.save(tmp_path / f"t.{suffix}")
+        bounds = []
+        RunResult.load(path, reserve=bounds.append)
+        assert len(bounds) == 3 and all(0 < b <= READ_BYTES for b in bounds)
+
+        def refuse(nbytes):
+            raise ValueError("no room")
+        with pytest.raises(ValueError, match="no room"):
+            RunResult.load(path, reserve=refuse)
 
 
 def _junk(value) -> str:
@@ -112,6 +208,13 @@ def _forced_and_extra(n: int) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
+def _bad_record(change) -> str:
+    """A trace whose first round is changed by `change`: pydantic stops at its first error in it."""
+    data = json.loads(trace_json(4, blocks=16, per_round=8))
+    change(data["records"][0])
+    return json.dumps(data, separators=(",", ":"))
+
+
 N = 100_000
 SHAPES = {   # what a byte of JSON can become, the costliest first: each must stay within read_cost
     "nested lists": lambda: _junk([json.loads("[" * 50 + "]" * 50)] * (N // 50)),
@@ -122,6 +225,8 @@ SHAPES = {   # what a byte of JSON can become, the costliest first: each must st
     "a wide string": lambda: _junk("\U0001F600" + "a" * (4 * N)),
     "floats": lambda: _junk([1e5 + i for i in range(N)]),
     "forced and extra": lambda: _forced_and_extra(8000),          # the schema's most per round
+    "unknown keys in a round": lambda: _bad_record(lambda r: r.update({f"{i:x}": 0 for i in range(N)})),
+    "bad numbers in a branch": lambda: _bad_record(lambda r: r["branch_positions"][0].extend([""] * N)),
     "a real-shaped trace": lambda: trace_json(400, blocks=16, per_round=200),
 }
 
@@ -133,7 +238,10 @@ def status(field):
 gc.collect()
 open("/proc/self/clear_refs", "w").write("5")        # VmHWM from here: the read's own peak
 before = status("VmRSS")
-RunResult.load(sys.argv[1])
+try:
+    RunResult.load(sys.argv[1])
+except ValueError:                                   # a refused trace: what refusing it took
+    pass
 print(status("VmHWM") - before)
 """
 
