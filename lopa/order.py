@@ -165,6 +165,11 @@ class MixedOrder(ConfidenceOrder):
         return torch.cat([top, bottom])
 
 
+# "Just under tau_conf" for the adaptive gain model: within this of it (AdaptiveOrder's n_near; the
+# calibration that fits the model counts the same, lopa.study.adaptive.branch_rounds).
+ADAPTIVE_NEAR = 0.2
+
+
 class AdaptiveOrder:
     """order = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
     top settings.k candidates as pay for themselves in committed tokens per second (lopa.rules.choose_k),
@@ -173,10 +178,11 @@ class AdaptiveOrder:
     (lopa.study.adaptive.measure_cost). Returns fewer than k positions, often none, which the engine
     verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
     near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
-    win, release, lift: the gain model of lopa.rules.choose_k."""
+    win, release, lift: the gain model of lopa.rules.choose_k (make_order passes the settings'
+    adaptive_win and adaptive_lift, the running model's when a calibration fitted them)."""
     name = "adaptive"
 
-    def __init__(self, cost, base: OrderPolicy | None = None, near: float = 0.2, win: float = 0.35,
+    def __init__(self, cost, base: OrderPolicy | None = None, near: float = ADAPTIVE_NEAR, win: float = 0.35,
                  release: float = 1.0, lift: float = 0.25):
         self.cost = torch.as_tensor(cost, dtype=torch.float64)          # [K + 1] seconds for B = 1 .. K + 1
         self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
@@ -231,7 +237,8 @@ def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
     if settings.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
         ranking = FlooredOrder(ranking, settings.lookahead_min_prob)
     if settings.order == "adaptive":
-        return AdaptiveOrder(linear_cost(settings) if cost is None else cost, base=ranking)
+        return AdaptiveOrder(linear_cost(settings) if cost is None else cost, base=ranking,
+                             win=settings.adaptive_win, lift=settings.adaptive_lift)
     return ranking
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from lopa.settings import BRANCH_SCORE_RULES
+from lopa.settings import BRANCH_SCORE_RULES, MAX_ADAPTIVE_LIFT
 
 
 def confidence(probs: torch.Tensor, metric: str) -> torch.Tensor:
@@ -209,10 +209,11 @@ def choose_k(n_candidates: int, anchor_commits: int, n_near: int, cost: torch.Te
     Expected tokens committed this round and the next with k branches:
         E(k) = A + (1 - (1 - win)^k) * (release + lift * n_near)
     A = the anchor's commits this round; 1 - (1 - win)^k = the chance that one of k branches wins
-    (each wins with chance `win`); a win commits its own token (`release` = 1) plus the share `lift`
-    of the n_near positions just under tau_conf that it pushes over. `win` is measured on the bundled
-    model (docs/studies.md): at k = 1 a lookahead branch wins 35% of rounds, at k = 2 71% (1 - 0.65^2
-    = 58% predicted: branches are not independent, so the model is conservative past k = 1).
+    (each wins with chance `win`); a win commits its own token (`release` = 1) plus `lift` tokens per
+    position of the n_near just under tau_conf. win and lift are the model's own (fit_gain, from a
+    calibration decode; settings adaptive_win, adaptive_lift); the defaults: sure-gsm-dllm's win and an
+    assumed lift. win is fitted at k = 1; branches are not independent (on sure-gsm-dllm, k = 2 won 71%
+    of rounds against 1 - 0.65^2 = 58% predicted), so the model is conservative past k = 1.
     Returns k in 0..n_candidates maximising E(k) / cost[k], committed tokens per second; ties go to
     the larger k. Branches that cost nothing give the largest k; branches dearer than any gain, k = 0.
     """
@@ -221,3 +222,24 @@ def choose_k(n_candidates: int, anchor_commits: int, n_near: int, cost: torch.Te
     expected = anchor_commits + (1 - (1 - win) ** k) * (release + lift * n_near)     # [C + 1]
     rate = expected / cost[:C + 1].double()
     return C - torch.flip(rate, [0]).argmax()                                          # the last maximum
+
+
+def fit_gain(vanilla_tpf: float, one_tpf: float, one_forwards: int, branch_rounds: int, wins: int, near: int,
+             release: float = 1.0, max_lift: float = MAX_ADAPTIVE_LIFT) -> tuple[float, float]:
+    """(win, lift) of choose_k's gain model, from a calibration of the running model: the same problems
+    decoded at k = 0 (tokens per forward `vanilla_tpf`) and at k = 1 (`one_tpf` over `one_forwards`
+    forwards, of which `branch_rounds` verified a branch, `wins` won by it, `near` the n_near summed
+    over those rounds).
+        win  = wins / branch_rounds
+        gain = (one_tpf - vanilla_tpf) * one_forwards / wins      tokens a won round adds in all
+        lift = (gain - release) / (near / branch_rounds)          clipped to [0, max_lift]
+    gain is the whole effect of a win, what it unlocks in later rounds included, which is what tokens
+    per second sees; reading only the next round's commits would miss a cascade. No branch round, no
+    win or no position near tau_conf leaves nothing to fit: lift 0 (a win is worth its own token)."""
+    if branch_rounds <= 0 or wins <= 0:
+        return 0.0, 0.0
+    win = wins / branch_rounds
+    gain = (one_tpf - vanilla_tpf) * one_forwards / wins
+    mean_near = near / branch_rounds
+    lift = (gain - release) / mean_near if mean_near > 0 else 0.0
+    return win, min(max(lift, 0.0), max_lift)

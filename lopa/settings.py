@@ -48,6 +48,10 @@ MAX_SEED = 2**32 - 1
 # The cost model of the adaptive order: a round with B branches costs
 # 1 + branch_cost * (B - 1) rounds of one branch (lopa.order.AdaptiveOrder).
 MAX_BRANCH_COST = 100.0
+# The adaptive gain model's lift (tokens a win adds per position near tau_conf): a fit is clipped here.
+# Where few positions sit near the threshold (sure-gsm-dllm: ~0.5 a round) a win's worth over them runs
+# to several tokens each; past 20 the calibration had almost nothing to divide by.
+MAX_ADAPTIVE_LIFT = 20.0
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,15 @@ class DecodeSettings:
     branch_cost: float = setting(
         1.0, "order=adaptive only: what one more branch adds to a round's seconds, in rounds of one branch "
         "(1 = a compute-bound CPU; a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
+    # The adaptive order's gain model (lopa.rules.choose_k). A model's own values come from a short
+    # calibration decode (lopa.study.adaptive.calibrate); the defaults: win as measured on sure-gsm-dllm,
+    # lift an assumption. Not app inputs: a study fits them, nobody picks them by hand.
+    adaptive_win: float = setting(
+        0.35, "order=adaptive only: the chance one lookahead branch wins a round (k branches: 1 - (1 - win)^k)",
+        low=0.0, high=1.0, app=False)
+    adaptive_lift: float = setting(
+        0.25, "order=adaptive only: tokens a won round adds beyond its own token, per free position within 0.2 "
+        "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False)
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():

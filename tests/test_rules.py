@@ -11,6 +11,7 @@ from lopa.rules import (
     branch_scores,
     choose_k,
     confidence,
+    fit_gain,
     lookahead_positions,
     score_split,
     select_winner,
@@ -198,3 +199,27 @@ def test_choose_k_on_hand_made_costs():
     assert torch.equal(cost, before)                                            # inputs unchanged
 
 
+
+
+def test_fit_gain_on_hand_made_calibrations():
+    # k = 1 won 6 of 10 branch rounds over 20 forwards at TPF 6 against vanilla's 4: 40 extra tokens,
+    # 6.67 per win; 1 is the winner's own, the rest over 2 near positions a round
+    win, lift = fit_gain(4.0, 6.0, 20, branch_rounds=10, wins=6, near=20)
+    assert win == pytest.approx(0.6) and lift == pytest.approx((40 / 6 - 1) / 2)
+    assert fit_gain(4.0, 4.1, 20, 10, 5, 20) == (0.5, 0.0)             # a win worth less than its own token: no lift
+    assert fit_gain(4.0, 6.0, 20, 10, 6, 0) == (0.6, 0.0)              # nothing near tau_conf: nothing to spread over
+    assert fit_gain(4.0, 6.0, 20, 10, 6, 1, max_lift=3.0) == (0.6, 3.0)  # clipped to the setting's range
+    assert fit_gain(4.0, 4.0, 20, 0, 0, 0) == (0.0, 0.0)               # no branch ever verified
+    assert fit_gain(4.0, 4.0, 20, 10, 0, 20) == (0.0, 0.0)             # never won
+
+
+def test_a_fitted_gain_model_pays_where_branches_do_and_not_where_they_do_not():
+    # cost of a round with B = 1, 2, 3 branches against one, as measured on this CPU (~1.35x per branch)
+    cost = torch.tensor([1.0, 1.35, 1.72])
+    # the regime model's calibration: TPF 3.4 -> 6.5 at k = 1, 60% of branch rounds won, ~1.5 near a round:
+    # a win is worth ~5 tokens, so one branch pays over a 4-token anchor
+    win, lift = fit_gain(3.4, 6.5, 100, branch_rounds=90, wins=54, near=135)
+    assert int(choose_k(14, 4, 2, cost, win=win, lift=lift)) == 1
+    # the sure model's: TPF 17.5 -> 18.5 at k = 1, 31% won; its anchor commits ~17 a round: k = 0
+    win, lift = fit_gain(17.47, 18.47, 100, branch_rounds=100, wins=31, near=100)
+    assert int(choose_k(14, 17, 1, cost, win=win, lift=lift)) == 0

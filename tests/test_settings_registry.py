@@ -103,7 +103,8 @@ def test_study_flags_reach_the_decoder():
 
 
 def test_order_adaptive_is_a_flag_recorded_in_the_trace_and_replays(tmp_path):
-    args = generate_parser().parse_args(["--prompt", "x", "--order", "adaptive", "--branch-cost", "0.05", "--k", "3"])
+    args = generate_parser().parse_args(["--prompt", "x", "--order", "adaptive", "--branch-cost", "0.05", "--k", "3",
+                                         "--adaptive-win", "0.5", "--adaptive-lift", "1.5"])
     settings = settings_from_args(args, tiny_spec(block_size=8)).replace(**LIVELY)
     assert settings.order == "adaptive"
     run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
@@ -111,6 +112,8 @@ def test_order_adaptive_is_a_flag_recorded_in_the_trace_and_replays(tmp_path):
     assert any(len(r.lookahead_positions) < 3 for r in run.records if r.kind == "round")   # and not always k
     loaded = RunResult.load(run.save(tmp_path / "adaptive.json"))
     assert loaded.settings["order"] == "adaptive" and loaded.settings["branch_cost"] == 0.05
+    assert (loaded.settings["adaptive_win"], loaded.settings["adaptive_lift"]) == (0.5, 1.5)   # the gain model too
+    assert make_order(DecodeSettings.from_dict(loaded.settings)).gain == {"win": 0.5, "release": 1.0, "lift": 1.5}
     again = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings.from_dict(loaded.settings), tiny_tokenizer())
     assert again.run(PROMPT).tokens == run.tokens                # from its settings alone
     replay = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings.from_dict(loaded.settings).replace(order="confidence"),

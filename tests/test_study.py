@@ -114,6 +114,37 @@ def test_dear_branches_make_the_adaptive_budget_vanilla_token_for_token():
     assert run.metrics()["forwards"] == vanilla.metrics()["forwards"]
 
 
+def test_branch_rounds_count_what_adaptive_order_sees_on_hand_made_records():
+    from types import SimpleNamespace as Record
+    tau = 0.9
+    records = [
+        Record(kind="prefill", winner=0, branch_positions=[[0, 1, 2, 3]], branch_max_prob=[[0.95, 0.8, 0.75, 0.1]]),
+        # anchor commits 0; position 1 (0.8) and 2 (0.75) are within 0.2 under tau: near 2; its branch wins
+        Record(kind="round", winner=1, lookahead_positions=[1], anchor_positions=[0],
+               branch_positions=[[1, 2, 3], [2, 3]], branch_max_prob=[[0.8, 0.75, 0.1], [0.85, 0.5]]),
+        # seen from the winner (branch 1): 2 at 0.85 is committed by this round's anchor, 3 at 0.5 is far: near 0
+        Record(kind="round", winner=0, lookahead_positions=[3], anchor_positions=[2],
+               branch_positions=[[3], []], branch_max_prob=[[0.3], []]),
+        Record(kind="round", winner=0, lookahead_positions=[], anchor_positions=[3],    # no branch: not counted
+               branch_positions=[[]], branch_max_prob=[[]]),
+        Record(kind="final", winner=0, lookahead_positions=[], anchor_positions=[], branch_positions=[[]],
+               branch_max_prob=[[]]),
+    ]
+    assert adaptive.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2}
+
+
+def test_the_adaptive_configuration_carries_the_fitted_gain_model_into_its_settings_and_order():
+    base = DecodeSettings(**LIVELY)
+    configs = adaptive.configurations(base, [0, 1], 4, [1.0, 1.3, 1.7, 2.1, 2.6],
+                                      {"adaptive_win": 0.6, "adaptive_lift": 2.5, "problems": 4})
+    name, settings, order = configs[-1]
+    assert [c[0] for c in configs] == ["k=0", "k=1", "adaptive"]
+    assert (settings.order, settings.k, settings.adaptive_win, settings.adaptive_lift) == ("adaptive", 4, 0.6, 2.5)
+    assert order.gain == {"win": 0.6, "release": 1.0, "lift": 2.5}      # the trace's settings rebuild this order
+    _, settings, order = adaptive.configurations(base, [0], 4, [1.0] * 5)[-1]
+    assert (settings.adaptive_win, settings.adaptive_lift) == (base.adaptive_win, base.adaptive_lift)
+
+
 def test_branch_score_setting_picks_the_winner_by_that_rule():
     settings = DecodeSettings(k=3, branch_score="count", **LIVELY)
     run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
@@ -210,16 +241,18 @@ def test_calibration_study_writes_its_files_and_agrees_with_lopa_generate(tiny_s
 def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup, capsys):
     model, data, root = tiny_setup
     out = root / "adaptive"
-    assert adaptive.main(["--model", str(model), "--data", str(data), "--n", "2", "--ks", "0,2", "--k-max", "2",
-                          "--repeats", "1", "--out", str(out), *FLAGS]) == 0
+    assert adaptive.main(["--model", str(model), "--data", str(data), "--n", "1", "--ks", "0,2", "--k-max", "2",
+                          "--repeats", "1", "--calibration-problems", "1", "--out", str(out), *FLAGS]) == 0
     printed = capsys.readouterr().out
     assert "bookkeeping per round" in printed and "x single" in printed          # the cost model is printed
+    assert "gain model fitted on 1 calibration problems" in printed
     for name in ("adaptive.parquet", "adaptive_cost.parquet", "adaptive.html", "adaptive.png", "adaptive.json"):
         assert (out / name).stat().st_size > 0, name
     df = pd.read_parquet(out / "adaptive.parquet")
-    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=2"] and len(df) == 6
+    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=2"] and len(df) == 3
     summary = json.loads((out / "adaptive.json").read_text())["summary"]
     assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
+    assert summary["gain"]["problems"] == 1 and 0 <= summary["gain"]["adaptive_win"] <= 1   # recorded: replayable
     question = json.loads(data.read_text().splitlines()[0])["question"]
     row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
     assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))

@@ -4,9 +4,13 @@
 
 At start-up the study measures the cost curve of the running device: the verify forward's seconds
 for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
-(order = adaptive) then chooses k each round from the anchor's confidence profile and that curve, aiming at committed
-tokens per second, not per forward (lopa.rules.choose_k). On a GPU, where B branches cost about one,
-it verifies many; on a CPU, where they cost B times one, few or none. Every problem runs every
+(order = adaptive) then chooses k each round from the anchor's confidence profile, that curve and the
+model's own gain model, aiming at committed tokens per second, not per forward (lopa.rules.choose_k).
+The gain model (adaptive_win, adaptive_lift) is fitted at start-up too, from --calibration-problems
+problems beyond the n measured ones decoded at k = 0 and k = 1 (calibrate, lopa.rules.fit_gain), and
+printed; the adaptive runs' settings and the JSON's summary.gain record it. On a GPU, where B
+branches cost about one, it verifies many; on a CPU, where they cost nearly B times one, as many as
+a win is worth on that model: none where wins add little, one where they unlock more. Every problem runs every
 configuration back to back, so a shared machine's load falls on all of them alike. Writes
 adaptive.csv / .parquet (one row per run), adaptive_cost.*, .html, .png and .json: accuracy, TPF,
 tokens/s and mean k per configuration, and which sit on the Pareto front of TPF against tokens/s.
@@ -17,11 +21,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from lopa.order import make_order
+from lopa.order import ADAPTIVE_NEAR, make_order
+from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
 from lopa.study.common import (
     add_common_arguments,
     decode_one,
+    load_problems,
     prompt_ids,
     start,
     write_results,
@@ -30,6 +36,7 @@ from lopa.study.stats import pareto_front
 from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
+CALIBRATION_PROBLEMS = 16     # ~60 branch rounds: win and lift settle within a few percent on the regime model
 
 
 def measure_cost(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: int = 5) -> tuple[list[float], float]:
@@ -80,10 +87,47 @@ def describe_cost(verify: list[float], bookkeeping: float) -> str:
     return "\n".join(lines)
 
 
-def configurations(base: DecodeSettings, ks, k_max: int, cost) -> list[tuple[str, DecodeSettings, object]]:
+def branch_rounds(records, tau_conf: float, near: float = ADAPTIVE_NEAR) -> dict:
+    """What a decode's rounds say about its branches: {"rounds": rounds that verified a branch, "wins": of
+    those, won by one, "near": n_near summed over them}. n_near is what AdaptiveOrder counts when it
+    decides a round: free positions (masked, not committed by the round's anchor) whose max prob, from
+    the previous round's winner, is above tau_conf - near."""
+    counts = {"rounds": 0, "wins": 0, "near": 0}
+    for prev, rec in zip(records, records[1:]):
+        if rec.kind != "round" or not rec.lookahead_positions:
+            continue
+        anchored = set(rec.anchor_positions)
+        seen = zip(prev.branch_positions[prev.winner], prev.branch_max_prob[prev.winner])
+        counts["rounds"] += 1
+        counts["wins"] += rec.winner > 0
+        counts["near"] += sum(p not in anchored and m > tau_conf - near for p, m in seen)
+    return counts
+
+
+def calibrate(loaded, base: DecodeSettings, problems: list[dict], data: str = "", shots: int = 0) -> dict:
+    """The gain model of the model that runs (lopa.rules.fit_gain): `problems` decoded at k = 0 and at
+    k = 1, untimed. -> {"adaptive_win", "adaptive_lift", and what they came from}."""
+    runs = {k: [decode_one(loaded, base.replace(k=k, order="confidence"), p, data=data, shots=shots)[0]
+                for p in problems] for k in (0, 1)}
+    tpf = {k: pooled([r.metrics() for r in rs], tokens="tokens_useful")["tpf_useful"] for k, rs in runs.items()}
+    forwards = sum(r.metrics()["forwards"] for r in runs[1])
+    counts = {"rounds": 0, "wins": 0, "near": 0}
+    for run in runs[1]:
+        for name, value in branch_rounds(run.records, base.tau_conf).items():
+            counts[name] += value
+    win, lift = fit_gain(tpf[0], tpf[1], forwards, counts["rounds"], counts["wins"], counts["near"])
+    return {"adaptive_win": win, "adaptive_lift": lift, "problems": len(problems), "tpf_k0": tpf[0],
+            "tpf_k1": tpf[1], "forwards_k1": forwards, **{f"k1_{name}": v for name, v in counts.items()}}
+
+
+def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None = None
+                   ) -> list[tuple[str, DecodeSettings, object]]:
     """(name, settings, order policy or None): fixed k, then order = adaptive with at most k_max branches
-    under the cost curve measured here (its trace says order "adaptive"; a replay pins its decisions)."""
-    adaptive = base.replace(k=k_max, order="adaptive")
+    under the cost curve measured here and the gain model `gain` ({"adaptive_win", "adaptive_lift"}, from
+    calibrate; None: the settings' own). Its trace records order "adaptive" and the gain model; a replay
+    pins its decisions."""
+    fitted = {name: (gain or {}).get(name, getattr(base, name)) for name in ("adaptive_win", "adaptive_lift")}
+    adaptive = base.replace(k=k_max, order="adaptive", **fitted)
     return ([(f"k={k}", base.replace(k=k), None) for k in ks]
             + [("adaptive", adaptive, make_order(adaptive, cost))])
 
@@ -130,13 +174,16 @@ LIVE_K_MAX = 14
 
 
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """A live run: {"status"} while this machine's cost curve is measured, {"summary": {"cost_s"}} once
-    it is, then {"total", "row", "rounds"} per decode."""
+    """A live run: {"status"} while this machine's cost curve is measured and the model's gain model
+    fitted (on the first problem: a live run has few), {"summary": {"cost_s", "gain"}} once they are,
+    then {"total", "row", "rounds"} per decode."""
     yield {"status": f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…"}
     verify, bookkeeping = measure_cost(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), repeats=3)
     cost = [t + bookkeeping for t in verify]
-    yield {"summary": {"cost_s": cost}}
-    configs = configurations(base, FIXED_KS, LIVE_K_MAX, cost)
+    yield {"status": "Fitting this model's gain model (the first problem decoded at k = 0 and k = 1)…"}
+    gain = calibrate(loaded, base, problems[:1])
+    yield {"summary": {"cost_s": cost, "gain": gain}}
+    configs = configurations(base, FIXED_KS, LIVE_K_MAX, cost, gain)
     total = len(problems) * len(configs)
     for row in iter_adaptive(loaded, problems, configs):
         yield {"total": total, "row": row, "rounds": []}
@@ -167,6 +214,10 @@ def report(summary: dict) -> str:
         delta = "n/a" if c["accuracy_delta"] is None else f"{c['accuracy_delta'] * 100:+.1f} points"
         lines.append(f"adaptive / vanilla: tokens/s x{c['tps_ratio']:.2f}, TPF x{c['tpf_ratio']:.2f}, accuracy {delta}; "
                      f"on the Pareto front: {'yes' if c['adaptive_on_pareto_front'] else 'no'}")
+    g = summary.get("gain")
+    if g:
+        lines.append(f"gain model: win {g['adaptive_win']:.3f}, lift {g['adaptive_lift']:.3f}"
+                     + (f" (fitted on {g['problems']} calibration problems)" if "problems" in g else " (as given)"))
     return "\n".join(lines)
 
 
@@ -179,6 +230,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed forwards per B for the cost curve (default 5)")
     parser.add_argument("--timing-repeats", type=int, default=2,
                         help="decodes per problem and configuration; the fastest counts (default 2)")
+    parser.add_argument("--calibration-problems", type=int, default=CALIBRATION_PROBLEMS,
+                        help="problems after the n measured ones (same data and seed) decoded at k = 0 and 1 to fit "
+                             f"the gain model, adaptive_win and adaptive_lift (default {CALIBRATION_PROBLEMS}; "
+                             "0: take --adaptive-win and --adaptive-lift as given)")
     args = parser.parse_args(argv)
     import pandas as pd
     from tqdm import tqdm
@@ -192,11 +247,16 @@ def main(argv=None) -> int:
     cost = [t + bookkeeping for t in verify]
     print("cost curve measured at start-up (verify forward over B windows of two blocks, fastest of the repeats, made non-decreasing):\n"
           + describe_cost(verify, bookkeeping))
-    configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost)
+    extra = load_problems(args.data, args.n + args.calibration_problems, args.problem_seed)[0][len(problems):]
+    gain = calibrate(loaded, base, extra, args.data, args.shots) if extra else None
+    print(f"gain model fitted on {len(extra)} calibration problems (k = 0 and 1): {gain}" if gain else
+          f"gain model as given: adaptive_win {base.adaptive_win}, adaptive_lift {base.adaptive_lift}")
+    configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost, gain)
     df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats, args.shots),
                                 total=len(problems) * len(configs), leave=False)))
     summary = summarize_adaptive(df)
     summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping
+    summary["gain"] = gain or {name: getattr(base, name) for name in ("adaptive_win", "adaptive_lift")}
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
