@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")
-    gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled sure-gsm-dllm) "
+    gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled open-gsm-dllm) "
                                      "or a D2F preset: d2f-dream-base, d2f-dream-instruct, d2f-diffucoder")
     gen.add_argument("--prompt", help="the question (the model's prompt template is applied); "
                                       "optional with --script TRACE, which brings its own")

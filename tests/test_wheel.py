@@ -51,12 +51,13 @@ def installed(tmp_path_factory):
 def test_the_wheel_holds_the_bundled_model_and_no_generic_top_level_names(installed):
     wheel, _, purelib, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
-    assert "lopa/assets/models/sure-gsm-dllm/model.safetensors" in names
+    assert {f"lopa/assets/models/{m}/model.safetensors" for m in ("open-gsm-dllm", "sure-gsm-dllm")} <= set(names)
     # transformers' generate() with LoPA (lopa.hf): the folder `lopa hf-export` copies from
     assert {"lopa/assets/models/sure-gsm-dllm/custom_generate/generate.py", "lopa/hf/generation.py"} <= set(names)
     assert "lopa_explorer/app/wiring.py" in names and "lopa_explorer/visualizations/canvas.py" in names
     # the shipped study results, one folder per bundled model (the app's Studies section shows them)
-    assert "lopa/assets/studies/sure-gsm-dllm/orders.json" in names and "lopa/assets/studies/sure-gsm-dllm/orders.png" in names
+    for m in ("open-gsm-dllm", "sure-gsm-dllm"):
+        assert f"lopa/assets/studies/{m}/orders.json" in names and f"lopa/assets/studies/{m}/orders.png" in names
     tops = {n.split("/")[0] for n in names}
     assert tops == {"lopa", "lopa_explorer", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert not (purelib / "app").exists() and not (purelib / "visualizations").exists()

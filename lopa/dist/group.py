@@ -1,7 +1,7 @@
 """A persistent branch-parallel group for long-lived callers (the app, benchmarks, tests).
 
     from lopa.dist.group import BPGroup
-    group = BPGroup.start("assets/models/sure-gsm-dllm", workers=3, timeout_s=60)   # R = 3 ranks
+    group = BPGroup.start("assets/models/open-gsm-dllm", workers=3, timeout_s=60)   # R = 3 ranks
     decoder = group.decoder(settings)          # a lopa Decoder: .stream(prompt) / .run(prompt) as usual
     for record in decoder.stream("Tom has 3 apples ..."):
         ...                                    # record.branch_rank, record.extra["gather_s"], ...

@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
 _INSTALLED = (PACKAGE / "assets").is_dir()
 ASSETS = PACKAGE / "assets" if _INSTALLED else PACKAGE.parent / "assets"
 ROOT = Path.cwd() if _INSTALLED else PACKAGE.parent       # the checkout, or where an installed lopa runs
-DEFAULT_MODEL = ASSETS / "models" / "sure-gsm-dllm"
+DEFAULT_MODEL = ASSETS / "models" / "open-gsm-dllm"
 # Architectures initialised from autoregressive LMs predict token i at output i - 1.
 SHIFTED_MODEL_TYPES = {"qwen2", "dream", "llama", "mistral"}
 
