@@ -3,7 +3,8 @@
     python scripts/pick_examples.py [--model DIR] [--n 4] [--k 4] [--scan 150]
 
 For each of the first `--scan` problems of assets/data/synthetic/heldout.jsonl, decode with vanilla
-D2F and with LoPA (k = the app's default) at the app's settings, and keep those both answer right,
+D2F and with LoPA (k = the app's default) at the app's settings, and keep those both answer right in
+every line (grammatical, every calculation right),
 that D2F needs at least `--min-rounds` rounds for (not filled in two rounds), and whose two token
 filling orders (TFO) disagree most: the share of position pairs the two decoders fill in opposite
 order, then (a confident model rarely reverses a pair) the share of positions filled in another
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.session import APP_DEFAULTS  # noqa: E402
 from lopa.models import load  # noqa: E402
-from lopa.problems import final_answer, read_jsonl  # noqa: E402
+from lopa.problems import final_answer, grammatical_lines, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
 from visualizations.timeline import fills  # noqa: E402
 
@@ -45,6 +47,23 @@ def moved_share(a: dict[int, int], b: dict[int, int]) -> float:
     return sum(a[i] != b[i] for i in common) / len(common) if common else 0.0
 
 
+CALC = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
+
+
+def sound(text: str, phrasing: str) -> bool:
+    """Every line one the family can write, every calculation right and shown as its result: the first
+    screen shows these answers, so a right final number over a wrong line does not qualify."""
+    ok, total = grammatical_lines(text, phrasing)
+    if ok != total:
+        return False
+    for a, op, b, c, shown in CALC.findall(text):
+        a, b = int(a), int(b)
+        value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b and a % b == 0 else None}[op]
+        if value != int(c) or c != shown:
+            return False
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
@@ -56,13 +75,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     loaded = load(args.model)
+    phrasing = loaded.spec.extra.get("problems", {}).get("phrasing", "plain")
     app = {k: v for k, v in APP_DEFAULTS.items() if k != "k"}
     base = DecodeSettings(**app)
     vanilla, lopa = decoder_settings("d2f", base), decoder_settings("lopa", base, k=args.k)
     scored = []
     for p in read_jsonl(ROOT / "assets" / "data" / "synthetic" / "heldout.jsonl")[: args.scan]:
         runs = [loaded.decoder(s).run(p["question"]) for s in (vanilla, lopa)]
-        if any(final_answer(r.text) != final_answer(p["answer"]) for r in runs):
+        if any(final_answer(r.text) != final_answer(p["answer"]) or not sound(r.text, phrasing) for r in runs):
             continue
         rounds = [len(r.records) for r in runs]
         if rounds[0] < args.min_rounds:

@@ -85,3 +85,20 @@ def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
         assert all("lopa-answer-mark" not in str(v) for v in other)
     finally:
         MODELS.default, MODELS.loaded = saved
+
+
+def test_picked_examples_must_be_sound_in_every_line():
+    """scripts/pick_examples.py keeps a problem only where both answers are right in every line: a right
+    final number over a wrong calculation, a mis-shown result or a spliced line does not qualify."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from pick_examples import sound
+
+    good = " Mia keeps <<4/2=2>>2 cards.\nMia now has <<2+4=6>>6 cards.\nMia keeps <<6/2=3>>3 cards.\n#### 3"
+    assert sound(good, "adverbs")
+    assert not sound(good.replace("<<6/2=3>>3", "<<6/2=4>>4"), "adverbs")           # wrong calculation
+    assert not sound(good.replace("<<2+4=6>>6", "<<2+4=6>>5"), "adverbs")           # result shown wrong
+    assert not sound(good.replace("Mia now has", "Mia has has"), "adverbs")          # spliced line
+    assert not sound(good.replace("6 cards.", "6 cards cards."), "adverbs")
+    assert not sound(good.replace("<<4/2=2>>2", "<<5/2=2>>2"), "adverbs")            # not a whole division
