@@ -468,3 +468,25 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
     page.locator("#prompt textarea").press("Enter")                       # and it runs with them
     page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
     assert not page_errors(page)
+
+
+def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page):
+    """The model choice lists both bundled models, labelled by what they show; each loads from the
+    choice and decodes a run; the page ends on the default model again."""
+    from app.models import MODELS, bundled_models
+    offered = bundled_models()
+    assert {Path(folder).name for _, folder in offered} >= {"open-gsm-dllm", "sure-gsm-dllm"}
+    default = next((pair for pair in offered if Path(pair[1]) == Path(MODELS.default)), offered[0])
+    page.locator("#model-dir").scroll_into_view_if_needed()
+    for label, folder in [*[p for p in offered if p != default], default]:
+        page.locator("#model-dir input").click()
+        page.get_by_role("option", name=label).click()
+        page.click("#load-model")
+        page.wait_for_function("n => { const t = document.querySelector('#model-info').innerText; "
+                               "return t.includes('loaded from') && t.includes(n); }", arg=Path(folder).name)
+        assert f"Loaded {Path(folder).name}" in page.locator("#status").inner_text()
+        page.click("#run")
+        page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
+        page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+        assert rounds(page) >= 1
+    assert not page_errors(page)
