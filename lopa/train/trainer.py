@@ -236,6 +236,9 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     # target's class, so where a digit and a non-digit are both possible (does a number have one
     # digit or two?) the optimum's odds lean digit_weight:1 toward the digit; among digits, and
     # wherever the class is certain, it is still the true conditional that LoPA's confidence reads.
+    # Where the class itself is open (open-gsm-dllm's family: after an uncommitted " now" every later
+    # position is one word or the next), the lean makes both readings sure and D2F commits both
+    # ("eggs eggs"): that model trains with every weight at 1 (its model card).
     w = torch.where(is_digit[target], recipe.digit_weight, 1.0)  # [M]
     if is_name is not None:  # the same for names and objects, which the model must copy from the question
         w = torch.where(is_name[target], recipe.name_weight, w)
