@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.session import APP_DEFAULTS  # noqa: E402
 from lopa.models import load  # noqa: E402
-from lopa.problems import final_answer, grammatical_lines, read_jsonl  # noqa: E402
+from lopa.problems import CALC_RE, final_answer, grammatical_lines, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402
 from visualizations.timeline import fills  # noqa: E402
 
@@ -47,16 +46,13 @@ def moved_share(a: dict[int, int], b: dict[int, int]) -> float:
     return sum(a[i] != b[i] for i in common) / len(common) if common else 0.0
 
 
-CALC = re.compile(r"<<(\d+)([-+*/])(\d+)=(\d+)>>(\d+)")
-
-
 def sound(text: str, phrasing: str) -> bool:
     """Every line one the family can write, every calculation right and shown as its result: the first
     screen shows these answers, so a right final number over a wrong line does not qualify."""
     ok, total = grammatical_lines(text, phrasing)
     if ok != total:
         return False
-    for a, op, b, c, shown in CALC.findall(text):
+    for a, op, b, c, shown in CALC_RE.findall(text):
         a, b = int(a), int(b)
         value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b if b and a % b == 0 else None}[op]
         if value != int(c) or c != shown:
