@@ -418,6 +418,9 @@ def test_a_live_headroom_run_can_be_stopped(page):
     page.locator("#study-problems input").fill("10")
     page.locator("#study-random input").fill("10")
     page.click("#study-run")
+    # The bar still shows the previous run's count until this run's first yield resets it with "Running":
+    # wait for that, then for this run's first decode, so Stop reaches a run in progress.
+    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Running')")
     page.wait_for_function("Number(document.querySelector('#study-progress progress')?.value) >= 1")
     page.click("#study-stop")
     page.wait_for_function("document.querySelector('#study-status').innerText.includes('stopped')", timeout=120_000)
