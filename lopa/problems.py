@@ -63,8 +63,22 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # two blocks that favour different readings write "Tom has has"; with one reading above 1/2 at every
 # position, every block favours the same one (the exact model of the family, lopa.study.oracle,
 # wrote 4 such lines in 60 answers with four equally likely adverbs and none with this weighting).
-PHRASINGS = ("plain", "varied", "openers", "adverbs")
+# "ladder" nests the choice (LoPA, Sec. 1: the fallback commits the most confident token, not the most
+# telling one). After the name a line inserts the first d words of " by now in total", d = 0..4, the
+# full phrase with probability 5/9 and each shorter one 1/9. Every insertion is a prefix of the next,
+# so the position after the name reads " by" in 8 readings of 9 (probability 8/9, below the commit
+# threshold 0.9), the next " now" in 7 of the 8 left, and so on: D2F's fallback, which commits the
+# most confident masked token, peels one level per round, and each level only rules out one shorter
+# reading while every later position (this line's and every later line's, which the insertion shifts)
+# stays unsure. A lookahead branch that fills a later position with the full reading's token settles
+# the whole line in one round. The full reading is the likeliest at every position (5/9 > 1/2), so
+# blocks filling in parallel favour the same reading, as under "adverbs". The exact model of this
+# family (lopa.study.oracle --phrasing ladder) takes D2F's 8.7 forwards an answer to LoPA's 2.5 at k = 8;
+# with the four-level ladder in "adverbs"'s place, the 1.8x bound of a one-level choice goes.
+PHRASINGS = ("plain", "varied", "openers", "adverbs", "ladder")
 ADVERBS = ("", "", "", " now")   # drawn uniformly, so "" has probability 3/4
+LADDER_WORDS = (" by", " now", " in", " total")
+LADDER = tuple("".join(LADDER_WORDS[:d]) for d in range(len(LADDER_WORDS))) + ("".join(LADDER_WORDS),) * 5
 ADVERB_LINES = {
     "add": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
     "get": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
@@ -145,11 +159,12 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def line_choices(op: str, line: int, phrasing: str = "varied") -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(openers, wordings) that a "varied", "openers" or "adverbs" answer line for `op` takes one of each from;
+    """(openers, wordings) that a "varied", "openers", "adverbs" or "ladder" answer line for `op` takes one of each
+    from (repeated entries are likelier);
     line 0 is the first. The first wording is the plain template's."""
     plain = (SELL if op == "sell" else TEMPLATES[op])[1]
-    if phrasing == "adverbs":
-        return ("",), tuple(ADVERB_LINES[op].replace("{v}", v) for v in ADVERBS)
+    if phrasing in ("adverbs", "ladder"):
+        return ("",), tuple(ADVERB_LINES[op].replace("{v}", v) for v in (ADVERBS if phrasing == "adverbs" else LADDER))
     if phrasing == "openers":
         return (OPENERS_WIDE if line else OPENERS_FIRST), (plain,)
     return (OPENERS if line else OPENERS_FIRST), (plain, WORDINGS[op])

@@ -116,7 +116,7 @@ def test_unknown_phrasing_is_refused():
 
 # ---------------------------------------------------------------- the family's grammar
 
-@pytest.mark.parametrize("phrasing", ["plain", "varied", "openers", "adverbs"])
+@pytest.mark.parametrize("phrasing", ["plain", "varied", "openers", "adverbs", "ladder"])
 def test_grammar_accepts_every_answer_the_family_writes(phrasing):
     from lopa.problems import PHRASINGS, grammatical_lines, phrasings
     assert phrasing in PHRASINGS
@@ -168,6 +168,38 @@ def test_adverbs_choose_one_token_after_the_name_and_leave_the_numbers():
         for line in q["answer"].splitlines()[:-1]:
             counts[" now" if line.split()[1] == "now" else ""] += 1
     assert 0.65 < counts[""] / sum(counts.values()) < 0.85
+
+
+@pytest.mark.parametrize("text, expected", [
+    (" Tom by now in total has <<3+2=5>>5 apples.\nTom by has <<5-1=4>>4 apples left.\nTom earns <<4*2=8>>8 dollars.\n#### 8",
+     (4, 4)),                                                               # the ladder's full, first and no rung
+    ("Tom by now has <<3+2=5>>5 apples.\nTom by now in has <<5+1=6>>6 apples.\n#### 6", (3, 3)),
+    ("Tom by now in total total has <<3+2=5>>5 apples.\n#### 5", (1, 2)),  # a rung twice: two readings spliced
+    ("Tom by now in total <<3+2=5>>5 apples.\n#### 5", (1, 2)),            # the verb lost in the splice
+    ("Tom now in total has <<3+2=5>>5 apples.\n#### 5", (1, 2)),           # a rung skipped: not a prefix
+    ("Tom by in has <<3+2=5>>5 apples.\n#### 5", (1, 2)),
+    ("Tom now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                    # the adverbs family's line
+])
+def test_ladder_grammar_on_hand_made_lines(text, expected):
+    from lopa.problems import grammatical_lines
+    assert grammatical_lines(text, "ladder") == expected
+
+
+def test_ladder_inserts_a_prefix_of_one_phrase_the_full_one_likeliest():
+    """Each line inserts the first d words of the ladder after the name; the full phrase is the likeliest
+    reading (5 of 9) and each shorter one 1 of 9, so every position's likeliest token is the full
+    reading's, and the first rung is there in 8 readings of 9, under the commit threshold 0.9."""
+    from lopa.problems import LADDER, LADDER_WORDS, phrasings
+    full = "".join(LADDER_WORDS)
+    assert all(full.startswith(rung) for rung in LADDER)
+    assert LADDER.count(full) / len(LADDER) > 0.5 and sum(r.startswith(LADDER_WORDS[0]) for r in LADDER) / len(LADDER) < 0.9
+    p = split("heldout", 1, seed=9, phrasing="ladder")[0]
+    plain = split("heldout", 1, seed=9)[0]
+    assert p["question"] == plain["question"] and final_answer(p["answer"]) == final_answer(plain["answer"])
+    assert len(phrasings(p["answer"], "ladder")) == len(LADDER) ** plain["answer"].count("<<")
+    rungs = [line.split(" has")[0].split(" ends")[0].split(" keeps")[0].split(" earns")[0]
+             for q in split("train", 300, seed=1, phrasing="ladder") for line in q["answer"].splitlines()[:-1]]
+    assert 0.45 < sum(r.endswith(" total") for r in rungs) / len(rungs) < 0.65
 
 
 def test_family_problems_follow_the_config():

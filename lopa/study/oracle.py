@@ -28,7 +28,7 @@ import torch
 
 from lopa.engine import Decoder
 from lopa.forward import Verified
-from lopa.problems import PHRASINGS, final_answer, phrasings, split
+from lopa.problems import PHRASINGS, final_answer, grammatical_lines, phrasings, split
 from lopa.rules import summarize
 from lopa.settings import DecodeSettings, decoder_settings
 from lopa.trace import pooled
@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     problems = split("heldout", args.n, seed=args.problem_seed, phrasing=args.phrasing)
     print(f"oracle of the '{args.phrasing}' family ({args.attention}); {args.n} held-out problems, seed {args.problem_seed}; "
           f"paper GSM8K settings (tau_conf {base.tau_conf}, tau_add {base.tau_add}, tau_act {base.tau_act}, block {base.block_size})")
-    print(f"{'decoder':>10} {'right':>6} {'TPF':>6} {'TPF/D2F':>8} {'forwards':>9} {'fill spread':>12} {'1st-round fill':>15}")
+    print(f"{'decoder':>10} {'right':>6} {'TPF':>6} {'TPF/D2F':>8} {'forwards':>9} {'fill spread':>12} {'1st-round fill':>15} "
+          f"{'grammar':>8}")
     d2f_tpf = None
     for k in (int(x) for x in args.ks.split(",")):
         settings = decoder_settings("lopa", base, k=k) if k else decoder_settings("d2f", base)
@@ -117,10 +118,13 @@ def main(argv=None) -> int:
         m = [r.metrics() for r in runs]
         pool = pooled(m)
         tpf = pool["tpf_useful"]
+        # a block sees only the blocks before it, so blocks filling at once can splice two readings
+        lines = [grammatical_lines(r.text, args.phrasing) for r in runs]
+        grammar = sum(ok for ok, _ in lines) / max(1, sum(n for _, n in lines))
         d2f_tpf = d2f_tpf or tpf
         print(f"{'d2f' if k == 0 else f'lopa-k{k}':>10} {right:>6} {tpf:6.2f} {tpf / d2f_tpf:7.2f}x "
               f"{pool['forwards_mean']:9.2f} {pool['fill_spread_mean']:12.2f} "
-              f"{100 * pool['first_fill_share_mean']:14.0f}%", flush=True)
+              f"{100 * pool['first_fill_share_mean']:14.0f}% {100 * grammar:7.1f}%", flush=True)
     return 0
 
 
