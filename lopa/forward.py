@@ -303,12 +303,71 @@ class PrefixKV:
     def commit(self, branch: int, n: int) -> None:
         self.append(self.pending_slice(branch, n))
 
+    def gathered_slice(self, index: torch.Tensor) -> torch.Tensor:
+        """The pending K/V of a packed forward (one row) at input positions `index` [n]. -> [layers, 2, Hkv, n, D]"""
+        return torch.stack([torch.stack([k[0, :, index], v[0, :, index]]) for _, (k, v) in sorted(self.pending.items())])
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in [*self.keys.values(), *self.values.values()])
 
 
+@dataclass
+class Packing:
+    """Where each branch's window positions sit in one packed row (BatchedExecutor, block_causal).
+
+    Under block_causal attention a block's outputs depend only on the prefix, the blocks before it and
+    itself. A lookahead branch is the anchor plus one token, so every window block before the one that
+    token lies in is the anchor's, token for token, and so are its outputs and K/V: branch j feeds only
+    its window from `skip[j]` (a block boundary) on, and reads the anchor's K/V for the blocks before.
+    All branches go as one row of `length` tokens, so no row is padded to the longest window either."""
+    skip: list[int]          # per branch: leading window positions taken from the anchor (0 for the anchor)
+    index: torch.Tensor      # [B, Lmax] packed position of each window position (0 beyond a window's end)
+    owner: torch.Tensor      # [T] the branch each packed token belongs to
+    local: torch.Tensor      # [T] its window position
+    length: int              # T
+
+    @classmethod
+    def plan(cls, windows: list[torch.Tensor], block_size: int) -> Packing:
+        anchor = windows[0]
+        skip = [0]
+        for w in windows[1:]:
+            n = min(w.numel(), anchor.numel())
+            differ = (w[:n] != anchor[:n]).nonzero()
+            first = int(differ[0]) if differ.numel() else n          # first position unlike the anchor's
+            skip.append(first // block_size * block_size)
+        owner = torch.cat([torch.full((w.numel() - s,), j) for j, (w, s) in enumerate(zip(windows, skip))])
+        local = torch.cat([torch.arange(s, w.numel()) for w, s in zip(windows, skip)])
+        offsets = [0]
+        for w, s in zip(windows, skip):
+            offsets.append(offsets[-1] + w.numel() - s)
+        index = torch.zeros(len(windows), max(w.numel() for w in windows), dtype=torch.long)
+        for j, (w, s) in enumerate(zip(windows, skip)):
+            index[j, :s] = torch.arange(s)                           # the anchor's own positions
+            index[j, s:w.numel()] = offsets[j] + torch.arange(w.numel() - s)
+        return cls(skip, index, owner, local, offsets[-1])
+
+    def pays(self, windows: list[torch.Tensor]) -> bool:
+        """Pack when it feeds fewer tokens than the padded batch and its one [T, T] attention stays
+        within 4x the batch's B x [L, L] (always up to B = 4; many branches in one row would spend
+        more on attention scores than packing saves in the projections)."""
+        B, L = len(windows), max(w.numel() for w in windows)
+        return self.length < B * L and self.length ** 2 <= 4 * B * L * L
+
+    def mask(self, block_size: int) -> torch.Tensor:
+        """[1, 1, T, T] bool: a token sees the tokens of its own branch in its block and earlier ones,
+        and the anchor's tokens in the blocks its branch took from the anchor."""
+        block = self.local // block_size                                            # [T]
+        skip = torch.tensor(self.skip)[self.owner]                                  # [T]
+        q_owner, k_owner = self.owner[:, None], self.owner[None, :]
+        earlier = block[None, :] <= block[:, None]                                  # [T, T]
+        shared = (k_owner == 0) & (self.local[None, :] < skip[:, None])
+        return (earlier & ((k_owner == q_owner) | shared))[None, None]
+
+
 class BatchedExecutor(_CachedExecutor):
-    """All branches in one forward that reads the shared prefix without copying it per branch."""
+    """All branches in one forward that reads the shared prefix without copying it per branch.
+    Under block_causal attention, once the prompt is cached, the branches go packed into one row
+    where that feeds fewer tokens (Packing): the equality tests hold it to the reference executors."""
 
     def __init__(self, model, spec, settings):
         super().__init__(model, spec, settings)
@@ -318,6 +377,26 @@ class BatchedExecutor(_CachedExecutor):
     def start(self, prompt_ids):
         super().start(prompt_ids)
         self.kv = PrefixKV(prompt_ids.numel() + self.settings.max_new_tokens)
+        self.packing = None
+
+    def _forward(self, branches):
+        windows = [b.window() for b in branches]
+        self.packing = None
+        if self.prompt_cached and self.settings.attention == "block_causal" and len(windows) > 1:
+            plan = Packing.plan(windows, self.settings.block_size)
+            if plan.pays(windows):
+                self.packing = plan
+                return self._packed_logits(windows, plan, branches[0].window_start), 0
+        return super()._forward(branches)
+
+    def _packed_logits(self, windows, plan: Packing, window_start: int) -> torch.Tensor:
+        """One row of every branch's fed positions -> logits [B, Lmax, V] as the padded batch gives them."""
+        inputs = torch.cat([w[s:] for w, s in zip(windows, plan.skip)])[None]                 # [1, T]
+        positions = (self.prompt.numel() + window_start + plan.local)[None]                  # [1, T]
+        out = self.model(input_ids=inputs.to(self.device), attention_mask=plan.mask(self.settings.block_size).to(self.device),
+                         position_ids=positions.to(self.device), use_cache=False, lopa_prefix=self.kv,
+                         lopa_window_lengths=None)
+        return out.logits[0][plan.index.to(self.device)]                                    # [B, Lmax, V]
 
     def _logits(self, inputs, segments, start):
         mode = self.settings.attention
@@ -330,8 +409,14 @@ class BatchedExecutor(_CachedExecutor):
                          lopa_prefix=self.kv, lopa_window_lengths=(segments >= 0).sum(1).tolist() if unmasked else None)
         return out.logits
 
+    def pending_kv(self, branch: int, n: int) -> torch.Tensor:
+        """Branch `branch`'s K/V of the last forward, first n input positions, packed or not. -> [layers, 2, Hkv, n, D]"""
+        if self.packing is None:
+            return self.kv.pending_slice(branch, n)
+        return self.kv.gathered_slice(self.packing.index[branch, :n])     # wherever the packed row holds them
+
     def _cache(self, winner, n_input_positions):
-        self.kv.commit(winner, n_input_positions)
+        self.kv.append(self.pending_kv(winner, n_input_positions))
 
     def cache_nbytes(self):
         return self.kv.nbytes()

@@ -108,8 +108,8 @@ def test_stored_prefix_does_not_grow_with_k(model):
         branches = [branch] * (k + 1)
         ex.verify(branches)
         sizes[k] = ex.cache_nbytes()
-        key = ex.kv.pending[0][0]                         # [B, Hkv, L, D]: per-branch memory is the window only
-        assert key.shape[0] == k + 1 and key.shape[2] == branch.window().numel()
+        key = ex.kv.pending[0][0]     # [B, Hkv, L, D], or [1, Hkv, T, D] packed: per-branch memory is the window only
+        assert key.shape[0] * key.shape[2] <= (k + 1) * branch.window().numel()
         pending[k] = key
     assert sizes[0] == sizes[8] > 0
     # the reference path, by contrast, holds one prefix copy per branch
@@ -143,3 +143,48 @@ def test_stream_can_be_stopped_after_one_round(model):
     stream.close()
     result = decoder.result()
     assert result.stopped and len(result.records) == 2
+
+
+def test_packed_branches_equal_the_reference_and_cache_the_winner():
+    """Under block_causal, a branch whose extra token lies in a later block feeds only that block and
+    reads the anchor's K/V for the blocks before (forward.Packing): its predictions, and the cache after
+    it wins, equal the per-branch reference's, with each branch of a different length and start."""
+    model = tiny_qwen2(seed=2)
+    settings = DecodeSettings(k=3, attention="block_causal", **LIVELY)      # block 8
+    N, mask = settings.block_size, tiny_spec().mask_token_id
+    anchor = Branch(torch.tensor([5, 6, mask, 7] + [mask] * 4 + [mask] * N + [mask] * N), 0, N, mask)   # 3 blocks
+    branches = [anchor, anchor.with_tokens(torch.tensor([N + 3]), torch.tensor([9])),          # block 1: skip 8
+                anchor.with_tokens(torch.tensor([2]), torch.tensor([11])),                      # block 0: skip 0
+                anchor.with_tokens(torch.tensor([2 * N + 1]), torch.tensor([12]))]              # block 2: skip 16
+    fast, ref = BatchedExecutor(model, tiny_spec(), settings), PerBranchExecutor(model, tiny_spec(), settings)
+    for ex in (fast, ref):
+        ex.start(PROMPT)
+        ex.verify([Branch.start(settings, tiny_spec())])
+        ex.commit(0, 0)
+    got, want = fast.verify(branches), ref.verify(branches)
+    assert fast.packing is not None and fast.packing.skip == [0, N, 0, 2 * N]
+    assert fast.packing.length == 3 * N + 2 * N + 3 * N + N      # 72 fed tokens, not 4 x 24 = 96
+    assert torch.equal(got.token, want.token)
+    assert torch.allclose(got.max_prob, want.max_prob, atol=1e-5) and torch.allclose(got.conf, want.conf, atol=1e-5)
+    for ex in (fast, ref):
+        ex.commit(1, 2 * N)                                      # the block-1 branch wins; two blocks are cached
+    after = [b.with_cached(2) for b in branches[1:2]]
+    got, want = fast.verify(after), ref.verify(after)
+    assert torch.allclose(got.max_prob, want.max_prob, atol=1e-5) and torch.equal(got.token, want.token)
+
+
+def test_packing_plan_on_hand_made_windows():
+    from lopa.forward import Packing
+    a = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])                          # block size 4, two blocks
+    same, later, earlier, longer = a.clone(), a.clone(), a.clone(), torch.cat([a, torch.zeros(4, dtype=torch.long)])
+    later[6], earlier[1] = 3, 3
+    plan = Packing.plan([a, same, later, earlier, longer], 4)
+    assert plan.skip == [0, 8, 4, 0, 8]                                 # an identical branch feeds nothing
+    assert plan.length == 8 + 0 + 4 + 8 + 4
+    assert plan.index[2].tolist() == [0, 1, 2, 3, 8, 9, 10, 11] + [0] * 4
+    assert plan.index[4].tolist() == list(range(8)) + [20, 21, 22, 23]
+    m = plan.mask(4)[0, 0]
+    t = 8                                                               # "later"'s first fed token (its block 1)
+    assert m[t, :4].all() and not m[t, 4:8].any()                      # sees the anchor's block 0, not its block 1
+    assert m[t, 8:12].all() and not m[0, 8:].any()                     # its own block; the anchor sees no branch
+    assert not plan.pays([a] * 2) or Packing.plan([a, a], 4).length < 16

@@ -30,19 +30,28 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, where: str = "first") -> list[Branch]:
+    """An all-mask two-block anchor window and B - 1 lookahead branches, each the anchor plus one token
+    in its first block (`where="first"`: every branch feeds its whole window) or its last block
+    (`"last"`: under block_causal attention a branch then feeds only that block, forward.Packing)."""
+    N = settings.block_size
+    anchor = Branch(torch.full((2 * N,), mask), 0, N, mask)                  # [2N] all masked
+    at = 0 if where == "first" else N
+    tokens = [t for t in range(min(vocab, B + 1)) if t != mask]                  # any B - 1 real tokens
+    return [anchor] + [anchor.with_tokens(torch.tensor([at + j % N]), torch.tensor([tokens[j]])) for j in range(B - 1)]
+
+
 def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, repeats: int,
-                  counts=BRANCH_COUNTS) -> dict[int, float]:
-    """Median seconds of one verify forward over B identical two-block windows, for each B in counts."""
+                  counts=BRANCH_COUNTS, where: str = "first") -> dict[int, float]:
+    """Median seconds of one verify forward over B two-block windows (round_branches), for each B in counts."""
     ex = BatchedExecutor(loaded.model, loaded.spec, settings)
     ex.start(prompt_ids)
     first = Branch.start(settings, loaded.spec)
     ex.verify([first])
     ex.commit(0, 0)                                          # the prompt is now the cached prefix
-    mask = loaded.spec.mask_token_id
-    window = Branch(torch.full((2 * settings.block_size,), mask), 0, settings.block_size, mask)  # [2N] all masked
     times = {}
     for B in counts:
-        branches = [window] * B
+        branches = round_branches(B, settings, loaded.spec.mask_token_id, loaded.model.config.vocab_size, where)
         ex.verify(branches)                                  # warm-up
         samples = []
         for _ in range(repeats):
@@ -99,9 +108,13 @@ def main(argv=None) -> int:
     print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
           f"median of {args.repeats}")
     times = forward_times(loaded, prompt_ids, settings, args.repeats)
-    print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10}")
+    late = forward_times(loaded, prompt_ids, settings, args.repeats, where="last")
+    print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10} {'last block':>11} {'x single':>9}")
     for B, t in times.items():
-        print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f}")
+        print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f} {late[B] * 1e3:>11.2f} "
+              f"{late[B] / times[1]:>9.2f}")
+    print("(last block: each branch's extra token in the window's last block; under block_causal it feeds only "
+          "that block, the blocks before are the anchor's)")
 
     look = settings.replace(k=8, tau_conf=0.9, tau_add=0.1, tau_act=0.95)
     share, per_round, rounds = bookkeeping_share(loaded, heldout_prompts(args.prompts), look)
