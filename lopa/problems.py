@@ -63,22 +63,28 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # two blocks that favour different readings write "Tom has has"; with one reading above 1/2 at every
 # position, every block favours the same one (the exact model of the family, lopa.study.oracle,
 # wrote 4 such lines in 60 answers with four equally likely adverbs and none with this weighting).
-# "ladder" nests the choice (LoPA, Sec. 1: the fallback commits the most confident token, not the most
-# telling one). After the name a line inserts the first d words of " by now in total", d = 0..4, the
-# full phrase with probability 5/9 and each shorter one 1/9. Every insertion is a prefix of the next,
-# so the position after the name reads " by" in 8 readings of 9 (probability 8/9, below the commit
-# threshold 0.9), the next " now" in 7 of the 8 left, and so on: D2F's fallback, which commits the
-# most confident masked token, peels one level per round, and each level only rules out one shorter
-# reading while every later position (this line's and every later line's, which the insertion shifts)
-# stays unsure. A lookahead branch that fills a later position with the full reading's token settles
-# the whole line in one round. The full reading is the likeliest at every position (5/9 > 1/2), so
-# blocks filling in parallel favour the same reading, as under "adverbs". The exact model of this
-# family (lopa.study.oracle --phrasing ladder) takes D2F's 8.7 forwards an answer to LoPA's 2.5 at k = 8;
-# with the four-level ladder in "adverbs"'s place, the 1.8x bound of a one-level choice goes.
+# "ladder" nests the choice (LoPA, Sec. 1: D2F's fallback commits the most confident token, not the most
+# telling one). A line splits the phrase " by now in total" at d = 0..4: the first d words go after the
+# name, the rest before the full stop ("Tom by now has <<3+4=7>>7 apples in total."). The full phrase
+# after the name is the likeliest reading (1/2), d = 0 1/5, d = 1, 2, 3 1/10 each. Every split's front
+# is a prefix of the next, so the position after the name reads " by" in 4 readings of 5 (0.8, under
+# the commit threshold 0.9), the next " now" in 7 of the 8 left (0.875), then 6/7, 5/6: D2F's fallback,
+# which commits the most confident masked token, peels one level a round, and each level only rules
+# out one shorter front while the rest of the line, shifted by d, stays unsure. A lookahead branch that
+# fills a later position with the full reading's token settles the line in one round. The two parts
+# always make the whole phrase, so every line, and every answer, has one length whatever the splits:
+# the end of the answer and the later lines never depend on an unsettled line (a family whose lines
+# grew with d had every block's tail read EOS in the shorter readings, and D2F cut answers short).
+# The full reading is the likeliest at every position, so blocks filling in parallel favour the same
+# reading, as under "adverbs". Its exact model (lopa.study.oracle --phrasing ladder) decodes 20 fresh
+# problems with D2F at TPF 3.78 and LoPA at 3.52x that at k = 8 with weights 1,1,1,1,5 of 9: a choice
+# nested four deep lifts the 1.8x bound of a one-level choice.
 PHRASINGS = ("plain", "varied", "openers", "adverbs", "ladder")
 ADVERBS = ("", "", "", " now")   # drawn uniformly, so "" has probability 3/4
 LADDER_WORDS = (" by", " now", " in", " total")
-LADDER = tuple("".join(LADDER_WORDS[:d]) for d in range(len(LADDER_WORDS))) + ("".join(LADDER_WORDS),) * 5
+LADDER_WEIGHTS = (2, 1, 1, 1, 5)       # of 10, for d = 0..4 words after the name
+LADDER = tuple(("".join(LADDER_WORDS[:d]), "".join(LADDER_WORDS[d:]))
+               for d, weight in enumerate(LADDER_WEIGHTS) for _ in range(weight))   # (after the name, before the stop)
 ADVERB_LINES = {
     "add": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
     "get": "{N}{v} has <<{a}+{b}={c}>>{c} {o}.",
@@ -163,8 +169,10 @@ def line_choices(op: str, line: int, phrasing: str = "varied") -> tuple[tuple[st
     from (repeated entries are likelier);
     line 0 is the first. The first wording is the plain template's."""
     plain = (SELL if op == "sell" else TEMPLATES[op])[1]
-    if phrasing in ("adverbs", "ladder"):
-        return ("",), tuple(ADVERB_LINES[op].replace("{v}", v) for v in (ADVERBS if phrasing == "adverbs" else LADDER))
+    if phrasing == "adverbs":
+        return ("",), tuple(ADVERB_LINES[op].replace("{v}", v) for v in ADVERBS)
+    if phrasing == "ladder":
+        return ("",), tuple(ADVERB_LINES[op][:-1].replace("{v}", front) + back + "." for front, back in LADDER)
     if phrasing == "openers":
         return (OPENERS_WIDE if line else OPENERS_FIRST), (plain,)
     return (OPENERS if line else OPENERS_FIRST), (plain, WORDINGS[op])

@@ -171,35 +171,40 @@ def test_adverbs_choose_one_token_after_the_name_and_leave_the_numbers():
 
 
 @pytest.mark.parametrize("text, expected", [
-    (" Tom by now in total has <<3+2=5>>5 apples.\nTom by has <<5-1=4>>4 apples left.\nTom earns <<4*2=8>>8 dollars.\n#### 8",
-     (4, 4)),                                                               # the ladder's full, first and no rung
-    ("Tom by now has <<3+2=5>>5 apples.\nTom by now in has <<5+1=6>>6 apples.\n#### 6", (3, 3)),
-    ("Tom by now in total total has <<3+2=5>>5 apples.\n#### 5", (1, 2)),  # a rung twice: two readings spliced
-    ("Tom by now in total <<3+2=5>>5 apples.\n#### 5", (1, 2)),            # the verb lost in the splice
-    ("Tom now in total has <<3+2=5>>5 apples.\n#### 5", (1, 2)),           # a rung skipped: not a prefix
-    ("Tom by in has <<3+2=5>>5 apples.\n#### 5", (1, 2)),
-    ("Tom now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                    # the adverbs family's line
+    (" Tom by now in total has <<3+2=5>>5 apples.\nTom by has <<5-1=4>>4 apples left now in total.\n"
+     "Tom earns <<4*2=8>>8 dollars by now in total.\n#### 8", (4, 4)),          # splits 4, 1 and 0
+    ("Tom by now has <<3+2=5>>5 apples in total.\nTom by now in has <<5+1=6>>6 apples total.\n#### 6", (3, 3)),
+    ("Tom by now in total has <<3+2=5>>5 apples total.\n#### 5", (1, 2)),      # two splits spliced: a word twice
+    ("Tom by now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                    # the phrase's end lost
+    ("Tom by now in total <<3+2=5>>5 apples.\n#### 5", (1, 2)),               # the verb lost
+    ("Tom now in total has <<3+2=5>>5 apples by.\n#### 5", (1, 2)),           # not a prefix after the name
+    ("Tom now has <<3+2=5>>5 apples.\n#### 5", (1, 2)),                       # the adverbs family's line
 ])
 def test_ladder_grammar_on_hand_made_lines(text, expected):
     from lopa.problems import grammatical_lines
     assert grammatical_lines(text, "ladder") == expected
 
 
-def test_ladder_inserts_a_prefix_of_one_phrase_the_full_one_likeliest():
-    """Each line inserts the first d words of the ladder after the name; the full phrase is the likeliest
-    reading (5 of 9) and each shorter one 1 of 9, so every position's likeliest token is the full
-    reading's, and the first rung is there in 8 readings of 9, under the commit threshold 0.9."""
+def test_ladder_splits_one_phrase_the_full_front_likeliest_and_every_line_one_length():
+    """Each line puts the first d words of the phrase after the name and the rest before the full stop;
+    the full front is the likeliest reading (1/2) and the first word is there in 4 readings of 5, under
+    the commit threshold 0.9; every reading of a line, and so of an answer, has the same length."""
+    from lopa.models import load
     from lopa.problems import LADDER, LADDER_WORDS, phrasings
     full = "".join(LADDER_WORDS)
-    assert all(full.startswith(rung) for rung in LADDER)
-    assert LADDER.count(full) / len(LADDER) > 0.5 and sum(r.startswith(LADDER_WORDS[0]) for r in LADDER) / len(LADDER) < 0.9
+    assert all(front + back == full for front, back in LADDER)
+    assert sum(front == full for front, _ in LADDER) / len(LADDER) == 0.5
+    assert sum(front.startswith(LADDER_WORDS[0]) for front, _ in LADDER) / len(LADDER) < 0.9
     p = split("heldout", 1, seed=9, phrasing="ladder")[0]
     plain = split("heldout", 1, seed=9)[0]
     assert p["question"] == plain["question"] and final_answer(p["answer"]) == final_answer(plain["answer"])
-    assert len(phrasings(p["answer"], "ladder")) == len(LADDER) ** plain["answer"].count("<<")
-    rungs = [line.split(" has")[0].split(" ends")[0].split(" keeps")[0].split(" earns")[0]
-             for q in split("train", 300, seed=1, phrasing="ladder") for line in q["answer"].splitlines()[:-1]]
-    assert 0.45 < sum(r.endswith(" total") for r in rungs) / len(rungs) < 0.65
+    readings = phrasings(p["answer"], "ladder")
+    assert len(readings) == len(LADDER) ** plain["answer"].count("<<")
+    tok = load().tokenizer
+    assert len({len(tok(" " + r, add_special_tokens=False)["input_ids"]) for r in readings}) == 1
+    fronts = [line.split(" has")[0].split(" ends")[0].split(" keeps")[0].split(" earns")[0]
+              for q in split("train", 300, seed=1, phrasing="ladder") for line in q["answer"].splitlines()[:-1]]
+    assert 0.4 < sum(f.endswith(" total") for f in fronts) / len(fronts) < 0.6
 
 
 def test_family_problems_follow_the_config():
