@@ -76,9 +76,10 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # the end of the answer and the later lines never depend on an unsettled line (a family whose lines
 # grew with d had every block's tail read EOS in the shorter readings, and D2F cut answers short).
 # The full reading is the likeliest at every position, so blocks filling in parallel favour the same
-# reading, as under "adverbs". Its exact model (lopa.study.oracle --phrasing ladder) decodes 20 fresh
-# problems with D2F at TPF 3.78 and LoPA at 3.52x that at k = 8 with weights 1,1,1,1,5 of 9: a choice
-# nested four deep lifts the 1.8x bound of a one-level choice.
+# reading, as under "adverbs". Its exact model (python -m lopa.study.oracle --phrasing ladder --n 30
+# --problem-seed 20611 --ks 0,1,4,8,14) decodes with D2F at TPF 3.82 and LoPA at 1.90x, 3.09x, 3.42x
+# and 3.66x that at k = 1, 4, 8, 14, every answer right and grammatical: a choice nested four deep
+# lifts the 1.8x bound of a one-level choice (docs/studies.md, section 4).
 PHRASINGS = ("plain", "varied", "openers", "adverbs", "ladder")
 ADVERBS = ("", "", "", " now")   # drawn uniformly, so "" has probability 3/4
 LADDER_WORDS = (" by", " now", " in", " total")
