@@ -37,8 +37,14 @@ LIVE_K = 4
 
 
 def new_study_state() -> dict:
-    """Per browser session: the Stop flag of a live study."""
-    return {"stop": False, "running": False}
+    """Per browser session: the Stop flag of a live study. "armed": Run was pressed and its run has not
+    started yet (it may wait in the model's queue); a Stop pressed then is kept for it."""
+    return {"stop": False, "running": False, "armed": False}
+
+
+def arm_study(state: dict) -> None:
+    """Run's first step, outside the queue: from now on Stop reaches this run, even before it starts."""
+    state["stop"], state["armed"] = False, True
 
 
 def figure(study: str, tables: dict, summary: dict, title: str):
@@ -143,7 +149,9 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
     """Run a study live on a few fresh synthetic problems; yield STUDY_OUTPUTS after every decode and
     the study's plot and numbers at the end (or when Stop is pressed: the problems done so far). The
     decodes run behind the GPU boundary (app/boundary.py); the tables, summary and plot are made here."""
-    state["stop"], state["running"] = False, True
+    if not state.get("armed"):          # called without Run's first step (the API): no Stop is pending
+        state["stop"] = False
+    state["armed"], state["running"] = False, True
     try:
         if study not in APP_STUDIES:
             raise ValueError(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}")
@@ -151,26 +159,30 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         r = _as_int("random orders", random_orders, LIVE_LIMITS["random"])
         seed = _as_int("problem seed", seed, (0, 2**31 - 1))
         loaded = MODELS.get()           # its spec, in the server process
-        rows, rounds, total, noted = [], [], 0, {}
+        rows, rounds, total, noted, where = [], [], 0, {}, "fresh problems"
         with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict())) as steps:
+            # Stop is read after every step (a decode, or a status between them: a long search reports
+            # each of its rounds), so a run stops within one step of the press.
             for step in steps:
                 if "where" in step:
                     where = step["where"]
                     yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
                         gr.skip()
-                    continue
-                if "status" in step:
-                    yield step["status"], _progress(0, 1), gr.skip(), gr.skip(), gr.skip()
-                    continue
-                if "summary" in step:
+                elif "status" in step:
+                    yield step["status"], _progress(len(rows), max(total, 1)), gr.skip(), gr.skip(), gr.skip()
+                elif "summary" in step:
                     noted.update(step["summary"])
-                    continue
-                total = step["total"]
-                rows.append(step["row"])
-                rounds += step["rounds"]
-                yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
+                else:
+                    total = step["total"]
+                    rows.append(step["row"])
+                    rounds += step["rounds"]
+                    yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
                 if state["stop"]:
                     break
+        if not rows:
+            yield (f"Stopped before the first decode of **{TITLES[study]}** finished: nothing to show."
+                   if state["stop"] else "The study made no decodes."), "", gr.skip(), gr.skip(), gr.skip()
+            return
         df = pd.DataFrame(rows)
         summary, tables = STUDIES[study].load().live_summary(rows, rounds)
         summary.update(noted)
@@ -192,7 +204,7 @@ def _base(loaded):
 
 def stop_study(state: dict) -> str:
     """Ask a live study to stop after its current decode."""
-    if state.get("running"):
+    if state.get("running") or state.get("armed"):
         state["stop"] = True
         return "Stopping after the current decode…"
     return "Nothing is running."

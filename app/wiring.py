@@ -198,9 +198,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 
     # Studies: shipped results (instant), or a live run with progress and Stop.
     study_out = pick(*studies.STUDY_OUTPUTS)
-    on(c["study_run"].click, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
-                                             c["study_seed"]], study_out, api_name="run_study", show_progress="hidden",
-                         **MODEL)
+    # Run arms the session's Stop outside the queue first, so a Stop pressed while the run waits for the
+    # model (or before its first decode) is kept for it.
+    armed = c["study_run"].click(studies.arm_study, [c["study_state"]], None, queue=False, api_visibility="private")
+    on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
+                                       c["study_seed"]], study_out, api_name="run_study", show_progress="hidden", **MODEL)
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
     # A model loaded (or warmed at page load) shows its own shipped results.
     for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):

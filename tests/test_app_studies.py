@@ -48,6 +48,38 @@ def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
     assert studies.stop_study(state) == "Nothing is running."
 
 
+def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch):
+    """Run arms the session first (outside the queue); a Stop pressed before the queued run starts stops it
+    after its first step instead of being reset by it."""
+    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
+    state = studies.new_study_state()
+    assert studies.stop_study(state) == "Nothing is running."
+    studies.arm_study(state)
+    assert "Stopping" in studies.stop_study(state)          # the run still waits in the queue
+    outs = [named(o) for o in studies.run_study(state, "orders", 2, 3, 15)]
+    assert "Stopped before the first decode" in outs[-1]["study_status"] and len(outs) == 2
+    assert not state["running"] and not state["armed"]
+    # The API calls run_study without Run's first step: a stale flag from an earlier run does not stop it.
+    outs = [named(o) for o in studies.run_study(state, "orders", 1, 1, 15)]
+    assert "Done:" in outs[-1]["study_status"] and "stopped" not in outs[-1]["study_status"]
+
+
+def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
+    """The search is a problem's long step: it reports each round it decides, and Stop is read there."""
+    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
+    state = studies.new_study_state()
+    gen = studies.run_study(state, "headroom", 2, 1, 15)
+    for out in map(named, gen):
+        if "Searching problem 1" in str(out["study_status"]):
+            studies.stop_study(state)
+            break
+    else:
+        pytest.fail("the search reported no round")
+    last = named(list(gen)[-1])
+    assert "stopped" in last["study_status"]
+    assert 'value="' in last["study_progress"] and int(last["study_progress"].split('value="')[1].split('"')[0]) < 6
+
+
 @pytest.mark.parametrize("bad, message", [((99, 2), "problems"), ((2, 0), "random orders"), (("x", 2), "whole number")])
 def test_live_study_inputs_are_bounded_with_a_message(bad, message):
     out = named(list(studies.run_study(studies.new_study_state(), "orders", *bad, 15))[-1])

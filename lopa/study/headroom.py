@@ -121,9 +121,11 @@ def configurations(base: DecodeSettings, ks, random_orders: int) -> list[tuple[s
 
 
 def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random_orders: int,
-                  max_candidates: int = 0, data: str = "", shots: int = 0):
+                  max_candidates: int = 0, data: str = "", shots: int = 0, search_rounds: bool = False):
     """(row, choices) per decode, problem by problem, the search last (a stopped study has whole problems).
-    The search starts from the LoPA run with the fewest forwards (the smallest k on a tie)."""
+    The search starts from the LoPA run with the fewest forwards (the smallest k on a tie). With
+    `search_rounds`, also (None, {"problem", "round", "rounds"}) after each round the search decides: the
+    search is the long step of a problem, and a live run reads Stop between yields."""
     ks = sorted(set(ks) | {base.k})
     for problem in problems:
         ids = prompt_ids(loaded, problem["question"], data, shots)
@@ -138,7 +140,11 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
                 lopa_runs[k] = run
         start_k = min(lopa_runs, key=lambda k: (lopa_runs[k].metrics()["forwards"], k))
         t0 = time.perf_counter()
-        best, choices, spent = search(lopa_runs[start_k], max_candidates)
+        best, choices, spent = lopa_runs[start_k], [], 0
+        for step in iter_search(lopa_runs[start_k], max_candidates):
+            best, choices, spent = step["best"], step["choices"], step["spent"]
+            if search_rounds:
+                yield None, {"problem": problem["id"], "round": step["round"], "rounds": step["rounds"]}
         row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem),
                "start_k": start_k, "search_forwards": spent, "search_s": time.perf_counter() - t0}
         yield row, [{"problem": problem["id"], **c} for c in choices]
@@ -271,10 +277,17 @@ LIVE_KS = (1, 4)
 
 
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """A live run: {"total", "row", "rounds"} per decode ("rounds": where the order found left LoPA)."""
+    """A live run: {"total", "row", "rounds"} per decode ("rounds": where the order found left LoPA), and a
+    {"status"} after each round the search decides."""
     ks = sorted(set(LIVE_KS) | {base.k})
     total = len(problems) * (len(configurations(base, ks, random_orders)) + 1)
-    for row, choices in iter_headroom(loaded, problems, base, ks, random_orders):
+    done = 0
+    for row, choices in iter_headroom(loaded, problems, base, ks, random_orders, search_rounds=True):
+        if row is None:
+            yield {"status": f"Searching problem {done // (total // len(problems)) + 1} of {len(problems)}: round "
+                             f"{choices['round']} decided, the order found so far needs {choices['rounds']} forwards…"}
+            continue
+        done += 1
         yield {"total": total, "row": row, "rounds": choices}
 
 
