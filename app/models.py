@@ -27,8 +27,8 @@ MODELS_DIR = ASSETS / "models"
 # What each bundled model shows, for the model choice. The two side by side are the lesson: the same
 # decoder is fast or not depending on whether the model leaves its filling order open (model cards).
 SHOWS = {
-    "open-gsm-dllm": "the paper's regime: one token (\"now\" or not) decides the rest of a line, so the filling "
-                     "order sets the speed",
+    "open-gsm-dllm": "the paper's regime: where \"by now in total\" splits around a line is open, and one "
+                     "committed token settles the rest of it, so the filling order sets the speed",
     "sure-gsm-dllm": "sure of every token: every filling order gives the same speed (the contrast)",
 }
 

@@ -52,7 +52,7 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
 # "openers" (session 6) keeps every line's plain wording and only opens each later line with one of
 # eight openers: the line shifts as a whole, which leaves the model's plain lines as they were.
-# "adverbs" is the regime model's family (assets/models/open-gsm-dllm): every line keeps its plain
+# "adverbs" (the family of open-gsm-dllm's second training stage) keeps every line's plain
 # verb, and after the name comes " now" (one line in four) or nothing ("Tom has ...", "Tom now has
 # ..."). That one token moves the rest of its line, and every later line, by 0 or 1 position, so until
 # it is committed nothing after it is sure: one committed token decides many others, the regime where
@@ -63,8 +63,8 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # two blocks that favour different readings write "Tom has has"; with one reading above 1/2 at every
 # position, every block favours the same one (the exact model of the family, lopa.study.oracle,
 # wrote 4 such lines in 60 answers with four equally likely adverbs and none with this weighting).
-# "ladder" nests the choice (LoPA, Sec. 1: D2F's fallback commits the most confident token, not the most
-# telling one). A line splits the phrase " by now in total" at d = 0..4: the first d words go after the
+# "ladder", the default model's family (assets/models/open-gsm-dllm), nests the choice (LoPA, Sec. 1:
+# D2F's fallback commits the most confident token, not the most telling one). A line splits the phrase " by now in total" at d = 0..4: the first d words go after the
 # name, the rest before the full stop ("Tom by now has <<3+4=7>>7 apples in total."). The full phrase
 # after the name is the likeliest reading (1/2), d = 0 1/5, d = 1, 2, 3 1/10 each. Every split's front
 # is a prefix of the next, so the position after the name reads " by" in 4 readings of 5 (0.8, under
