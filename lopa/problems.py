@@ -63,23 +63,23 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # two blocks that favour different readings write "Tom has has"; with one reading above 1/2 at every
 # position, every block favours the same one (the exact model of the family, lopa.study.oracle,
 # wrote 4 such lines in 60 answers with four equally likely adverbs and none with this weighting).
-# "ladder", the default model's family (assets/models/open-gsm-dllm), nests the choice (LoPA, Sec. 1:
-# D2F's fallback commits the most confident token, not the most telling one). A line splits the phrase " by now in total" at d = 0..4: the first d words go after the
-# name, the rest before the full stop ("Tom by now has <<3+4=7>>7 apples in total."). The full phrase
-# after the name is the likeliest reading (1/2), d = 0 1/5, d = 1, 2, 3 1/10 each. Every split's front
-# is a prefix of the next, so the position after the name reads " by" in 4 readings of 5 (0.8, under
-# the commit threshold 0.9), the next " now" in 7 of the 8 left (0.875), then 6/7, 5/6: D2F's fallback,
-# which commits the most confident masked token, peels one level a round, and each level only rules
-# out one shorter front while the rest of the line, shifted by d, stays unsure. A lookahead branch that
-# fills a later position with the full reading's token settles the line in one round. The two parts
-# always make the whole phrase, so every line, and every answer, has one length whatever the splits:
-# the end of the answer and the later lines never depend on an unsettled line (a family whose lines
-# grew with d had every block's tail read EOS in the shorter readings, and D2F cut answers short).
-# The full reading is the likeliest at every position, so blocks filling in parallel favour the same
-# reading, as under "adverbs". Its exact model (python -m lopa.study.oracle --phrasing ladder --n 30
-# --problem-seed 20611 --ks 0,1,4,8,14) decodes with D2F at TPF 3.82 and LoPA at 1.90x, 3.09x, 3.42x
-# and 3.66x that at k = 1, 4, 8, 14, every answer right and grammatical: a choice nested four deep
-# lifts the 1.8x bound of a one-level choice (docs/studies.md, section 4).
+# "ladder", the default model's family (assets/models/open-gsm-dllm), nests the choice (LoPA, Sec. 1: D2F's
+# fallback commits the most confident token, not the most telling one). A line splits the phrase " by now in
+# total" at d = 0..4: the first d words go after the name, the rest before the full stop ("Tom by now has
+# <<3+4=7>>7 apples in total."). The full phrase after the name is the likeliest reading (1/2), d = 0 1/5, d =
+# 1, 2, 3 1/10 each. Every split's front is a prefix of the next, so the position after the name reads " by" in
+# 4 readings of 5 (0.8, under the commit threshold 0.9), the next " now" in 7 of the 8 left (0.875), then 6/7,
+# 5/6: D2F's fallback, which commits the most confident masked token, peels one level a round, and each level
+# only rules out one shorter front while the rest of the line, shifted by d, stays unsure. A lookahead branch
+# that fills a later position with the full reading's token settles the line in one round. The two parts always
+# make the whole phrase, so every line, and every answer, has one length whatever the splits: the end of the
+# answer and the later lines never depend on an unsettled line (a family whose lines grew with d had every
+# block's tail read EOS in the shorter readings, and D2F cut answers short). The full reading is the likeliest
+# at every position, so blocks filling in parallel favour the same reading, as under "adverbs". Its exact model
+# (python -m lopa.study.oracle --phrasing ladder --n 30 --problem-seed 20611 --ks 0,1,4,8,14) decodes with D2F
+# at TPF 3.82 and LoPA at 1.90x, 3.09x, 3.42x and 3.66x that at k = 1, 4, 8, 14, every answer right and
+# grammatical: a choice nested four deep lifts the 1.8x bound of a one-level choice (docs/studies.md, section
+# 4).
 PHRASINGS = ("plain", "varied", "openers", "adverbs", "ladder")
 ADVERBS = ("", "", "", " now")   # drawn uniformly, so "" has probability 3/4
 LADDER_WORDS = (" by", " now", " in", " total")
