@@ -21,7 +21,7 @@ export PYTHONPATH=.
 STATE=runs/ship/$NAME
 mkdir -p "$STATE"
 DIGEST=$($PY -c "import sys; from lopa.study.common import weights_digest; print(weights_digest(sys.argv[1]))" "$MODEL")
-NOTE='2-core x86_64 CPU, one torch thread, two ship lanes side by side (shared)'
+NOTE='shared: two ship lanes side by side'
 STUDY=(--model "$MODEL" --threads 1 --problem-seed "$SEED" --hardware-note "$NOTE" --out "assets/studies/$NAME")
 
 step() {   # step NAME COMMAND...: run unless done on these weights
