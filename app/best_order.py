@@ -15,7 +15,7 @@ from contextlib import closing
 import gradio as gr
 
 from . import boundary
-from .callbacks import error_message
+from .callbacks import error_message, stop_pending
 from .compare import COMPARE_OUTPUTS, compare_outputs
 from .forks import fork_model
 from .session import Session
@@ -121,5 +121,5 @@ def stop_search(session: Session) -> str:
     """Ask a running search to stop after its current round."""
     if session.streaming:
         session.stop_requested = True
-        return "Stopping the search after the current round…"
+        return stop_pending()
     return "Nothing is running."

@@ -211,11 +211,19 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
                                  "Run to continue to the end.")
 
 
+def stop_pending():
+    """What a Stop shows while a stream runs: nothing. The stream ends within a step and its last status
+    says it stopped; Stop is answered outside the queue and the stream's updates through it, in no
+    guaranteed order, so a "Stopping…" from Stop could reach the page after that last status and hide it."""
+    return gr.skip()
+
+
 def stop_run(session: Session) -> tuple:
-    """(status, counters). A streaming Run stops after its current round; a paused decode stops now."""
+    """(status, counters). A streaming Run stops after its current round (and says so); a paused decode
+    stops now."""
     if session.streaming:
         session.stop_requested = True
-        return "Stopping after the current round…", gr.skip()
+        return stop_pending(), gr.skip()
     if session.live is not None:
         session.cancel()
         return f"Stopped: {_describe(session)}", counters_html(session.run, session.elapsed, session.status())

@@ -17,7 +17,7 @@ import gradio as gr
 from lopa import decoder_settings
 
 from .boundary import stream_jobs
-from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs
+from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending
 from .examples import check_answer
 from .models import MODELS
 from .session import Backend, LiveRun, Session, forkable, parse_ui
@@ -166,5 +166,5 @@ def stop_compare(session: Session) -> str:
     """Ask a running comparison to stop after its current pair of rounds."""
     if session.streaming:
         session.stop_requested = True
-        return "Stopping after the current rounds…"
+        return stop_pending()
     return "Nothing is running."

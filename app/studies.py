@@ -19,7 +19,7 @@ from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 
 from . import boundary
-from .callbacks import error_message
+from .callbacks import error_message, stop_pending
 from .models import MODELS
 from .viz import esc
 
@@ -206,5 +206,5 @@ def stop_study(state: dict) -> str:
     """Ask a live study to stop after its current decode."""
     if state.get("running") or state.get("armed"):
         state["stop"] = True
-        return "Stopping after the current decode…"
+        return stop_pending()
     return "Nothing is running."

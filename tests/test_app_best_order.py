@@ -79,7 +79,7 @@ def test_stop_and_the_time_limit_keep_the_order_found_so_far(monkeypatch):
     session = decoded()
     gen = best_order.compare_with_best(session)
     next(gen), next(gen)                                   # started, round 1 searched
-    assert "Stopping" in best_order.stop_search(session)
+    assert best_order.stop_search(session) == cb.stop_pending() and session.stop_requested
     last = named(list(gen)[-1])
     assert "searched rounds 1 to 1 (stopped" in last["best_status"]
     assert best_order.stop_search(session) == "Nothing is running."

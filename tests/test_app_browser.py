@@ -440,6 +440,7 @@ def test_a_live_headroom_run_can_be_stopped(page):
     except Exception as err:
         seen = page.evaluate("window.__studyStatus")
         raise AssertionError(f"the run did not end after Stop; statuses shown: {seen[-8:]}") from err
+    page.wait_for_timeout(1_000)              # nothing that arrives later (Stop's own answer) hides the end
     status = page.locator("#study-status").inner_text()
     assert "the problems done so far" in status, page.evaluate("window.__studyStatus")[-8:]
     done = int(page.locator("#study-progress progress").get_attribute("value"))

@@ -7,6 +7,7 @@ import pytest
 from tiny import app_model
 
 from app import studies
+from app.callbacks import stop_pending
 from app.models import MODELS, MODELS_DIR
 from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest
@@ -42,7 +43,7 @@ def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
     state = studies.new_study_state()
     gen = studies.run_study(state, study, 2, 3, 15)
     next(gen), next(gen)                                   # started, first decode done
-    assert "Stopping" in studies.stop_study(state)
+    assert studies.stop_study(state) == stop_pending() and state["stop"]
     last = named(list(gen)[-1])
     assert "stopped" in last["study_status"] and isinstance(last["study_plot"], go.Figure)
     assert studies.stop_study(state) == "Nothing is running."
@@ -55,7 +56,7 @@ def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch)
     state = studies.new_study_state()
     assert studies.stop_study(state) == "Nothing is running."
     studies.arm_study(state)
-    assert "Stopping" in studies.stop_study(state)          # the run still waits in the queue
+    assert studies.stop_study(state) == stop_pending() and state["stop"]      # the run still waits in the queue
     outs = [named(o) for o in studies.run_study(state, "orders", 2, 3, 15)]
     assert "Stopped before the first decode" in outs[-1]["study_status"] and len(outs) == 2
     assert not state["running"] and not state["armed"]
