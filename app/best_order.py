@@ -117,8 +117,9 @@ def _show(session: Session, run_id: str, step: dict, names: dict, stopped: bool)
     return (status,) + compared
 
 
-def stop_search(session: Session) -> str:
-    """Ask a running search to stop after its current round."""
+def stop_search(session: Session):
+    """Ask a running search to stop after its current round (stop_pending(): the search says so), or say
+    that nothing runs."""
     if session.streaming:
         session.stop_requested = True
         return stop_pending()

@@ -162,8 +162,9 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
                           base.names, lopa.names, runs=run_list_outputs(session, force=True))
 
 
-def stop_compare(session: Session) -> str:
-    """Ask a running comparison to stop after its current pair of rounds."""
+def stop_compare(session: Session):
+    """Ask a running comparison to stop after its current pair of rounds (stop_pending(): it says so), or
+    say that nothing runs."""
     if session.streaming:
         session.stop_requested = True
         return stop_pending()

@@ -202,8 +202,9 @@ def _base(loaded):
                           attention=loaded.spec.attention)
 
 
-def stop_study(state: dict) -> str:
-    """Ask a live study to stop after its current decode."""
+def stop_study(state: dict):
+    """Ask a live study, running or armed, to stop after its current step (stop_pending(): the study says
+    so), or say that nothing runs."""
     if state.get("running") or state.get("armed"):
         state["stop"] = True
         return stop_pending()
