@@ -281,13 +281,12 @@ def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int)
     {"status"} after each round the search decides."""
     ks = sorted(set(LIVE_KS) | {base.k})
     total = len(problems) * (len(configurations(base, ks, random_orders)) + 1)
-    done = 0
+    number = {p["id"]: i for i, p in enumerate(problems, 1)}
     for row, choices in iter_headroom(loaded, problems, base, ks, random_orders, search_rounds=True):
         if row is None:
-            yield {"status": f"Searching problem {done // (total // len(problems)) + 1} of {len(problems)}: round "
+            yield {"status": f"Searching problem {number[choices['problem']]} of {len(problems)}: round "
                              f"{choices['round']} decided, the order found so far needs {choices['rounds']} forwards…"}
             continue
-        done += 1
         yield {"total": total, "row": row, "rounds": choices}
 
 
