@@ -19,8 +19,9 @@ Built-in policies (ORDERS, chosen by DecodeSettings.order):
 - least_confident, highest_entropy, mixed: other proposal rules for the branches (anchor as
                  confidence): the k lowest max prob, the k lowest Conf (the highest entropy under
                  Conf = neg_entropy), or half the highest Conf and half the lowest.
-- adaptive       confidence, verifying only as many of the k branches as pay for themselves in
-                 tokens per second under a cost model (AdaptiveOrder).
+- adaptive       the ranking of the order adaptive_rank names (default confidence), verifying only
+                 as many of its k branches as pay for themselves in tokens per second under a cost
+                 model (AdaptiveOrder).
 FlooredOrder wraps a policy with the lookahead floor (lookahead_min_prob).
 ScriptedOrder wraps any of them with forced decisions per round (commit p now, hold p back, pin
 the lookahead), which is how forks and replays of recorded traces work.
@@ -172,18 +173,18 @@ ADAPTIVE_NEAR = 0.2
 
 class AdaptiveOrder:
     """order = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
-    top settings.k candidates as pay for themselves in committed tokens per second (lopa.rules.choose_k),
+    top settings.k candidates as pay for themselves in seconds saved (lopa.rules.choose_k),
     given `cost`, the seconds of a round with B = 1 .. K + 1 branches: by default the cost model of the
     settings (branch_cost, make_order), or a curve measured on the running device
     (lopa.study.adaptive.measure_cost). Returns fewer than k positions, often none, which the engine
     verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
     near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
     win, release, lift: the gain model of lopa.rules.choose_k (make_order passes the settings'
-    adaptive_win and adaptive_lift, the running model's when a calibration fitted them)."""
+    adaptive_win, adaptive_release and adaptive_lift, the running model's when a calibration fitted them)."""
     name = "adaptive"
 
     def __init__(self, cost, base: OrderPolicy | None = None, near: float = ADAPTIVE_NEAR, win: float = 0.35,
-                 release: float = 1.0, lift: float = 0.25):
+                 release: float = 0.2, lift: float = 0.0):
         self.cost = torch.as_tensor(cost, dtype=torch.float64)          # [K + 1] seconds for B = 1 .. K + 1
         self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
         # For a quick "no branch can pay" check: the cheapest round with branches against one without.
@@ -193,15 +194,12 @@ class AdaptiveOrder:
         return self.base.anchor(view)
 
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
-        # `free` is every masked position the anchor left (a floor, if any, sits in self.base and
-        # only narrows the ranking), so masked - free is exactly what the anchor committed.
-        anchor_commits = int(view.masked.sum() - free.sum())
         n_near = int((free & (view.max_prob > view.settings.tau_conf - self.near)).sum())
-        best_gain = self.gain["release"] + self.gain["lift"] * n_near        # what a sure win could add
-        if self.cheapest <= 0 or (anchor_commits + best_gain) / self.cheapest < anchor_commits / self.single:
+        most_saved = (self.gain["release"] + self.gain["lift"] * n_near) * self.single    # a sure win's seconds
+        if self.cheapest <= 0 or most_saved < self.cheapest - self.single:
             return torch.zeros(0, dtype=torch.long)                      # no k >= 1 can pay: skip the ranking
         ranked = self.base.lookahead(view, free)                         # [<= k] best first
-        return ranked[:int(choose_k(ranked.numel(), anchor_commits, n_near, self.cost, **self.gain))]
+        return ranked[:int(choose_k(ranked.numel(), n_near, self.cost, **self.gain))]
 
 
 class FlooredOrder:
@@ -232,13 +230,13 @@ def linear_cost(settings: DecodeSettings) -> list[float]:
 def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
     """The policy a run's settings name, with its lookahead floor. `cost`: a measured cost curve for
     order = adaptive (default: linear_cost(settings))."""
-    ranking = RandomOrder(settings.order_seed) if settings.order == "random" else \
-        ConfidenceOrder() if settings.order == "adaptive" else ORDERS[settings.order]()
+    name = settings.adaptive_rank if settings.order == "adaptive" else settings.order
+    ranking = RandomOrder(settings.order_seed) if name == "random" else ORDERS[name]()
     if settings.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
         ranking = FlooredOrder(ranking, settings.lookahead_min_prob)
     if settings.order == "adaptive":
         return AdaptiveOrder(linear_cost(settings) if cost is None else cost, base=ranking,
-                             win=settings.adaptive_win, lift=settings.adaptive_lift)
+                             win=settings.adaptive_win, release=settings.adaptive_release, lift=settings.adaptive_lift)
     return ranking
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from lopa.settings import BRANCH_SCORE_RULES, MAX_ADAPTIVE_LIFT
+from lopa.settings import BRANCH_SCORE_RULES, MAX_ADAPTIVE_LIFT, MAX_ADAPTIVE_RELEASE
 
 
 def confidence(probs: torch.Tensor, metric: str) -> torch.Tensor:
@@ -201,45 +201,57 @@ def score_split(anchor_positions: list[int], anchor_conf: list[float], positions
     return {"removal": c0_rest - c0, "change": cj - c0_rest, "delta": cj - c0}
 
 
-def choose_k(n_candidates: int, anchor_commits: int, n_near: int, cost: torch.Tensor, win: float = 0.35,
-             release: float = 1.0, lift: float = 0.25) -> torch.Tensor:
+def choose_k(n_candidates: int, n_near: int, cost: torch.Tensor, win: float = 0.35, release: float = 0.2,
+             lift: float = 0.0) -> torch.Tensor:
     """The adaptive branch budget: how many of the ranked lookahead candidates to verify this round.
 
     cost: [K + 1] seconds of a round with B = 1 .. K + 1 branches, measured on the running device.
-    Expected tokens committed this round and the next with k branches:
-        E(k) = A + (1 - (1 - win)^k) * (release + lift * n_near)
-    A = the anchor's commits this round; 1 - (1 - win)^k = the chance that one of k branches wins
-    (each wins with chance `win`); a win commits its own token (`release` = 1) plus `lift` tokens per
-    position of the n_near just under tau_conf. win and lift are the model's own (fit_gain, from a
-    calibration decode; settings adaptive_win, adaptive_lift); the defaults: sure-gsm-dllm's win and an
-    assumed lift. win is fitted at k = 1; branches are not independent (on sure-gsm-dllm, k = 2 won 71%
-    of rounds against 1 - 0.65^2 = 58% predicted), so the model is conservative past k = 1.
-    Returns k in 0..n_candidates maximising E(k) / cost[k], committed tokens per second; ties go to
-    the larger k. Branches that cost nothing give the largest k; branches dearer than any gain, k = 0.
+    A round with k branches costs cost[k] - cost[0] more than one without. A won round saves
+        S = release + lift * n_near
+    forwards later in the decode (what the winner commits now and what it settles for later rounds;
+    n_near = free positions just under tau_conf), each worth about a round without branches, cost[0].
+    One of k branches wins with chance P(k) = 1 - (1 - win)^k. The budget is the k that saves the most
+    expected seconds:
+        P(k) * S * cost[0] - (cost[k] - cost[0])
+    The anchor's commits this round do not enter: they are made with or without branches. win, release
+    and lift are the model's own (fit_gain, from a calibration decode; settings adaptive_win,
+    adaptive_release, adaptive_lift); the defaults, sure-gsm-dllm's win and what a win saves there.
+    win is fitted at k = 1; branches are not independent (on sure-gsm-dllm, k = 2 won 71% of rounds
+    against 1 - 0.65^2 = 58% predicted), so the model is conservative past k = 1.
+    Returns k in 0..n_candidates; ties go to the larger k. Branches that cost nothing give the largest
+    k; branches dearer than any saving, k = 0.
     """
     C = min(n_candidates, cost.numel() - 1)
     k = torch.arange(C + 1, dtype=torch.float64)                                      # [C + 1]
-    expected = anchor_commits + (1 - (1 - win) ** k) * (release + lift * n_near)     # [C + 1]
-    rate = expected / cost[:C + 1].double()
-    return C - torch.flip(rate, [0]).argmax()                                          # the last maximum
+    c = cost[:C + 1].double()                                                         # [C + 1]
+    saved = (1 - (1 - win) ** k) * (release + lift * n_near) * c[0] - (c - c[0])      # [C + 1] seconds
+    return C - torch.flip(saved, [0]).argmax()                                         # the last maximum
 
 
-def fit_gain(vanilla_tpf: float, one_tpf: float, one_forwards: int, branch_rounds: int, wins: int, near: int,
-             release: float = 1.0, max_lift: float = MAX_ADAPTIVE_LIFT) -> tuple[float, float]:
-    """(win, lift) of choose_k's gain model, from a calibration of the running model: the same problems
-    decoded at k = 0 (tokens per forward `vanilla_tpf`) and at k = 1 (`one_tpf` over `one_forwards`
-    forwards, of which `branch_rounds` verified a branch, `wins` won by it, `near` the n_near summed
-    over those rounds).
-        win  = wins / branch_rounds
-        gain = (one_tpf - vanilla_tpf) * one_forwards / wins      tokens a won round adds in all
-        lift = (gain - release) / (near / branch_rounds)          clipped to [0, max_lift]
-    gain is the whole effect of a win, what it unlocks in later rounds included, which is what tokens
-    per second sees; reading only the next round's commits would miss a cascade. No branch round, no
-    win or no position near tau_conf leaves nothing to fit: lift 0 (a win is worth its own token)."""
-    if branch_rounds <= 0 or wins <= 0:
-        return 0.0, 0.0
-    win = wins / branch_rounds
-    gain = (one_tpf - vanilla_tpf) * one_forwards / wins
-    mean_near = near / branch_rounds
-    lift = (gain - release) / mean_near if mean_near > 0 else 0.0
-    return win, min(max(lift, 0.0), max_lift)
+def fit_gain(problems: list[dict], max_release: float = MAX_ADAPTIVE_RELEASE,
+             max_lift: float = MAX_ADAPTIVE_LIFT) -> tuple[float, float, float]:
+    """(win, release, lift) of choose_k's gain model, from a calibration of the running model: the same
+    problems decoded at k = 0 and at k = 1, one dict per problem:
+        saved     forwards the k = 1 decode saved against k = 0: what its wins settled in later rounds
+                  counts, as the time of a decode sees it
+        rounds    its rounds that verified a branch; wins: of those, won by the branch
+        near_won  n_near (AdaptiveOrder's count) summed over the won rounds
+    win = sum(wins) / sum(rounds); release and lift by least squares over the problems, both >= 0:
+        saved_p = release * wins_p + lift * near_won_p
+    Both are fitted because what a win is worth depends on the ranking: under top-Conf a win mostly
+    tips positions just under tau_conf (lift), under least_confident it settles an open choice that
+    decides others whatever sits near the threshold (release). No branch round or no win leaves nothing
+    to fit: (0, 0, 0)."""
+    rounds, wins = sum(p["rounds"] for p in problems), sum(p["wins"] for p in problems)
+    if rounds <= 0 or wins <= 0:
+        return 0.0, 0.0, 0.0
+    X = torch.tensor([[p["wins"], p["near_won"]] for p in problems], dtype=torch.float64)   # [P, 2]
+    y = torch.tensor([p["saved"] for p in problems], dtype=torch.float64)                   # [P]
+    fits = [torch.linalg.lstsq(X, y[:, None]).solution[:, 0]]                                 # both free
+    for col in (0, 1):                                                                        # one at 0
+        x = X[:, col]
+        fits.append(torch.zeros(2, dtype=torch.float64).index_fill(0, torch.tensor([col]),
+                                                                    float(x @ y / (x @ x)) if x @ x > 0 else 0.0))
+    feasible = [f.clamp(min=0) for f in fits if bool((f >= 0).all())] or [torch.zeros(2, dtype=torch.float64)]
+    release, lift = min(feasible, key=lambda f: float(((X @ f - y) ** 2).sum())).tolist()
+    return wins / rounds, min(release, max_release), min(lift, max_lift)

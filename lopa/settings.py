@@ -31,6 +31,8 @@ MASK_ARGMAX = ("next_best", "authors")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
+# The rankings the adaptive budget can verify a prefix of: every order but itself.
+ADAPTIVE_RANKS = tuple(o for o in ORDERS if o != "adaptive")
 # Branch score rules (lopa.rules.BRANCH_SCORES): "mean" is the paper's C(B); the others are the
 # alternatives `python -m lopa.study calibration` compares (docs/studies.md).
 BRANCH_SCORE_RULES = ("mean", "loo", "min", "window", "segment", "count")
@@ -48,10 +50,10 @@ MAX_SEED = 2**32 - 1
 # The cost model of the adaptive order: a round with B branches costs
 # 1 + branch_cost * (B - 1) rounds of one branch (lopa.order.AdaptiveOrder).
 MAX_BRANCH_COST = 100.0
-# The adaptive gain model's lift (tokens a win adds per position near tau_conf): a fit is clipped here.
-# Where few positions sit near the threshold (sure-gsm-dllm: ~0.5 a round) a win's worth over them runs
-# to several tokens each; past 20 the calibration had almost nothing to divide by.
+# The adaptive gain model (forwards a won round saves later: release + lift per position near tau_conf):
+# a fit is clipped here. A win cannot save more forwards than a decode has; these are far above any fit.
 MAX_ADAPTIVE_LIFT = 20.0
+MAX_ADAPTIVE_RELEASE = 64.0
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ class DecodeSettings:
     seed: int = setting(0, "sampling seed", low=0, high=MAX_SEED)
     order: str = setting("confidence", "token filling order (lopa/order.py): confidence (the paper's), random "
                          "(lookahead drawn uniformly, seeded by order_seed), left_to_right (lowest first), "
-                         "adaptive (the confidence order verifying only the branches that pay, branch_cost), or "
+                         "adaptive (the adaptive_rank order verifying only the branches that pay, branch_cost), or "
                          "another lookahead proposal with the paper's anchor: least_confident (lowest max prob), "
                          "highest_entropy (lowest Conf) or mixed (half highest, half lowest Conf)",
                          choices=ORDERS, paper="confidence")
@@ -194,14 +196,22 @@ class DecodeSettings:
     branch_cost: float = setting(
         1.0, "order=adaptive only: what one more branch adds to a round's seconds, in rounds of one branch "
         "(1 = a compute-bound CPU; a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
-    # The adaptive order's gain model (lopa.rules.choose_k). A model's own values come from a short
-    # calibration decode (lopa.study.adaptive.calibrate); the defaults: win as measured on sure-gsm-dllm,
-    # lift an assumption. Not app inputs: a study fits them, nobody picks them by hand.
+    adaptive_rank: str = setting(
+        "confidence", "order=adaptive only: the order whose lookahead ranking the budget verifies a prefix of: "
+        "confidence (the paper's top-Conf) or another proposal rule (least_confident pays best on the regime "
+        "model, docs/studies.md)", choices=ADAPTIVE_RANKS)
+    # The adaptive order's gain model (lopa.rules.choose_k): a won round saves release + lift * n_near
+    # forwards later. A model's own values come from a short calibration decode
+    # (lopa.study.adaptive.calibrate); the defaults, as measured on sure-gsm-dllm. Not app inputs: a
+    # study fits them, nobody picks them by hand.
     adaptive_win: float = setting(
         0.35, "order=adaptive only: the chance one lookahead branch wins a round (k branches: 1 - (1 - win)^k)",
         low=0.0, high=1.0, app=False)
+    adaptive_release: float = setting(
+        0.2, "order=adaptive only: forwards a won round saves later in the decode, whatever lies near tau_conf",
+        low=0.0, high=MAX_ADAPTIVE_RELEASE, app=False)
     adaptive_lift: float = setting(
-        0.25, "order=adaptive only: tokens a won round adds beyond its own token, per free position within 0.2 "
+        0.0, "order=adaptive only: forwards a won round saves beyond release, per free position within 0.2 "
         "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False)
 
     def __post_init__(self) -> None:

@@ -187,39 +187,52 @@ def test_removal_and_change_add_up_to_the_gain_exactly():
 
 
 def test_choose_k_on_hand_made_costs():
-    assert int(choose_k(5, 3, 2, torch.ones(15))) == 5                          # free: every candidate
-    assert int(choose_k(20, 3, 2, torch.ones(15))) == 14                        # ... up to the cost curve's K
-    assert int(choose_k(5, 1, 0, torch.tensor([1.0] + [1e6] * 14))) == 0       # dear: none
-    # A = 1: E = 1, 1.35, 1.5775 tokens at 1, 1.2, 10 s: k = 1 gives the most tokens per second
-    assert int(choose_k(2, 1, 0, torch.tensor([1.0, 1.2, 10.0]))) == 1
-    assert int(choose_k(0, 1, 0, torch.ones(3))) == 0
+    assert int(choose_k(5, 2, torch.ones(15))) == 5                             # free: every candidate
+    assert int(choose_k(20, 2, torch.ones(15))) == 14                           # ... up to the cost curve's K
+    assert int(choose_k(5, 0, torch.tensor([1.0] + [1e6] * 14))) == 0          # dear: none
+    # a win saves 1 forward (1 s); one branch costs 0.2 s more, a second 8.8 s more:
+    # saved 0, 0.5 - 0.2 = 0.3, 0.75 - 9 < 0 -> k = 1
+    assert int(choose_k(2, 0, torch.tensor([1.0, 1.2, 10.0]), win=0.5, release=1.0)) == 1
+    # the anchor's commits do not enter: what decides is what a win saves against what a branch costs
+    assert int(choose_k(2, 0, torch.tensor([1.0, 1.6, 2.2]), win=0.5, release=1.0)) == 0     # 0.5 < 0.6
+    # four near tau_conf: S = 2 forwards, saved 0.5 * 2 - 0.6 = 0.4 at k = 1 > 0.75 * 2 - 1.2 = 0.3 at k = 2
+    assert int(choose_k(2, 4, torch.tensor([1.0, 1.6, 2.2]), win=0.5, release=1.0, lift=0.25)) == 1
+    assert int(choose_k(0, 1, torch.ones(3))) == 0
     cost = torch.tensor([1.0, 1.2, 10.0])
     before = cost.clone()
-    choose_k(2, 1, 0, cost)
+    choose_k(2, 1, cost)
     assert torch.equal(cost, before)                                            # inputs unchanged
 
 
+def rows(*problems):
+    return [dict(zip(("saved", "rounds", "wins", "near_won"), p)) for p in problems]
 
 
 def test_fit_gain_on_hand_made_calibrations():
-    # k = 1 won 6 of 10 branch rounds over 20 forwards at TPF 6 against vanilla's 4: 40 extra tokens,
-    # 6.67 per win; 1 is the winner's own, the rest over 2 near positions a round
-    win, lift = fit_gain(4.0, 6.0, 20, branch_rounds=10, wins=6, near=20)
-    assert win == pytest.approx(0.6) and lift == pytest.approx((40 / 6 - 1) / 2)
-    assert fit_gain(4.0, 4.1, 20, 10, 5, 20) == (0.5, 0.0)             # a win worth less than its own token: no lift
-    assert fit_gain(4.0, 6.0, 20, 10, 6, 0) == (0.6, 0.0)              # nothing near tau_conf: nothing to spread over
-    assert fit_gain(4.0, 6.0, 20, 10, 6, 1, max_lift=3.0) == (0.6, 3.0)  # clipped to the setting's range
-    assert fit_gain(4.0, 4.0, 20, 0, 0, 0) == (0.0, 0.0)               # no branch ever verified
-    assert fit_gain(4.0, 4.0, 20, 10, 0, 20) == (0.0, 0.0)             # never won
+    # every win saves 2 forwards whatever is near tau_conf: all release, no lift
+    win, release, lift = fit_gain(rows((6, 4, 3, 5), (4, 3, 2, 0), (2, 2, 1, 7)))
+    assert (win, release, lift) == (pytest.approx(6 / 9), pytest.approx(2.0), pytest.approx(0.0, abs=1e-9))
+    # every win saves 0.5 per position near tau_conf and nothing else: all lift
+    win, release, lift = fit_gain(rows((2, 4, 3, 4), (1, 3, 2, 2), (3, 2, 1, 6)))
+    assert (release, lift) == (pytest.approx(0.0, abs=1e-9), pytest.approx(0.5))
+    # both: saved = 1 * wins + 0.25 * near_won
+    _, release, lift = fit_gain(rows((3 + 1, 4, 3, 4), (2 + 2, 3, 2, 8), (1 + 0.5, 2, 1, 2)))
+    assert (release, lift) == (pytest.approx(1.0), pytest.approx(0.25))
+    # k = 1 took more forwards than k = 0: a win saves nothing, never a negative amount
+    assert fit_gain(rows((-2, 4, 2, 3), (-1, 3, 1, 1)))[1:] == (0.0, 0.0)
+    assert fit_gain(rows((6, 4, 3, 1)), max_release=1.5)[1] == 1.5                 # clipped to the setting's range
+    assert fit_gain(rows((0, 0, 0, 0))) == (0.0, 0.0, 0.0)                         # no branch ever verified
+    assert fit_gain(rows((0, 5, 0, 0))) == (0.0, 0.0, 0.0)                         # never won
 
 
 def test_a_fitted_gain_model_pays_where_branches_do_and_not_where_they_do_not():
-    # cost of a round with B = 1, 2, 3 branches against one, as measured on this CPU (~1.35x per branch)
-    cost = torch.tensor([1.0, 1.35, 1.72])
-    # the regime model's calibration: TPF 3.4 -> 6.5 at k = 1, 60% of branch rounds won, ~1.5 near a round:
-    # a win is worth ~5 tokens, so one branch pays over a 4-token anchor
-    win, lift = fit_gain(3.4, 6.5, 100, branch_rounds=90, wins=54, near=135)
-    assert int(choose_k(14, 4, 2, cost, win=win, lift=lift)) == 1
-    # the sure model's: TPF 17.5 -> 18.5 at k = 1, 31% won; its anchor commits ~17 a round: k = 0
-    win, lift = fit_gain(17.47, 18.47, 100, branch_rounds=100, wins=31, near=100)
-    assert int(choose_k(14, 17, 1, cost, win=win, lift=lift)) == 0
+    # cost of a round with B = 1, 2, 3 branches against one, as measured on this CPU (~1.47x per branch)
+    cost = torch.tensor([1.0, 1.47, 1.95])
+    # open-gsm-dllm under least_confident: 88% of branch rounds won, each win saving ~1 forward: k = 1
+    win, release, lift = fit_gain(rows((4, 4, 4, 10), (3, 4, 3, 12), (4, 4, 3, 9), (3, 3, 3, 8)))
+    assert int(choose_k(14, 2, cost, win=win, release=release, lift=lift)) == 1
+    # sure-gsm-dllm: 31% won, a win saving ~0.2 forwards: a branch never pays on a CPU ...
+    win, release, lift = fit_gain(rows((1, 5, 2, 1), (0, 5, 1, 1), (1, 6, 2, 2)))
+    assert int(choose_k(14, 1, cost, win=win, release=release, lift=lift)) == 0
+    # ... and every branch pays where they cost nothing (a GPU at batch 1)
+    assert int(choose_k(14, 1, torch.ones(15), win=win, release=release, lift=lift)) == 14

@@ -14,7 +14,7 @@ from lopa.blocks import CACHE_SCHEDULES
 from lopa.cli import build_parser
 from lopa.cli import main as lopa_main
 from lopa.hf.config import LOPA_FIELDS, LopaGenerationConfig
-from lopa.order import ORDERS, AdaptiveOrder, RoundView, make_order, script_from_trace
+from lopa.order import ORDERS, AdaptiveOrder, LeastConfidentOrder, RoundView, make_order, script_from_trace
 from lopa.rules import BRANCH_SCORES, COMMIT_RULES
 from lopa.schema import Settings
 from lopa.settings import NOT_IN_PRESETS, PAPER_PRESETS, SETTINGS, add_settings_arguments, settings_from_args
@@ -104,7 +104,8 @@ def test_study_flags_reach_the_decoder():
 
 def test_order_adaptive_is_a_flag_recorded_in_the_trace_and_replays(tmp_path):
     args = generate_parser().parse_args(["--prompt", "x", "--order", "adaptive", "--branch-cost", "0.05", "--k", "3",
-                                         "--adaptive-win", "0.5", "--adaptive-lift", "1.5"])
+                                         "--adaptive-win", "0.5", "--adaptive-release", "0.25", "--adaptive-lift", "1.5",
+                                         "--adaptive-rank", "least_confident"])
     settings = settings_from_args(args, tiny_spec(block_size=8)).replace(**LIVELY)
     assert settings.order == "adaptive"
     run = Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tiny_tokenizer()).run(PROMPT)
@@ -113,7 +114,8 @@ def test_order_adaptive_is_a_flag_recorded_in_the_trace_and_replays(tmp_path):
     loaded = RunResult.load(run.save(tmp_path / "adaptive.json"))
     assert loaded.settings["order"] == "adaptive" and loaded.settings["branch_cost"] == 0.05
     assert (loaded.settings["adaptive_win"], loaded.settings["adaptive_lift"]) == (0.5, 1.5)   # the gain model too
-    assert make_order(DecodeSettings.from_dict(loaded.settings)).gain == {"win": 0.5, "release": 1.0, "lift": 1.5}
+    assert make_order(DecodeSettings.from_dict(loaded.settings)).gain == {"win": 0.5, "release": 0.25, "lift": 1.5}
+    assert isinstance(make_order(DecodeSettings.from_dict(loaded.settings)).base, LeastConfidentOrder)   # its ranking
     again = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings.from_dict(loaded.settings), tiny_tokenizer())
     assert again.run(PROMPT).tokens == run.tokens                # from its settings alone
     replay = Decoder(tiny_qwen2(seed=1), tiny_spec(), DecodeSettings.from_dict(loaded.settings).replace(order="confidence"),
@@ -122,27 +124,41 @@ def test_order_adaptive_is_a_flag_recorded_in_the_trace_and_replays(tmp_path):
     assert [r.lookahead_positions for r in replay.records] == [r.lookahead_positions for r in run.records]
 
 
-def test_adaptive_under_a_floor_counts_only_the_anchor_s_commits(monkeypatch):
-    """The floor narrows the ranking, never the count of what the anchor committed."""
+def test_adaptive_under_a_floor_ranks_above_it_and_counts_near_over_every_free_position(monkeypatch):
+    """The floor narrows the ranking, never the count of positions just under tau_conf."""
     import lopa.order as order_module
     seen = []
 
-    def spy(n_candidates, anchor_commits, n_near, cost, **gain):
-        seen.append(anchor_commits)
+    def spy(n_candidates, n_near, cost, **gain):
+        seen.append(n_near)
         return torch.tensor(n_candidates)
     monkeypatch.setattr(order_module, "choose_k", spy)
     settings = DecodeSettings(k=4, order="adaptive", branch_cost=0.0, lookahead_min_prob=0.5, block_size=8,
                               max_new_tokens=8)
     policy = make_order(settings)
-    max_prob = torch.tensor([0.95, 0.92, 0.6, 0.55, 0.2, 0.1, 0.05, 0.3])            # [W]
+    max_prob = torch.tensor([0.95, 0.92, 0.75, 0.55, 0.2, 0.1, 0.05, 0.3])           # [W]
     view = RoundView(1, 0, 8, torch.arange(8), max_prob, max_prob, torch.ones(8, dtype=torch.bool), [True],
                      settings, mask_id=0)
     free = torch.ones(8, dtype=torch.bool)
     free[:2] = False                                   # the anchor committed positions 0 and 1
     look = policy.lookahead(view, free)
-    assert seen == [2]                                 # not 6: the four floored positions are not commits
+    assert seen == [1]                                 # 0.75 > tau_conf - 0.2; committed 0.95 and 0.92 are not free
     assert look.tolist() == [2, 3]                     # only positions at or above the floor are ranked
     assert isinstance(policy, AdaptiveOrder)
+
+
+def test_adaptive_rank_names_the_ranking_the_budget_verifies_a_prefix_of():
+    settings = DecodeSettings(k=2, order="adaptive", branch_cost=0.0, block_size=8, max_new_tokens=8)
+    max_prob = torch.tensor([0.95, 0.85, 0.75, 0.55, 0.2, 0.1, 0.05, 0.3])           # [W]
+    free = torch.ones(8, dtype=torch.bool)
+    free[0] = False
+    for rank, expect in [("confidence", [1, 2]), ("least_confident", [6, 5]), ("left_to_right", [1, 2])]:
+        chosen = settings.replace(adaptive_rank=rank)
+        view = RoundView(1, 0, 8, torch.arange(8), max_prob, max_prob, torch.ones(8, dtype=torch.bool), [True],
+                         chosen, mask_id=0)
+        assert make_order(chosen).lookahead(view, free).tolist() == expect, rank
+    with pytest.raises(ValueError, match="adaptive_rank"):
+        DecodeSettings(order="adaptive", adaptive_rank="adaptive")
 
 
 # -- ranges: one message naming the setting, its range and the value ---------------------------------------

@@ -130,17 +130,18 @@ def test_branch_rounds_count_what_adaptive_order_sees_on_hand_made_records():
         Record(kind="final", winner=0, lookahead_positions=[], anchor_positions=[], branch_positions=[[]],
                branch_max_prob=[[]]),
     ]
-    assert adaptive.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2}
+    assert adaptive.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2, "near_won": 2}
 
 
 def test_the_adaptive_configuration_carries_the_fitted_gain_model_into_its_settings_and_order():
     base = DecodeSettings(**LIVELY)
-    configs = adaptive.configurations(base, [0, 1], 4, [1.0, 1.3, 1.7, 2.1, 2.6],
-                                      {"adaptive_win": 0.6, "adaptive_lift": 2.5, "problems": 4})
+    configs = adaptive.configurations(base.replace(adaptive_rank="least_confident"), [0, 1], 4, [1.0, 1.3, 1.7, 2.1, 2.6],
+                                      {"adaptive_win": 0.6, "adaptive_release": 0.8, "adaptive_lift": 2.5, "problems": 4})
     name, settings, order = configs[-1]
     assert [c[0] for c in configs] == ["k=0", "k=1", "adaptive"]
     assert (settings.order, settings.k, settings.adaptive_win, settings.adaptive_lift) == ("adaptive", 4, 0.6, 2.5)
-    assert order.gain == {"win": 0.6, "release": 1.0, "lift": 2.5}      # the trace's settings rebuild this order
+    assert order.gain == {"win": 0.6, "release": 0.8, "lift": 2.5}      # the trace's settings rebuild this order
+    assert [c[1].order for c in configs[:2]] == ["least_confident"] * 2  # fixed k propose what the budget ranks
     _, settings, order = adaptive.configurations(base, [0], 4, [1.0] * 5)[-1]
     assert (settings.adaptive_win, settings.adaptive_lift) == (base.adaptive_win, base.adaptive_lift)
 

@@ -5,8 +5,8 @@
 At start-up the study measures the cost curve of the running device: the verify forward's seconds
 for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
 (order = adaptive) then chooses k each round from the anchor's confidence profile, that curve and the
-model's own gain model, aiming at committed tokens per second, not per forward (lopa.rules.choose_k).
-The gain model (adaptive_win, adaptive_lift) is fitted at start-up too, from --calibration-problems
+model's own gain model, aiming at seconds saved, not forwards (lopa.rules.choose_k).
+The gain model (adaptive_win, adaptive_release, adaptive_lift) is fitted at start-up too, from --calibration-problems
 problems beyond the n measured ones decoded at k = 0 and k = 1 (calibrate, lopa.rules.fit_gain), and
 printed; the adaptive runs' settings and the JSON's summary.gain record it. On a GPU, where B
 branches cost about one, it verifies many; on a CPU, where they cost nearly B times one, as many as
@@ -36,6 +36,7 @@ from lopa.study.stats import pareto_front
 from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
+GAIN = ("adaptive_win", "adaptive_release", "adaptive_lift")      # the gain model's settings (lopa.rules.choose_k)
 CALIBRATION_PROBLEMS = 16     # ~60 branch rounds: win and lift settle within a few percent on the regime model
 
 
@@ -89,46 +90,50 @@ def describe_cost(verify: list[float], bookkeeping: float) -> str:
 
 def branch_rounds(records, tau_conf: float, near: float = ADAPTIVE_NEAR) -> dict:
     """What a decode's rounds say about its branches: {"rounds": rounds that verified a branch, "wins": of
-    those, won by one, "near": n_near summed over them}. n_near is what AdaptiveOrder counts when it
-    decides a round: free positions (masked, not committed by the round's anchor) whose max prob, from
-    the previous round's winner, is above tau_conf - near."""
-    counts = {"rounds": 0, "wins": 0, "near": 0}
+    those, won by one, "near": n_near summed over them, "near_won": summed over the won ones}. n_near is
+    what AdaptiveOrder counts when it decides a round: free positions (masked, not committed by the
+    round's anchor) whose max prob, from the previous round's winner, is above tau_conf - near."""
+    counts = {"rounds": 0, "wins": 0, "near": 0, "near_won": 0}
     for prev, rec in zip(records, records[1:]):
         if rec.kind != "round" or not rec.lookahead_positions:
             continue
         anchored = set(rec.anchor_positions)
         seen = zip(prev.branch_positions[prev.winner], prev.branch_max_prob[prev.winner])
+        n_near = sum(p not in anchored and m > tau_conf - near for p, m in seen)
         counts["rounds"] += 1
         counts["wins"] += rec.winner > 0
-        counts["near"] += sum(p not in anchored and m > tau_conf - near for p, m in seen)
+        counts["near"] += n_near
+        counts["near_won"] += n_near if rec.winner > 0 else 0
     return counts
 
 
 def calibrate(loaded, base: DecodeSettings, problems: list[dict], data: str = "", shots: int = 0) -> dict:
     """The gain model of the model that runs (lopa.rules.fit_gain): `problems` decoded at k = 0 and at
-    k = 1, untimed. -> {"adaptive_win", "adaptive_lift", and what they came from}."""
-    runs = {k: [decode_one(loaded, base.replace(k=k, order="confidence"), p, data=data, shots=shots)[0]
+    k = 1 under the ranking the budget verifies (adaptive_rank), untimed.
+    -> {"adaptive_win", "adaptive_release", "adaptive_lift", and what they came from}."""
+    runs = {k: [decode_one(loaded, base.replace(k=k, order=base.adaptive_rank), p, data=data, shots=shots)[0]
                 for p in problems] for k in (0, 1)}
     tpf = {k: pooled([r.metrics() for r in rs], tokens="tokens_useful")["tpf_useful"] for k, rs in runs.items()}
-    forwards = sum(r.metrics()["forwards"] for r in runs[1])
-    counts = {"rounds": 0, "wins": 0, "near": 0}
-    for run in runs[1]:
-        for name, value in branch_rounds(run.records, base.tau_conf).items():
-            counts[name] += value
-    win, lift = fit_gain(tpf[0], tpf[1], forwards, counts["rounds"], counts["wins"], counts["near"])
-    return {"adaptive_win": win, "adaptive_lift": lift, "problems": len(problems), "tpf_k0": tpf[0],
-            "tpf_k1": tpf[1], "forwards_k1": forwards, **{f"k1_{name}": v for name, v in counts.items()}}
+    rows = [{"saved": r0.metrics()["forwards"] - r1.metrics()["forwards"],
+             **branch_rounds(r1.records, base.tau_conf)} for r0, r1 in zip(runs[0], runs[1])]
+    win, release, lift = fit_gain(rows)
+    totals = {name: sum(r[name] for r in rows) for name in ("rounds", "wins", "near", "near_won")}
+    return {"adaptive_win": win, "adaptive_release": release, "adaptive_lift": lift, "problems": len(problems),
+            "tpf_k0": tpf[0], "tpf_k1": tpf[1], "forwards_k1": sum(r.metrics()["forwards"] for r in runs[1]),
+            **{f"k1_{name}": v for name, v in totals.items()}}
 
 
 def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None = None
                    ) -> list[tuple[str, DecodeSettings, object]]:
-    """(name, settings, order policy or None): fixed k, then order = adaptive with at most k_max branches
-    under the cost curve measured here and the gain model `gain` ({"adaptive_win", "adaptive_lift"}, from
+    """(name, settings, order policy or None): fixed k under the ranking the budget verifies (the order
+    adaptive_rank names, so every k and the budget propose the same positions), then order = adaptive
+    with at most k_max branches under the cost curve measured here and the gain model `gain`
+    ({"adaptive_win", "adaptive_release", "adaptive_lift"}, from
     calibrate; None: the settings' own). Its trace records order "adaptive" and the gain model; a replay
     pins its decisions."""
-    fitted = {name: (gain or {}).get(name, getattr(base, name)) for name in ("adaptive_win", "adaptive_lift")}
+    fitted = {name: (gain or {}).get(name, getattr(base, name)) for name in GAIN}
     adaptive = base.replace(k=k_max, order="adaptive", **fitted)
-    return ([(f"k={k}", base.replace(k=k), None) for k in ks]
+    return ([(f"k={k}", base.replace(k=k, order=base.adaptive_rank), None) for k in ks]
             + [("adaptive", adaptive, make_order(adaptive, cost))])
 
 
@@ -175,14 +180,14 @@ LIVE_K_MAX = 14
 
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
     """A live run: {"status"} while this machine's cost curve is measured and the model's gain model
-    fitted (on the first problem: a live run has few), {"summary": {"cost_s", "gain"}} once they are,
+    fitted (on the first problem: a live run has few), {"summary": {"cost_s", "gain", "adaptive_rank"}} once they are,
     then {"total", "row", "rounds"} per decode."""
     yield {"status": f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…"}
     verify, bookkeeping = measure_cost(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), repeats=3)
     cost = [t + bookkeeping for t in verify]
     yield {"status": "Fitting this model's gain model (the first problem decoded at k = 0 and k = 1)…"}
     gain = calibrate(loaded, base, problems[:1])
-    yield {"summary": {"cost_s": cost, "gain": gain}}
+    yield {"summary": {"cost_s": cost, "gain": gain, "adaptive_rank": base.adaptive_rank}}
     configs = configurations(base, FIXED_KS, LIVE_K_MAX, cost, gain)
     total = len(problems) * len(configs)
     for row in iter_adaptive(loaded, problems, configs):
@@ -201,7 +206,7 @@ def figure(tables: dict, summary: dict, title: str):
 
 
 def report(summary: dict) -> str:
-    lines = [f"{summary['problems']} problems",
+    lines = [f"{summary['problems']} problems" + (f", ranking: {summary['adaptive_rank']}" if summary.get("adaptive_rank") else ""),
              f"{'config':>9} {'accuracy':>9} {'TPF':>6} {'tokens/s':>9} {'mean k':>7} {'ms/problem':>11} {'Pareto':>7}"]
     for r in summary["configs"]:
         acc = "n/a" if r["accuracy"] is None else f"{r['accuracy'] * 100:.1f}%"
@@ -216,7 +221,8 @@ def report(summary: dict) -> str:
                      f"on the Pareto front: {'yes' if c['adaptive_on_pareto_front'] else 'no'}")
     g = summary.get("gain")
     if g:
-        lines.append(f"gain model: win {g['adaptive_win']:.3f}, lift {g['adaptive_lift']:.3f}"
+        lines.append(f"gain model: win {g['adaptive_win']:.3f}, release {g.get('adaptive_release', 1.0):.3f}, "
+                     f"lift {g['adaptive_lift']:.3f}"
                      + (f" (fitted on {g['problems']} calibration problems)" if "problems" in g else " (as given)"))
     return "\n".join(lines)
 
@@ -232,7 +238,7 @@ def main(argv=None) -> int:
                         help="decodes per problem and configuration; the fastest counts (default 2)")
     parser.add_argument("--calibration-problems", type=int, default=CALIBRATION_PROBLEMS,
                         help="problems after the n measured ones (same data and seed) decoded at k = 0 and 1 to fit "
-                             f"the gain model, adaptive_win and adaptive_lift (default {CALIBRATION_PROBLEMS}; "
+                             f"the gain model, adaptive_win, adaptive_release and adaptive_lift (default {CALIBRATION_PROBLEMS}; "
                              "0: take --adaptive-win and --adaptive-lift as given)")
     args = parser.parse_args(argv)
     import pandas as pd
@@ -250,13 +256,14 @@ def main(argv=None) -> int:
     extra = load_problems(args.data, args.n + args.calibration_problems, args.problem_seed)[0][len(problems):]
     gain = calibrate(loaded, base, extra, args.data, args.shots) if extra else None
     print(f"gain model fitted on {len(extra)} calibration problems (k = 0 and 1): {gain}" if gain else
-          f"gain model as given: adaptive_win {base.adaptive_win}, adaptive_lift {base.adaptive_lift}")
+          f"gain model as given: " + ", ".join(f"{name} {getattr(base, name)}" for name in GAIN))
     configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost, gain)
     df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats, args.shots),
                                 total=len(problems) * len(configs), leave=False)))
     summary = summarize_adaptive(df)
     summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping
-    summary["gain"] = gain or {name: getattr(base, name) for name in ("adaptive_win", "adaptive_lift")}
+    summary["gain"] = gain or {name: getattr(base, name) for name in GAIN}
+    summary["adaptive_rank"] = base.adaptive_rank
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
