@@ -256,7 +256,7 @@ def main(argv=None) -> int:
     extra = load_problems(args.data, args.n + args.calibration_problems, args.problem_seed)[0][len(problems):]
     gain = calibrate(loaded, base, extra, args.data, args.shots) if extra else None
     print(f"gain model fitted on {len(extra)} calibration problems (k = 0 and 1): {gain}" if gain else
-          f"gain model as given: " + ", ".join(f"{name} {getattr(base, name)}" for name in GAIN))
+          "gain model as given: " + ", ".join(f"{name} {getattr(base, name)}" for name in GAIN))
     configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost, gain)
     df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats, args.shots),
                                 total=len(problems) * len(configs), leave=False)))
