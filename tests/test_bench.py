@@ -199,3 +199,18 @@ def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
                        "--block-size", "8", "--max-new-tokens", "8", "--out", str(out)]) == 0
     assert (out / "summary.csv").is_file() and not (out / "accuracy_vs_tpf.png").exists()
     assert "the plot needs matplotlib" in capsys.readouterr().out
+
+
+def test_rows_are_interleaved_taking_turns_going_first(monkeypatch):
+    """Every problem runs every row before the next problem; problem i starts at row i mod R."""
+    calls = []
+
+    def fake_decode(loaded, name, settings, problem, index, *rest):
+        calls.append((index, name))
+        return {"decoder": name, "problem": index}
+    monkeypatch.setattr(bench, "decode_problem", fake_decode)
+    rows = {"d2f": None, "lopa-k1": None, "lopa-k4": None}
+    out = bench.run_interleaved(None, rows, [{}] * 4, "")
+    assert calls == [(0, "d2f"), (0, "lopa-k1"), (0, "lopa-k4"), (1, "lopa-k1"), (1, "lopa-k4"), (1, "d2f"),
+                     (2, "lopa-k4"), (2, "d2f"), (2, "lopa-k1"), (3, "d2f"), (3, "lopa-k1"), (3, "lopa-k4")]
+    assert {name: [r["problem"] for r in rs] for name, rs in out.items()} == {name: [0, 1, 2, 3] for name in rows}

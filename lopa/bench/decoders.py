@@ -11,7 +11,9 @@ Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F van
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, and a `-floor<p>`
 lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
-settings flag applies to every row; each row sets its own decoder, k and commit rule). Writes a summary
+settings flag applies to every row; each row sets its own decoder, k and commit rule). The rows are
+interleaved: each problem is decoded by every row, in rotating order, before the next, so their
+tokens/s compare within one run on a shared machine. Writes a summary
 CSV, a per-problem CSV and a plot (accuracy vs TPF) to --out, and prints the table.
 
 GSM8K here is a QUICK MODE with our own prompt builder (the first N train rows as shots, the answer
@@ -93,21 +95,42 @@ def score_answer(problem: dict, text: str, phrasing: str | None = None) -> dict:
             "grammar_ok": well_formed, "grammar_lines": all_lines}
 
 
+def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, index: int, prefix: str,
+                   template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> dict:
+    """One problem decoded by one decoder row, graded: the per-problem row of problems.csv."""
+    if task == "humaneval":
+        result = loaded.decoder(settings).run(humaneval.prompt_ids(loaded, problem))
+        graded = humaneval.grade(problem, result.text, chat=humaneval.is_chat(loaded.spec))
+    else:
+        result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
+        text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
+        graded = score_answer(problem, text, phrasing)
+    metrics = result.metrics()
+    floor = min_forwards(metrics["tokens_useful"], settings.block_size)
+    return {"decoder": name, "problem": index, **graded, **metrics, "forwards_floor": floor}
+
+
 def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
                 template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> list[dict]:
-    rows = []
-    for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False)):
-        if task == "humaneval":
-            result = loaded.decoder(settings).run(humaneval.prompt_ids(loaded, problem))
-            graded = humaneval.grade(problem, result.text, chat=humaneval.is_chat(loaded.spec))
-        else:
-            result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
-            text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
-            graded = score_answer(problem, text, phrasing)
-        metrics = result.metrics()
-        floor = min_forwards(metrics["tokens_useful"], settings.block_size)
-        rows.append({"decoder": name, "problem": i, **graded, **metrics, "forwards_floor": floor})
-    return rows
+    """Every problem decoded by one row, one after another."""
+    return [decode_problem(loaded, name, settings, problem, i, prefix, template, task, phrasing)
+            for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False))]
+
+
+def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict], prefix: str,
+                    template: str | None = None, task: str = "gsm8k", phrasing: str | None = None
+                    ) -> dict[str, list[dict]]:
+    """Every problem decoded by every row before the next problem, the rows taking turns going first
+    (problem i starts at row i mod R): a shared machine's load, and a decode's place in the sequence
+    (10-20% on a CPU), fall on every row alike, so their tokens/s compare within one run."""
+    names = list(rows)
+    out = {name: [] for name in names}
+    with tqdm(total=len(problems) * len(names), leave=False) as bar:
+        for i, problem in enumerate(problems):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                out[name].append(decode_problem(loaded, name, rows[name], problem, i, prefix, template, task, phrasing))
+                bar.update()
+    return out
 
 
 def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dict:
@@ -236,15 +259,13 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary, details = [], []
-    for name in args.decoders.split(","):
-        settings = row_settings(name.strip(), base)
-        synthetic = task == "gsm8k" and args.data != "gsm8k" and family
-        rows = run_decoder(loaded, name.strip(), settings, problems, prefix, template, task,
-                           family.get("phrasing", "plain") if synthetic else None)
-        details += rows
-        summary.append(summarize_rows(name.strip(), settings, rows))
-        s = summary[-1]
+    rows = {name.strip(): row_settings(name.strip(), base) for name in args.decoders.split(",")}
+    synthetic = task == "gsm8k" and args.data != "gsm8k" and family
+    decoded = run_interleaved(loaded, rows, problems, prefix, template, task,
+                              family.get("phrasing", "plain") if synthetic else None)
+    summary = [summarize_rows(name, settings, decoded[name]) for name, settings in rows.items()]
+    details = [row for name in rows for row in decoded[name]]
+    for s in summary:
         print(f"{s['decoder']:>12}  acc {s['accuracy'] * 100:5.1f}%  TPF {s['tpf_useful']:5.2f} "
               f"(paper count {s['tpf_paper']:5.2f}, authors' {s['tpf_authors']:5.2f}, ceiling {s['tpf_ceiling']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
 
@@ -265,7 +286,8 @@ def main(argv=None) -> int:
           "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
           "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
           "Grammar: the share of answer lines the model's problem family can write (lopa.problems.grammatical_lines). "
-          "TPS on this hardware; on a CPU a higher TPF need not mean a higher TPS.")
+          "TPS on this hardware, every problem decoded by every row in turn (rows interleaved); on a CPU a higher "
+          "TPF need not mean a higher TPS.")
     return 0
 
 
