@@ -35,7 +35,7 @@ step() {   # step NAME COMMAND...: run unless done on these weights
 
 lane_a() {
   step bench $PY -m lopa.bench --model "$MODEL" --problem-seed "$SEED" --n 300 --threads 1 --max-new-tokens 128 \
-    --decoders d2f,lopa-k1,lopa-k2,lopa-k4,lopa-k8,lopa-k14,lopa-k4-random,lopa-k4-left_to_right,lopa-k1-least_confident,lopa-k4-least_confident \
+    --decoders d2f,lopa-k1,lopa-k2,lopa-k4,lopa-k8,lopa-k14,lopa-k4-random,lopa-k4-left_to_right,lopa-k1-least_confident,lopa-k4-least_confident,lopa-k14-least_confident,lopa-k14-highest_entropy \
     --out "assets/bench/$NAME"
   rm -f "assets/bench/$NAME/problems.csv"     # the per-problem rows (about 1 MB) are not shipped, only the summary
   step calibration $PY -m lopa.study calibration --n 40 "${STUDY[@]}"
