@@ -20,8 +20,8 @@ Built-in policies (ORDERS, chosen by DecodeSettings.order):
                  confidence): the k lowest max prob, the k lowest Conf (the highest entropy under
                  Conf = neg_entropy), or half the highest Conf and half the lowest.
 - adaptive       the ranking of the order adaptive_rank names (default confidence), verifying only
-                 as many of its k branches as pay for themselves in tokens per second under a cost
-                 model (AdaptiveOrder).
+                 as many of its k branches as save more seconds than they cost, under a cost model
+                 and the model's gain model (AdaptiveOrder, lopa.rules.choose_k).
 FlooredOrder wraps a policy with the lookahead floor (lookahead_min_prob).
 ScriptedOrder wraps any of them with forced decisions per round (commit p now, hold p back, pin
 the lookahead), which is how forks and replays of recorded traces work.
