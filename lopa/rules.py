@@ -248,10 +248,11 @@ def fit_gain(problems: list[dict], max_release: float = MAX_ADAPTIVE_RELEASE,
     X = torch.tensor([[p["wins"], p["near_won"]] for p in problems], dtype=torch.float64)   # [P, 2]
     y = torch.tensor([p["saved"] for p in problems], dtype=torch.float64)                   # [P]
     fits = [torch.linalg.lstsq(X, y[:, None]).solution[:, 0]]                                 # both free
-    for col in (0, 1):                                                                        # one at 0
-        x = X[:, col]
-        fits.append(torch.zeros(2, dtype=torch.float64).index_fill(0, torch.tensor([col]),
-                                                                    float(x @ y / (x @ x)) if x @ x > 0 else 0.0))
-    feasible = [f.clamp(min=0) for f in fits if bool((f >= 0).all())] or [torch.zeros(2, dtype=torch.float64)]
+    for col in (0, 1):                                   # one coefficient alone, the other at 0
+        x, fit = X[:, col], torch.zeros(2, dtype=torch.float64)
+        if x @ x > 0:
+            fit[col] = x @ y / (x @ x)
+        fits.append(fit)
+    feasible = [f for f in fits if bool((f >= 0).all())] or [torch.zeros(2, dtype=torch.float64)]
     release, lift = min(feasible, key=lambda f: float(((X @ f - y) ** 2).sum())).tolist()
     return wins / rounds, min(release, max_release), min(lift, max_lift)

@@ -113,13 +113,14 @@ def calibrate(loaded, base: DecodeSettings, problems: list[dict], data: str = ""
     -> {"adaptive_win", "adaptive_release", "adaptive_lift", and what they came from}."""
     runs = {k: [decode_one(loaded, base.replace(k=k, order=base.adaptive_rank), p, data=data, shots=shots)[0]
                 for p in problems] for k in (0, 1)}
-    tpf = {k: pooled([r.metrics() for r in rs], tokens="tokens_useful")["tpf_useful"] for k, rs in runs.items()}
-    rows = [{"saved": r0.metrics()["forwards"] - r1.metrics()["forwards"],
-             **branch_rounds(r1.records, base.tau_conf)} for r0, r1 in zip(runs[0], runs[1])]
+    metrics = {k: [r.metrics() for r in rs] for k, rs in runs.items()}
+    tpf = {k: pooled(ms, tokens="tokens_useful")["tpf_useful"] for k, ms in metrics.items()}
+    rows = [{"saved": m0["forwards"] - m1["forwards"], **branch_rounds(r1.records, base.tau_conf)}
+            for m0, m1, r1 in zip(metrics[0], metrics[1], runs[1])]
     win, release, lift = fit_gain(rows)
     totals = {name: sum(r[name] for r in rows) for name in ("rounds", "wins", "near", "near_won")}
     return {"adaptive_win": win, "adaptive_release": release, "adaptive_lift": lift, "problems": len(problems),
-            "tpf_k0": tpf[0], "tpf_k1": tpf[1], "forwards_k1": sum(r.metrics()["forwards"] for r in runs[1]),
+            "tpf_k0": tpf[0], "tpf_k1": tpf[1], "forwards_k1": sum(m["forwards"] for m in metrics[1]),
             **{f"k1_{name}": v for name, v in totals.items()}}
 
 
