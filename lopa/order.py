@@ -189,6 +189,9 @@ class AdaptiveOrder:
         self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
         # For a quick "no branch can pay" check: the cheapest round with branches against one without.
         self.single, self.cheapest = float(self.cost[0]), float(self.cost[1:].min()) if self.cost.numel() > 1 else 0.0
+        # choose_k depends only on (candidates, n_near) once cost and gain are fixed: each pair is
+        # solved once per run, so the budget costs a round a dict lookup, not a dozen small tensor ops.
+        self.budget: dict[tuple[int, int], int] = {}
 
     def anchor(self, view: RoundView) -> Commits:
         return self.base.anchor(view)
@@ -199,7 +202,10 @@ class AdaptiveOrder:
         if self.cheapest <= 0 or most_saved < self.cheapest - self.single:
             return torch.zeros(0, dtype=torch.long)                      # no k >= 1 can pay: skip the ranking
         ranked = self.base.lookahead(view, free)                         # [<= k] best first
-        return ranked[:int(choose_k(ranked.numel(), n_near, self.cost, **self.gain))]
+        key = (ranked.numel(), n_near)
+        if key not in self.budget:
+            self.budget[key] = int(choose_k(*key, self.cost, **self.gain))
+        return ranked[:self.budget[key]]
 
 
 class FlooredOrder:

@@ -163,6 +163,22 @@ def _ranked_view(k):
     return RoundView(view.round, 0, 8, view.token, max_prob, conf, view.masked, [True], view.settings, MASK, 16)
 
 
+def test_the_adaptive_budget_is_choose_k_per_round_whatever_it_has_solved_before():
+    from lopa.order import AdaptiveOrder
+    from lopa.rules import choose_k
+    cost = torch.tensor([1.0, 1.5, 2.0, 2.6, 3.3])
+    policy = AdaptiveOrder(cost, base=LeastConfidentOrder(), win=0.5, release=0.5, lift=0.5)
+    view = _ranked_view(4)                     # tau_conf 0.9: positions 1..7 sit 0.1 .. 0.7 under it
+    for near, free in [(0.15, [1, 2, 3]), (0.45, [1, 2, 3, 4, 5, 6, 7]), (0.15, [1, 2, 3]), (0.0, [7])] * 2:
+        policy.near = near
+        mask = torch.zeros(8, dtype=torch.bool)
+        mask[free] = True
+        n_near = int((mask & (view.max_prob > 0.9 - near)).sum())
+        expected = int(choose_k(min(len(free), 4), n_near, cost, win=0.5, release=0.5, lift=0.5))
+        assert policy.lookahead(view, mask).tolist() == LeastConfidentOrder().lookahead(view, mask).tolist()[:expected]
+    assert len(policy.budget) == 3 and {k for k, _ in policy.budget} == {3, 4, 1}
+
+
 @pytest.mark.parametrize("policy, k, expected", [
     (LeastConfidentOrder(), 3, [7, 6, 5]),          # lowest max prob first
     (HighestEntropyOrder(), 3, [5, 7, 3]),          # lowest Conf (= highest entropy) first

@@ -131,6 +131,17 @@ def test_branch_rounds_count_what_adaptive_order_sees_on_hand_made_records():
                branch_max_prob=[[]]),
     ]
     assert adaptive.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2, "near_won": 2}
+    assert adaptive.lost_rounds(records) == 1                   # the round whose branch the anchor beat
+
+
+def test_skip_bound_charges_k1_only_for_the_branches_that_won():
+    # two k = 1 decodes: 100 tokens in 1.0 s with 3 lost branch rounds, 50 in 0.5 s with none; a round
+    # costs 0.1 s with one branch and 0.05 s without, so an oracle saves 3 * 0.05 s of the 1.5 s
+    df = pd.DataFrame({"config": ["k=1", "k=1", "k=0"], "latency_s": [1.0, 0.5, 9.0], "tokens": [100, 50, 7],
+                       "lost_rounds": [3, 0, 0]})
+    bound = adaptive.skip_bound(df[df.config == "k=1"], [0.05, 0.1])
+    assert bound["lost_rounds"] == 3
+    assert bound["tps"] == pytest.approx(150 / 1.35) and bound["tps_ratio"] == pytest.approx(1.5 / 1.35)
 
 
 def test_the_adaptive_configuration_carries_the_fitted_gain_model_into_its_settings_and_order():
@@ -254,6 +265,7 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
     summary = json.loads((out / "adaptive.json").read_text())["summary"]
     assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
     assert summary["gain"]["problems"] == 1 and 0 <= summary["gain"]["adaptive_win"] <= 1   # recorded: replayable
+    assert "adaptive_vs_k1" not in summary and (df.lost_rounds >= 0).all()                 # no k = 1 row here
     question = json.loads(data.read_text().splitlines()[0])["question"]
     row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
     assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))

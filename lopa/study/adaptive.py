@@ -146,14 +146,32 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
     machine a decode's place in the sequence moves its time by 10-20%, more than what is measured."""
     for i, problem in enumerate(problems):
         for name, settings, order in configs[i % len(configs):] + configs[:i % len(configs)]:
-            timed = sorted((decode_one(loaded, settings, problem, order, data, shots)[1] for _ in range(repeats)),
-                           key=lambda r: r["latency_s"])
+            runs = [decode_one(loaded, settings, problem, order, data, shots) for _ in range(repeats)]
+            timed = sorted((row for _, row in runs), key=lambda r: r["latency_s"])
             row = timed[0]
+            row["lost_rounds"] = lost_rounds(runs[0][0].records)
             row["timing_spread"] = timed[-1]["latency_s"] / row["latency_s"] - 1     # same decode, other timings
             yield {"problem": row.pop("problem"), "config": name, "k": -1 if order is not None else settings.k, **row}
 
 
-def summarize_adaptive(df) -> dict:
+def lost_rounds(records) -> int:
+    """Rounds that verified at least one branch and were won by the anchor: their branches bought nothing,
+    and a round without them would have committed the same tokens (the anchor's) at a B = 1 forward's cost."""
+    return sum(r.kind == "round" and bool(r.lookahead_positions) and r.winner == 0 for r in records)
+
+
+def skip_bound(g, cost) -> dict:
+    """The most any branch budget could gain over fixed k = 1 by skipping branches: an oracle that knew
+    which k = 1 branches the anchor would beat and verified only the others decodes the same tokens
+    (a lost round keeps the anchor's commits either way) and saves cost[1] - cost[0] per lost round.
+    g: the k = 1 rows; cost: [>= 2] seconds of a round with B = 1, 2, ...
+    -> {"lost_rounds", "tps": the oracle's tokens/s, "tps_ratio": that over k = 1's}."""
+    seconds, saved = float(g.latency_s.sum()), float(g.lost_rounds.sum()) * (cost[1] - cost[0])
+    tps = float(g.tokens.sum()) / max(seconds - saved, 1e-12)
+    return {"lost_rounds": int(g.lost_rounds.sum()), "tps": tps, "tps_ratio": (seconds / max(seconds - saved, 1e-12))}
+
+
+def summarize_adaptive(df, cost=None) -> dict:
     rows = []
     for name, g in df.groupby("config", sort=False):
         graded, total = g.dropna(subset=["correct"]), pooled(g.to_dict("records"), tokens="tokens")
@@ -172,6 +190,10 @@ def summarize_adaptive(df) -> dict:
         out["adaptive_vs_vanilla"] = {"tps_ratio": a["tps"] / v["tps"], "tpf_ratio": a["tpf"] / v["tpf"],
                                       "accuracy_delta": (a["accuracy"] - v["accuracy"]) if a["accuracy"] is not None
                                       and v["accuracy"] is not None else None, "adaptive_on_pareto_front": a["pareto"]}
+    if "adaptive" in by and "k=1" in by:
+        out["adaptive_vs_k1"] = {"tps_ratio": by["adaptive"]["tps"] / by["k=1"]["tps"]}
+        if cost is not None and len(cost) > 1 and "lost_rounds" in df:
+            out["skip_bound"] = skip_bound(df[df.config == "k=1"], cost)
     return out
 
 
@@ -220,6 +242,11 @@ def report(summary: dict) -> str:
         delta = "n/a" if c["accuracy_delta"] is None else f"{c['accuracy_delta'] * 100:+.1f} points"
         lines.append(f"adaptive / vanilla: tokens/s x{c['tps_ratio']:.2f}, TPF x{c['tpf_ratio']:.2f}, accuracy {delta}; "
                      f"on the Pareto front: {'yes' if c['adaptive_on_pareto_front'] else 'no'}")
+    b = summary.get("skip_bound")
+    if b:
+        lines.append(f"adaptive / k = 1: tokens/s x{summary['adaptive_vs_k1']['tps_ratio']:.3f}; the most any budget gains "
+                     f"over k = 1 by skipping branches (an oracle skipping the {b['lost_rounds']} rounds k = 1's branch lost): "
+                     f"x{b['tps_ratio']:.3f}")
     g = summary.get("gain")
     if g:
         lines.append(f"gain model: win {g['adaptive_win']:.3f}, release {g.get('adaptive_release', 1.0):.3f}, "
@@ -261,7 +288,7 @@ def main(argv=None) -> int:
     configs = configurations(base, [int(k) for k in args.ks.split(",")], args.k_max, cost, gain)
     df = pd.DataFrame(list(tqdm(iter_adaptive(loaded, problems, configs, args.data, args.timing_repeats, args.shots),
                                 total=len(problems) * len(configs), leave=False)))
-    summary = summarize_adaptive(df)
+    summary = summarize_adaptive(df, cost)
     summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping
     summary["gain"] = gain or {name: getattr(base, name) for name in GAIN}
     summary["adaptive_rank"] = base.adaptive_rank
