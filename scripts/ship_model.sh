@@ -39,7 +39,7 @@ lane_a() {
     --out "assets/bench/$NAME"
   rm -f "assets/bench/$NAME/problems.csv"     # the per-problem rows (about 1 MB) are not shipped, only the summary
   step calibration $PY -m lopa.study calibration --n 40 "${STUDY[@]}"
-  step adaptive $PY -m lopa.study adaptive --n 40 --ks 0,1,2,4,8,14 --k-max 14 --adaptive-rank least_confident --repeats 10 "${STUDY[@]}"
+  step adaptive $PY -m lopa.study adaptive --n 40 --ks 0,1,2,4,8,14 --k-max 14 --adaptive-rank least_confident --repeats 10 --timing-repeats 5 "${STUDY[@]}"
 }
 
 lane_b() {

@@ -50,8 +50,8 @@ OBSERVE_STUDY_STATUS = """() => {
 
 @pytest.fixture(scope="module", autouse=True)
 def shipped_studies(tmp_path_factory):
-    """The Studies section reads a fixture root: for the models the page may load (the default, or the
-    tiny fallback), the shipped results of the other studies (the model's own where it ships them) and a
+    """The Studies section reads a fixture root: for the bundled models (and the tiny fallback when the
+    default has no weights), the shipped results of the other studies (the model's own where it ships them) and a
     headroom result made here on a tiny model with one problem (not the shipped files)."""
     from tiny import save_tiny_model_dir
 
@@ -65,7 +65,12 @@ def shipped_studies(tmp_path_factory):
     assert headroom_study.main(["--model", str(tiny), "--n", "1", "--random", "1", "--k", "2", "--ks", "1,2",
                                 "--block-size", "8", "--max-new-tokens", "16", "--tau-conf", "0.12", "--tau-add", "0.3",
                                 "--tau-act", "0.6", "--bootstrap", "20", "--out", str(made)]) == 0
-    for name in {Path(MODELS.default).name, tiny.name}:
+    # The bundled models' folders (the page's "Shipped for ... too" names them as the product does); the
+    # tiny model's only where the page will fall back to it (no bundled weights), so screenshots match the app.
+    names = {Path(MODELS.default).name, *(d.name for d in STUDIES_DIR.iterdir() if d.is_dir())}
+    if not (Path(MODELS.default) / "model.safetensors").is_file():
+        names.add(tiny.name)
+    for name in names:
         folder = root / name
         folder.mkdir()
         for path in made.glob("headroom*"):

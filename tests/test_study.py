@@ -144,6 +144,15 @@ def test_skip_bound_charges_k1_only_for_the_branches_that_won():
     assert bound["tps"] == pytest.approx(150 / 1.35) and bound["tps_ratio"] == pytest.approx(1.5 / 1.35)
 
 
+def test_the_adaptive_over_k1_interval_brackets_every_problem_and_collapses_when_they_agree():
+    rows = [{"problem": p, "config": c, "tokens": 40, "latency_s": t}
+            for p, (ta, t1) in enumerate([(1.0, 1.1), (1.0, 1.2), (1.0, 1.0)]) for c, t in (("adaptive", ta), ("k=1", t1))]
+    lo, hi = adaptive.tps_ratio_ci(pd.DataFrame(rows), "adaptive", "k=1")
+    assert 1.0 <= lo < hi <= 1.2 + 1e-9                     # per-problem ratios 1.1, 1.2, 1.0
+    same = [dict(r, latency_s=1.0) for r in rows]
+    assert adaptive.tps_ratio_ci(pd.DataFrame(same), "adaptive", "k=1") == pytest.approx((1.0, 1.0))
+
+
 def test_the_adaptive_configuration_carries_the_fitted_gain_model_into_its_settings_and_order():
     base = DecodeSettings(**LIVELY)
     configs = adaptive.configurations(base.replace(adaptive_rank="least_confident"), [0, 1], 4, [1.0, 1.3, 1.7, 2.1, 2.6],

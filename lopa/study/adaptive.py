@@ -32,7 +32,7 @@ from lopa.study.common import (
     start,
     write_results,
 )
-from lopa.study.stats import pareto_front
+from lopa.study.stats import bootstrap_ci, pareto_front
 from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
@@ -171,6 +171,14 @@ def skip_bound(g, cost) -> dict:
     return {"lost_rounds": int(g.lost_rounds.sum()), "tps": tps, "tps_ratio": (seconds / max(seconds - saved, 1e-12))}
 
 
+def tps_ratio_ci(df, a: str, b: str) -> tuple[float, float]:
+    """Bootstrap interval (over problems) of configuration a's pooled tokens/s over b's."""
+    pairs = df.pivot_table(index="problem", columns="config", values=["tokens", "latency_s"], aggfunc="sum")
+    groups = [(r[("tokens", a)], r[("latency_s", a)], r[("tokens", b)], r[("latency_s", b)]) for _, r in pairs.iterrows()]
+    return bootstrap_ci(groups, lambda g: (sum(x[0] for x in g) / sum(x[1] for x in g))
+                        / (sum(x[2] for x in g) / sum(x[3] for x in g)))
+
+
 def summarize_adaptive(df, cost=None) -> dict:
     rows = []
     for name, g in df.groupby("config", sort=False):
@@ -191,7 +199,8 @@ def summarize_adaptive(df, cost=None) -> dict:
                                       "accuracy_delta": (a["accuracy"] - v["accuracy"]) if a["accuracy"] is not None
                                       and v["accuracy"] is not None else None, "adaptive_on_pareto_front": a["pareto"]}
     if "adaptive" in by and "k=1" in by:
-        out["adaptive_vs_k1"] = {"tps_ratio": by["adaptive"]["tps"] / by["k=1"]["tps"]}
+        out["adaptive_vs_k1"] = {"tps_ratio": by["adaptive"]["tps"] / by["k=1"]["tps"],
+                                 "tps_ratio_ci": tps_ratio_ci(df, "adaptive", "k=1")}
         if cost is not None and len(cost) > 1 and "lost_rounds" in df:
             out["skip_bound"] = skip_bound(df[df.config == "k=1"], cost)
     return out
@@ -244,7 +253,8 @@ def report(summary: dict) -> str:
                      f"on the Pareto front: {'yes' if c['adaptive_on_pareto_front'] else 'no'}")
     b = summary.get("skip_bound")
     if b:
-        lines.append(f"adaptive / k = 1: tokens/s x{summary['adaptive_vs_k1']['tps_ratio']:.3f}; the most any budget gains "
+        lo, hi = summary["adaptive_vs_k1"]["tps_ratio_ci"]
+        lines.append(f"adaptive / k = 1: tokens/s x{summary['adaptive_vs_k1']['tps_ratio']:.3f} ({lo:.3f}..{hi:.3f}); the most any budget gains "
                      f"over k = 1 by skipping branches (an oracle skipping the {b['lost_rounds']} rounds k = 1's branch lost): "
                      f"x{b['tps_ratio']:.3f}")
     g = summary.get("gain")
