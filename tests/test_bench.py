@@ -201,6 +201,18 @@ def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
     assert "the plot needs matplotlib" in capsys.readouterr().out
 
 
+def test_adaptive_rows_say_when_their_budget_is_not_fitted(tmp_path, capsys):
+    model = save_tiny_model_dir(tmp_path / "model")
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
+    args = ["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f,lopa-k2-adaptive",
+            "--block-size", "8", "--max-new-tokens", "8", "--out", str(tmp_path / "out")]
+    assert bench.main(args) == 0
+    assert "adaptive rows run with the settings' cost and gain model" in capsys.readouterr().out
+    assert bench.main([*args, "--branch-cost", "0.5", "--adaptive-win", "0.9"]) == 0          # a study's flags
+    assert "adaptive rows run with" not in capsys.readouterr().out
+
+
 def test_rows_are_interleaved_taking_turns_going_first(monkeypatch):
     """Every problem runs every row before the next problem; problem i starts at row i mod R."""
     calls = []

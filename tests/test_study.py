@@ -275,9 +275,21 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
     assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
     assert summary["gain"]["problems"] == 1 and 0 <= summary["gain"]["adaptive_win"] <= 1   # recorded: replayable
     assert "adaptive_vs_k1" not in summary and (df.lost_rounds >= 0).all()                 # no k = 1 row here
+    assert summary["flags"].startswith("--order adaptive --adaptive-rank confidence --k 2 --branch-cost ")
+    assert f"--adaptive-win {summary['gain']['adaptive_win']:.3f}" in summary["flags"] and summary["flags"] in printed
     question = json.loads(data.read_text().splitlines()[0])["question"]
     row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
     assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+
+
+def test_budget_flags_fit_the_cost_curve_as_a_line_and_parse_back_into_settings():
+    from lopa.cli import build_parser
+    from lopa.settings import settings_from_args
+    gain = {"adaptive_win": 0.9, "adaptive_release": 1.25, "adaptive_lift": 0.5}
+    flags = adaptive.budget_flags([2.0, 3.0, 4.0, 5.0], gain, "least_confident", 3)    # 1 + 0.5 (B - 1) exactly
+    settings = settings_from_args(build_parser().parse_args(["generate", "--prompt", "x", *flags.split()]))
+    assert (settings.order, settings.adaptive_rank, settings.k, settings.branch_cost) == ("adaptive", "least_confident", 3, 0.5)
+    assert (settings.adaptive_win, settings.adaptive_release, settings.adaptive_lift) == (0.9, 1.25, 0.5)
 
 
 # -- the study registry and the studies that were scripts --------------------------------------------------

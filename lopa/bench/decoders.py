@@ -260,6 +260,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = {name.strip(): row_settings(name.strip(), base) for name in args.decoders.split(",")}
+    if any(r.order == "adaptive" for r in rows.values()) and not {"adaptive_win", "branch_cost"} <= set(flags):
+        print("note: adaptive rows run with the settings' cost and gain model (branch_cost, adaptive_win, "
+              "adaptive_release, adaptive_lift), not this model's or this machine's; `python -m lopa.study adaptive` "
+              "fits them here and prints the flags that replay its budget")
     synthetic = task == "gsm8k" and args.data != "gsm8k" and family
     decoded = run_interleaved(loaded, rows, problems, prefix, template, task,
                               family.get("phrasing", "plain") if synthetic else None)

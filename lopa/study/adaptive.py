@@ -171,6 +171,18 @@ def skip_bound(g, cost) -> dict:
     return {"lost_rounds": int(g.lost_rounds.sum()), "tps": tps, "tps_ratio": (seconds / max(seconds - saved, 1e-12))}
 
 
+def budget_flags(cost: list[float], gain: dict, rank: str, k_max: int) -> str:
+    """The flags that run this study's budget anywhere (lopa generate, lopa.bench -adaptive rows, the
+    API): the fitted gain model, and the measured cost curve as the settings' linear model
+    1 + branch_cost * (B - 1), branch_cost the least-squares slope through the origin of
+    cost(B) / cost(1) - 1 over B - 1."""
+    x = range(1, len(cost))
+    slope = sum(b * (cost[b] / cost[0] - 1) for b in x) / max(sum(b * b for b in x), 1)
+    return (f"--order adaptive --adaptive-rank {rank} --k {k_max} --branch-cost {slope:.3f} "
+            f"--adaptive-win {gain['adaptive_win']:.3f} --adaptive-release {gain['adaptive_release']:.3f} "
+            f"--adaptive-lift {gain['adaptive_lift']:.3f}")
+
+
 def tps_ratio_ci(df, a: str, b: str) -> tuple[float, float]:
     """Bootstrap interval (over problems) of configuration a's pooled tokens/s over b's."""
     pairs = df.pivot_table(index="problem", columns="config", values=["tokens", "latency_s"], aggfunc="sum")
@@ -262,6 +274,8 @@ def report(summary: dict) -> str:
         lines.append(f"gain model: win {g['adaptive_win']:.3f}, release {g.get('adaptive_release', 1.0):.3f}, "
                      f"lift {g['adaptive_lift']:.3f}"
                      + (f" (fitted on {g['problems']} calibration problems)" if "problems" in g else " (as given)"))
+    if summary.get("flags"):
+        lines.append(f"this budget elsewhere (lopa generate, lopa.bench, the API; its cost curve as a line): {summary['flags']}")
     return "\n".join(lines)
 
 
@@ -302,6 +316,7 @@ def main(argv=None) -> int:
     summary["cost_s"], summary["verify_s"], summary["bookkeeping_s"] = cost, verify, bookkeeping
     summary["gain"] = gain or {name: getattr(base, name) for name in GAIN}
     summary["adaptive_rank"] = base.adaptive_rank
+    summary["flags"] = budget_flags(cost, summary["gain"], base.adaptive_rank, args.k_max)
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
