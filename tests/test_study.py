@@ -13,7 +13,7 @@ from tiny import LIVELY, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokeni
 
 from lopa import Decoder, DecodeSettings
 from lopa.cli import main as lopa_main
-from lopa.order import AdaptiveOrder
+from lopa.order import AdaptiveOrder, make_order
 from lopa.rules import score_split
 from lopa.study import adaptive, calibration, orders
 from lopa.study.stats import (
@@ -262,7 +262,7 @@ def test_calibration_study_writes_its_files_and_agrees_with_lopa_generate(tiny_s
 def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setup, capsys):
     model, data, root = tiny_setup
     out = root / "adaptive"
-    assert adaptive.main(["--model", str(model), "--data", str(data), "--n", "1", "--ks", "0,2", "--k-max", "2",
+    assert adaptive.main(["--model", str(model), "--data", str(data), "--n", "1", "--ks", "0,1,2", "--k-max", "2",
                           "--repeats", "1", "--calibration-problems", "1", "--out", str(out), *FLAGS]) == 0
     printed = capsys.readouterr().out
     assert "bookkeeping per round" in printed and "x single" in printed          # the cost model is printed
@@ -270,16 +270,49 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
     for name in ("adaptive.parquet", "adaptive_cost.parquet", "adaptive.html", "adaptive.png", "adaptive.json"):
         assert (out / name).stat().st_size > 0, name
     df = pd.read_parquet(out / "adaptive.parquet")
-    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=2"] and len(df) == 3
+    assert sorted(df.config.unique()) == ["adaptive", "k=0", "k=1", "k=2"] and len(df) == 4
     summary = json.loads((out / "adaptive.json").read_text())["summary"]
     assert len(summary["cost_s"]) == 3 and any(c["pareto"] for c in summary["configs"])
     assert summary["gain"]["problems"] == 1 and 0 <= summary["gain"]["adaptive_win"] <= 1   # recorded: replayable
-    assert "adaptive_vs_k1" not in summary and (df.lost_rounds >= 0).all()                 # no k = 1 row here
+    k1 = df[df.config == "k=1"].iloc[0]
+    assert summary["skip_bound"]["lost_rounds"] == k1.lost_rounds and summary["skip_bound"]["tps_ratio"] >= 1
+    assert summary["add_estimate"]["rounds"] >= 1 and summary["add_estimate"]["tps_ratio"] >= 1
+    assert "an oracle adding it exactly there" in printed
     assert summary["flags"].startswith("--order adaptive --adaptive-rank confidence --k 2 --branch-cost ")
     assert f"--adaptive-win {summary['gain']['adaptive_win']:.3f}" in summary["flags"] and summary["flags"] in printed
     question = json.loads(data.read_text().splitlines()[0])["question"]
     row = df[(df.problem == 0) & (df.config == "k=2")].iloc[0]
     assert generate(capsys, model, question, "--k", "2") == (row.forwards, pytest.approx(row.tpf, abs=5e-4))
+
+
+def test_a_second_branch_at_one_round_changes_only_that_round(tiny_setup):
+    from lopa.models import load
+    from lopa.study.common import prompt_ids
+    model, data, _ = tiny_setup
+    loaded = load(str(model))
+    base = DecodeSettings(block_size=8, max_new_tokens=16, tau_conf=0.12, tau_add=0.3, tau_act=0.6,
+                          confidence="max_prob", attention="block_causal", adaptive_rank="least_confident")
+    problem = {"id": 0, "question": "Tom has 3 apples ?", "answer": None}
+    ids = prompt_ids(loaded, problem["question"])
+    k1 = loaded.decoder(base.replace(k=1, order="least_confident")).run(ids)
+    two = base.replace(k=2, order="least_confident")
+    same = loaded.decoder(two, order=adaptive.SecondBranchAt(make_order(two), -1)).run(ids)
+    assert same.tokens == k1.tokens and [r.lookahead_positions for r in same.records] == \
+        [r.lookahead_positions for r in k1.records]
+    at2 = loaded.decoder(two, order=adaptive.SecondBranchAt(make_order(two), 2)).run(ids)
+    rounds, k1_rounds = ([r for r in run.records if r.kind == "round"] for run in (at2, k1))
+    assert rounds[0].lookahead_positions == k1_rounds[0].lookahead_positions          # the same decode until round 2
+    assert len(rounds[1].lookahead_positions) == 2 and rounds[1].lookahead_positions[0] == k1_rounds[1].lookahead_positions[0]
+    assert all(len(r.lookahead_positions) <= 1 for r in rounds[2:])
+    saves = adaptive.second_branch_saves(loaded, base, problem)
+    assert len(saves) == sum(r.kind == "round" for r in k1.records)
+
+
+def test_add_estimate_counts_only_the_rounds_where_a_second_branch_pays():
+    # cost: 1 s alone, 1.5 s with one branch, 2.0 s with two; a second branch pays where it saves > 0.5 forwards
+    e = adaptive.add_estimate([0, 1, 0, 2, -1], k1_seconds=10.0, cost=[1.0, 1.5, 2.0])
+    assert (e["rounds"], e["paying_rounds"], e["mean_saved"]) == (5, 2, 0.4)
+    assert e["tps_ratio"] == pytest.approx(10.0 / (10.0 - (0.5 + 1.5)))
 
 
 def test_budget_flags_fit_the_cost_curve_as_a_line_and_parse_back_into_settings():

@@ -183,6 +183,46 @@ def budget_flags(cost: list[float], gain: dict, rank: str, k_max: int) -> str:
             f"--adaptive-lift {gain['adaptive_lift']:.3f}")
 
 
+class SecondBranchAt:
+    """k = 1 under `ranking` (a policy run with settings.k >= 2) in every round but `round`, which verifies
+    its first two candidates: what one second branch at that round is worth, the rest of the decode
+    following k = 1. round = -1: exactly the k = 1 decode."""
+
+    def __init__(self, ranking, round: int):
+        self.ranking, self.round = ranking, round
+
+    def anchor(self, view):
+        return self.ranking.anchor(view)
+
+    def lookahead(self, view, free):
+        return self.ranking.lookahead(view, free)[:2 if view.round == self.round else 1]
+
+
+def second_branch_saves(loaded, base: DecodeSettings, problem: dict, data: str = "", shots: int = 0) -> list[int]:
+    """Forwards a second branch saves, one entry per round of the k = 1 decode of `problem` under the
+    ranking adaptive_rank names: that decode's forwards minus those of the same decode with two branches
+    at that round alone (negative: the second branch cost forwards later)."""
+    settings = base.replace(k=2, order=base.adaptive_rank)
+
+    def forwards(round: int):
+        return decode_one(loaded, settings, problem, SecondBranchAt(make_order(settings), round), data, shots)[0]
+    k1 = forwards(-1)
+    rounds = [r.round for r in k1.records if r.kind == "round"]
+    return [k1.metrics()["forwards"] - forwards(r).metrics()["forwards"] for r in rounds]
+
+
+def add_estimate(saves: list[int], k1_seconds: float, cost) -> dict:
+    """What an oracle that adds a second branch exactly in the rounds where it pays would gain over k = 1:
+    each such round saves saves_r * cost[0] seconds later for cost[2] - cost[1] now. Rounds are taken one at
+    a time (a second branch changes the rounds after it), so this estimates, not bounds.
+    -> {"rounds", "paying_rounds", "mean_saved", "tps_ratio"}."""
+    extra = cost[2] - cost[1]
+    gained = sum(max(0.0, s * cost[0] - extra) for s in saves)
+    return {"rounds": len(saves), "paying_rounds": sum(s * cost[0] > extra for s in saves),
+            "mean_saved": sum(saves) / len(saves) if saves else float("nan"),
+            "tps_ratio": k1_seconds / max(k1_seconds - gained, 1e-12)}
+
+
 def tps_ratio_ci(df, a: str, b: str) -> tuple[float, float]:
     """Bootstrap interval (over problems) of configuration a's pooled tokens/s over b's."""
     pairs = df.pivot_table(index="problem", columns="config", values=["tokens", "latency_s"], aggfunc="sum")
@@ -269,6 +309,11 @@ def report(summary: dict) -> str:
         lines.append(f"adaptive / k = 1: tokens/s x{summary['adaptive_vs_k1']['tps_ratio']:.3f} ({lo:.3f}..{hi:.3f}); the most any budget gains "
                      f"over k = 1 by skipping branches (an oracle skipping the {b['lost_rounds']} rounds k = 1's branch lost): "
                      f"x{b['tps_ratio']:.3f}")
+    e = summary.get("add_estimate")
+    if e:
+        lines.append(f"a second branch in one round of k = 1's decodes saves {e['mean_saved']:.2f} forwards on average "
+                     f"({e['rounds']} rounds); it pays in {e['paying_rounds']}; an oracle adding it exactly there: "
+                     f"x{e['tps_ratio']:.3f} k = 1's tokens/s (rounds taken one at a time: an estimate)")
     g = summary.get("gain")
     if g:
         lines.append(f"gain model: win {g['adaptive_win']:.3f}, release {g.get('adaptive_release', 1.0):.3f}, "
@@ -317,6 +362,9 @@ def main(argv=None) -> int:
     summary["gain"] = gain or {name: getattr(base, name) for name in GAIN}
     summary["adaptive_rank"] = base.adaptive_rank
     summary["flags"] = budget_flags(cost, summary["gain"], base.adaptive_rank, args.k_max)
+    if "skip_bound" in summary and len(cost) > 2:
+        saves = [s for p in problems for s in second_branch_saves(loaded, base, p, args.data, args.shots)]
+        summary["add_estimate"] = add_estimate(saves, float(df[df.config == "k=1"].latency_s.sum()), cost)
     print(report(summary))
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
