@@ -14,6 +14,10 @@ a win is worth on that model: none where wins add little, one where they unlock 
 configuration back to back, so a shared machine's load falls on all of them alike. Writes
 adaptive.csv / .parquet (one row per run), adaptive_cost.*, .html, .png and .json: accuracy, TPF,
 tokens/s and mean k per configuration, and which sit on the Pareto front of TPF against tokens/s.
+With k = 1 among the fixed k it also measures how much room any budget has over k = 1: the budget's
+tokens/s over k = 1's with a bootstrap interval; an oracle that skips exactly the branches that lose
+(skip_bound: a bound, same tokens); an oracle that adds a second branch exactly where one pays
+(add_estimate, from decodes with two branches at one round); and the flags that replay the budget.
 """
 
 from __future__ import annotations
