@@ -213,8 +213,9 @@ def test_adaptive_rows_say_when_their_budget_is_not_fitted(tmp_path, capsys):
     assert "adaptive rows run with" not in capsys.readouterr().out
 
 
-def test_rows_are_interleaved_taking_turns_going_first(monkeypatch):
-    """Every problem runs every row before the next problem; problem i starts at row i mod R."""
+def test_rows_are_interleaved_in_williams_orders(monkeypatch):
+    """Every problem runs every row before the next problem, in the Williams order of lopa.bench.turns
+    (three rows: three rotations, then their mirrors, so every row follows every other)."""
     calls = []
 
     def fake_decode(loaded, name, settings, problem, index, *rest):
@@ -224,5 +225,5 @@ def test_rows_are_interleaved_taking_turns_going_first(monkeypatch):
     rows = {"d2f": None, "lopa-k1": None, "lopa-k4": None}
     out = bench.run_interleaved(None, rows, [{}] * 4, "")
     assert calls == [(0, "d2f"), (0, "lopa-k1"), (0, "lopa-k4"), (1, "lopa-k1"), (1, "lopa-k4"), (1, "d2f"),
-                     (2, "lopa-k4"), (2, "d2f"), (2, "lopa-k1"), (3, "d2f"), (3, "lopa-k1"), (3, "lopa-k4")]
+                     (2, "lopa-k4"), (2, "d2f"), (2, "lopa-k1"), (3, "lopa-k4"), (3, "lopa-k1"), (3, "d2f")]
     assert {name: [r["problem"] for r in rs] for name, rs in out.items()} == {name: [0, 1, 2, 3] for name in rows}

@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from lopa.bench import humaneval
+from lopa.bench.turns import in_turns
 from lopa.blocks import min_forwards
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import ASSETS, DEFAULT_MODEL
@@ -120,14 +121,15 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
 def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict], prefix: str,
                     template: str | None = None, task: str = "gsm8k", phrasing: str | None = None
                     ) -> dict[str, list[dict]]:
-    """Every problem decoded by every row before the next problem, the rows taking turns going first
-    (problem i starts at row i mod R): a shared machine's load, and a decode's place in the sequence
-    (10-20% on a CPU), fall on every row alike, so their tokens/s compare within one run."""
+    """Every problem decoded by every row before the next problem, the rows taking their turns in a
+    Williams order (lopa.bench.turns: every row follows every other equally often): a shared machine's
+    load, a decode's place in the sequence and the decode before it fall on every row alike, so their
+    tokens/s compare within one run."""
     names = list(rows)
     out = {name: [] for name in names}
     with tqdm(total=len(problems) * len(names), leave=False) as bar:
         for i, problem in enumerate(problems):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in in_turns(names, i):
                 out[name].append(decode_problem(loaded, name, rows[name], problem, i, prefix, template, task, phrasing))
                 bar.update()
     return out

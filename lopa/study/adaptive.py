@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
+from lopa.bench.turns import in_turns
 from lopa.order import ADAPTIVE_NEAR, make_order
 from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
@@ -146,17 +147,20 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
                   shots: int = 0) -> Iterator[dict]:
     """One row per (problem, configuration). With repeats > 1 each decode runs that many times (same
     tokens: decoding is deterministic) and the fastest counts, which filters a shared machine's noise.
-    The configurations take turns going first (problem i starts at configuration i mod C): on this
-    machine a decode's place in the sequence moves its time by 10-20%, more than what is measured."""
+    Each pass over the configurations takes them in a Williams order (lopa.bench.turns), so every
+    configuration follows every other equally often: on this machine a decode's time depends on the
+    decode before it by up to 7%, more than what is measured."""
     for i, problem in enumerate(problems):
-        for name, settings, order in configs[i % len(configs):] + configs[:i % len(configs)]:
-            run, first = decode_one(loaded, settings, problem, order, data, shots)
-            lost = lost_rounds(run.records)                  # the same in every repeat: keep one run's records
-            timed = sorted([first] + [decode_one(loaded, settings, problem, order, data, shots)[1]
-                                      for _ in range(repeats - 1)], key=lambda r: r["latency_s"])
-            row = timed[0]
-            row["lost_rounds"] = lost
-            row["timing_spread"] = timed[-1]["latency_s"] / row["latency_s"] - 1     # same decode, other timings
+        timed, lost = {name: [] for name, *_ in configs}, {}
+        for r in range(repeats):
+            for name, settings, order in in_turns(configs, i * repeats + r):
+                run, row = decode_one(loaded, settings, problem, order, data, shots)
+                lost.setdefault(name, lost_rounds(run.records))       # the same in every repeat
+                timed[name].append(row)
+        for name, settings, order in configs:
+            ordered = sorted(timed[name], key=lambda r: r["latency_s"])
+            fastest, slowest = ordered[0], ordered[-1]
+            row = dict(fastest, lost_rounds=lost[name], timing_spread=slowest["latency_s"] / fastest["latency_s"] - 1)
             yield {"problem": row.pop("problem"), "config": name, "k": -1 if order is not None else settings.k, **row}
 
 
