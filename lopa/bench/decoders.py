@@ -292,7 +292,7 @@ def main(argv=None) -> int:
           "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
           "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
           "Grammar: the share of answer lines the model's problem family can write (lopa.problems.grammatical_lines). "
-          "TPS on this hardware, every problem decoded by every row in turn (rows interleaved); on a CPU a higher "
+          "TPS on this hardware, every problem decoded by every row before the next, rows in Williams orders (lopa.bench.turns); on a CPU a higher "
           "TPF need not mean a higher TPS.")
     return 0
 
