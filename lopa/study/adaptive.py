@@ -307,7 +307,8 @@ def report(summary: dict) -> str:
         lines.append(f"{r['config']:>9} {acc:>9} {r['tpf']:>6.2f} {r['tps']:>9.0f} {r['mean_k']:>7.2f} "
                      f"{r['latency_ms']:>11.1f} {'yes' if r['pareto'] else '':>7}")
     if summary.get("timing_spread_median"):
-        lines.append(f"timing noise: the same decode timed twice differs by a median {summary['timing_spread_median'] * 100:.0f}%")
+        lines.append(f"timing noise: a decode's slowest timing is a median {summary['timing_spread_median'] * 100:.0f}% above "
+                     "its fastest (the fastest counts)")
     c = summary.get("adaptive_vs_vanilla")
     if c:
         delta = "n/a" if c["accuracy_delta"] is None else f"{c['accuracy_delta'] * 100:+.1f} points"
