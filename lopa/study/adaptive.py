@@ -176,9 +176,9 @@ def skip_bound(g, cost) -> dict:
     (a lost round keeps the anchor's commits either way) and saves cost[1] - cost[0] per lost round.
     g: the k = 1 rows; cost: [>= 2] seconds of a round with B = 1, 2, ...
     -> {"lost_rounds", "tps": the oracle's tokens/s, "tps_ratio": that over k = 1's}."""
-    seconds, saved = float(g.latency_s.sum()), float(g.lost_rounds.sum()) * (cost[1] - cost[0])
-    tps = float(g.tokens.sum()) / max(seconds - saved, 1e-12)
-    return {"lost_rounds": int(g.lost_rounds.sum()), "tps": tps, "tps_ratio": (seconds / max(seconds - saved, 1e-12))}
+    lost, seconds = int(g.lost_rounds.sum()), float(g.latency_s.sum())
+    oracle = max(seconds - lost * (cost[1] - cost[0]), 1e-12)                     # the oracle's seconds
+    return {"lost_rounds": lost, "tps": float(g.tokens.sum()) / oracle, "tps_ratio": seconds / oracle}
 
 
 def budget_flags(cost: list[float], gain: dict, rank: str, k_max: int) -> str:
