@@ -155,7 +155,8 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
         for r in range(repeats):
             for name, settings, order in in_turns(configs, i * repeats + r):
                 run, row = decode_one(loaded, settings, problem, order, data, shots)
-                lost.setdefault(name, lost_rounds(run.records))       # the same in every repeat
+                if name not in lost:                                  # the same in every repeat: count once
+                    lost[name] = lost_rounds(run.records)
                 timed[name].append(row)
         for name, settings, order in configs:
             ordered = sorted(timed[name], key=lambda r: r["latency_s"])
