@@ -108,7 +108,7 @@ def test_no_import_cycles():
 def test_the_core_is_exactly_the_engine():
     """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
-    assert core == ["__init__", "__main__", "attention", "blocks", "cli", "engine", "forward", "order", "parquet_trace",
+    assert core == ["__init__", "__main__", "attention", "blocks", "cli", "engine", "exact", "forward", "order", "parquet_trace",
                     "problems", "rules", "schema", "settings", "trace"]
 
 

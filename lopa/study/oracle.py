@@ -27,6 +27,7 @@ import time
 import torch
 
 from lopa.engine import Decoder
+from lopa.exact import exact_distribution, reading_table
 from lopa.forward import Verified
 from lopa.problems import PHRASINGS, final_answer, grammatical_lines, phrasings, split
 from lopa.rules import summarize
@@ -51,22 +52,12 @@ class OracleExecutor:
         return None                           # no saved states: a fork of an oracle run replays it
 
     def distribution(self, tokens: torch.Tensor) -> torch.Tensor:
-        """[n] generated tokens (mask id where masked) -> [n, V] probabilities of each position."""
-        n, N = tokens.numel(), self.settings.block_size
-        eos = self.spec.eos_token_ids[0]
-        cands = torch.tensor([(a + [eos] * n)[:n] for a in self.answers])          # [C, n], EOS after the end
-        filled = tokens != self.spec.mask_token_id                                  # [n]
-        block = torch.arange(n) // N                                                # [n]
-        probs = torch.zeros(n, self.vocab)
-        for g in range(n):
-            # the output at g - 1 predicts g and sees the blocks up to its own (none for g = 0: the prompt)
-            sees = block <= (block[g - 1] if g else -1) if self.attention == "block_causal" else torch.ones(n, dtype=torch.bool)
-            seen = filled & sees & (torch.arange(n) != g)
-            agree = (cands[:, seen] == tokens[seen]).all(1)                         # [C]
-            if agree.any():
-                probs[g] = torch.bincount(cands[agree, g], minlength=self.vocab).float() / int(agree.sum())
-            else:                                                                   # nothing right agrees: no preference
-                probs[g] = 1.0 / self.vocab
+        """[n] generated tokens (mask id where masked) -> [n, V] probabilities of each position
+        (lopa.exact; uniform where no right answer agrees: no preference)."""
+        cands, weights = reading_table(self.answers, tokens.numel(), self.spec.eos_token_ids[0])
+        probs, defined = exact_distribution(tokens, cands, weights, self.spec.mask_token_id, self.vocab,
+                                            self.settings.block_size, self.attention)
+        probs[~defined] = 1.0 / self.vocab
         return probs
 
     def verify(self, branches) -> Verified:
@@ -86,9 +77,8 @@ class OracleExecutor:
 def decode(loaded, problem: dict, settings: DecodeSettings, phrasing: str = "varied", attention: str = "block_causal"):
     """One problem decoded with the oracle of the `phrasing` family in place of the model; its RunResult."""
     tok = loaded.tokenizer
-    right = [problem["answer"]] if phrasing == "plain" else phrasings(problem["answer"], phrasing)
     answers = [tok(" " + a, add_special_tokens=False)["input_ids"] + [loaded.spec.eos_token_ids[0]]
-               for a in right]   # " ": the answer's first token carries the space (model card)
+               for a in phrasings(problem["answer"], phrasing)]   # " ": the answer's first token carries the space (model card)
     oracle = OracleExecutor(answers, len(tok), loaded.spec, settings, attention)
     return Decoder(None, loaded.spec, settings, tok, executor=oracle).run(problem["question"])
 

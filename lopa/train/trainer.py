@@ -36,6 +36,7 @@ from lopa.train.checkpoint import export, lopa_spec, save_checkpoint, update_mod
 from lopa.train.counterfactual import counterfactual
 from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, evaluate, hidden_states
 from lopa.train.noise import block_mask_ratios, computed_positions, sample_mask  # noqa: F401 (re-exported)
+from lopa.train.policy import policy_loss, policy_rows
 from lopa.train.tokenizer import MASK
 
 
@@ -75,6 +76,10 @@ class Recipe:
     max_value: int = DEFAULT_MAX_VALUE
     phrasing: str = "plain"      # answer wording (lopa.problems.PHRASINGS); "varied" was session 5's
                                  # experiment (model card), not the shipped model's
+    policy_states: int = 0       # per step, this many states from one decode by the model itself, trained
+                                 # toward the family's exact conditionals (lopa/train/policy.py; 0 = off)
+    policy_ks: str = "0,0,4,14"  # what decodes them, drawn uniformly: 0 = D2F, k = LoPA with k branches
+    policy_weight: float = 1.0   # the on-policy loss's weight beside the diffusion loss
     init: str = ""               # start from this model folder's weights instead of a random init
                                  # (a second stage; the optimizer and schedule start afresh)
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
@@ -259,6 +264,17 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     return loss, ce.mean().detach(), int(sel.sum())
 
 
+def on_policy_loss(model, tok, rng: random.Random, recipe: Recipe, progress: float) -> torch.Tensor:
+    """The loss of lopa/train/policy.py on one fresh training problem decoded by the model itself
+    (zero when no state of the decode has a position some right answer explains)."""
+    while is_heldout((p := make_problem(rng, steps_for(rng, progress, recipe), recipe.max_value,
+                                         recipe.phrasing))["question"]):
+        pass
+    k = rng.choice([int(x) for x in recipe.policy_ks.split(",")])
+    rows = policy_rows(model, tok, p, recipe.phrasing, k, recipe.policy_states, rng)
+    return policy_loss(model, rows, tok.pad_token_id) if rows else torch.zeros(())
+
+
 def load_weights(folder: Path, model) -> dict:
     """The float32 state dict of an exported model folder, refused unless every tensor fits `model`
     (the recipe's shape and the run's vocabulary)."""
@@ -364,7 +380,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
 
     model.train()
     bar = tqdm(total=steps, initial=step, mininterval=10, dynamic_ncols=False)
-    last_ckpt, t_start, ema = elapsed, time.time() - elapsed, None
+    last_ckpt, t_start, ema, policy_ema = elapsed, time.time() - elapsed, None, None
     while progress() < 1.0 and (stop_after is None or step < stop_after):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, progress(), recipe)
@@ -372,6 +388,11 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16):
             loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit, is_name, deps,
                                           is_object, forced)
+            if recipe.policy_states:
+                policy = on_policy_loss(model, tok, rng, recipe, progress())
+                loss = loss + recipe.policy_weight * policy
+                p = float(policy.detach())
+                policy_ema = p if policy_ema is None else 0.98 * policy_ema + 0.02 * p
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -383,7 +404,8 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
         bar.set_postfix(ce=f"{ema:.3f}", min=f"{elapsed / 60:.1f}", refresh=False)
         if step % log_every == 0:
             log(f"step {step} min {elapsed / 60:.1f} ce {ema:.4f} loss {loss.item():.4f} "
-                f"lr {opt.param_groups[0]['lr']:.2e} tok/s {step * recipe.batch * ids.shape[1] / max(elapsed, 1):.0f}")
+                f"lr {opt.param_groups[0]['lr']:.2e} "
+                f"{'' if policy_ema is None else f'on-policy ce {policy_ema:.4f} '}tok/s {step * recipe.batch * ids.shape[1] / max(elapsed, 1):.0f}")
         if elapsed - last_ckpt >= 60 * ckpt_minutes:
             checkpoint()
             last_ckpt = elapsed = time.time() - t_start
