@@ -93,3 +93,17 @@ def test_on_policy_rows_change_training_only_when_on(tmp_path):
     assert same and differs
     state = torch.load(tmp_path / "on" / "checkpoint" / "state.pt", weights_only=False)
     assert state["recipe"]["policy_states"] == 4 and state["step"] == 2
+
+
+def test_digits_can_be_left_without_targets():
+    model, tok = _bundled()
+    problem = {"question": "Leo has 7 stickers. He buys 2 more. How many stickers does Leo have now?",
+               "answer": "Leo has <<7+2=9>>9 stickers by now in total.\n#### 9"}
+    texts = P.Counter(P.phrasings(problem["answer"], "ladder"))
+    answers = [tok(" " + a)["input_ids"] + [0] for a in texts]
+    cands, weights = P.reading_table(answers, 40, 0, list(texts.values()))
+    state = torch.full((40,), tok.mask_token_id)
+    every, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size)
+    words, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size, T.digit_ids(tok))
+    digit_spots = {g for g in range(40) if T.digit_ids(tok)[cands[:, g]].any()}
+    assert digit_spots and set(words.tolist()) == set(every.tolist()) - digit_spots

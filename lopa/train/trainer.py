@@ -80,6 +80,8 @@ class Recipe:
                                  # toward the family's exact conditionals (lopa/train/policy.py; 0 = off)
     policy_ks: str = "0,0,4,14"  # what decodes them, drawn uniformly: 0 = D2F, k = LoPA with k branches
     policy_weight: float = 1.0   # the on-policy loss's weight beside the diffusion loss
+    policy_numbers: bool = False  # whether positions that may hold a digit get on-policy targets too
+                                 # (True cost 9 points of 3-step accuracy in 20 min: lopa/train/policy.py)
     init: str = ""               # start from this model folder's weights instead of a random init
                                  # (a second stage; the optimizer and schedule start afresh)
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
@@ -264,14 +266,16 @@ def diffusion_loss(model, ids, block_id, valid, mask_id: int, recipe: Recipe, ge
     return loss, ce.mean().detach(), int(sel.sum())
 
 
-def on_policy_loss(model, tok, rng: random.Random, recipe: Recipe, progress: float) -> torch.Tensor:
+def on_policy_loss(model, tok, rng: random.Random, recipe: Recipe, progress: float,
+                   is_digit: torch.Tensor) -> torch.Tensor:
     """The loss of lopa/train/policy.py on one fresh training problem decoded by the model itself
     (zero when no state of the decode has a position some right answer explains)."""
     while is_heldout((p := make_problem(rng, steps_for(rng, progress, recipe), recipe.max_value,
                                          recipe.phrasing))["question"]):
         pass
     k = rng.choice([int(x) for x in recipe.policy_ks.split(",")])
-    rows = policy_rows(model, tok, p, recipe.phrasing, k, recipe.policy_states, rng)
+    rows = policy_rows(model, tok, p, recipe.phrasing, k, recipe.policy_states, rng,
+                       None if recipe.policy_numbers else is_digit)
     return policy_loss(model, rows, tok.pad_token_id) if rows else torch.zeros(())
 
 
@@ -389,7 +393,7 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
             loss, ce, m = diffusion_loss(model, ids, block_id, valid, mask_id, recipe, gen, is_digit, is_name, deps,
                                           is_object, forced)
             if recipe.policy_states:
-                policy = on_policy_loss(model, tok, rng, recipe, progress())
+                policy = on_policy_loss(model, tok, rng, recipe, progress(), is_digit)
                 loss = loss + recipe.policy_weight * policy
                 p = float(policy.detach())
                 policy_ema = p if policy_ema is None else 0.98 * policy_ema + 0.02 * p
