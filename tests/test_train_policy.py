@@ -107,3 +107,4 @@ def test_digits_can_be_left_without_targets():
     words, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size, T.digit_ids(tok))
     digit_spots = {g for g in range(40) if T.digit_ids(tok)[cands[:, g]].any()}
     assert digit_spots and set(words.tolist()) == set(every.tolist()) - digit_spots
+    assert T.Recipe().policy_numbers            # the shipped recipe keeps them (lopa/train/policy.py)

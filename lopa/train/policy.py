@@ -68,12 +68,12 @@ def policy_rows(model, tok, problem: dict, phrasing: str, k: int, n_states: int,
     """Up to `n_states` states drawn from one decode of `problem` by the model itself, as training rows:
     a list of (prompt ids [P], state [n], target positions [M], target probs [M, V]).
 
-    `skip` [V] bool: positions where one of these tokens is possible get no target. The trainer passes
-    the digits: given the question alone a number's exact conditional is certain, but this model cannot
-    compute a 3-step answer from the question (model card, issue #13), and trained toward certainty at
-    states where a number's operands are still masked it learns to commit guesses there (the `####`
-    number written before the last line's result: D2F's 3-step accuracy 96.9 -> 87.5% after 20 minutes,
-    dev seed 60013). The numbers keep the diffusion loss alone; these rows calibrate the wording."""
+    `skip` [V] bool: positions where one of these tokens is possible get no target (the trainer's
+    `policy_numbers=False` passes the digits). Open-gsm-dllm's stage 6 keeps them (model card): given the
+    question alone a number's exact conditional is certain, which this model cannot compute for a 3-step
+    answer (issue #13), and its 3-step accuracy dipped for the first 20 minutes (96.9 -> 87.5%, D2F, dev
+    seed 60013) before it came back (93.8% at the end); without them (words only) D2F's TPF rose instead
+    (4.08 -> 4.84 after 10 minutes) and LoPA's lead fell to 2.7x, so that run was not used."""
     spec = spec_from_pretrained(model.config, tok, "training")
     was_training = model.training
     model.eval()

@@ -80,8 +80,8 @@ class Recipe:
                                  # toward the family's exact conditionals (lopa/train/policy.py; 0 = off)
     policy_ks: str = "0,0,4,14"  # what decodes them, drawn uniformly: 0 = D2F, k = LoPA with k branches
     policy_weight: float = 1.0   # the on-policy loss's weight beside the diffusion loss
-    policy_numbers: bool = False  # whether positions that may hold a digit get on-policy targets too
-                                 # (True cost 9 points of 3-step accuracy in 20 min: lopa/train/policy.py)
+    policy_numbers: bool = True  # whether positions that may hold a digit get on-policy targets too
+                                 # (False, words only, raised D2F's TPF and cut LoPA's lead: lopa/train/policy.py)
     init: str = ""               # start from this model folder's weights instead of a random init
                                  # (a second stage; the optimizer and schedule start afresh)
     bf16: bool = True            # autocast matmuls to bf16 (AMX on recent Xeons)
