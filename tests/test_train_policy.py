@@ -28,9 +28,18 @@ def test_visited_states_are_the_verified_windows_behind_the_final_prefix():
     assert len(states) == sum(len(r.branch_tokens) for r in run.records)      # anchor and every branch, each round
     final = torch.tensor(run.tokens)
     mask = spec.mask_token_id
-    for state in states:
-        filled = state != mask
-        assert torch.equal(state[filled], final[: len(state)][filled])        # commits never change afterwards
+    it = iter(states)
+    for r in run.records:
+        anchor = None
+        for j in range(len(r.branch_tokens)):
+            state = next(it)
+            filled = state != mask
+            if j == r.winner:                                                   # the winner's commits stay
+                assert torch.equal(state[filled], final[: len(state)][filled])
+            if j == 0:
+                anchor = state
+            else:                                                               # a branch: the anchor + one token
+                assert int((state != anchor).sum()) == 1
     # the first state (the prefill's anchor) has nothing filled; later ones more and more
     assert (states[0] == mask).all() and (states[-1] != mask).sum() > 0
 
