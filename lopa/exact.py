@@ -64,8 +64,8 @@ def exact_distribution(tokens: torch.Tensor, cands: torch.Tensor, weights: torch
     return probs, defined
 
 
-def exact_distribution_reference(tokens: torch.Tensor, cands: torch.Tensor, weights: torch.Tensor, mask_id: int, vocab: int,
-                       block_size: int, attention: str = "block_causal", positions=None):
+def exact_distribution_reference(tokens: torch.Tensor, cands: torch.Tensor, weights: torch.Tensor, mask_id: int,
+                                 vocab: int, block_size: int, attention: str = "block_causal", positions=None):
     """exact_distribution one position at a time: the slow reference it is tested against."""
     n = tokens.numel()
     filled = tokens != mask_id                                                         # [n]

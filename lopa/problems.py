@@ -231,8 +231,8 @@ def make_problem(rng: random.Random, steps: int, max_value: int = DEFAULT_MAX_VA
 def phrasings(answer: str, phrasing: str = "varied") -> list[str]:
     """Every answer that `phrasing` can write for the problem whose answer (in any phrasing) is
     `answer`, each listed as often as its weight (a list entry is one equally likely draw): the
-    answers an exact model of the family weighs (lopa.exact). Each line's person, object and numbers are read back from the line.
-    A "plain" answer has one wording: itself."""
+    answers an exact model of the family weighs (lopa.exact). Each line's person, object and numbers
+    are read back from the line. A "plain" answer has one wording: itself."""
     if phrasing == "plain":
         return [answer]
     lines = answer.splitlines()

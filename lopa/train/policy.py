@@ -112,4 +112,3 @@ def policy_loss(model, rows, pad_id: int) -> torch.Tensor:
     h = hidden_states(model, ids, block_id, valid)                                   # [S, L, hidden]
     logits = model.lm_head(h[torch.cat(sel_rows), torch.cat(sel_cols)]).float()       # [M, V]
     return -(torch.cat(target) * logits.log_softmax(-1)).sum(-1).mean()
-
