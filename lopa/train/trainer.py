@@ -164,6 +164,13 @@ def number_dependencies(tok, answer: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def training_problem(rng: random.Random, steps: int, recipe: Recipe) -> dict:
+    """A `steps`-step problem of the recipe's family whose question is not held out."""
+    while is_heldout((p := make_problem(rng, steps, recipe.max_value, recipe.phrasing))["question"]):
+        pass
+    return p
+
+
 def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
     """Clean sequences: ids [S, L], answer-block id per position (0 = prompt), valid mask, the
     number dependencies [E, 3] as (row, target position, source position), and which rows [S]
@@ -171,9 +178,7 @@ def make_batch(tok, rng: random.Random, recipe: Recipe, progress: float):
     rows, deps, forced = [], [], []
     steps = steps_for(rng, progress, recipe)  # one step count per batch: rows of similar length, little padding
     while len(rows) < recipe.batch:
-        p = make_problem(rng, steps, recipe.max_value, recipe.phrasing)
-        if is_heldout(p["question"]):
-            continue
+        p = training_problem(rng, steps, recipe)
         # drawn only when on, so a recipe without it replays the same data as before it existed
         swap = recipe.counterfactual_prob > 0 and rng.random() < recipe.counterfactual_prob
         if swap:
@@ -270,9 +275,7 @@ def on_policy_loss(model, tok, rng: random.Random, recipe: Recipe, progress: flo
                    is_digit: torch.Tensor) -> torch.Tensor:
     """The loss of lopa/train/policy.py on one fresh training problem decoded by the model itself
     (zero when no state of the decode has a position some right answer explains)."""
-    while is_heldout((p := make_problem(rng, steps_for(rng, progress, recipe), recipe.max_value,
-                                         recipe.phrasing))["question"]):
-        pass
+    p = training_problem(rng, steps_for(rng, progress, recipe), recipe)
     k = rng.choice([int(x) for x in recipe.policy_ks.split(",")])
     rows = policy_rows(model, tok, p, recipe.phrasing, k, recipe.policy_states, rng,
                        None if recipe.policy_numbers else is_digit)
@@ -307,6 +310,11 @@ def export_checkpoint(out: Path, export_dir: Path) -> dict:
         n_params = sum(p.numel() for p in model.parameters())
         update_model_card(export_dir / "README.md", state["history"], n_params, recipe)
     return state
+
+
+def smoothed(average: float | None, value: float) -> float:
+    """The logged running average of a loss (exponential, 2% per step); the first value starts it."""
+    return value if average is None else 0.98 * average + 0.02 * value
 
 
 def lr_at(step: int, progress: float, recipe: Recipe) -> float:
@@ -395,15 +403,14 @@ def train(out: Path, recipe: Recipe, minutes: float | None, steps: int | None, s
             if recipe.policy_states:
                 policy = on_policy_loss(model, tok, rng, recipe, progress(), is_digit)
                 loss = loss + recipe.policy_weight * policy
-                p = float(policy.detach())
-                policy_ema = p if policy_ema is None else 0.98 * policy_ema + 0.02 * p
+                policy_ema = smoothed(policy_ema, float(policy.detach()))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
         elapsed = time.time() - t_start
-        ema = float(ce) if ema is None else 0.98 * ema + 0.02 * float(ce)
+        ema = smoothed(ema, float(ce))
         bar.update(1)
         bar.set_postfix(ce=f"{ema:.3f}", min=f"{elapsed / 60:.1f}", refresh=False)
         if step % log_every == 0:
