@@ -312,9 +312,14 @@ class ModelSpec:
     max_context: int = 2048
     attention: str = "block_causal"      # the attention decoded with unless asked otherwise (see its loader)
     name: str = "model"
+    # Other decode settings the checkpoint asks for ({name: value}, config.json "lopa": {"decode": ...}
+    # or a family's published settings): a family's threshold, a fitted adaptive budget. Attention
+    # and block size have their own fields above. resolve() puts them under what the user sets.
+    decode: dict = field(default_factory=dict, compare=False)
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "decode", check_settings(dict(self.decode or {}), parse=False))
         if self.mask_token_id is None or int(self.mask_token_id) < 0:
             raise ValueError("the model has no mask token: a masked diffusion LM needs one (mask_token_id)")
         if not self.eos_token_ids:
@@ -372,20 +377,74 @@ def add_settings_arguments(parser, per_row=(), choose_decoder: bool = True, defa
         g.add_argument(spec.flag, dest=name, **kind, help=f"{spec.help} ({spec.describe()}; default {defaults.get(name, spec.default)}{paper})")
 
 
-# The lookahead a run gets when it names none (`lopa generate`, transformers' generate()).
+# The lookahead a run gets when it names none (`lopa generate`, transformers' generate(), /decode).
 DEFAULT_K = 4
+# Where a resolved value came from (resolution()), highest precedence first.
+SOURCES = ("user", "preset", "model", "surface", "engine")
+
+
+def model_settings(spec: ModelSpec | None) -> dict:
+    """The decode settings a checkpoint asks for: its attention, its trained block size (if known)
+    and whatever else its spec carries (ModelSpec.decode)."""
+    if spec is None:
+        return {}
+    own = {"attention": spec.attention, **({"block_size": spec.block_size} if spec.block_size else {})}
+    return {**own, **spec.decode}
+
+
+def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, preset=None, decoder: str = "lopa",
+               defaults: dict | None = None) -> tuple[DecodeSettings, dict[str, str]]:
+    """The one resolution of a request into the settings that run (style habit 21), and where each
+    value came from ({name: one of SOURCES}).
+
+    request: what the user set, {name: value}; a value of None (or a name left out) is unset. Values
+    are read by the registry (Setting.parse: text from a form or a link is fine), so a bad one fails
+    here, naming the setting. preset: a PAPER_PRESETS name or a {name: value} dict. defaults: the
+    surface's own starting point (the app's k = 4 and 64 tokens, a study's 128). Precedence, written
+    once: request > preset > the model's own (model_settings) > defaults > the engine's default. The
+    decoder's overrides (DECODERS: d2f is k = 0) come last, since choosing it is part of the request.
+    A max_new_tokens nobody asked for is rounded up to whole blocks of the resolved block size."""
+    if isinstance(preset, str):
+        if preset not in PAPER_PRESETS:
+            raise ValueError(f"preset must be one of {tuple(PAPER_PRESETS)}, got {preset[:40]!r}")
+        preset = PAPER_PRESETS[preset]
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {tuple(DECODERS)}, got {str(decoder)[:40]!r}")
+    layers = {  # lowest precedence first
+        "surface": check_settings({n: v for n, v in (defaults or {}).items() if v is not None}),
+        "model": model_settings(spec),
+        "preset": check_settings({n: v for n, v in (preset or {}).items() if v is not None}),
+        "user": check_settings({n: v for n, v in (request or {}).items() if v is not None}),
+    }
+    values, sources = {}, {}
+    for source, layer in layers.items():
+        values.update(layer)
+        sources.update(dict.fromkeys(layer, source))
+    for name, value in DECODERS[decoder].items():
+        values[name], sources[name] = value, "user"
+    block = values.get("block_size", SETTINGS["block_size"].default)
+    length = values.get("max_new_tokens", SETTINGS["max_new_tokens"].default)
+    if sources.get("max_new_tokens") not in ("user", "preset") and length % block:
+        values["max_new_tokens"] = min(-(-length // block) * block, MAX_NEW_TOKENS // block * block)
+    settings = DecodeSettings(**values)
+    return settings, {name: sources.get(name, "engine") for name in SETTINGS}
+
+
+def resolve(request: dict | None = None, spec: ModelSpec | None = None, **kwargs) -> DecodeSettings:
+    """resolution()'s settings alone: what every surface decodes with."""
+    return resolution(request, spec, **kwargs)[0]
+
+
+def settings_diff(settings: DecodeSettings, baseline: DecodeSettings) -> dict:
+    """{name: value} of `settings` where it differs from `baseline`, in registry order: what a
+    command or a link must say so that a surface resolving from `baseline` reproduces `settings`."""
+    return {name: getattr(settings, name) for name in SETTINGS if getattr(settings, name) != getattr(baseline, name)}
 
 
 def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:
-    """`fields` over the model's own attention and trained block size, k = DEFAULT_K unless given:
-    the one place where `lopa generate` and transformers' generate() (lopa.hf) fill what the user
-    left unset, so the same choices decode the same tokens."""
-    if spec is not None:
-        fields.setdefault("attention", spec.attention)
-        if spec.block_size:
-            fields.setdefault("block_size", spec.block_size)
-    fields.setdefault("k", DEFAULT_K)
-    return DecodeSettings(**fields)
+    """`fields` (None = unset) resolved on the model with k = DEFAULT_K when unset: how `lopa generate`,
+    transformers' generate() (lopa.hf) and /decode fill what the user left unset."""
+    return resolve(fields, spec, defaults={"k": DEFAULT_K})
 
 
 def flag_settings(args) -> dict:
@@ -393,10 +452,10 @@ def flag_settings(args) -> dict:
     return {name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None}
 
 
-def settings_from_args(args, spec=None) -> DecodeSettings:
-    """Preset (or the settings of a trace given as --script), then explicit flags, over the model's
-    own attention and block size; the decoder's overrides (e.g. k = 0 for d2f) come last."""
-    fields = dict(PAPER_PRESETS[args.preset]) if args.preset else {}
-    fields.update(getattr(args, "script_settings", None) or {})
-    fields.update(flag_settings(args))
-    return decoder_settings(args.decoder, settings_for_model(spec, **fields))
+def settings_from_args(args, spec=None, defaults: dict | None = None) -> DecodeSettings:
+    """resolve() of a command's flags: the preset (--preset), the settings of a trace given as
+    --script, then explicit flags, over the model's own values and the command's `defaults`
+    (k = DEFAULT_K unless given); --decoder's overrides (d2f: k = 0) last."""
+    request = {**(getattr(args, "script_settings", None) or {}), **flag_settings(args)}
+    return resolve(request, spec, preset=getattr(args, "preset", None),
+                   decoder=getattr(args, "decoder", None) or "lopa", defaults={"k": DEFAULT_K, **(defaults or {})})
