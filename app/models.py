@@ -3,7 +3,7 @@
 One process holds one model: loading is guarded by a lock so two first clicks do not load it
 twice, and a failed load of another directory keeps the previous model. The model's forwards are
 serialised by the queue (every model event shares one concurrency group of size 1, see wiring).
-The branch-parallel backend is one persistent lopa.dist.group.BPGroup beside it, started on first
+The branch-parallel backend is one persistent lopa.distributed.group.BPGroup beside it, started on first
 use, shared by every session, restarted when the worker count or model changes, closed at exit.
 """
 
@@ -79,7 +79,7 @@ class ModelCache:
         self.loaded = None          # lopa.models.loading.LoadedModel once loaded
         self._lock = threading.Lock()
         self._warmed: set[int] = set()      # ids of LoadedModels that ran warm_up
-        self.bp = None              # lopa.dist.group.BPGroup of the branch-parallel backend, once started
+        self.bp = None              # lopa.distributed.group.BPGroup of the branch-parallel backend, once started
 
     def get(self):
         """The current model, loading the default one the first time. Raises ValueError if it does not load."""
@@ -104,7 +104,7 @@ class ModelCache:
         """The shared branch-parallel group of `workers` ranks over the current model directory,
         started (about 10 s the first time) or restarted when the worker count or directory
         changed. Raises RuntimeError (from BPGroup) when the ranks do not start."""
-        from lopa.dist.group import BPGroup  # not at import: the app may never use it
+        from lopa.distributed.group import BPGroup  # not at import: the app may never use it
         with self._lock:
             model_dir = str(Path(self.loaded.path if self.loaded is not None else self.default).resolve())
             if self.bp is not None and (self.bp.world != workers or self.bp.model_dir != model_dir):

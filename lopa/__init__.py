@@ -14,7 +14,7 @@ Shape notation, used in every shape comment of the package; each letter means on
     N   block size
     H   attention heads, Hkv key/value heads, G = H // Hkv, D head dim
     M   masked positions under consideration
-    R   ranks (world size) of a branch-parallel group (lopa.dist)
+    R   ranks (world size) of a branch-parallel group (lopa.distributed)
     S   sequences in a training batch (lopa.train)
 """
 

@@ -68,7 +68,7 @@ def _generate(args) -> int:
     _check_inputs(args)
     _read_script(args)
     if args.backend == "bp":
-        from lopa.dist.launch import generate_bp
+        from lopa.distributed.launch import generate_bp
         return generate_bp(args, settings_from_args, _report)
     from lopa.models import load_from_args
     loaded = load_from_args(args)

@@ -5,7 +5,7 @@
     verify(branches) -> Verified   one forward over every branch's window (LoPA step 4)
     commit(winner, n)          the winner's first n window positions join the prefix cache
 
-Three local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.dist
+Three local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.distributed
 implement the same protocol and reuse the public helpers here (`forward_windows`, `summarize`,
 `PrefixKV`), never private methods:
 - BatchedExecutor (fast path): all k + 1 windows in one batch; attention reads the shared

@@ -45,7 +45,7 @@ MAX_TRACE_BYTES = READ_BYTES // 2    # the file: its text and its strings alread
 MAX_POSITIONS = MAX_NEW_TOKENS         # generated positions (the registry's bound on max_new_tokens)
 MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
 MAX_PROMPT_TOKENS = 32768
-MAX_TOKEN_ID = 1 << 24                 # token ids travel as float32 between ranks (lopa.dist)
+MAX_TOKEN_ID = 1 << 24                 # token ids travel as float32 between ranks (lopa.distributed)
 MAX_TEXT = 1 << 20                     # prompt and answer characters
 MAX_NAME = 256
 
@@ -141,7 +141,7 @@ class Spec(BaseModel):
 
 
 class Extra(BaseModel):
-    """Executor timings and traffic (lopa.dist); the known keys are typed, others pass as plain JSON."""
+    """Executor timings and traffic (lopa.distributed); the known keys are typed, others pass as plain JSON."""
     model_config = ConfigDict(strict=True, extra="allow")
     world: Annotated[int, Field(ge=1, le=4096)] | None = None
     forward_s: Seconds | None = None

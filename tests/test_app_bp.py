@@ -23,7 +23,7 @@ from app.session import (
     parse_ui,
 )
 from lopa import DecodeSettings
-from lopa.dist.group import BPGroup
+from lopa.distributed.group import BPGroup
 from visualizations.ranks import lane_segments, rank_lanes
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),   # gr.Warning outside a request

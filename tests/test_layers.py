@@ -1,6 +1,6 @@
 """The package's layers, checked: imports go down only, and no module reaches itself again.
 
-    core (lopa/*.py) <- models <- dist <- hf <- train <- eval <- bench <- study <- visualizations <- cli <- app
+    core (lopa/*.py) <- models <- distributed <- hf <- train <- eval <- bench <- study <- visualizations <- cli <- app
 
 Siblings get a level each, so a sideways import is an upward one in one direction or the other
 (the studies run benchmarks' decoders, benchmarks grade in the evaluation's sandbox, the app's
@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"core": 0, "models": 1, "dist": 2, "hf": 3, "train": 4, "eval": 5, "bench": 6, "study": 7,
+LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "train": 4, "eval": 5, "bench": 6, "study": 7,
           "visualizations": 8, "cli": 9, "app": 10}
 # Upward edges that are known and on their way out, each with what removes it.
 KNOWN_UPWARD = {

@@ -12,7 +12,7 @@ from tiny import LIVELY, MASK_ID, decisions, save_tiny_model_dir, tiny_qwen2, ti
 
 from lopa import Decoder, DecodeSettings
 from lopa.blocks import Branch
-from lopa.dist.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
+from lopa.distributed.parallel import BPExecutor, Comm, commit_plan, dist_backend, kv_digest
 from lopa.forward import BatchedExecutor
 from lopa.models import load
 
@@ -36,7 +36,7 @@ def loaded(model_dir):
 
 @pytest.fixture(scope="module")
 def groups(model_dir):
-    from lopa.dist.group import BPGroup
+    from lopa.distributed.group import BPGroup
     made = {w: BPGroup.start(model_dir, workers=w, timeout_s=TIMEOUT_S, start_timeout_s=120) for w in (2, 3)}
     yield made
     for group in made.values():
@@ -198,7 +198,7 @@ def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
     """As from a Gradio worker thread: start, decode, close, all off the main thread."""
     import threading
 
-    from lopa.dist.group import BPGroup
+    from lopa.distributed.group import BPGroup
     settings, out = DecodeSettings(k=3, **LIVELY), {}
 
     def work():
@@ -213,7 +213,7 @@ def test_a_group_started_and_used_from_another_thread_works(model_dir, loaded):
 
 # -- faults -------------------------------------------------------------------------------------
 def launcher_children() -> list[int]:
-    from lopa.dist import ranks as bp_ranks
+    from lopa.distributed import ranks as bp_ranks
     pid = bp_ranks.Launcher.current.proc.pid
     return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
 
@@ -285,8 +285,8 @@ def test_torchrun_launch_prints_the_single_process_answer(model_dir, capsys, tmp
 
 # -- last: it also stops the shared launcher ---------------------------------------------------------
 def test_close_leaves_nothing_running(model_dir):
-    from lopa.dist import ranks as bp_ranks
-    from lopa.dist.group import BPGroup, stop_launcher
+    from lopa.distributed import ranks as bp_ranks
+    from lopa.distributed.group import BPGroup, stop_launcher
     with BPGroup.start(model_dir, workers=2, timeout_s=TIMEOUT_S) as group:
         group.decoder(DecodeSettings(k=2, **LIVELY)).run(PROMPT)
         pids = list(group.pids.values())
@@ -299,19 +299,21 @@ def test_close_leaves_nothing_running(model_dir):
     assert launcher.poll() is not None
 
 
-def test_every_executor_speaks_one_protocol_and_dist_uses_no_private_executor_methods():
+def test_every_executor_speaks_one_protocol_and_distributed_uses_no_private_executor_methods():
     """The engine's three verbs are one protocol; the branch-parallel executors implement it and
     reuse the local executor's public helpers only (style: 'never private methods of it')."""
     import re
     from pathlib import Path
 
-    from lopa.dist.group import RemoteExecutor
+    from lopa.distributed.group import RemoteExecutor
     from lopa.forward import Executor, PerBranchExecutor, UncachedExecutor
     for cls in (BatchedExecutor, PerBranchExecutor, UncachedExecutor, BPExecutor, RemoteExecutor):
         assert all(callable(getattr(cls, verb, None)) for verb in ("start", "verify", "commit")), cls
     assert isinstance(BPExecutor.__new__(BPExecutor), Executor)
-    dist = Path(__file__).resolve().parent.parent / "lopa" / "dist"
-    private = [f"{f.name}: {m.group(0)}" for f in dist.glob("*.py")
+    package = Path(__file__).resolve().parent.parent / "lopa" / "distributed"
+    files = sorted(package.glob("*.py"))
+    assert files, package                       # an empty glob would pass the check below vacuously
+    private = [f"{f.name}: {m.group(0)}" for f in files
                for m in re.finditer(r"\b(?:ex|executor)\._[a-z]\w*", f.read_text())]
     assert not private, private
 

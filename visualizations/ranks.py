@@ -1,6 +1,6 @@
 """Rank lanes of one round: which process computed which branch, and where the round's time went.
 
-One horizontal lane per rank of a branch-parallel group (lopa.dist.parallel), on a time axis in ms:
+One horizontal lane per rank of a branch-parallel group (lopa.distributed.parallel), on a time axis in ms:
 rank 0 sends the control message, every rank runs the forward of its own branches, rank 0
 gathers the small per-position summaries (the peers wait at the collective), then the winner's
 new cache entries are broadcast from the rank that holds them when another rank does not

@@ -6,5 +6,5 @@
     python -m lopa.bench.fork     what a fork costs: resumed from a saved state or replayed
 HumanEval grading runs generated code in a sandboxed child process (humaneval.py).
 
-Layer: imports the core, lopa.models and lopa.dist; nothing imports it but the tests.
+Layer: imports the core, lopa.models and lopa.distributed; nothing imports it but the tests.
 """

@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank and for the reference")
     args = ap.parse_args(argv)
 
-    from lopa.dist.group import BPGroup
+    from lopa.distributed.group import BPGroup
     from lopa.models import load
     torch.set_num_threads(args.threads)
     model_dir = Path(args.model) if args.model else DEFAULT_MODEL

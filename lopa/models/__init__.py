@@ -5,7 +5,7 @@ the paper's D2F presets (presets), and `load`, the one entry point that picks am
     loaded = load()                     # the bundled model; load("dir"), load("d2f-dream-base"), ...
     decoder = loaded.decoder(DecodeSettings(k=4))
 
-Layer: imports the core; imported by dist, train, bench, cli and app.
+Layer: imports the core; imported by distributed, train, bench, cli and app.
 """
 
 from lopa.models.loader import add_model_arguments, load, load_from_args

@@ -7,8 +7,8 @@ Who does what
   own share of the forward work.
 - Every rank holds a `Shard`: a BatchedExecutor (one batched forward over the rank's branches,
   shared-prefix attention) with its own PrefixKV. Ranks 1..R-1 run `serve()`.
-- Launch: `torchrun ... -m lopa generate --backend bp` (see lopa.dist.launch), or a persistent group
-  for long-lived callers such as the app: `lopa.dist.group.BPGroup` (its docstring has the API).
+- Launch: `torchrun ... -m lopa generate --backend bp` (see lopa.distributed.launch), or a persistent group
+  for long-lived callers such as the app: `lopa.distributed.group.BPGroup` (its docstring has the API).
 
 Protocol: rank 0 -> all, pickled, on a gloo control group; every wait has the group's timeout.
     ("start", settings, prompt_ids)    each shard starts a fresh cache

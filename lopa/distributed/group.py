@@ -1,6 +1,6 @@
 """A persistent branch-parallel group for long-lived callers (the app, benchmarks, tests).
 
-    from lopa.dist.group import BPGroup
+    from lopa.distributed.group import BPGroup
     group = BPGroup.start("assets/models/open-gsm-dllm", workers=3, timeout_s=60)   # R = 3 ranks
     decoder = group.decoder(settings)          # a lopa Decoder: .stream(prompt) / .run(prompt) as usual
     for record in decoder.stream("Tom has 3 apples ..."):
@@ -8,7 +8,7 @@
     group.close()                              # or `with BPGroup.start(...) as group:`
 
 - `workers` is the world size R: R rank processes, each with a model replica; rank 0 drives the
-  others (lopa.dist.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
+  others (lopa.distributed.parallel). The caller holds only the tokenizer and spec; its Decoder talks to rank 0
   through a RemoteExecutor (a socket pair, pickled verbs), so a crashed or hung group can never
   leave the caller's own process in a broken torch.distributed state.
 - Reused across runs and settings. One run at a time: calls are serialised by a lock (Gradio worker
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from lopa.dist.ranks import Launcher, kill_pid, recv, send, stop_launcher
+from lopa.distributed.ranks import Launcher, kill_pid, recv, send, stop_launcher
 from lopa.engine import Decoder
 from lopa.forward import Verified
 from lopa.settings import DecodeSettings
@@ -89,7 +89,7 @@ class BPGroup:
 
     def __init__(self, model_dir=None, workers: int = 2, timeout_s: float = 60.0, start_timeout_s: float = 300.0,
                  device: str = "cpu", threads: int = 1, **load_options):
-        from lopa.dist.parallel import dist_backend
+        from lopa.distributed.parallel import dist_backend
         from lopa.models.loading import DEFAULT_MODEL
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers (ranks) must be a positive integer, got {workers!r}")
@@ -132,7 +132,7 @@ class BPGroup:
         return Decoder(None, self.spec, settings, tokenizer or self.tokenizer, executor=executor)
 
     def digests(self) -> list[list[float]]:
-        """Every rank's cache checksum after the last run (lopa.dist.parallel.kv_digest), rank order."""
+        """Every rank's cache checksum after the last run (lopa.distributed.parallel.kv_digest), rank order."""
         return self._call(("digest",))
 
     @property

@@ -1,10 +1,10 @@
-"""The process side of a lopa.dist.group.BPGroup: the launcher that forks rank processes, and the
-loop each rank runs. The caller's side (BPGroup, RemoteExecutor) lives in lopa.dist.group.
+"""The process side of a lopa.distributed.group.BPGroup: the launcher that forks rank processes, and the
+loop each rank runs. The caller's side (BPGroup, RemoteExecutor) lives in lopa.distributed.group.
 
 - The launcher (a "zygote") is one helper process per caller process. It imports torch,
   transformers and the model's code once, then forks a rank per request, reaps it and writes
   why it ended (signal or exit code) to that rank's exit file, which the caller watches.
-- A rank loads its model replica, joins the torch.distributed group (lopa.dist.parallel.Comm) and
+- A rank loads its model replica, joins the torch.distributed group (lopa.distributed.parallel.Comm) and
   either drives the round (rank 0, answering the caller's verbs over a socket) or serves.
 """
 
@@ -51,7 +51,7 @@ def kill_pid(pid: int) -> None:
 
 # -- a rank process -------------------------------------------------------------------------------
 def _rank_main(cfg: dict, conn: Connection | None) -> None:
-    from lopa.dist.parallel import Comm, serve
+    from lopa.distributed.parallel import Comm, serve
     from lopa.models import load
 
     torch.set_num_threads(cfg["threads"])
@@ -77,7 +77,7 @@ class Driver:
         self.loaded, self.comm, self.executor = loaded, comm, None
 
     def start(self, settings: dict, prompt_ids: list[int]) -> None:
-        from lopa.dist.parallel import BPExecutor
+        from lopa.distributed.parallel import BPExecutor
         # settings may change from run to run: a fresh executor
         self.executor = BPExecutor(self.loaded.model, self.loaded.spec, DecodeSettings.from_dict(settings), self.comm)
         self.executor.start(torch.tensor(prompt_ids, dtype=torch.long))
@@ -98,7 +98,7 @@ class Driver:
 def _drive(conn: Connection, loaded, comm, timeout_s: float) -> None:
     """Rank 0 of a BPGroup: run the caller's verbs on a Driver; ping the ranks while idle so that
     their waits (bounded by timeout_s) never expire between runs."""
-    from lopa.dist.parallel import ping
+    from lopa.distributed.parallel import ping
 
     send(conn, ("ok", (f"{loaded.describe()} x {comm.world} ranks", loaded.spec, loaded.tokenizer)))
     driver = Driver(loaded, comm)
@@ -148,7 +148,7 @@ class Launcher:
         env.setdefault("OPENBLAS_NUM_THREADS", "1")   # no BLAS threads in a process that forks
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")    # the ranks all live on this host
         self.log = tempfile.NamedTemporaryFile(prefix="lopa-bp-launcher-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "lopa.dist.ranks", "--launcher", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "lopa.distributed.ranks", "--launcher", str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=self.log, env=env, start_new_session=True)
         theirs.close()
@@ -194,7 +194,7 @@ def _launcher_main(fd: int) -> None:
     import transformers  # noqa: F401  (the slow imports, done once and shared by every fork)
     from transformers import AutoModelForCausalLM  # noqa: F401
 
-    import lopa.dist.parallel  # noqa: F401
+    import lopa.distributed.parallel  # noqa: F401
     import lopa.models.loading  # noqa: F401
     conn, children, preloaded = Connection(fd), {}, set()
     conn.send(("ready", os.getpid()))
@@ -273,4 +273,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--launcher":
         _launcher_main(int(sys.argv[2]))
     else:
-        sys.exit("usage: python -m lopa.dist.ranks --launcher FD (started by BPGroup; not for direct use)")
+        sys.exit("usage: python -m lopa.distributed.ranks --launcher FD (started by BPGroup; not for direct use)")

@@ -2,7 +2,7 @@
 
 Under torchrun (RANK / WORLD_SIZE set) this process is one rank of the group; without torchrun a
 local BPGroup of --workers rank processes decodes. Command-line glue only: nothing but lopa.cli
-imports it, so the group (lopa.dist.group) and the collectives (lopa.dist.parallel) never import
+imports it, so the group (lopa.distributed.group) and the collectives (lopa.distributed.parallel) never import
 their caller.
 """
 
@@ -12,8 +12,8 @@ import os
 
 import torch
 
-from lopa.dist.group import BPGroup
-from lopa.dist.parallel import BPExecutor, Comm, dist_backend, serve
+from lopa.distributed.group import BPGroup
+from lopa.distributed.parallel import BPExecutor, Comm, dist_backend, serve
 from lopa.engine import Decoder
 from lopa.models import load
 from lopa.models.loading import pick_device
