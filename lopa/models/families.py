@@ -1,4 +1,4 @@
-"""Real checkpoints: Dream-family and LLaDA directories on stock transformers classes, D2F LoRA
+"""Real checkpoints: Dream, LLaDA and SDAR directories on stock transformers classes, D2F LoRA
 adapters merged with peft. The D2F presets of the paper (Table 5) and the CLI's model arguments
 are in lopa.models.presets.
 
@@ -13,6 +13,11 @@ are in lopa.models.presets.
   code only with trust_remote_code, restricted to what that code supports (see `_remote_llada`).
 - A D2F adapter (peft LoRA) is merged into the base weights once, at load time, so decoding runs
   a plain model at full speed.
+- SDAR (dense and MoE) and LLaDA-MoE map onto Qwen3 / Qwen3-MoE (lopa.models.sdar_llada_moe);
+  LLaDA 1.5 is LLaDA-8B's architecture. Each family's published decode settings (block size,
+  threshold, commit rule) go into the spec (ModelSpec.block_size / .decode), which resolve() applies.
+- DiffusionGemma is not a masked diffusion LM: it is refused here, pointing at its own sampler
+  (lopa.models.diffusion_gemma).
 
 Spec: mask id from the config, EOS ids from config + generation_config + tokenizer, logit shift
 for Dream-family (initialised from Qwen2.5, an AR model) and none for LLaDA, the chat template as
@@ -34,10 +39,27 @@ from lopa.models.loading import (
     pick_device,
     pick_dtype,
 )
+from lopa.models.sdar_llada_moe import (
+    LLADA_BLOCK_SIZE,
+    LLADA_DECODE,
+    SDAR_BLOCK_SIZE,
+    SDAR_DECODE,
+    SDAR_MODEL_TYPES,
+    is_llada_moe,
+    llada_moe_mask_id,
+    llada_moe_to_qwen3_moe_config,
+    llada_moe_unsupported,
+    sdar_to_qwen3_config,
+    sdar_unsupported,
+)
 from lopa.settings import ModelSpec
 
 # Instruct chat templates end a turn with one of these; a chat model stops there, not at <|endoftext|>.
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>")
+# A directory whose name holds one of these is a chat model (prompts go through its chat template):
+# Dream-v0-Instruct, SDAR-1.7B-Chat, LLaDA-MoE-7B-A1B-Instruct, and LLaDA-1.5 (LLaDA-8B-Instruct
+# further aligned with VRPO, published without "Instruct" in its name).
+CHAT_NAMES = ("instruct", "chat", "llada-1.5", "llada_1.5")
 _SENTINEL = "LOPAPROMPTSENTINEL"
 
 
@@ -47,9 +69,15 @@ def read_config(path: Path) -> dict:
 
 
 def checkpoint_family(path: Path) -> str:
-    """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada", or "hf" (a stock transformers directory)."""
-    model_type = str(read_config(path).get("model_type", "")).lower()
-    return model_type if model_type in ("dream", "llada") else "hf"
+    """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada" (LLaDA-8B, LLaDA 1.5), "llada_moe",
+    "sdar" (dense and MoE), "diffusion_gemma", or "hf" (a stock transformers directory)."""
+    raw = read_config(path)
+    model_type = str(raw.get("model_type", "")).lower()
+    if is_llada_moe(raw):
+        return "llada_moe"
+    if model_type in SDAR_MODEL_TYPES:
+        return "sdar"
+    return model_type if model_type in ("dream", "llada", "diffusion_gemma") else "hf"
 
 
 # -- config translation ---------------------------------------------------------------------------
@@ -148,7 +176,8 @@ def _ids(value) -> list[int]:
 
 
 def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attention: str, chat: bool,
-                name: str | None = None, block_size: int | None = None, extra: dict | None = None) -> ModelSpec:
+                name: str | None = None, block_size: int | None = None, extra: dict | None = None,
+                decode: dict | None = None) -> ModelSpec:
     """ModelSpec of a Dream/LLaDA checkpoint from its config.json, generation_config.json and tokenizer."""
     mask = raw.get("mask_token_id", getattr(tokenizer, "mask_token_id", None))
     if mask is None:
@@ -168,7 +197,7 @@ def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attentio
         pad_token_id=raw.get("pad_token_id", gen.get("pad_token_id")), block_size=block_size,
         prompt_template=chat_prompt_template(tokenizer) if chat else "{prompt}",
         max_context=int(raw.get("max_position_embeddings") or raw.get("max_sequence_length") or 4096),
-        attention=attention, name=name or path.name,
+        attention=attention, name=name or path.name, decode=decode or {},
         extra={"chat_template": chat_template, "family": checkpoint_family(path), **(extra or {})})
 
 
@@ -234,10 +263,13 @@ class MaskIgnoringModel(torch.nn.Module):
 
 
 def _remote_llada(path: Path, device: torch.device):
-    from transformers import AutoModel
+    """A checkpoint through its own modeling code (LLaDA's and LLaDA-MoE's register the LM as
+    AutoModel, SDAR's as AutoModelForCausalLM)."""
+    from transformers import AutoModel, AutoModelForCausalLM
     check_weights(path)
+    auto = AutoModelForCausalLM if "AutoModelForCausalLM" in (read_config(path).get("auto_map") or {}) else AutoModel
     try:
-        inner = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=pick_dtype(device), local_files_only=True)
+        inner = auto.from_pretrained(path, trust_remote_code=True, dtype=pick_dtype(device), local_files_only=True)
     except (OSError, ValueError, KeyError, ImportError) as err:
         raise ValueError(f"could not load {path} through its remote code: {err}") from err
     return MaskIgnoringModel(inner.to(device).eval())
@@ -256,17 +288,40 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
     path = Path(path)
     family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
     if family == "hf":
-        raise ValueError(f"{path} is a stock transformers directory, not a Dream or LLaDA checkpoint")
-    chat = ("instruct" in path.name.lower()) if chat is None else chat
+        raise ValueError(f"{path} is a stock transformers directory, not a Dream, LLaDA or SDAR checkpoint")
+    if family == "diffusion_gemma":
+        raise ValueError(f"{path} is a DiffusionGemma checkpoint: it is not a masked diffusion LM (it denoises a "
+                         "random-token canvas with its own sampler), so the LoPA engine cannot decode it; "
+                         "decode it with lopa.models.diffusion_gemma.decode (docs/checkpoints.md)")
+    chat = any(n in path.name.lower() for n in CHAT_NAMES) if chat is None else chat
     tokenizer = load_family_tokenizer(path, trust_remote_code)
-    extra = {}
+    extra, shift, block_size, decode = {}, False, None, {}
+    # Dream and LLaDA were trained with full bidirectional attention. A D2F adapter was trained
+    # block-causal, but the authors decode D2F checkpoints with full attention (their evaluation
+    # class defaults to use_full_attention=True and no published script changes it): the paper's
+    # numbers were made that way, so it is the default here too; --attention block_causal gives
+    # D2F's training mask. SDAR is a block diffusion model: trained and decoded block-causal.
+    attention = "full"
     if family == "dream":
         from transformers import Qwen2ForCausalLM
         model = _from_pretrained(Qwen2ForCausalLM, path, dream_to_qwen2_config(raw), dev)
         shift = True
+    elif family == "sdar":
+        model = _stock_or_remote(path, raw, dev, trust_remote_code, "SDAR", sdar_unsupported(raw),
+                                 lambda: sdar_to_qwen3_config(raw))
+        extra = _remote_extra(model)
+        block_size, decode = int(raw.get("block_size") or SDAR_BLOCK_SIZE), SDAR_DECODE
+        attention = "full" if extra else "block_causal"     # its own code is given no mask here
+    elif family == "llada_moe":
+        raw = {**raw, "mask_token_id": llada_moe_mask_id(raw, tokenizer)}
+        model = _stock_or_remote(path, raw, dev, trust_remote_code, "LLaDA-MoE", llada_moe_unsupported(raw),
+                                 lambda: llada_moe_to_qwen3_moe_config(raw))
+        extra = _remote_extra(model)
+        block_size, decode = LLADA_BLOCK_SIZE, LLADA_DECODE
     else:
         from transformers import LlamaForCausalLM
-        bad, shift = llada_unsupported(raw), False
+        bad = llada_unsupported(raw)
+        block_size, decode = LLADA_BLOCK_SIZE, LLADA_DECODE
         if not bad:
             model = _from_pretrained(LlamaForCausalLM, path, llada_to_llama_config(raw), dev, LLADA_KEY_MAPPING)
         elif not trust_remote_code:
@@ -275,17 +330,32 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
                              "(it then supports only the uncached executor with full attention)")
         else:
             model = _remote_llada(path, dev)
-            extra = {"executors": ("uncached",), "ignores_attention_mask": True}
+            extra = _remote_extra(model)
     if lora:
         if extra:
             raise ValueError("a LoRA adapter cannot be merged into a remote-code model")
         model = merge_lora(model, Path(lora))
-    # Dream and LLaDA were trained with full bidirectional attention. A D2F adapter was trained
-    # block-causal, but the authors decode D2F checkpoints with full attention (their evaluation
-    # class defaults to use_full_attention=True and no published script changes it): the paper's
-    # numbers were made that way, so it is the default here too; --attention block_causal gives
-    # D2F's training mask.
-    attention = "full"
     spec = family_spec(path, raw, tokenizer, logit_shift=shift, attention=attention, chat=chat,
-                       name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra)
+                       name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra,
+                       block_size=block_size, decode=decode)
     return LoadedModel(model, tokenizer, spec, path)
+
+
+def _remote_extra(model) -> dict:
+    """What a model run through its own code restricts: masks ignored, so uncached + full only."""
+    return {"executors": ("uncached",), "ignores_attention_mask": True} if isinstance(model, MaskIgnoringModel) else {}
+
+
+def _stock_or_remote(path: Path, raw: dict, device, trust_remote_code: bool, label: str, bad: list[str], config):
+    """The stock class that `config()` describes (Qwen3 / Qwen3-MoE), with the checkpoint's own
+    parameter names; a variant that does not map loads only through its own code, when allowed."""
+    if not bad:
+        from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+        stock = config()
+        cls = Qwen3MoeForCausalLM if stock.model_type == "qwen3_moe" else Qwen3ForCausalLM
+        return _from_pretrained(cls, path, stock, device)
+    if not trust_remote_code:
+        raise ValueError(f"{path}: this {label} variant does not map onto a stock architecture ({', '.join(bad)}); "
+                         "loading it runs the checkpoint's own Python code: pass --trust-remote-code to allow it "
+                         "(it then supports only the uncached executor with full attention)")
+    return _remote_llada(path, device)
