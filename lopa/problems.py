@@ -39,7 +39,7 @@ TEMPLATES = {
 # The sell step only appears last, because it changes the question (dollars, not objects).
 SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dollars.")
 
-# Answer phrasings. "plain" writes every line with the one template above. "varied" (issue #13)
+# Answer phrasings. "plain" writes every line with the one template above. "varied"
 # opens each line with one of a few openers and writes it in one of two wordings, so that, like a
 # real model's answer, a problem has many right answers that agree on every number. With one
 # wording an accurate model is sure of every token at once, every decoder fills a block in one
@@ -50,7 +50,7 @@ SELL = ("{P} sells each one for {b} dollars.", "{N} earns <<{a}*{b}={c}>>{c} dol
 # prompt's last position, which block-causal attention keeps blind to the answer, so that token
 # could never depend on what the decoder fills after it (a run with first-line openers wrote
 # "Leoo Leo now has ...": an opener's second piece, then a name where its first piece belongs).
-# "openers" (session 6) keeps every line's plain wording and only opens each later line with one of
+# "openers" keeps every line's plain wording and only opens each later line with one of
 # eight openers: the line shifts as a whole, which leaves the model's plain lines as they were.
 # "adverbs" (the family of open-gsm-dllm's second training stage) keeps every line's plain
 # verb, and after the name comes " now" (one line in four) or nothing ("Tom has ...", "Tom now has

@@ -5,8 +5,13 @@ import torch
 
 from lopa.train import layout as train_layout
 from lopa.train import trainer as T
+from lopa.train.checkpoint import load_weights, update_model_card
+from lopa.train.data import Batch, make_batch, number_dependencies, steps_for
+from lopa.train.losses import blocked_by_mask, diffusion_loss, digit_ids, name_ids
+from lopa.train.noise import block_mask_ratios
+from lopa.train.recipe import Recipe, build_model
 
-TINY = T.Recipe(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, batch=4, warmup=2, bf16=False)
+TINY = Recipe(layers=1, hidden=32, heads=2, kv_heads=1, ffn=64, batch=4, warmup=2, bf16=False)
 
 
 def test_block_causal_mask():
@@ -24,7 +29,7 @@ def test_block_causal_mask():
 def test_noise_is_monotone_and_spares_the_prompt():
     block_id = torch.tensor([[0] * 5 + [1] * 32 + [2] * 32 + [3] * 32] * 64)
     valid = torch.ones_like(block_id, dtype=torch.bool)
-    t = T.block_mask_ratios(block_id, valid, T.Recipe(), torch.Generator().manual_seed(0))
+    t = block_mask_ratios(block_id, valid, Recipe(), torch.Generator().manual_seed(0))
     assert (t[:, :5] == 0).all()
     per_block = t[:, [5, 37, 69]]  # [B, 3]
     assert (per_block[:, 1:] >= per_block[:, :-1]).all() and (per_block <= 1).all()
@@ -77,7 +82,7 @@ def test_model_card_sections_are_filled(tmp_path):
     card = tmp_path / "README.md"
     card.write_text("a\n<!-- stats:start -->\nold\n<!-- stats:end -->\nb\n<!-- eval:start -->\nold\n<!-- eval:end -->\nc\n")
     hist = [{"step": 10, "minutes": 1.0, "acc": 0.5, "by_steps": {1: 1.0, 2: 0.5}, "tokens_per_round_per_sample": 2.0}]
-    T.update_model_card(card, hist, 1_400_000, TINY)
+    update_model_card(card, hist, 1_400_000, TINY)
     text = card.read_text()
     assert "old" not in text and "1.40M" in text and "| 10 | 1.0 | 0.50 | 1.00 | 0.50 | nan | 2.00 |" in text
     assert text.startswith("a\n") and text.endswith("c\n")
@@ -89,21 +94,21 @@ def test_hard_bias_draws_longer_problems_more_often():
 
     def counts(bias):
         rng = random.Random(0)
-        return collections.Counter(T.steps_for(rng, 1.0, T.Recipe(hard_bias=bias)) for _ in range(3000))
+        return collections.Counter(steps_for(rng, 1.0, Recipe(hard_bias=bias)) for _ in range(3000))
     flat, biased = counts(0.0), counts(1.0)
     assert set(flat) == set(biased) == {1, 2, 3}
     assert abs(flat[3] - flat[1]) < 300  # uniform without the bias
     assert biased[3] > 2.4 * biased[1]  # weights 1:2:3 with it
-    assert {T.steps_for(random.Random(i), 0.0, T.Recipe(hard_bias=1.0)) for i in range(50)} == {1}
+    assert {steps_for(random.Random(i), 0.0, Recipe(hard_bias=1.0)) for i in range(50)} == {1}
 
 
 def test_digit_weight_scales_only_digit_targets(tmp_path):
     _, tok = _train(tmp_path, steps=1)
-    is_digit = T.digit_ids(tok)
+    is_digit = digit_ids(tok)
     assert [tok.decode([i]) for i in is_digit.nonzero().flatten().tolist()] == list("0123456789")
 
     torch.manual_seed(0)
-    model = T.build_model(TINY, tok).eval()
+    model = build_model(TINY, tok).eval()
     ids = torch.tensor([tok("Question: 7 apples\nAnswer: 12 apples")["input_ids"]])
     block_id = torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.ones(1, ids.shape[1] - 5, dtype=torch.long)], 1)
     valid = torch.ones_like(ids, dtype=torch.bool)
@@ -111,8 +116,9 @@ def test_digit_weight_scales_only_digit_targets(tmp_path):
     def loss(recipe):
         gen = torch.Generator().manual_seed(0)  # the same noise for both recipes
         with torch.no_grad():
-            return T.diffusion_loss(model, ids, block_id, valid, tok.mask_token_id, recipe, gen, is_digit)
-    (l1, ce1, m1), (l3, ce3, m3) = loss(T.Recipe(inv_t_weight=False, digit_weight=1.0)), loss(T.Recipe(inv_t_weight=False, digit_weight=3.0))
+            return diffusion_loss(model, Batch(ids, block_id, valid), mask_id=tok.mask_token_id, recipe=recipe, gen=gen,
+                                  is_digit=is_digit)
+    (l1, ce1, m1), (l3, ce3, m3) = loss(Recipe(inv_t_weight=False, digit_weight=1.0)), loss(Recipe(inv_t_weight=False, digit_weight=3.0))
     assert m1 == m3 and torch.equal(ce1, ce3)  # the reported CE is unweighted
     has_digit_target = bool(is_digit[ids[0, 5:]].any())
     assert has_digit_target and l3 > l1
@@ -157,7 +163,7 @@ def test_number_dependencies_link_results_to_their_operands(tmp_path):
     _, tok = _train(tmp_path, steps=1)
     answer = "Leo has <<16-3=13>>13 books left.\nLeo now has <<13+2=15>>15 books.\n#### 15"
     pieces = [tok.decode([i]) for i in tok(" " + answer)["input_ids"]]
-    pairs = set(T.number_dependencies(tok, answer))
+    pairs = set(number_dependencies(tok, answer))
     d = [i for i, p in enumerate(pieces) if p.isdigit()]  # 1 6 | 3 | 1 3 | 1 3 || 1 3 | 2 | 1 5 | 1 5 || 1 5
     assert "".join(pieces[i] for i in d) == "1631313132151515"
     a1, b1, c1, r1, a2, b2, c2, r2, final = d[0:2], d[2:3], d[3:5], d[5:7], d[7:9], d[9:10], d[10:12], d[12:14], d[14:16]
@@ -173,10 +179,10 @@ def test_blocked_by_mask_marks_targets_with_a_masked_source():
     masked = torch.tensor([[False, True, False, False], [False, False, False, False]])
     deps = torch.tensor([[0, 2, 1], [0, 3, 0], [1, 3, 1]])
     before = masked.clone()
-    blocked = T.blocked_by_mask(masked, deps)
+    blocked = blocked_by_mask(masked, deps)
     assert blocked.tolist() == [[False, False, True, False], [False, False, False, False]]
     assert torch.equal(masked, before)  # inputs untouched
-    assert not T.blocked_by_mask(masked, torch.zeros(0, 3, dtype=torch.long)).any()
+    assert not blocked_by_mask(masked, torch.zeros(0, 3, dtype=torch.long)).any()
 
 
 def test_dep_and_name_weights_change_only_their_targets(tmp_path):
@@ -184,17 +190,18 @@ def test_dep_and_name_weights_change_only_their_targets(tmp_path):
 
     _, tok = _train(tmp_path, steps=1)
     torch.manual_seed(0)
-    model = T.build_model(TINY, tok).eval()
-    recipe = T.Recipe(batch=2, inv_t_weight=False)
-    ids, block_id, valid, deps, _ = T.make_batch(tok, random.Random(0), recipe, progress=1.0)
+    model = build_model(TINY, tok).eval()
+    recipe = Recipe(batch=2, inv_t_weight=False)
+    batch = make_batch(tok, random.Random(0), recipe, progress=1.0)
+    deps = batch.deps
     assert deps.shape[1] == 3 and len(deps) > 0
     assert (deps[:, 1] > deps[:, 2]).all()  # a number depends on numbers before it
 
     def loss(**kw):
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            return T.diffusion_loss(model, ids, block_id, valid, tok.mask_token_id, T.Recipe(inv_t_weight=False, **kw),
-                                    gen, T.digit_ids(tok), T.name_ids(tok), deps)[0]
+            return diffusion_loss(model, batch, mask_id=tok.mask_token_id, recipe=Recipe(inv_t_weight=False, **kw),
+                                  gen=gen, is_digit=digit_ids(tok), is_name=name_ids(tok))[0]
     assert loss(dep_weight=1.0) > loss(dep_weight=0.1)
     assert loss(dep_weight=1.0, name_weight=1.0) < loss(dep_weight=1.0, name_weight=3.0)
 
@@ -205,11 +212,11 @@ def test_name_ids_cover_both_spellings_of_a_name():
     from lopa.problems import NAMES, OBJECTS
 
     tok = AutoTokenizer.from_pretrained("assets/models/sure-gsm-dllm")
-    names = {tok.decode([i]) for i in T.name_ids(tok, NAMES, bare=True).nonzero().flatten().tolist()}
+    names = {tok.decode([i]) for i in name_ids(tok, NAMES, bare=True).nonzero().flatten().tolist()}
     assert {"Leo", " Leo"} <= names  # "Leo" starts a later answer line, " Leo" the first one
-    assert "Leo" not in {tok.decode([i]) for i in T.name_ids(tok, NAMES).nonzero().flatten().tolist()}
+    assert "Leo" not in {tok.decode([i]) for i in name_ids(tok, NAMES).nonzero().flatten().tolist()}
     assert not names & {" " + o for o in OBJECTS}
-    assert " apples" in {tok.decode([i]) for i in T.name_ids(tok, OBJECTS).nonzero().flatten().tolist()}
+    assert " apples" in {tok.decode([i]) for i in name_ids(tok, OBJECTS).nonzero().flatten().tolist()}
 
 
 def test_export_only_writes_the_checkpoint_and_keeps_other_files(tmp_path):
@@ -239,7 +246,7 @@ def test_init_starts_a_second_stage_from_an_exported_model(tmp_path):
 
     first, tok = _train(tmp_path / "stage1", steps=2)
     start = {k: v.to(torch.bfloat16).float() for k, v in first.state_dict().items()}   # what export wrote
-    loaded = T.load_weights(tmp_path / "stage1" / "model", first)
+    loaded = load_weights(tmp_path / "stage1" / "model", first)
     assert loaded.keys() == start.keys() and all(torch.equal(w, start[n]) for n, w in loaded.items())
     varied = dataclasses.replace(TINY, init=str(tmp_path / "stage1" / "model"), phrasing="varied")
     shutil.copytree(tmp_path / "stage1" / "tokenizer", tmp_path / "stage2" / "tokenizer")
@@ -250,7 +257,7 @@ def test_init_starts_a_second_stage_from_an_exported_model(tmp_path):
     moved = [(p.float() - start[n]).abs().max() for n, p in second.state_dict().items()]
     assert 0 < max(moved) < 0.05          # one optimizer step from the first stage's weights, not from scratch
     with pytest.raises(ValueError, match="does not fit"):
-        T.load_weights(tmp_path / "stage1" / "model", T.build_model(dataclasses.replace(TINY, hidden=48), tok))
+        load_weights(tmp_path / "stage1" / "model", build_model(dataclasses.replace(TINY, hidden=48), tok))
     # a resumed second stage takes its weights from its checkpoint: the init folder may be gone by then
     kw = dict(minutes=None, resume=True, export_dir=tmp_path / "stage2" / "model", ckpt_minutes=100, n_eval=0,
               log=lambda *_: None, threads=1)

@@ -41,11 +41,12 @@ def test_person_and_object_rejects_other_text():
 
 def test_counterfactual_rows_are_drawn_only_when_on(tmp_path):
     """Off (the default) flags no row; on, about its probability of the rows."""
-    from lopa.train import trainer as T
+    from lopa.train.data import make_batch
+    from lopa.train.recipe import Recipe
     from lopa.train.tokenizer import build_tokenizer, save_tokenizer, training_texts
 
     tok = save_tokenizer(build_tokenizer(training_texts(None, n_synthetic=300), vocab_size=400), tmp_path / "tok")
-    off = T.make_batch(tok, random.Random(0), T.Recipe(batch=8), progress=1.0)
-    assert not off[4].any()
-    on = T.make_batch(tok, random.Random(0), T.Recipe(batch=64, counterfactual_prob=0.5), progress=1.0)
-    assert 10 < int(on[4].sum()) < 54
+    off = make_batch(tok, random.Random(0), Recipe(batch=8), progress=1.0)
+    assert not off.forced.any()
+    on = make_batch(tok, random.Random(0), Recipe(batch=64, counterfactual_prob=0.5), progress=1.0)
+    assert 10 < int(on.forced.sum()) < 54

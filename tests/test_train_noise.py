@@ -3,7 +3,7 @@ import dataclasses
 import torch
 
 from lopa.train import noise
-from lopa.train.trainer import Recipe
+from lopa.train.recipe import Recipe
 
 # one row: a prompt of 3, an answer block of 6, then padding; positions 4 and 6 are computed numbers
 BLOCK_ID = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 0]])

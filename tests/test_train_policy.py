@@ -12,6 +12,8 @@ from lopa.problems import LADDER_WEIGHTS, make_problem
 from lopa.train import policy as P
 from lopa.train import trainer as T
 from lopa.train.layout import hidden_states
+from lopa.train.losses import digit_ids
+from lopa.train.recipe import Recipe
 
 
 def _bundled():
@@ -113,7 +115,7 @@ def test_digits_can_be_left_without_targets():
     cands, weights = P.reading_table(answers, 40, 0, list(texts.values()))
     state = torch.full((40,), tok.mask_token_id)
     every, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size)
-    words, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size, T.digit_ids(tok))
-    digit_spots = {g for g in range(40) if T.digit_ids(tok)[cands[:, g]].any()}
+    words, _ = P.targets(state, cands, weights, tok.mask_token_id, model.config.vocab_size, digit_ids(tok))
+    digit_spots = {g for g in range(40) if digit_ids(tok)[cands[:, g]].any()}
     assert digit_spots and set(words.tolist()) == set(every.tolist()) - digit_spots
-    assert T.Recipe().policy_numbers            # the shipped recipe keeps them (lopa/train/policy.py)
+    assert Recipe().policy_numbers            # the shipped recipe keeps them (lopa/train/policy.py)

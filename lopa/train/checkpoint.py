@@ -1,5 +1,6 @@
-"""Checkpoints and export of the trainer's runs (lopa.train.trainer): the decoding contract written
-into config.json as `config.lopa`, bf16 safetensors, the resumable state, and the model card's
+"""Checkpoints and export of the trainer's runs (lopa.train.trainer): the resumable state (saved
+atomically, restored only into the same recipe and seed), the weights of an earlier stage (--init),
+bf16 safetensors with the decoding contract in config.json (`config.lopa`), and the model card's
 generated sections."""
 
 from __future__ import annotations
@@ -9,23 +10,7 @@ from pathlib import Path
 
 import torch
 
-from lopa.train.layout import BLOCK_SIZE, PROMPT_TEMPLATE
-from lopa.train.tokenizer import EOS, MASK, PAD
-
-
-def lopa_spec(tok, problems: dict | None = None) -> dict:
-    """config.lopa: what the engine needs to decode the model, and the problem family it was trained on
-    (config.lopa.problems; lopa.problems.family_problems draws fresh problems of it, e.g. `python -m lopa.bench --problem-seed`)."""
-    return {
-        "mask_token_id": tok.convert_tokens_to_ids(MASK),
-        "eos_token_ids": [tok.convert_tokens_to_ids(EOS)],
-        "pad_token_id": tok.convert_tokens_to_ids(PAD),
-        "logit_shift": True,
-        "block_size": BLOCK_SIZE,
-        "prompt_template": PROMPT_TEMPLATE,
-        "attention": "block_causal",
-        **({"problems": problems} if problems else {}),
-    }
+from lopa.train.recipe import Recipe, build_model, family, load_or_build_tokenizer, lopa_spec
 
 
 def export(model, tok, out: Path, problems: dict | None = None):
@@ -43,13 +28,62 @@ def export(model, tok, out: Path, problems: dict | None = None):
     add_transformers_support(out)
 
 
-def save_checkpoint(path: Path, model, opt, step, elapsed, rng, gen, recipe, history=(), seed=None):
+def save_checkpoint(path: Path, model, opt, *, step: int, elapsed: float, rng, gen, recipe: Recipe,
+                    history=(), seed: int | None = None):
+    """`path`/state.pt: everything a resumed run needs to continue as if never stopped (weights, optimizer,
+    both random generators, the step and wall time, the eval history), with the recipe and seed that
+    `restore_checkpoint` checks."""
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / "state.pt.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
                 "py_rng": rng.getstate(), "gen": gen.get_state(), "recipe": asdict(recipe),
                 "history": list(history), "seed": seed}, tmp)
     tmp.replace(path / "state.pt")  # atomic, so a kill mid-save keeps the previous checkpoint
+
+
+def restore_checkpoint(path: Path, model, opt, rng, gen, *, recipe: Recipe, seed: int) -> tuple[int, float, list]:
+    """Load `path`/state.pt into the model, optimizer and generators, in place; returns (step, elapsed
+    seconds, eval history). A longer --minutes/--steps may extend a run; another recipe or seed would be
+    another run, so those are refused."""
+    state = torch.load(path / "state.pt", weights_only=False)
+    if state["recipe"] != asdict(recipe) or state.get("seed", seed) != seed:
+        raise ValueError(f"{path / 'state.pt'} was written with another recipe or seed "
+                         f"({state['recipe']}, seed {state.get('seed')}); resume with the same flags")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    rng.setstate(state["py_rng"])
+    gen.set_state(state["gen"])
+    return state["step"], state["elapsed"], state.get("history", [])
+
+
+def load_weights(folder: Path, model) -> dict:
+    """The float32 state dict of an exported model folder, refused unless every tensor fits `model`
+    (the recipe's shape and the run's vocabulary)."""
+    from transformers import AutoModelForCausalLM
+
+    state = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).state_dict()
+    mine = model.state_dict()
+    wrong = [k for k in mine if k not in state or state[k].shape != mine[k].shape]
+    if wrong:
+        raise ValueError(f"--init {folder} does not fit this recipe's model (layers, sizes, heads or "
+                         f"vocabulary differ): {', '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}")
+    return state
+
+
+def export_checkpoint(out: Path, export_dir: Path) -> dict:
+    """Export the run's last checkpoint (weights, tokenizer, and the model card's stats and eval
+    sections from its history) into `export_dir`, without training or evaluating again: how a
+    finished run is copied into assets/ while other files there (custom_generate/) stay."""
+    state = torch.load(out / "checkpoint" / "state.pt", weights_only=False)
+    recipe = Recipe(**state["recipe"])
+    tok = load_or_build_tokenizer(out)
+    model = build_model(recipe, tok)
+    model.load_state_dict(state["model"])
+    export(model, tok, export_dir, family(recipe))
+    if state["history"]:
+        n_params = sum(p.numel() for p in model.parameters())
+        update_model_card(export_dir / "README.md", state["history"], n_params, recipe)
+    return state
 
 
 def update_model_card(path: Path, history: list[dict], n_params: int, recipe):

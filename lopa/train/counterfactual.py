@@ -1,7 +1,7 @@
 """Counterfactual answers: training rows in which only the answer's own numbers give its results.
 
 The shipped model recomputes a later line's result from the question instead of reading the two
-operands written on the line (model card, issue #13: with the operands visible, 100% of line-1
+operands written on the line (model card: with the operands visible, 100% of line-1
 results right, 29-45% of later-line results). On real answers both paths give the same target, so
 nothing in the loss prefers the one that generalises. A counterfactual row pairs a question with
 the answer of another problem of the same length, renamed to the question's person and object, and

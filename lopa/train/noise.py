@@ -1,4 +1,4 @@
-"""Which answer positions the diffusion loss masks, and with what ratio t (lopa.train.trainer).
+"""Which answer positions the diffusion loss masks, and with what ratio t (lopa.train.losses).
 
 Any mask distribution trains valid conditionals (the loss is on the masked positions given the
 visible ones); the distribution only decides which conditionals get practice. Each row of a batch
@@ -6,7 +6,7 @@ draws one of three patterns:
 - blocks (D2F, the default): block b is masked with ratio t_b, non-decreasing along the blocks;
 - cut: the answer is clean up to a random position and noisy after it, the state of a decoder
   that has written a prefix. A cut may fall anywhere inside a line, so "read the operands just
-  written" is practised at every position, not only at block boundaries (model card, issue #13:
+  written" is practised at every position, not only at block boundaries (model card: without it,
   later lines recomputed from the question instead);
 - computed: only the numbers the answer computes or copies are masked (results, the copy after
   `>>`, a later line's first operand, the `####` number) while operands and words stay visible,
@@ -57,8 +57,8 @@ def sample_mask(block_id, valid, computed, recipe, gen: torch.Generator, forced:
     Rows where `forced` [S] is True always take the computed pattern (counterfactual answers,
     lopa/train/counterfactual.py: only their computed numbers may be targets).
 
-    With cut_prob = computed_prob = 0 this draws exactly what the blocks pattern alone draws, so
-    a recipe without the new patterns replays the same noise as before they existed."""
+    With cut_prob = computed_prob = 0 this draws exactly what the blocks pattern alone draws: the
+    other patterns' draws happen only when one of them is on, so they never shift the blocks' noise."""
     t = block_mask_ratios(block_id, valid, recipe, gen)  # [S, L]
     forced = torch.zeros(block_id.shape[0], dtype=torch.bool) if forced is None else forced  # [S]
     if recipe.cut_prob or recipe.computed_prob or forced.any():

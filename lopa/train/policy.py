@@ -71,7 +71,7 @@ def policy_rows(model, tok, problem: dict, phrasing: str, k: int, n_states: int,
     `skip` [V] bool: positions where one of these tokens is possible get no target (the trainer's
     `policy_numbers=False` passes the digits). Open-gsm-dllm's stage 6 keeps them (model card): given the
     question alone a number's exact conditional is certain, which this model cannot compute for a 3-step
-    answer (issue #13), and its 3-step accuracy dipped for the first 20 minutes (96.9 -> 87.5%, D2F, dev
+    answer, and its 3-step accuracy dipped for the first 20 minutes (96.9 -> 87.5%, D2F, dev
     seed 60013) before it came back (93.8% at the end); without them (words only) D2F's TPF rose instead
     (4.08 -> 4.84 after 10 minutes) and LoPA's lead fell to 2.7x, so that run was not used."""
     spec = spec_from_pretrained(model.config, tok, "training")
