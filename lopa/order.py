@@ -132,9 +132,8 @@ class LeftToRightOrder(ConfidenceOrder):
 
 # Proposal rules: which k positions the branches try (the paper's answer, Sec. 3: the k most confident).
 # The anchor stays the paper's, so each differs from `confidence` in the lookahead only. The paper's rule
-# proposes positions that are nearly committable already; on an earlier bundled model the winning branch
-# had filled the least confident candidate in 86% of the rounds a lookahead branch won (docs/studies.md),
-# which is what these ask: does the extra token pay more where the model is unsure?
+# proposes positions that are nearly committable already; these ask whether the extra token pays more
+# where the model is unsure (docs/studies.md, section 1, compares them).
 class LeastConfidentOrder(ConfidenceOrder):
     """Lookahead = the k free positions whose predicted token is least sure (lowest max prob)."""
     name = "least_confident"

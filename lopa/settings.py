@@ -20,7 +20,7 @@ CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
 # Attention inside the window (docs/method.md, "Attention"): block_causal as D2F trains; full as the
 # authors' LoPA code runs it (every input row sees every other, the prompt's rows included, in the
 # forward that caches the prompt); full_prompt_blind, full except that the prompt sees only itself
-# (what the bundled model was trained with; traces of format lopa-trace/1 called it "full").
+# (what the bundled models are trained with; lopa.schema reads the name lopa-trace/1 traces use, "full").
 ATTENTION_MODES = ("block_causal", "full", "full_prompt_blind")
 # When a block a lookahead token completed enters the prefix cache (docs/method.md, departure 2):
 # "eager" from the forward that verified it; "authors" one forward later, as the authors' loop does.
