@@ -21,7 +21,17 @@ import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.forward import Executor, Verified, make_executor
-from lopa.order import Commits, Forced, OrderPolicy, RoundView, ScriptedOrder, make_order, script_from_trace
+from lopa.order import (
+    Commits,
+    Forced,
+    OrderPolicy,
+    RoundView,
+    ScriptedOrder,
+    make_order,
+    recorded_order,
+    script_from_trace,
+    trace_order,
+)
 from lopa.rules import branch_scores, select_winner
 from lopa.settings import DecodeSettings, ModelSpec
 from lopa.trace import RoundRecord, RunResult
@@ -135,7 +145,8 @@ class Decoder:
         tokens = self.state.tokens.tolist()
         run = RunResult(prompt=self.prompt, prompt_ids=self.prompt_ids.tolist(), settings=self.settings.to_dict(),
                         spec={**self.spec.to_dict(), "vocab_size": self.vocab_size}, records=list(self.records), tokens=tokens,
-                        stopped=not self.finished, run_id=self.run_id, forked_from=self.forked_from, decoder=self)
+                        stopped=not self.finished, run_id=self.run_id, forked_from=self.forked_from, decoder=self,
+                        order=recorded_order(self.settings, self.base_order))
         if self.tokenizer is not None:
             answer = [t for t in run.useful_tokens if t not in self.spec.eos_token_ids and t != self.spec.mask_token_id]
             run.text = self.tokenizer.decode(answer, skip_special_tokens=True)
@@ -336,7 +347,8 @@ class Saved:
 def fork_decoder(run: RunResult, model=None) -> Decoder:
     """A Decoder for forks of `run`, with the run's settings and policy. Uses the in-process decoder
     that made `run` when there is one (then forks resume from its saved states); otherwise `model`,
-    anything with .decoder(settings) such as lopa.models.LoadedModel (forks then replay the run)."""
+    anything with .decoder(settings) such as lopa.models.LoadedModel (forks then replay the run; a run
+    that recorded its own policy, RunResult.order, needs .decoder(settings, order=))."""
     parent = run.decoder
     executor = parent.executor.snapshot() if parent is not None else None
     if executor is not None:
@@ -345,7 +357,9 @@ def fork_decoder(run: RunResult, model=None) -> Decoder:
     if model is None:
         raise ValueError("forks need a model: this run was loaded from a file (or decoded by another process); "
                          "pass model=, e.g. lopa.models.load(...) of the model that made it")
-    decoder = model.decoder(DecodeSettings.from_dict(run.settings))
+    settings = DecodeSettings.from_dict(run.settings)
+    # A study's own policy (recorded in run.order) comes back with its parameters; else the settings'.
+    decoder = model.decoder(settings, order=trace_order(run)) if run.order else model.decoder(settings)
     decoder.keep_states = True
     return decoder
 

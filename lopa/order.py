@@ -107,12 +107,18 @@ class ConfidenceOrder:
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
         return lookahead_positions(self.lookahead_rank(view), free, view.settings.k)
 
+    def describe(self) -> dict:
+        return {"name": self.name}
+
 
 class RandomOrder(ConfidenceOrder):
     name = "random"
 
     def __init__(self, seed: int = 0):
         self.seed = seed
+
+    def describe(self) -> dict:
+        return {"name": self.name, "seed": self.seed}
 
     def lookahead_rank(self, view: RoundView) -> torch.Tensor:
         # One generator per (seed, round): the draw never depends on earlier rounds, so resuming,
@@ -206,6 +212,10 @@ class AdaptiveOrder:
             self.budget[key] = int(choose_k(*key, self.cost, **self.gain))
         return ranked[:self.budget[key]]
 
+    def describe(self) -> dict:
+        return {"name": self.name, "cost": self.cost.tolist(), "near": self.near, **self.gain,
+                "base": self.base.describe()}
+
 
 class FlooredOrder:
     """A lookahead floor around any policy (DecodeSettings.lookahead_min_prob; docs/method.md,
@@ -221,6 +231,28 @@ class FlooredOrder:
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
         return self.base.lookahead(view, free & (view.max_prob >= self.floor))
 
+    def describe(self) -> dict:
+        return {"name": "floor", "floor": self.floor, "base": self.base.describe()}
+
+
+class SecondBranchAt:
+    """k = 1 under `base` (a policy run with settings.k >= 2) in every round but `round`, which verifies
+    its first two candidates: what one second branch at that round is worth, the rest of the decode
+    following k = 1 (lopa.study.adaptive.second_branch_saves). round = -1: exactly the k = 1 decode."""
+    name = "second_branch_at"
+
+    def __init__(self, base: OrderPolicy, round: int):
+        self.base, self.round = base, round
+
+    def anchor(self, view: RoundView) -> Commits:
+        return self.base.anchor(view)
+
+    def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
+        return self.base.lookahead(view, free)[:2 if view.round == self.round else 1]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "round": self.round, "base": self.base.describe()}
+
 
 ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder,
           "adaptive": AdaptiveOrder, "least_confident": LeastConfidentOrder,
@@ -230,6 +262,27 @@ ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right":
 def linear_cost(settings: DecodeSettings) -> list[float]:
     """The adaptive order's cost model: a round with B branches costs 1 + branch_cost * (B - 1)."""
     return [1.0 + settings.branch_cost * b for b in range(settings.k + 1)]
+
+
+def budget_warning(settings: DecodeSettings, cost=None) -> str | None:
+    """Why order = adaptive under these settings verifies no branch in any round, or None when some
+    round can (or the order is not adaptive). A budget never branches when even the most favourable
+    round (all k candidates, every window position just under tau_conf) saves less than a branch
+    costs (lopa.rules.choose_k, whose saving grows with both): the run is then vanilla D2F, which the
+    CLI, the app and the API say instead of letting "adaptive" stand for it. cost: as make_order's."""
+    if settings.order != "adaptive" or settings.k == 0:
+        return None
+    cost = torch.as_tensor(linear_cost(settings) if cost is None else cost, dtype=torch.float64)
+    best = choose_k(settings.k, settings.max_new_tokens, cost, settings.adaptive_win, settings.adaptive_release,
+                    settings.adaptive_lift)
+    if int(best) > 0:
+        return None
+    extra = float(cost[1] / cost[0] - 1) if cost.numel() > 1 else 0.0
+    return (f"order=adaptive verifies no branch in any round here, so this run decodes as vanilla D2F (k = 0): "
+            f"a branch wins with chance {settings.adaptive_win:.2f} and a won round saves "
+            f"{settings.adaptive_release:.2f} forwards (+ {settings.adaptive_lift:.2f} per position just under "
+            f"tau_conf), less than the {extra:.2f} of a round a branch costs (branch_cost {settings.branch_cost:g}). "
+            "Branches pay sooner where they cost less (a GPU's branch_cost is near 0)")
 
 
 def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
@@ -244,6 +297,50 @@ def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
                              win=settings.adaptive_win, release=settings.adaptive_release, lift=settings.adaptive_lift)
     return ranking
 
+
+
+# -- policies as data: what a trace records of the policy that ran ---------------------------------
+# Every policy here describes itself (describe() -> {"name", its parameters, "base": the one it wraps});
+# the trace schema validates the result (lopa.schema.Policy, POLICY_NAMES).
+def describe_order(policy: OrderPolicy) -> dict:
+    """policy.describe(), or {"name": "unknown", "type": ...} for a policy that cannot describe itself."""
+    describe = getattr(policy, "describe", None)
+    return describe() if describe is not None else {"name": "unknown", "type": type(policy).__name__[:64]}
+
+
+def recorded_order(settings: DecodeSettings, policy: OrderPolicy) -> dict | None:
+    """What a trace records of the policy that ran: None when it is the one the settings name
+    (make_order(settings)), else its description, so a study's own policy (a measured cost curve,
+    SecondBranchAt) replays from the trace alone (order_from_description)."""
+    described = describe_order(policy)
+    return None if described == make_order(settings).describe() else described
+
+
+def order_from_description(description: dict) -> OrderPolicy:
+    """The policy a description (describe_order, a trace's `order`) names, with its parameters;
+    ValueError naming what cannot be rebuilt."""
+    name = description.get("name")
+    base = (lambda: order_from_description(description["base"])) if "base" in description else ConfidenceOrder
+    if name == "random":
+        return RandomOrder(int(description.get("seed", 0)))
+    if name == "adaptive":
+        return AdaptiveOrder(description["cost"], base=base(), near=description.get("near", ADAPTIVE_NEAR),
+                             **{g: description[g] for g in ("win", "release", "lift") if g in description})
+    if name == "floor":
+        return FlooredOrder(base(), description["floor"])
+    if name == "second_branch_at":
+        return SecondBranchAt(base(), int(description["round"]))
+    if name in ORDERS:
+        return ORDERS[name]()
+    if name == "unknown":
+        raise ValueError(f"the run's order policy ({description.get('type', 'a custom object')}) did not record its "
+                         "parameters, so its trace replays only as a script of its decisions (--script)")
+    raise ValueError(f"unknown order policy {str(name)[:40]!r}: one of {tuple(ORDERS)}, floor, second_branch_at")
+
+
+def trace_order(run) -> OrderPolicy:
+    """The policy a recorded run (RunResult) decoded with: its recorded order, else its settings'."""
+    return order_from_description(run.order) if run.order else make_order(DecodeSettings.from_dict(run.settings))
 
 # -- forced decisions -----------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -38,9 +38,13 @@ def summarize(logits: torch.Tensor, metric: str, temperature: float, generator: 
     the token we would write certain enough". Where the token would be `mask_token_id`:
     mask_argmax "authors" keeps it (the authors' loop then writes the mask token back: the position
     stays masked); "next_best" takes the best other token (greedy) or draws among the others
-    (sampling), with that token's own probability as max_prob.
+    (sampling), with that token's own probability as max_prob; "excluded" sets its logit to -inf
+    first, so probabilities and Conf are those of the other tokens alone.
     """
     logits = logits.float()
+    if mask_token_id is not None and mask_argmax == "excluded":
+        logits = logits.clone()                                  # the caller's logits stay as they are
+        logits[..., mask_token_id] = float("-inf")
     probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)      # [..., V]
     choose = probs
     if mask_token_id is not None and mask_argmax == "next_best":

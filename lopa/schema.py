@@ -19,9 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from lopa.settings import (
     ATTENTION_MODES,
+    MAX_ADAPTIVE_LIFT,
+    MAX_ADAPTIVE_RELEASE,
     MAX_BLOCK_SIZE,
     MAX_LOOKAHEAD,
     MAX_NEW_TOKENS,
+    MAX_SEED,
+    ORDERS,
     SETTINGS,
     DecodeSettings,
     ModelSpec,
@@ -50,6 +54,12 @@ MAX_TEXT = 1 << 20                     # prompt and answer characters
 MAX_NAME = 256
 
 BLOCK_STATES = ("cached", "complete", "active_full", "active_semi")
+# Order policies a trace may record (lopa.order.describe_order): the settings' orders, the wrappers
+# (lookahead floor, the adaptive study's SecondBranchAt) and "unknown" (a policy that cannot describe
+# itself; its trace replays only as a script). Wrappers nest a base policy, at most MAX_POLICY_DEPTH deep.
+POLICY_NAMES = (*ORDERS, "floor", "second_branch_at", "unknown")
+POLICY_PARAMETERS = {"adaptive": ("cost",), "floor": ("floor",), "second_branch_at": ("round",)}
+MAX_POLICY_DEPTH = 4
 
 Strict = ConfigDict(strict=True, extra="forbid")
 Id = Annotated[int, Field(ge=0, lt=MAX_TOKEN_ID)]
@@ -178,6 +188,33 @@ class Forced(_Strict):
     token: Id | None = None
 
 
+class Policy(_Strict):
+    """A trace's `order`: the policy that ran where its settings do not name it, with its parameters."""
+    name: Literal[POLICY_NAMES]
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
+    floor: Prob | None = None
+    cost: list[Seconds] | None = Field(default=None, min_length=1, max_length=MAX_LOOKAHEAD + 1)
+    near: Prob | None = None
+    win: Prob | None = None
+    release: Annotated[float, Field(ge=0.0, le=MAX_ADAPTIVE_RELEASE, allow_inf_nan=False)] | None = None
+    lift: Annotated[float, Field(ge=0.0, le=MAX_ADAPTIVE_LIFT, allow_inf_nan=False)] | None = None
+    round: Annotated[int, Field(ge=-1, le=MAX_NEW_TOKENS + 2)] | None = None
+    type: Name | None = None
+    base: Policy | None = None
+
+    @model_validator(mode="after")
+    def _complete(self):
+        missing = [p for p in POLICY_PARAMETERS.get(self.name, ()) if getattr(self, p) is None]
+        if missing:
+            raise ValueError(f"order policy {self.name!r} needs {missing[0]!r}")
+        depth, inner = 1, self.base
+        while inner is not None:
+            depth, inner = depth + 1, inner.base
+        if depth > MAX_POLICY_DEPTH:
+            raise ValueError(f"order policies nest at most {MAX_POLICY_DEPTH} deep")
+        return self
+
+
 class ForkedFrom(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
     run_id: Name
@@ -249,6 +286,7 @@ class Trace(BaseModel):
     stopped: bool = False
     run_id: Name = ""
     forked_from: ForkedFrom | None = None
+    order: Policy | None = None
     records: list[Record] = Field(max_length=MAX_ROUNDS, fail_fast=True)
 
     @model_validator(mode="after")

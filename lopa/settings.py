@@ -26,8 +26,10 @@ ATTENTION_MODES = ("block_causal", "full", "full_prompt_blind")
 # "eager" from the forward that verified it; "authors" one forward later, as the authors' loop does.
 CACHE_SCHEDULES = ("eager", "authors")
 # What a position whose argmax is the mask token predicts (departure 1): "next_best" the best other
-# token; "authors" the mask token itself, whose commit leaves the position masked.
-MASK_ARGMAX = ("next_best", "authors")
+# token; "authors" the mask token itself, whose commit leaves the position masked; "excluded" the mask
+# token's logit set to -inf before the softmax, so probabilities and Conf are over the other tokens
+# (what the departures study compares the raw logits with).
+MASK_ARGMAX = ("next_best", "authors", "excluded")
 COMMIT_RULES = ("threshold", "top1")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
@@ -187,7 +189,8 @@ class DecodeSettings:
                                   "forward that verified it; authors: one forward later, as in their loop "
                                   "(docs/method.md, departure 2)", choices=CACHE_SCHEDULES, paper="authors")
     mask_argmax: str = setting("next_best", "next_best: the mask token is never predicted; authors: it is, and "
-                               "its commit leaves the position masked (departure 1)", choices=MASK_ARGMAX,
+                               "its commit leaves the position masked; excluded: its logit is -inf before the "
+                               "softmax, so probabilities and Conf leave it out (departure 1)", choices=MASK_ARGMAX,
                                paper="authors")
     lookahead_min_prob: float = setting(
         0.0, "a position is a lookahead candidate only if its max prob is at least this; 0 = the paper's (every "

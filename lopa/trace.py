@@ -233,6 +233,9 @@ class RunResult:
     stopped: bool = False               # cancelled before it finished
     run_id: str = ""                    # unique per decode ("" in traces older than forks)
     forked_from: dict | None = None     # {"run_id": parent's run_id, "round": r} for a fork
+    # The order policy that ran, where the settings alone do not name it (a study's measured cost
+    # curve, SecondBranchAt): lopa.order.describe_order's dict; None = make_order(settings).
+    order: dict | None = None
     # The in-process Decoder that made this run (model, policy, saved states) so forks can resume
     # from it; never serialized, so a loaded trace has None.
     decoder: object = field(default=None, repr=False, compare=False)
@@ -252,7 +255,8 @@ class RunResult:
     def header(self) -> dict:
         return {"format": TRACE_FORMAT, "prompt": self.prompt, "prompt_ids": self.prompt_ids,
                 "settings": self.settings, "spec": self.spec, "tokens": self.tokens, "text": self.text,
-                "stopped": self.stopped, "run_id": self.run_id, "forked_from": self.forked_from}
+                "stopped": self.stopped, "run_id": self.run_id, "forked_from": self.forked_from,
+                **({"order": self.order} if self.order is not None else {})}
 
     def to_json(self) -> str:
         return json.dumps({**self.header(), "records": [r.to_dict() for r in self.records]})
@@ -280,7 +284,7 @@ class RunResult:
                        spec=header["spec"], records=[RoundRecord.from_dict(r) for r in records],
                        tokens=list(header["tokens"]), text=header.get("text", ""),
                        stopped=bool(header.get("stopped", False)), run_id=str(header.get("run_id") or ""),
-                       forked_from=header.get("forked_from"))
+                       forked_from=header.get("forked_from"), order=header.get("order"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a LoPA trace: missing or malformed field {err}") from None
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from lopa.settings import DecodeSettings, ModelSpec
+from lopa.settings import DecodeSettings, ModelSpec, check_settings
 
 PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
 # The bundled model and data: `assets/` beside the package in a checkout (and on a Space), shipped
@@ -82,11 +82,18 @@ def spec_from_pretrained(config, tokenizer, name: str) -> ModelSpec:
     eos = [eos] if isinstance(eos, int) else list(eos or [])
     shift = stored.get("logit_shift", str(getattr(config, "model_type", "")).lower() in SHIFTED_MODEL_TYPES)
     context = int(getattr(config, "max_position_embeddings", 2048) or 2048)
+    decode = stored.get("decode") or {}
+    if not isinstance(decode, dict):
+        raise ValueError(f"{name}: config.lopa.decode must be a {{setting: value}} object, got {str(decode)[:40]!r}")
+    try:
+        check_settings(decode, parse=False)      # the registry's names, types and ranges, before any decode
+    except ValueError as err:
+        raise ValueError(f"{name}: config.lopa.decode: {err}") from None
     return ModelSpec(
         mask_token_id=int(mask), eos_token_ids=tuple(eos), logit_shift=bool(shift),
         pad_token_id=stored.get("pad_token_id", getattr(config, "pad_token_id", None)),
         block_size=stored.get("block_size"), prompt_template=stored.get("prompt_template", "{prompt}"),
-        max_context=context, attention=stored.get("attention", "block_causal"), name=name,
+        max_context=context, attention=stored.get("attention", "block_causal"), name=name, decode=decode,
         extra={"problems": stored["problems"]} if stored.get("problems") else {})
 
 
