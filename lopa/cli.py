@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from lopa.engine import DecodeStalled
+from lopa.order import budget_warning
 from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
 
 
@@ -81,6 +82,9 @@ def _report(args, decoder, description: str) -> int:
     settings = decoder.settings
     if getattr(args, "script_rounds", None):
         decoder.apply_script(args.script_rounds)
+    warning = budget_warning(settings)           # "adaptive" that can never branch is vanilla D2F: say so
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     prompt = args.prompt if args.prompt is not None else torch.tensor(args.prompt_ids, dtype=torch.long)
     for record in decoder.stream(prompt):
         if args.verbose:

@@ -230,3 +230,17 @@ def test_the_bundled_models_ship_their_fitted_budget():
         warnings[name] = budget_warning(settings_for_model(spec, order="adaptive"))
     assert warnings["open-gsm-dllm"] is None and "vanilla D2F" in warnings["sure-gsm-dllm"]
 
+
+
+@pytest.mark.parametrize("flags, warned", [
+    (["--order", "adaptive"], True),                                   # the defaults: a win worth 0.2, a branch 1
+    (["--order", "adaptive", "--adaptive-win", "0.9", "--adaptive-release", "2.3"], False),
+    (["--order", "confidence"], False),
+])
+def test_lopa_generate_warns_when_the_adaptive_budget_can_never_branch(tmp_path, capsys, flags, warned):
+    from lopa.cli import main
+    model = save_tiny_model_dir(tmp_path / "tiny")
+    assert main(["generate", "--model", str(model), "--prompt", "how many apples", "--max-new-tokens", "16",
+                 *flags]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: order=adaptive verifies no branch" in err) == warned
