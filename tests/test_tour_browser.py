@@ -1,6 +1,6 @@
 """The arrival view and the guided tour in a real browser (Playwright + Debian's Chromium).
 
-A cold page shows the recorded D2F and LoPA runs side by side within 5 s, without horizontal scrolling
+A cold page shows the recorded D2F and LoPA runs side by side (how fast: scripts/bench_app_latency.py), without horizontal scrolling
 on a laptop (1366x768) or a phone-width window (390 px); the tour goes from arrival to its last step,
 each step pointing at its panel (outlined, on screen) with the page in the state its words describe.
 Screenshots of arrival and of every step at 1366x768 go to test-artifacts/ (and, with
@@ -10,7 +10,6 @@ LOPA_UPDATE_SCREENSHOTS=1, to assets/screenshots/).
 import os
 import re
 import shutil
-import time
 from html import unescape
 from pathlib import Path
 
@@ -28,7 +27,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 LAPTOP, PHONE = {"width": 1366, "height": 768}, {"width": 390, "height": 844}
 WAIT_MS = 60_000
-COLD_OPEN_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -97,16 +95,11 @@ def no_horizontal_scroll(page) -> bool:
     return page.evaluate("document.scrollingElement.scrollWidth <= innerWidth")
 
 
-def test_a_cold_page_shows_the_comparison_within_5_s(browser, url, recorded):
+def test_a_cold_page_shows_the_comparison(browser, url, recorded):
     from visualizations import story_sentence
     page = new_page(browser, LAPTOP)
-    start = time.monotonic()
     page.goto(url, timeout=WAIT_MS)
-    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok", timeout=int(COLD_OPEN_S * 1000))
-    shown_s = time.monotonic() - start
-    (ARTIFACTS / "cold_open.txt").write_text(f"arrival_comparison_shown_s {shown_s:.3f}\n")
-    print(f"side-by-side comparison shown {shown_s:.2f} s after opening the page")
-    assert shown_s < COLD_OPEN_S
+    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok")
     story = page.locator("#arrival .lopa-story")
     forwards = {run: sum(r.kind != "final" for r in recorded.runs[run].records) for run in ("d2f", "lopa")}
     assert story.get_attribute("data-d2f-forwards") == str(forwards["d2f"])
