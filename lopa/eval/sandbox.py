@@ -17,14 +17,20 @@ What it guarantees under bubblewrap (`bwrap` >= 0.5, Debian package `bubblewrap`
   system and Python folders, no capabilities, a cleared environment, and is killed with the grader.
   Inside, CPU seconds, address space (2 GiB) and file size (16 MiB) are limited, and the candidate's
   dangerous os/shutil/subprocess/socket functions are removed as a second line.
-- **Writes are bounded.** The only writable places in each process are one tmpfs of 64 MiB
-  (`WRITE_LIMIT_BYTES`): its work directory /sandbox, with /tmp inside it; and /dev/shm, a tmpfs of
-  1 MiB for semaphores; the root and the rest of /dev are read-only. Both live in memory and are
-  gone when the process ends, so a run holds at most 2 x 65 MiB of the host's memory for files and
-  writes nothing to the host's disk but its stdout and stderr (16 MiB each, in a folder removed
-  after the run). A write past the limit fails
-  with ENOSPC inside the program; if the program does not catch it, the run fails with a status
-  naming the limit.
+- **Writes are bounded, in bytes and in files.** The only writable places in each process are one
+  tmpfs of 64 MiB and 4,096 files and folders (`WRITE_LIMIT_BYTES`, `FILE_COUNT_LIMIT`): its work
+  directory /sandbox, with /tmp inside it; and /dev/shm, a tmpfs of 1 MiB and 64 files for
+  semaphores; the root and the rest of /dev are read-only. bwrap cannot limit a tmpfs's inodes,
+  so both are mounted (size= and nr_inodes=) by `unshare --user --mount` around bwrap, in a mount
+  namespace of their own. Both live in memory and are gone when the process ends, so a run holds at
+  most 2 x 65 MiB of the host's memory for files (plus a few MB of inodes) and writes nothing to the
+  host's disk but its stdout and stderr (16 MiB each, in a folder removed after the run). A write
+  past a limit fails with ENOSPC inside the program; if the program does not catch it, the run fails
+  with a status naming the limits.
+- **Wherever Python lives.** The interpreter, its installation and the virtual environment are
+  bound read-only at their own paths after the private /tmp is in place, so a venv or an
+  interpreter under /tmp (a CI clone) or a home folder runs the same; nothing else of /tmp or home
+  is visible.
 
 What it does not guarantee: the candidate can read what the system and Python folders hold (the
 installed packages included); a value passed to the candidate is a copy, so a test that checks an
@@ -33,9 +39,18 @@ be passed (a test that passes a function of its own fails). A program given as p
 separate test (`run_program(text)`), has no test process to answer to: it passes when it reports
 that it ran to its end, which is its own word.
 
-Where bubblewrap is missing or cannot create namespaces, a clearly labelled fallback runs the
-same two processes in new sessions, with the limits and `unshare --net` where allowed, in host
-folders: it contains mistakes of a code model, not an attacker. `ExecResult.sandbox` says which ran.
+Where bubblewrap is not installed, or is installed but cannot start (`isolation()` says which, and
+why), a clearly labelled fallback runs the same two processes in host folders, each in its own
+session and process group, under `setpriv --pdeathsig KILL` (it dies with the grader) and, where
+`unshare` may create them, its own user, PID (with its own /proc), mount and network namespaces.
+The verdict stays out of the candidate's reach there too: the test process reads its program and
+makes itself undumpable before the candidate starts; the candidate runs under an audit hook
+(sandbox_child.guard) that refuses new processes, signals, sockets, other processes' /proc
+entries and writes outside its own folder, and allows at most `FALLBACK_NAME_LIMIT` files of
+`FALLBACK_FILE_LIMIT_BYTES` each. A test process that is lost (killed, crashed) is a failure with
+its reason. The hook is Python's: a determined attacker with a native-code primitive (a bug in an
+extension module) goes around it, which bubblewrap's namespaces do not allow. `ExecResult.sandbox`
+says which ran and why.
 
 Layer: evaluation (lopa/eval/); the bench's HumanEval and lopa.eval's graders import it.
 """
@@ -44,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -54,11 +70,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHILD = Path(__file__).with_name("sandbox_child.py")   # what runs inside, stdlib only
+ARMED = b"armed\n"              # sandbox_child.ARMED: the test process has read its program
 WRITE_LIMIT_BYTES = 64 << 20    # everything one sandboxed process can write: its /sandbox and /tmp
 SHM_LIMIT_BYTES = 1 << 20       # /dev/shm, where multiprocessing keeps its semaphores (EvalPlus uses them)
 FILE_LIMIT_BYTES = 16 << 20     # one file, its stdout and stderr included
+FILE_COUNT_LIMIT = 4096         # files and folders in /sandbox (inodes: empty files cost kernel memory, not bytes)
+SHM_FILE_COUNT_LIMIT = 64
+FALLBACK_FILE_LIMIT_BYTES = 1 << 20    # outside bubblewrap: one file (its stdout and stderr included) ...
+FALLBACK_NAME_LIMIT = 64               # ... and files written: 64 MiB in all, in its host folder
 MEMORY_LIMIT_MB = 2048
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc")
+# Runs in a user and mount namespace of its own, around bwrap: the tmpfs mounts bwrap cannot bound
+# by inodes, on host folders ($1, $2) that stay empty outside this namespace. Then bwrap.
+_MOUNT_SCRIPT = ('set -e; mkdir -p "$1" "$2"; mount -t tmpfs -o "$3" lopa-sandbox "$1"; '
+                 'mount -t tmpfs -o "$4" lopa-shm "$2"; mkdir -p "$1/tmp"; shift 4; exec "$@"')
 
 
 class Program(str):
@@ -80,68 +105,156 @@ class ExecResult:
     status: str              # "passed", "timed out", or "failed: <why>"
     seconds: float
     network_isolated: bool
-    sandbox: str = ""        # "bubblewrap", or "fallback (...)" where bubblewrap is unavailable
+    sandbox: str = ""        # "bubblewrap", or "fallback (...; why bubblewrap did not run)"
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Which sandbox runs generated code on this machine, and why where it is not bubblewrap."""
+
+    bubblewrap: str                    # "ready", "not installed" or "cannot start"
+    reason: str = ""                   # why bubblewrap cannot start (its own message), else ""
+    fallback: tuple[str, ...] = ()     # the fallback's command prefix (setpriv, unshare), where it runs
+    layers: str = ""                   # what the fallback adds to the audit hook and rlimits, in words
+
+    @property
+    def ready(self) -> bool:
+        return self.bubblewrap == "ready"
+
+    @property
+    def label(self) -> str:
+        """ExecResult.sandbox: "bubblewrap", or the fallback with what it has and why it runs."""
+        if self.ready:
+            return "bubblewrap"
+        why = "bubblewrap not installed" if self.bubblewrap == "not installed" else \
+            f"bubblewrap installed but cannot start: {self.reason}"
+        return f"fallback (audit hook, rlimits{', ' + self.layers if self.layers else ''}; {why})"
+
+
+def _interpreter_dirs() -> list[str]:
+    """What the candidate's interpreter needs, wherever it lives: the venv, the installation it was
+    made from, and the folder of every link on the way from sys.executable to the binary."""
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    link = Path(sys.executable).absolute()
+    for _ in range(40):                                  # a link chain, each hop's installation
+        dirs.add(str(link.parent.parent))
+        if not link.is_symlink():
+            break
+        link = (link.parent / os.readlink(link)).absolute()
+    dirs.add(str(Path(sys.executable).resolve().parent.parent))
+    dirs = sorted(os.path.normpath(d) for d in dirs if os.path.isdir(d) and os.path.normpath(d) != "/")
+    # a folder inside another one already listed comes with it
+    return [d for d in dirs if not any(d.startswith(other + "/") for other in dirs)]
 
 
 def _readable_dirs() -> list[str]:
     """What the sandbox may read: the system folders and the Python installation (the venv and the
     interpreter it links to), nothing else: not the checkout, not home directories."""
-    python = [sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)]
-    return sorted({d for d in (*_SYSTEM_DIRS, *python) if os.path.isdir(d)})
+    return sorted({d for d in (*_SYSTEM_DIRS, *_interpreter_dirs()) if os.path.isdir(d)})
 
 
-def bwrap_command(work: Path | None = None, env: dict | None = None, files: dict[str, Path] | None = None) -> list[str]:
+def bwrap_command(work: Path | None = None, env: dict | None = None, files: dict[str, Path] | None = None,
+                  scratch: Path | None = None) -> list[str]:
     """The bubblewrap prefix: every namespace unshared, read-only system and Python, no capabilities,
-    killed with its parent, the root and /dev read-only, /dev/shm a tmpfs of SHM_LIMIT_BYTES. `work` None: /sandbox is a tmpfs of
-    WRITE_LIMIT_BYTES with /tmp inside it, and `files` ({name: host path}) are bound read-only into
-    it. `work` a host folder: it is bound writable as /sandbox (EvalPlus, whose results come back
-    through it; lopa.eval.codegen) and /tmp is a tmpfs of WRITE_LIMIT_BYTES. `env`: variables set
+    killed with its parent, the root and /dev read-only, /dev/shm a tmpfs of SHM_LIMIT_BYTES and
+    SHM_FILE_COUNT_LIMIT files. `work` None: /sandbox is a tmpfs of WRITE_LIMIT_BYTES and
+    FILE_COUNT_LIMIT files with /tmp inside it, and `files` ({name: host path}) are bound read-only
+    into it. `work` a host folder: it is bound writable as /sandbox (EvalPlus, whose results come
+    back through it; lopa.eval.codegen) and /tmp is in the bounded tmpfs. The two tmpfs are mounted on
+    folders made under `scratch` (default: `work`), empty outside the run. `env`: variables set
     inside, on top of the cleared environment."""
-    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-               "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "TMPDIR", "/tmp",
-               "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0", "--proc", "/proc", "--dev", "/dev",
-               "--size", str(SHM_LIMIT_BYTES), "--tmpfs", "/dev/shm"]
+    scratch = scratch if scratch is not None else work
+    if scratch is None:
+        raise ValueError("bwrap_command needs `work` or `scratch`: a host folder for the tmpfs mount points")
+    fs, shm = Path(scratch) / ".lopa-fs", Path(scratch) / ".lopa-shm"
+    command = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+               _MOUNT_SCRIPT, "sh", str(fs), str(shm),
+               f"size={WRITE_LIMIT_BYTES},nr_inodes={FILE_COUNT_LIMIT},mode=0755",
+               f"size={SHM_LIMIT_BYTES},nr_inodes={SHM_FILE_COUNT_LIMIT},mode=1777",
+               shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+               "--cap-drop", "ALL", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
+               "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
+               "--proc", "/proc", "--dev", "/dev", "--bind", str(shm), "/dev/shm"]
     for name, value in (env or {}).items():
         command += ["--setenv", name, value]
-    for folder in _readable_dirs():
-        command += ["--ro-bind", folder, folder]
+    for folder in _SYSTEM_DIRS:
+        if os.path.isdir(folder):
+            command += ["--ro-bind", folder, folder]
     if work is None:
-        command += ["--size", str(WRITE_LIMIT_BYTES), "--tmpfs", "/sandbox", "--dir", "/sandbox/tmp",
-                    "--symlink", "/sandbox/tmp", "/tmp"]
+        command += ["--bind", str(fs), "/sandbox", "--bind", str(fs / "tmp"), "/tmp"]
         for name, path in (files or {}).items():
             command += ["--ro-bind", str(path), f"/sandbox/{name}"]
     else:
-        command += ["--size", str(WRITE_LIMIT_BYTES), "--tmpfs", "/tmp", "--bind", str(work), "/sandbox"]
+        command += ["--bind", str(fs / "tmp"), "/tmp", "--bind", str(work), "/sandbox"]
+    # Python after /tmp: an interpreter or venv under /tmp shows through the private one, at its path.
+    for folder in _interpreter_dirs():
+        if not any(folder == d or folder.startswith(d + "/") for d in _SYSTEM_DIRS):
+            command += ["--ro-bind", folder, folder]
     # bwrap's own root and /dev are unbounded tmpfs: read-only, they hold nothing the program writes
     return command + ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/sandbox", "--"]
 
 
+def _probe(command: list[str], timeout: float = 30) -> str:
+    """"" when `command` ran and exited 0, else why not (its last line of stderr)."""
+    try:
+        probe = subprocess.run(command, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{type(error).__name__}: {error}"[:200]
+    if probe.returncode == 0:
+        return ""
+    lines = [line for line in probe.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return (lines[-1].strip() if lines else f"exit code {probe.returncode}")[:200]
+
+
 @functools.lru_cache(maxsize=1)
-def bubblewrap_available() -> bool:
-    """Whether bwrap is installed, knows every option used here, and can create its namespaces
-    (probed once)."""
+def isolation() -> Isolation:
+    """Probe once which sandbox runs here: bubblewrap (with unshare and mount for its bounded
+    tmpfs), else the fallback with the strongest prefix this machine allows."""
     if shutil.which("bwrap") is None:
-        return False
-    try:
-        probe = subprocess.run([*bwrap_command(), sys.executable, "-I", "-c", "pass"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
+        state, reason = "not installed", ""
+    elif shutil.which("unshare") is None:
+        state, reason = "cannot start", "unshare (util-linux) is missing: it mounts the sandbox's bounded tmpfs"
+    else:
+        with tempfile.TemporaryDirectory(prefix="lopa-sandbox-probe-") as scratch:
+            reason = _probe([*bwrap_command(scratch=Path(scratch)), sys.executable, "-I", "-c", "pass"])
+        state = "cannot start" if reason else "ready"
+    if state == "ready":
+        return Isolation("ready")
+    return Isolation(state, reason, *_fallback_prefix())
 
 
-@functools.lru_cache(maxsize=1)
+def _fallback_prefix() -> tuple[tuple[str, ...], str]:
+    """The strongest prefix this machine allows for the fallback, and its layers in words."""
+    setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
+    death = (setpriv, "--pdeathsig", "KILL") if setpriv and not _probe([setpriv, "--pdeathsig", "KILL", "true"]) else ()
+    options = []
+    if unshare:
+        options += [((unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount",
+                      "--mount-proc"), "pid+net+mount namespaces"),
+                    ((unshare, "--net", "--map-root-user"), "net namespace")]
+    for prefix, layers in options:
+        if not _probe([*death, *prefix, sys.executable, "-I", "-c", "pass"], timeout=20):
+            return (*death, *prefix), layers + (", dies with the grader" if death else "")
+    return death, "dies with the grader" if death else ""
+
+
+def bubblewrap_available() -> bool:
+    """Whether bubblewrap is installed and starts here (see `isolation()` for why not)."""
+    return isolation().ready
+
+
 def network_isolation() -> tuple[str, ...]:
-    """The fallback's network isolation: `unshare --net --map-root-user` when this kernel allows
-    unprivileged network namespaces (the child then has only loopback), else ()."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return ()
-    prefix = (unshare, "--net", "--map-root-user")
-    try:
-        probe = subprocess.run([*prefix, sys.executable, "-I", "-c", "pass"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return prefix if probe.returncode == 0 else ()
+    """The fallback's prefix when it has a network namespace (the child then has only loopback), else ()."""
+    prefix = isolation().fallback
+    return prefix if "--net" in prefix else ()
+
+
+def describe() -> str:
+    """One line for a command line or a report: which sandbox grades generated code here, and why."""
+    found = isolation()
+    if found.ready:
+        return "generated code runs under bubblewrap (lopa.eval.sandbox)"
+    return f"generated code runs in the sandbox's {found.label} (lopa.eval.sandbox)"
 
 
 def _tail(path: Path, limit: int = 2000) -> str:
@@ -150,13 +263,19 @@ def _tail(path: Path, limit: int = 2000) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def _explain(verdict: str) -> str:
+def _explain(verdict: str, sandboxed: bool) -> str:
     """Name the sandbox's limit when the program ran into one."""
     if "[Errno 28]" in verdict:
-        return f"failed: wrote past the sandbox's {WRITE_LIMIT_BYTES >> 20} MiB write limit ({verdict[8:]})"
+        return (f"failed: wrote past the sandbox's write limit ({WRITE_LIMIT_BYTES >> 20} MiB, {FILE_COUNT_LIMIT:,} "
+                f"files) ({verdict[8:]})")
     if "[Errno 27]" in verdict:
-        return f"failed: a file grew past the sandbox's {FILE_LIMIT_BYTES >> 20} MiB file-size limit ({verdict[8:]})"
+        limit = FILE_LIMIT_BYTES if sandboxed else FALLBACK_FILE_LIMIT_BYTES
+        return f"failed: a file grew past the sandbox's {limit >> 20} MiB file-size limit ({verdict[8:]})"
     return verdict
+
+
+def _ended(code: int | None) -> str:
+    return "it did not end" if code is None else f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 class _Side:
@@ -168,20 +287,26 @@ class _Side:
         (self.folder / "program.py").write_text(source, encoding="utf-8")
         (self.folder / "child.py").write_bytes(CHILD.read_bytes())
 
-    def start(self, sandboxed: bool, isolation: tuple[str, ...], argv: list[str], fds: tuple[int, ...]):
-        if sandboxed:
+    def start(self, found: Isolation, argv: list[str], fds: tuple[int, ...]):
+        if found.ready:
             files = {"program.py": self.folder / "program.py", "child.py": self.folder / "child.py"}
-            prefix, where, cwd = bwrap_command(files=files), "/sandbox", self.folder
+            prefix, where = bwrap_command(files=files, scratch=self.folder), "/sandbox"
             env = {"PATH": os.defpath}
         else:
-            prefix, where, cwd = list(isolation), str(self.folder), self.folder
+            prefix, where = list(found.fallback), str(self.folder)
             env = {"PATH": os.defpath, "HOME": where, "TMPDIR": where, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         command = [*prefix, sys.executable, "-I", "-B", f"{where}/child.py", self.role, f"{where}/program.py", *argv]
         with open(self.folder / "stdout", "wb") as out, open(self.folder / "stderr", "wb") as err:
             # A new session makes the child a process group leader, so the kill in stop() takes
-            # anything it managed to start with it (under bubblewrap, the PID namespace does).
-            self.proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         start_new_session=True, pass_fds=fds)
+            # anything it managed to start with it (bubblewrap's or unshare's PID namespace does more:
+            # nothing in it outlives its first process).
+            self.proc = subprocess.Popen(command, cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=err, start_new_session=True, pass_fds=fds)
+
+    def reason(self) -> str:
+        """The last line of its stderr, or how it ended."""
+        lines = [line for line in _tail(self.folder / "stderr").splitlines() if line.strip()]
+        return lines[-1].strip() if lines else _ended(self.proc.poll())
 
     def stop(self) -> int | None:
         """Kill it and everything it started; its exit code if it had ended by itself."""
@@ -194,6 +319,21 @@ class _Side:
         return code
 
 
+def _read_armed(fd: int, deadline: float) -> bool:
+    """Wait until the test process says its program is read (sandbox_child.ARMED), at most until
+    `deadline`; False when it ended or the deadline passed first."""
+    received = b""
+    while len(received) < len(ARMED):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        chunk = os.read(fd, len(ARMED) - len(received))
+        if not chunk:
+            return False
+        received += chunk
+    return received == ARMED
+
+
 def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIMIT_MB,
                 run_name: str = "__main__") -> ExecResult:
     """Run `program` in the sandbox (see the module docstring). A `Program` runs its test in a
@@ -202,30 +342,37 @@ def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIM
     `exec(program, {})` gives, as in HF code_eval, so that an `if __name__ == "__main__":` block in
     a completion does not run; lopa.eval.code_eval)."""
     candidate, test = (program.candidate, program.test) if isinstance(program, Program) else (str(program), "")
-    sandboxed = bubblewrap_available()
-    isolation = () if sandboxed else network_isolation()
-    limits = [str(int(timeout) + 1), str(memory_mb << 20), str(FILE_LIMIT_BYTES)]
+    found = isolation()
+    file_limit = FILE_LIMIT_BYTES if found.ready else FALLBACK_FILE_LIMIT_BYTES
+    limits = [str(int(timeout) + 1), str(memory_mb << 20), str(file_limit)]
     requests_read, requests_write = os.pipe()    # test -> candidate
     replies_read, replies_write = os.pipe()      # candidate -> test
-    result_read, result_write = os.pipe()        # test -> grader: the verdict
+    result_read, result_write = os.pipe()        # test -> grader: ARMED, then the verdict
     with tempfile.TemporaryDirectory(prefix="lopa-sandbox-") as root:
         sides = {role: _Side(Path(root), role, source) for role, source in (("candidate", candidate), ("test", test))}
         start = time.monotonic()
+        armed = False
         try:
-            sides["candidate"].start(sandboxed, isolation, [run_name, str(requests_read), str(replies_write), *limits],
-                                     (requests_read, replies_write))
-            sides["test"].start(sandboxed, isolation,
-                                [run_name, str(requests_write), str(replies_read), *limits, str(result_write)],
+            # The test first: it reads its program before the candidate exists (the fallback's
+            # candidate runs as the same user, in host folders).
+            sides["test"].start(found, [run_name, str(requests_write), str(replies_read), *limits, str(result_write)],
                                 (requests_write, replies_read, result_write))
+            os.close(result_write)
+            armed = _read_armed(result_read, start + max(timeout, 10.0))
+            if armed:
+                guarded = "" if found.ready else str(sides["candidate"].folder)
+                sides["candidate"].start(found, [run_name, str(requests_read), str(replies_write), *limits, guarded,
+                                                 str(FALLBACK_NAME_LIMIT)], (requests_read, replies_write))
         finally:
-            for fd in (requests_read, requests_write, replies_read, replies_write, result_write):
+            for fd in (requests_read, requests_write, replies_read, replies_write):
                 os.close(fd)
-        try:
-            code, timed_out = sides["test"].proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start))), False
-        except subprocess.TimeoutExpired:
-            code, timed_out = None, True
-        finally:
-            codes = {role: side.stop() for role, side in sides.items()}
+        code, timed_out = None, False
+        if armed:
+            try:
+                code = sides["test"].proc.wait(timeout=max(0.0, timeout - (time.monotonic() - start)))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        codes = {role: side.stop() if hasattr(side, "proc") else None for role, side in sides.items()}
         os.set_blocking(result_read, False)      # never wait on a pipe something escaped may hold open
         with os.fdopen(result_read, "rb") as returned:
             try:
@@ -233,18 +380,16 @@ def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIM
             except BlockingIOError:
                 verdict = ""
         seconds = time.monotonic() - start
-        if timed_out:
+        if not armed:
+            status = f"failed: the test process did not start ({sides['test'].reason()})"
+        elif timed_out:
             status = "timed out"
         elif code == 0 and verdict == "passed":
             status = "passed"
         elif verdict.startswith("failed: "):
-            status = _explain(verdict)
-        else:
-            lines = [line for line in _tail(sides["test"].folder / "stderr").splitlines() if line.strip()]
-            reason = lines[-1].strip() if lines else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
-            status = f"failed: the test process ended without a verdict ({reason})"
+            status = _explain(verdict, found.ready)
+        else:                                    # the grading side was lost: killed, crashed, or it exited
+            status = f"failed: the test process ended without a verdict ({sides['test'].reason()})"
         if status.startswith("failed: CandidateGone") and codes["candidate"] not in (None, 0):
-            ended = codes["candidate"]
-            status += f" (killed by signal {-ended})" if ended < 0 else f" (exit code {ended})"
-    label = "bubblewrap" if sandboxed else f"fallback (rlimits{', unshare --net' if isolation else ''}; no bubblewrap)"
-    return ExecResult(status == "passed", status[:300], seconds, sandboxed or bool(isolation), label)
+            status += f" ({_ended(codes['candidate'])})"
+    return ExecResult(status == "passed", status[:300], seconds, found.ready or "--net" in found.fallback, found.label)

@@ -1,7 +1,7 @@
 """What runs inside the code sandbox (lopa.eval.sandbox): standard library only, started as a
 script in each of the two sandboxed processes, never imported by the grader.
 
-    python -I -B child.py candidate PROGRAM RUN_NAME REQUESTS_FD REPLIES_FD CPU_S MEMORY_B FILE_B
+    python -I -B child.py candidate PROGRAM RUN_NAME REQUESTS_FD REPLIES_FD CPU_S MEMORY_B FILE_B GUARD_DIR MAX_NAMES
     python -I -B child.py test      PROGRAM RUN_NAME REQUESTS_FD REPLIES_FD CPU_S MEMORY_B FILE_B RESULT_FD
 
 The candidate side runs the untrusted code, then answers calls on its names. The test side runs the
@@ -10,6 +10,13 @@ request and rebuilds the answer from plain data; it alone holds the pipe the ver
 Nothing the candidate sends is code: values cross as tagged JSON (numbers, strings, bytes, lists,
 tuples, dicts, sets); anything else stays in the candidate's process and crosses as a handle that
 the test side can only use through more requests.
+
+The test side reads its program, makes itself undumpable (Linux: no other process of this user can
+read or write its memory or open its descriptors through /proc) and writes ARMED on the verdict
+pipe before the grader starts the candidate, so nothing the candidate does can change the test.
+Outside bubblewrap (GUARD_DIR not empty) the candidate also runs under `guard`, an audit hook that
+holds its writes to GUARD_DIR and at most MAX_NAMES files there, and refuses processes, signals,
+sockets, other processes' /proc entries and the modules that would go around the hook.
 """
 
 import builtins
@@ -21,6 +28,7 @@ import struct
 import sys
 
 MESSAGE_LIMIT = 16 << 20         # one request or reply; a bigger one ends the run as a failure
+ARMED = b"armed\n"               # the test side's first bytes on the verdict pipe: its program is read
 HEADER = struct.Struct(">Q")
 # What the test side may ask of a candidate object: the operators Python applies to a value, by name.
 OPERATIONS = {name: getattr(operator, name) for name in (
@@ -122,6 +130,135 @@ def describe(error: BaseException) -> list[str]:
 
 
 # -- the candidate's side -------------------------------------------------------------------------
+def undumpable() -> None:
+    """Linux: no process of this user can ptrace this one, read or write its memory, or open its
+    descriptors through /proc/PID (prctl PR_SET_DUMPABLE 0). Elsewhere nothing."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)       # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
+# Audit events the guarded candidate may never raise: new processes, signals, sockets, links, the
+# working directory (paths are judged against it), and every way to the hook's frames (a tracer; a
+# traceback's tb_frame, which raises object.__getattr__) or an object walk that would find its state.
+# The hook calls no code of the candidate's (exact str, bytes and int only), so no frame of the
+# candidate's is live below it.
+_REFUSED_EVENTS = frozenset((
+    "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
+    "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "os.chdir", "os.link", "os.symlink",
+    "os.chflags", "os.lchflags", "os.chown", "os.lchown", "os.setxattr", "os.removexattr", "socket.__new__",
+    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
+    "object.__getattr__", "sys.remote_exec", "pty.spawn", "ctypes.dlopen"))
+# Modules that would go around the hook: a process without an audit event, raw memory, or another
+# interpreter (refused where they are first imported; the hook is installed before the candidate's
+# code and these are not imported before it).
+_REFUSED_MODULES = frozenset(("_posixsubprocess", "subprocess", "ctypes", "_ctypes", "_testcapi",
+                              "_testinternalcapi", "_xxsubinterpreters", "_interpreters", "_xxinterpchannels"))
+# Audit events on paths: (index of each path argument, index of its dir_fd or None, whether it names
+# a new file). Each path must lie inside the guarded folder.
+_PATH_EVENTS = {"os.remove": ((0, 1, False),), "os.rmdir": ((0, 1, False),), "os.mkdir": ((0, 2, True),),
+                "os.rename": ((0, 2, False), (1, 3, True)), "os.truncate": ((0, None, False),),
+                "os.chmod": ((0, 2, False),), "os.utime": ((0, 3, False),), "shutil.rmtree": ((0, 1, False),),
+                "shutil.copyfile": ((1, None, True),), "shutil.copytree": ((1, None, True),),
+                "shutil.move": ((1, None, True),), "shutil.chown": ((0, None, False),)}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def guard(folder: str, max_names: int) -> None:
+    """Install an audit hook (it cannot be removed) that keeps the candidate's writes inside
+    `folder` and at most `max_names` file and folder names there (created, renamed to or opened for
+    writing; with the file-size limit, this bounds the bytes it can leave), refuses
+    _REFUSED_EVENTS, imports of _REFUSED_MODULES, /proc entries of other processes and directories
+    outside `folder` opened as descriptors (a dir_fd would escape the path check).
+
+    The second line outside bubblewrap, for a candidate in the same user account as the grader: the
+    hook keeps what it uses in its closure (the candidate cannot reach it: gc's object walks are
+    refused) and calls only built-in functions, so monkeypatching os or builtins changes nothing;
+    paths are judged as written (normalised, against the folder it started in) because links cannot
+    be made and the working directory cannot change."""
+    import posix
+    for name in ("mkfifo", "mknod", "fork", "forkpty", "register_at_fork"):       # no audit event of their own
+        for module in (posix, os):
+            if hasattr(module, name):
+                delattr(module, name)
+    # Everything the hook uses is bound here, so that rebinding a module's or builtins' names cannot
+    # reach it (the hook runs inside the candidate's interpreter).
+    stat, refused, type_of, len_of = posix.stat, PermissionError, type, len
+    str_type, bytes_type, int_type = str, bytes, int
+    refused_events, refused_modules, path_events = _REFUSED_EVENTS, _REFUSED_MODULES, dict(_PATH_EVENTS)
+    write_flags, names, own, root = _WRITE_FLAGS, set(), f"/proc/{posix.getpid()}", folder.rstrip("/")
+
+    def absolute(path, dir_fd=None) -> str:
+        if type_of(path) is bytes_type:
+            path = path.decode("utf-8", "surrogateescape")
+        if type_of(path) is not str_type:
+            raise refused("sandbox fallback: a path must be given as str or bytes")
+        if dir_fd not in (None, -1):
+            raise refused("sandbox fallback: dir_fd is not allowed")
+        if not path.startswith("/"):
+            path = root + "/" + path
+        parts = []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if parts:
+                    parts.pop()
+            else:
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    def inside(path: str) -> bool:
+        return path == root or path.startswith(root + "/")
+
+    def check_write(path: str, new: bool) -> None:
+        if not inside(path):
+            raise refused(f"sandbox fallback: cannot write outside its folder ({path[:80]})")
+        if new and path not in names:
+            if len_of(names) >= max_names:
+                raise refused(f"sandbox fallback: at most {max_names} files and folders may be written")
+            names.add(path)
+
+    def check_read(path: str) -> None:
+        if path.startswith("/proc/") and path.split("/")[2].isdigit() and not (path == own or path.startswith(own + "/")):
+            raise refused("sandbox fallback: other processes' /proc entries are not readable")
+        if not inside(path):
+            try:
+                is_folder = stat(path).st_mode & 0o170000 == 0o040000
+            except OSError:
+                return
+            if is_folder:
+                raise refused("sandbox fallback: a folder outside its own cannot be opened")
+
+    def hook(event: str, args) -> None:
+        if event in refused_events or event.startswith("ctypes."):
+            raise refused(f"sandbox fallback: {event} is not allowed")
+        if event == "import":
+            if args and (type_of(args[0]) is not str_type or args[0] in refused_modules):
+                raise refused(f"sandbox fallback: module {args[0]} is not allowed")
+        elif event == "open":
+            path, mode, flags = args
+            if type_of(path) is int_type:
+                return
+            path = absolute(path)
+            writing = type_of(flags) is int_type and flags & write_flags
+            if writing:
+                check_write(path, True)
+            else:
+                check_read(path)
+        elif event in path_events:
+            for index, fd_index, new in path_events[event]:
+                if index >= len_of(args) or type_of(args[index]) is int_type:
+                    continue
+                dir_fd = args[fd_index] if fd_index is not None and fd_index < len_of(args) else None
+                check_write(absolute(args[index], dir_fd), new)
+
+    sys.addaudithook(hook)
+
+
 def disarm() -> None:
     """Remove what a wrong solution could use to damage the machine (defence in depth: the sandbox
     is what holds; this turns an accident into a clear failure)."""
@@ -137,9 +274,9 @@ def disarm() -> None:
                 setattr(module, name, None)
 
 
-def serve(path: str, run_name: str, requests: int, replies: int) -> None:
+def serve(path: str, run_name: str, requests: int, replies: int, guarded: str = "", max_names: int = 0) -> None:
     """Run the candidate's code, say whether it reached its end, then answer requests until the
-    test side closes its end."""
+    test side closes its end. `guarded`: the folder `guard` holds it to ("" under bubblewrap)."""
     namespace = {"__name__": run_name, "__builtins__": builtins}
     handles: dict[int, object] = {}
 
@@ -157,7 +294,10 @@ def serve(path: str, run_name: str, requests: int, replies: int) -> None:
     try:
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")
-        disarm()
+        if guarded:
+            guard(guarded, max_names)
+        else:
+            disarm()
         exec(code, namespace)
     except BaseException as error:       # SystemExit too: the code did not run to its end
         send(replies, {"raised": describe(error)})
@@ -283,13 +423,21 @@ def run_tests(path: str, run_name: str, requests: int, replies: int, result: int
     the verdict: "passed" only when the tests returned here, in this process."""
     channel = Channel(requests, replies)
     try:
+        with open(path, encoding="utf-8") as f:    # read before the candidate starts: see ARMED
+            text = f.read()
+    except BaseException as error:
+        text = error
+    undumpable()
+    os.write(result, ARMED)
+    try:
+        if isinstance(text, BaseException):
+            raise text
         first = receive(replies)
         if first is None:
             raise CandidateGone("the candidate's process ended before its code ran to the end")
         if "raised" in first:
             raise rebuild(first["raised"])
-        with open(path, encoding="utf-8") as f:
-            code = compile(f.read(), path, "exec")
+        code = compile(text, path, "exec")
         exec(code, TestNamespace(channel, run_name))
         verdict = "passed"
     except BaseException as error:               # SystemExit too: the tests did not return
@@ -305,7 +453,7 @@ def main(argv: list[str]) -> None:
     sys.argv = [path]
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))
     if role == "candidate":
-        serve(path, run_name, requests, replies)
+        serve(path, run_name, requests, replies, argv[8], int(argv[9]))
     else:
         run_tests(path, run_name, requests, replies, int(argv[8]))
 
