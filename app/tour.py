@@ -22,7 +22,7 @@ import gradio as gr
 from lopa import DecodeSettings, RunResult, decoder_settings
 from lopa.models import ASSETS, DEFAULT_MODEL
 
-from .callbacks import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, run_list_outputs, view
+from .callbacks import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, reset_session, run_list_outputs, view
 from .compare import COMPARE_OUTPUTS, compare_outputs
 from .session import APP_DEFAULTS, Session
 from .tour_steps import tour_steps
@@ -40,8 +40,9 @@ TOUR_OUTPUTS = ("tour_dock", "tour_card", "tour_state", "tour_prev", "tour_next"
 TOUR_JS = """<script>
 (() => {
   let shown = null;
+  const closed = () => document.body.classList.contains("lopa-tour-closed");
   const focus = () => {
-    const card = document.querySelector("#tour-card .lopa-tour-card");
+    const card = closed() ? null : document.querySelector("#tour-card .lopa-tour-card");
     const key = card ? `${card.dataset.step}|${card.dataset.target}` : null;
     if (key === shown) return;
     shown = key;
@@ -51,6 +52,19 @@ TOUR_JS = """<script>
     if (targets.length) targets[0].scrollIntoView({block: "start"});
   };
   new MutationObserver(focus).observe(document.documentElement, {subtree: true, childList: true});
+  // Close hides the dock here at once, whatever answers the server still owes: a step requested just
+  // before Close (Next, then Close at once) arrives after it and must not bring the tour back. The
+  // server closes the tour in the same queue as the steps, after them.
+  const close = () => { document.body.classList.add("lopa-tour-closed"); focus(); };
+  document.addEventListener("click", (event) => {
+    if (event.target.closest("#tour-end")) close();
+    else if (event.target.closest("#tour-start")) { document.body.classList.remove("lopa-tour-closed"); focus(); }
+  }, true);
+  // Escape closes the tour too (the dock's own Close button, so the server hears of it).
+  document.addEventListener("keydown", (event) => {
+    const end = document.querySelector("#tour-end");
+    if (event.key === "Escape" && end && !closed() && end.offsetParent !== null) { close(); end.click(); }
+  });
 })();
 </script>"""
 TOUR_CSS = """
@@ -62,6 +76,7 @@ TOUR_CSS = """
 .lopa-tour-text {font-size: 14px; line-height: 1.4}
 .lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px; scroll-margin-top: 12px}
 #arrival, #tour-card {overflow-wrap: anywhere}
+body.lopa-tour-closed #tour-dock {display: none !important}
 """
 CSS = TOUR_CSS + STORY_CSS                  # the page's CSS for the arrival view and the tour
 
@@ -193,19 +208,50 @@ def start_tour(session: Session, state: dict) -> tuple:
     return show_step(session, state or new_tour_state(), 0)
 
 
+def _closed_outputs(state: dict) -> tuple:
+    """TOUR_OUTPUTS of a closed tour: the dock hidden and emptied, nothing else touched."""
+    n = len(TOUR_OUTPUTS) - 3
+    return (gr.update(visible=False), "", {**state, "step": None}) + _skips(n)
+
+
 def next_step(session: Session, state: dict) -> tuple:
+    """The next step; nothing (the tour stays closed) when Close came first: a Next clicked just before
+    Close can reach the server after it."""
     state = state or new_tour_state()
-    return show_step(session, state, (state.get("step") or 0) + 1)
+    if state.get("step") is None:
+        return _closed_outputs(state)
+    return show_step(session, state, state["step"] + 1)
 
 
 def previous_step(session: Session, state: dict) -> tuple:
     state = state or new_tour_state()
-    return show_step(session, state, (state.get("step") or 0) - 1)
+    if state.get("step") is None:
+        return _closed_outputs(state)
+    return show_step(session, state, state["step"] - 1)
 
 
-def end_tour(state: dict) -> tuple:
-    """(dock, card, state): the dock hidden, the card emptied (the page script drops the outline)."""
-    return gr.update(visible=False), "", {**(state or new_tour_state()), "step": None}
+def end_tour(session: Session, state: dict) -> tuple:
+    """TOUR_OUTPUTS of a closed tour (the page script drops the outline), with the two recorded runs
+    taken out of the visitor's run list, except one the visitor forked (its forks need it). When the
+    page showed one of them, the round view goes back to empty."""
+    state = {**(state or new_tour_state()), "step": None}
+    ids = state.get("ids") or {}
+    forked = {e.parent for e in session.runs.entries.values()}
+    dropped = [i for i in ids.values() if i in session.runs and i not in forked]
+    for run_id in dropped:
+        session.runs.remove(run_id)
+    state["ids"] = {key: i for key, i in ids.items() if i not in dropped}
+    head = (gr.update(visible=False), "", state, gr.skip(), gr.skip())
+    n_live, n_compare = len(LIVE_OUTPUTS), len(COMPARE_OUTPUTS) - len(RUN_LIST_OUTPUTS)
+    if not dropped:
+        return head + _skips(n_live + n_compare)
+    session.runs_changed = True
+    if session.current in dropped:
+        live = reset_session(session)[:-len(RUN_LIST_OUTPUTS)] + run_list_outputs(session, force=True)
+        live = ("Tour closed. Press **Run** to decode the prompt on the left, or pick an example.",) + live[1:]
+    else:
+        live = _skips(n_live - len(RUN_LIST_OUTPUTS)) + run_list_outputs(session, force=True)
+    return head + live + _skips(n_compare)
 
 
 def arrival() -> str:

@@ -1,6 +1,6 @@
 """The one place where components meet callbacks: build_demo() lays out the panels, wire() connects
-every event. Model events share one concurrency group of size 1 (the model is shared by all
-sessions and a CPU runs one forward well at a time); view-only events run beside them."""
+every event. Model events share one concurrency group of size 1 (the cached models are shared by
+all sessions and a CPU runs one forward well at a time); view-only events run beside them."""
 
 from __future__ import annotations
 
@@ -130,6 +130,10 @@ def wire(demo: gr.Blocks, c: dict) -> None:
         return [c[n] for n in names]
 
     def on(event, fn, inputs, outputs, **kwargs):
+        # Raw values reach the callbacks (preprocess=False), which read every input themselves (the
+        # registry, app/inputs.py): Gradio's own checks answer a string in a number box with a
+        # traceback and echo a 100 KB value outside a dropdown's choices in full. Uploads keep theirs.
+        kwargs.setdefault("preprocess", False)
         return event(as_updates(fn, outputs), inputs, outputs, **kwargs)
 
     session, settings = c["session"], pick(*SETTING_NAMES)
@@ -137,7 +141,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # After the settings: the callbacks' values are settings + backend (app.session.parse_ui).
     backend = pick(*BACKEND_NAMES)
 
-    # Model events: run, step, compare, forks, model loading.
+    # Model events: run, step, compare, forks, picking a model.
     on(c["run"].click, cb.run_stream, [session, c["prompt"], *settings, *backend], live, api_name="run",
                                show_progress="hidden", **MODEL)
     # Enter in the prompt box runs too (same callback; the API keeps the one name "run").
@@ -146,10 +150,17 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     # A shared link restores the inputs (and says in the status what it could not read); the link and
     # the command line follow the inputs.
-    shared = [c["prompt"], *settings]
-    on(demo.load, share.on_load, shared, [*shared, c["status"]], api_visibility="private", queue=False)
-    on(functools.partial(gr.on, [x.change for x in shared]), share.links, shared, [c["share_link"], c["command"]],
+    shared, touched = [c["prompt"], *settings], c["touched"]
+    on(demo.load, share.on_load, [touched, *shared], [*shared, touched, c["model_dir"], c["status"]],
        api_visibility="private", queue=False)
+    on(functools.partial(gr.on, [x.change for x in shared] + [c["model_info"].change]), share.links,
+       [session, *shared], [c["share_link"], c["command"]], api_visibility="private", queue=False)
+    # The settings inputs show the session's model's own values until the visitor touches them.
+    for name in SETTING_NAMES:
+        on(c[name].input, cb.toucher(name), [touched], [touched], api_visibility="private", queue=False)
+    for event in (demo.load, c["model_info"].change):
+        on(event, cb.follow_session_model, [session, touched, *settings], settings, api_visibility="private",
+           show_progress="hidden", **MODEL)
     on(c["step"].click, cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     on(c["compare"].click, compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
@@ -169,9 +180,10 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
     on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)
-    on(c["load_model"].click, cb.load_model_dir, [c["model_dir"]], [c["model_info"], c["status"]], api_name="load_model",
-                          **MODEL)
-    on(demo.load, cb.warm_model, None, [c["model_info"]], api_visibility="private", **MODEL)
+    # The session's model: applied when picked (a typed folder when the box loses focus or Enter is pressed).
+    on(c["model_dir"].change, cb.pick_model, [session, c["model_dir"]], [c["model_info"], c["status"], c["model_dir"]],
+       api_name="pick_model", **MODEL)
+    on(demo.load, cb.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
 
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
     on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
@@ -192,9 +204,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Traces and settings.
     on(c["export"].click, cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
                       api_name="export_trace", **VIEW)
-    on(c["trace_upload"].upload, cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace", **VIEW).then(
+    on(c["trace_upload"].upload, cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace",
+       preprocess=True, **VIEW).then(
         as_updates(cb.clear_upload, [c["trace_upload"]]), None, [c["trace_upload"]], api_visibility="private", **VIEW)
-    on(c["preset"].change, cb.apply_preset, [c["preset"]], settings, api_visibility="private", **VIEW)
+    on(c["preset"].change, cb.apply_preset, [c["preset"], touched, session], [*settings, touched],
+       api_visibility="private", **VIEW)
 
     # Studies: shipped results (instant), or a live run with progress and Stop.
     study_out = pick(*studies.STUDY_OUTPUTS)
@@ -202,12 +216,13 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # model (or before its first decode) is kept for it.
     armed = c["study_run"].click(studies.arm_study, [c["study_state"]], None, queue=False, api_visibility="private")
     on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
-                                       c["study_seed"]], study_out, api_name="run_study", show_progress="hidden", **MODEL)
+                                       c["study_seed"], session], study_out, api_name="run_study", show_progress="hidden", **MODEL)
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
-    # A model loaded (or warmed at page load) shows its own shipped results.
+    # The session's model (picked, or warmed at page load) shows its own shipped results.
     for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
-        on(event, studies.show_shipped, [c["study"]], study_out, api_visibility="private", show_progress="hidden", **VIEW)
-    on(c["study_interactive"].click, studies.show_interactive, [c["study"]], study_out, api_visibility="private",
+        on(event, studies.show_shipped, [c["study"], session], study_out, api_visibility="private",
+           show_progress="hidden", **VIEW)
+    on(c["study_interactive"].click, studies.show_interactive, [c["study"], session], study_out, api_visibility="private",
                                  show_progress="hidden", **VIEW)
 
     # Arrival and the guided tour (app/tour.py): recorded runs, no model. A step selects a run of the
@@ -216,5 +231,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     for name, fn in (("tour_start", tour.start_tour), ("tour_next", tour.next_step), ("tour_prev", tour.previous_step)):
         on(c[name].click, fn, [session, c["tour_state"]], tour_out, api_visibility="private", show_progress="hidden",
            **MODEL)
-    on(c["tour_end"].click, tour.end_tour, [c["tour_state"]], pick("tour_dock", "tour_card", "tour_state"),
-       api_visibility="private", queue=False)
+    # Close queues behind a step already asked for (same slot), so the step cannot reopen the tour after it;
+    # the page hides the dock at once meanwhile (tour.TOUR_JS).
+    on(c["tour_end"].click, tour.end_tour, [session, c["tour_state"]], tour_out, api_visibility="private",
+       show_progress="hidden", **MODEL)

@@ -8,6 +8,7 @@ import html
 import json
 import re
 
+import gradio as gr
 import pytest
 from tiny import LIVELY, PROMPT, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
 
@@ -222,8 +223,38 @@ def test_each_step_puts_the_page_in_its_state(traces):
     assert len(session.runs.entries) == 2                                   # the recorded runs were added once
     out = dict(zip(tour.TOUR_OUTPUTS, tour.previous_step(session, out["tour_state"])))
     assert out["tour_state"]["step"] == len(steps) - 2
-    dock, card, state = tour.end_tour(out["tour_state"])
-    assert dock["visible"] is False and card == "" and state["step"] is None
+    shown = session.current
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.end_tour(session, out["tour_state"])))
+    assert out["tour_dock"]["visible"] is False and out["tour_card"] == "" and out["tour_state"]["step"] is None
+    # the recorded runs leave the visitor's run list, and the view they filled empties
+    assert session.runs.entries == {} and shown not in out["run_list"]["choices"] and session.current is None
+    assert "Tour closed" in out["status"]
+
+
+def test_next_after_close_keeps_the_tour_closed(traces):
+    """Next then Close at once: the Next can reach the server after Close; it must not reopen the tour."""
+    session, state = Session(), tour.new_tour_state()
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(session, state)))
+    closed = dict(zip(tour.TOUR_OUTPUTS, tour.end_tour(session, out["tour_state"])))
+    for late in (tour.next_step, tour.previous_step):
+        again = dict(zip(tour.TOUR_OUTPUTS, late(session, closed["tour_state"])))
+        assert again["tour_dock"]["visible"] is False and again["tour_state"]["step"] is None
+        assert again["tour_card"] == "" and all(v == gr.skip() for name, v in again.items()
+                                                 if name not in ("tour_dock", "tour_card", "tour_state"))
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(session, closed["tour_state"])))
+    assert out["tour_state"]["step"] == 0 and out["tour_dock"]["visible"] is True      # and it opens again
+
+
+def test_closing_keeps_a_recorded_run_the_visitor_forked(traces):
+    session, state = Session(), tour.new_tour_state()
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(session, state)))
+    ids = out["tour_state"]["ids"]
+    lopa = session.runs[ids["lopa"]]
+    session.runs.add("fork", parent=ids["lopa"], at_round=1, run=lopa.run)
+    session.select(ids["d2f"])
+    out = dict(zip(tour.TOUR_OUTPUTS, tour.end_tour(session, out["tour_state"])))
+    assert ids["lopa"] in session.runs and ids["d2f"] not in session.runs
+    assert out["tour_state"]["ids"] == {"lopa": ids["lopa"]}
 
 
 def test_a_missing_trace_says_how_to_record_it(tmp_path, monkeypatch):
