@@ -14,8 +14,8 @@
 4. A projection of tokens/s for vanilla and LoPA rounds at the 7B shape: TPF / (verify forward at
    B = k + 1 + the bookkeeping the bench measured per round), with the paper's GSM8K TPF and with ours.
 
-On a CPU (or with --toy) the same runs at toy sizes: a 2-layer Qwen2 in place of the 7B shape, a few
-problems, fewer repeats; the report says so. Needs torch, transformers and safetensors only, plus
+On a CPU (or with --toy) the same runs at toy sizes: each model shape shrunk to 2 layers (toy_shape), a
+few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Needs torch, transformers and safetensors only, plus
 pydantic for the engine core (scripts/gpu_wheels.sh carries it to an offline machine). The report
 is rewritten after each section, so a run cut short still leaves what it measured.
 """
@@ -49,9 +49,29 @@ PAPER_TPF = {"vanilla": (0, 3.1), "LoPA": (14, 10.1)}
 # Dream-7B (Qwen2.5-7B's architecture); weights random, created on the device.
 DREAM_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
-# The same family and GQA ratio (7 query heads per K/V head) at a size a CPU runs in seconds.
-TOY_SHAPE = dict(num_hidden_layers=2, hidden_size=224, intermediate_size=608, num_attention_heads=7,
-                 num_key_value_heads=1, vocab_size=4096, max_position_embeddings=4096, tie_word_embeddings=False)
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def toy_shape(shape: dict) -> dict:
+    """`shape` (a transformers config's keyword arguments) at a size a CPU runs in seconds: the same
+    architecture and GQA ratio (heads per K/V head) with one K/V head of width 32, 2 layers, a 4096-token
+    vocabulary; a mixture of experts keeps at most 4 experts and 2 per token. Any shape the plan measures
+    gets its toy this way, so the toy run covers every architecture the device run does."""
+    ratio = shape["num_attention_heads"] // shape.get("num_key_value_heads", shape["num_attention_heads"])
+    hidden = 32 * ratio
+    toy = {**shape, "num_hidden_layers": 2, "hidden_size": hidden, "num_attention_heads": ratio,
+           "num_key_value_heads": 1, "intermediate_size": -(-hidden * 8 // 3 // 32) * 32, "vocab_size": 4096,
+           "max_position_embeddings": 4096}
+    toy.update({key: 32 for key in ("head_dim",) if key in shape})
+    toy.update({key: 64 for key in ("moe_intermediate_size", "shared_expert_intermediate_size") if key in shape})
+    toy.update({key: min(shape[key], 4) for key in EXPERT_COUNTS if key in shape})
+    toy.update({key: min(shape[key], 2) for key in ("num_experts_per_tok",) if key in shape})
+    toy.update({key: shape[key][:2] for key in ("layer_types",) if key in shape})
+    return toy
+
+
+# Dream-7B's family and GQA ratio (7 query heads per K/V head): 2 layers, hidden 224.
+TOY_SHAPE = toy_shape(DREAM_7B)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +93,7 @@ class Plan:
 BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
 PLANS = {
     "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS),
-    "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=3, bench_n=3,
+    "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=1, bench_n=2,
                 bench_rows=("d2f", "lopa-k14"), equality_tokens=64),
 }
 
