@@ -117,9 +117,10 @@ def test_no_decoder_beats_the_pipeline_floor():
     from lopa.models import load
     from lopa.problems import read_jsonl
     from lopa.settings import DecodeSettings
+    from lopa.tasks.problems import DATA_FILES
 
     loaded = load()
-    problems = read_jsonl(bench.DATA["synthetic"])[:6]
+    problems = read_jsonl(DATA_FILES["synthetic"])[:6]
     base = DecodeSettings(max_new_tokens=96, attention=loaded.spec.attention, block_size=16)
     for name in ("d2f", "lopa-k4", "lopa-k14"):
         settings = bench.row_settings(name, base)
@@ -214,7 +215,7 @@ def test_adaptive_rows_say_when_their_budget_is_not_fitted(tmp_path, capsys):
 
 
 def test_rows_are_interleaved_in_williams_orders(monkeypatch):
-    """Every problem runs every row before the next problem, in the Williams order of lopa.bench.turns
+    """Every problem runs every row before the next problem, in the Williams order of lopa.tasks.turns
     (three rows: three rotations, then their mirrors, so every row follows every other)."""
     calls = []
 

@@ -1,10 +1,12 @@
 """The package's layers, checked: imports go down only, and no module reaches itself again.
 
-    core (lopa/*.py) <- models <- distributed <- hf <- train <- eval <- bench <- study <- visualizations <- cli <- app
+    core (lopa/*.py) <- models <- distributed <- hf <- train <- tasks <- eval <- bench <- study <- cli <- app
+    core (lopa/*.py) <- visualizations <- app
 
 Siblings get a level each, so a sideways import is an upward one in one direction or the other
-(the studies run benchmarks' decoders, benchmarks grade in the evaluation's sandbox, the app's
-figures show studies').
+(the studies run benchmarks' decoders, benchmarks grade in the evaluation's sandbox). The task layer
+(problems, prompts, grading, the hardware line, result files) sits under all three, so none of them
+reaches sideways for that plumbing. The visualizations are pure functions of a trace: the core only.
 
 Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
 still a cycle (docs/style: "Data flows one way").
@@ -14,13 +16,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "train": 4, "eval": 5, "bench": 6, "study": 7,
-          "visualizations": 8, "cli": 9, "app": 10}
-# Upward edges that are known and on their way out, each with what removes it.
-KNOWN_UPWARD = {
-    ("lopa.eval.reproduce", "lopa.bench.humaneval"):
-        "HumanEval's problem loader (load_problems) moves to lopa.eval, as its sandbox did",
-}
+LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "train": 4, "tasks": 5, "eval": 6, "bench": 7, "study": 8,
+          "visualizations": 9, "cli": 10, "app": 11}
+# Upward edges that are known and on their way out, each with what removes it (none now).
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 # app/viz.py becomes the visualizations package at import time (see its docstring).
 ALIASES = {"app.viz": "visualizations"}
 
@@ -103,6 +102,20 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_visualizations_sit_on_the_core_only():
+    """Figures are pure functions of a trace: they import the core and each other, nothing above."""
+    above = [f"{m} imports {d} ({layer(d)})" for m, deps in graph().items() if layer(m) == "visualizations"
+             for d in deps if layer(d) not in ("core", "visualizations")]
+    assert not above, "\n".join(sorted(above))
+
+
+def test_no_folder_reaches_another_that_reaches_it_back():
+    """No loop between folders (bench <-> eval once was one), whatever the modules inside."""
+    edges = {(layer(m), layer(d)) for m, deps in graph().items() for d in deps if layer(m) != layer(d)}
+    loops = sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and a < b)
+    assert not loops, "folders that import each other: " + ", ".join(loops)
 
 
 def test_the_core_is_exactly_the_engine():

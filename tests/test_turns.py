@@ -1,10 +1,10 @@
-"""The Williams order of timing comparisons (lopa/bench/turns.py)."""
+"""The Williams order of timing comparisons (lopa/tasks/turns.py)."""
 
 from collections import Counter
 
 import pytest
 
-from lopa.bench.turns import in_turns, williams
+from lopa.tasks.turns import in_turns, williams
 
 
 @pytest.mark.parametrize("n", range(1, 9))

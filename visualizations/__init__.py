@@ -15,11 +15,9 @@ from .labels import token_label, token_repr
 from .markup import esc
 from .ranks import rank_lanes
 from .story import STORY_CSS, arrival_html, story_facts, story_sentence, tour_card
-from .studies import adaptive_figure, calibration_figure, orders_figure
 from .timeline import fills, last_forward_round, predictions
 
 __all__ = ["esc", "answer_mark", "branches_table", "explain_round", "token_canvas", "tfo_map", "tokens_per_round_chart",
            "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
-           "token_label", "token_repr", "fills", "last_forward_round", "predictions", "orders_figure",
-           "calibration_figure", "adaptive_figure", "STORY_CSS", "arrival_html", "story_facts", "story_sentence",
+           "token_label", "token_repr", "fills", "last_forward_round", "predictions", "STORY_CSS", "arrival_html", "story_facts", "story_sentence",
            "tour_card"]

@@ -2,6 +2,7 @@
 
     python -m lopa.bench.bp                          # bundled model, R = 1..4, k = 7, 2 held-out prompts
     python -m lopa.bench.bp --workers 1,2 --k 14 --prompts 4 --attention full --device cuda
+    python -m lopa.bench.bp --attention block_causal,full    # both, one table each (default: the model's own)
 
 For each R (ranks) the same prompts are decoded by a BPGroup of R ranks and by the single-process batched
 engine (the reference), and the table shows, per round with a forward (means):
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 from pathlib import Path
 from statistics import mean
@@ -29,12 +29,13 @@ from statistics import mean
 import torch
 
 from lopa.engine import Decoder
-from lopa.models.loading import ASSETS, DEFAULT_MODEL
-from lopa.problems import read_jsonl
-from lopa.settings import DecodeSettings
+from lopa.models.loading import DEFAULT_MODEL
+from lopa.settings import ATTENTION_MODES, add_settings_arguments, settings_from_args
+from lopa.tasks.hardware import hardware
+from lopa.tasks.problems import heldout_questions
 from lopa.trace import pooled
 
-HELDOUT = ASSETS / "data" / "synthetic" / "heldout.jsonl"
+DEFAULTS = {"k": 7, "max_new_tokens": 128}     # 8 branches a round; the model's own values come first
 
 
 def random_model_dir() -> Path:
@@ -85,14 +86,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lopa.bench.bp", description=__doc__.split("\n")[0])
     ap.add_argument("--model", help=f"model directory (default {DEFAULT_MODEL}, else a random one)")
     ap.add_argument("--workers", default="1,2,3,4", help="world sizes to try (default 1,2,3,4)")
-    ap.add_argument("--k", type=int, default=7, help="lookahead branches (default 7: 8 branches a round)")
     ap.add_argument("--prompts", type=int, default=2, help="held-out questions to decode (default 2)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs of each prompt (default 1)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--attention", default="block_causal", help="block_causal, full, or both: block_causal,full")
+    ap.add_argument("--attention", help="one or more of " + ", ".join(ATTENTION_MODES) + ", comma-separated: a table "
+                    "each (default: the model's own)")
     ap.add_argument("--device", default="cpu", help="cpu (gloo), cuda (NCCL: rank r on cuda:r), npu (HCCL)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank and for the reference")
+    add_settings_arguments(ap, per_row=("attention",), choose_decoder=False, defaults=DEFAULTS)
     args = ap.parse_args(argv)
+    attentions = args.attention.split(",") if args.attention else []
+    if any(a not in ATTENTION_MODES for a in attentions):
+        ap.error(f"--attention takes {', '.join(ATTENTION_MODES)} (comma-separated), got {args.attention[:60]!r}")
 
     from lopa.distributed.group import BPGroup
     from lopa.models import load
@@ -102,21 +106,20 @@ def main(argv=None) -> int:
         print(f"no model at {model_dir}: using a random tiny Qwen2")
         model_dir = random_model_dir()
     loaded = load(str(model_dir), device=args.device)
-    prompts = [p["question"] for p in read_jsonl(HELDOUT)[:args.prompts]]
+    prompts = heldout_questions(args.prompts)
     worlds = [int(w) for w in args.workers.split(",")]
+    resolved = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
 
-    print(f"hardware: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores "
-          f"(load average {os.getloadavg()[0]:.1f}), device {args.device}, {args.threads} torch thread(s) per process")
-    print(f"model: {loaded.describe()}; {len(prompts)} held-out prompt(s) x {args.repeats}; k = {args.k} "
-          f"({args.k + 1} branches a round), max_new_tokens {args.max_new_tokens}\n")
+    print(f"hardware: {hardware(loaded, f'load average {os.getloadavg()[0]:.1f}')}, {args.threads} torch thread(s) per process")
+    print(f"model: {loaded.describe()}; {len(prompts)} held-out prompt(s) x {args.repeats}; k = {resolved.k} "
+          f"({resolved.k + 1} branches a round), max_new_tokens {resolved.max_new_tokens}\n")
     head = (f"{'attention':12s} {'backend':9s} {'round_ms':>8s} {'fwd_ms':>7s} {'fwd_max':>7s} {'gather':>7s} "
             f"{'commit':>7s} {'ipc':>6s} {'bcast%':>6s} {'KB/rnd':>7s} {'full-logits KB':>14s} {'TPF':>5s} "
             f"{'tok/s':>7s} {'vs 1p':>6s} same")
     print(head)
     print("-" * len(head))
-    for attention in args.attention.split(","):
-        settings = DecodeSettings(k=args.k, block_size=loaded.spec.block_size or 32, attention=attention,
-                                  max_new_tokens=args.max_new_tokens)
+    for attention in attentions or [resolved.attention]:
+        settings = resolved.replace(attention=attention)
         ref_runs = decode_all(lambda s=settings: Decoder(loaded.model, loaded.spec, s, loaded.tokenizer), prompts,
                               args.repeats)
         ref = round_stats(ref_runs)

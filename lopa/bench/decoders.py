@@ -25,30 +25,33 @@ reproduce --table 1 ...` (lopa/eval/).
 from __future__ import annotations
 
 import argparse
-import csv
-import platform
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from lopa.bench import humaneval
-from lopa.bench.turns import in_turns
 from lopa.blocks import min_forwards
 from lopa.models import add_model_arguments, load_from_args
-from lopa.models.loading import ASSETS, DEFAULT_MODEL
-from lopa.problems import copied_names, family_problems, final_answer, grammatical_lines, read_jsonl
-from lopa.settings import ORDERS, DecodeSettings, add_settings_arguments, decoder_settings, flag_settings
+from lopa.models.loading import DEFAULT_MODEL
+from lopa.settings import (
+    ORDERS,
+    DecodeSettings,
+    add_settings_arguments,
+    decoder_settings,
+    flag_settings,
+    settings_from_args,
+)
+from lopa.tasks import humaneval as humaneval_task
+from lopa.tasks.grading import answer_text, score_answer
+from lopa.tasks.hardware import hardware
+from lopa.tasks.problems import bench_problems
+from lopa.tasks.prompts import GSM8K_TEMPLATE, encode, few_shot_prefix, prompt_ids, template_for
+from lopa.tasks.results import MATPLOTLIB_HINT, save_plot, write_csv
+from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
-DATA = {
-    "synthetic": ASSETS / "data" / "synthetic" / "heldout.jsonl",
-    "gsm8k": ASSETS / "data" / "gsm8k" / "test.jsonl",
-}
-SHOTS_FROM = ASSETS / "data" / "gsm8k" / "train.jsonl"
-# lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
-# the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".
-GSM8K_TEMPLATE = "Question: {prompt}\nAnswer:"
+DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under the model's values (lopa.settings)
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
                 "lopa-k4-random", "lopa-k4-left_to_right"]
 
@@ -70,41 +73,15 @@ def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
     return decoder_settings(name, base)
 
 
-def few_shot_prefix(template: str, shots: int) -> str:
-    """The first `shots` GSM8K training problems, each rendered as the model's prompt + answer."""
-    if shots == 0:
-        return ""
-    examples = read_jsonl(SHOTS_FROM)[:shots]
-    return "".join(template.format(prompt=ex["question"]) + " " + ex["answer"] + "\n\n" for ex in examples)
-
-
-def prompt_ids(loaded, prefix: str, question: str, template: str | None = None) -> torch.Tensor:
-    text = prefix + (template or loaded.spec.prompt_template).format(prompt=question.strip())
-    return torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-
-
-def score_answer(problem: dict, text: str, phrasing: str | None = None) -> dict:
-    """Exact match on the `#### N` answer, the problem's reasoning steps (its calculator annotations),
-    how many answer lines name the question's person and object (lopa.problems.copied_names), and,
-    when the model's problem family is known, how many lines that family could have written
-    (lopa.problems.grammatical_lines: a spliced line fails it)."""
-    predicted, expected = final_answer(text), final_answer(problem["answer"])
-    names_right, lines = copied_names(problem["question"], text)
-    well_formed, all_lines = grammatical_lines(text, phrasing) if phrasing else (0, 0)
-    return {"correct": int(predicted is not None and predicted == expected), "predicted": predicted,
-            "expected": expected, "steps": problem["answer"].count("<<"), "lines": lines, "names_right": names_right,
-            "grammar_ok": well_formed, "grammar_lines": all_lines}
-
-
 def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, index: int, prefix: str,
                    template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> dict:
     """One problem decoded by one decoder row, graded: the per-problem row of problems.csv."""
     if task == "humaneval":
-        result = loaded.decoder(settings).run(humaneval.prompt_ids(loaded, problem))
-        graded = humaneval.grade(problem, result.text, chat=humaneval.is_chat(loaded.spec))
+        result = loaded.decoder(settings).run(encode(loaded.tokenizer, humaneval_task.prompt_text(loaded.spec, problem)))
+        graded = humaneval.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec))
     else:
-        result = loaded.decoder(settings).run(prompt_ids(loaded, prefix, problem["question"], template))
-        text = result.text.split("Question:")[0] if template == GSM8K_TEMPLATE else result.text
+        result = loaded.decoder(settings).run(prompt_ids(loaded, problem["question"], template, prefix))
+        text = answer_text(result.text) if template == GSM8K_TEMPLATE else result.text
         graded = score_answer(problem, text, phrasing)
     metrics = result.metrics()
     floor = min_forwards(metrics["tokens_useful"], settings.block_size)
@@ -122,7 +99,7 @@ def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict
                     template: str | None = None, task: str = "gsm8k", phrasing: str | None = None
                     ) -> dict[str, list[dict]]:
     """Every problem decoded by every row before the next problem, the rows taking their turns in a
-    Williams order (lopa.bench.turns: every row follows every other equally often): a shared machine's
+    Williams order (lopa.tasks.turns: every row follows every other equally often): a shared machine's
     load, a decode's place in the sequence and the decode before it fall on every row alike, so their
     tokens/s compare within one run."""
     names = list(rows)
@@ -165,27 +142,20 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
 
 def plot(summary: list[dict], path: Path, title: str) -> bool:
     """Accuracy against TPF, one point per decoder; False (nothing drawn) where matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    for row in summary:
-        lopa = row["decoder"].startswith("lopa")
-        ax.scatter(row["tpf_useful"], row["accuracy"] * 100, s=60, marker="o" if lopa else "s",
-                   color="#0072B2" if lopa else "#E69F00", zorder=3)
-        ax.annotate(row["decoder"], (row["tpf_useful"], row["accuracy"] * 100), textcoords="offset points",
-                    xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("tokens per forward (useful tokens, up to EOS)")
-    ax.set_ylabel("exact-match accuracy (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+        for row in summary:
+            lopa = row["decoder"].startswith("lopa")
+            ax.scatter(row["tpf_useful"], row["accuracy"] * 100, s=60, marker="o" if lopa else "s",
+                       color="#0072B2" if lopa else "#E69F00", zorder=3)
+            ax.annotate(row["decoder"], (row["tpf_useful"], row["accuracy"] * 100), textcoords="offset points",
+                        xytext=(5, 5), fontsize=8)
+        ax.set_xlabel("tokens per forward (useful tokens, up to EOS)")
+        ax.set_ylabel("exact-match accuracy (%)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        return fig
+    return save_plot(path, draw)
 
 
 def print_step_table(summary: list[dict], details: list[dict]) -> None:
@@ -224,39 +194,32 @@ def main(argv=None) -> int:
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     add_model_arguments(parser)
     add_settings_arguments(parser, per_row=("k", "commit"), choose_decoder=False,   # each row sets its own
-                           defaults={"max_new_tokens": 128})
+                           defaults=DEFAULTS)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     loaded = load_from_args(args)
     family = loaded.spec.extra.get("problems")    # the problem family the model was trained on, if it says
-    task = "humaneval" if args.data == "humaneval" or humaneval.looks_like_humaneval(Path(args.data)) else "gsm8k"
+    task = "humaneval" if args.data == "humaneval" or humaneval_task.looks_like_humaneval(args.data) else "gsm8k"
+    n = min(20, args.n) if args.quick else args.n
     if task == "humaneval":
-        problems = humaneval.load_problems(None if args.data == "humaneval" else args.data)
-        path = Path(args.data)
+        problems, where = humaneval_task.load_problems(None if args.data == "humaneval" else args.data)[:n], Path(args.data).name
         print("HumanEval: generated code runs in a subprocess sandbox "
-              + ("without network (network namespace)" if humaneval._network_isolation() else
+              + ("without network (network namespace)" if humaneval.network_isolation() else
                  "(no network namespace available here: socket functions removed only)"))
-    elif args.problem_seed is not None:
-        if not family:
-            parser.error(f"{loaded.spec.name} names no problem family (config.lopa.problems); give --data instead")
-        problems = family_problems(family, args.n, args.problem_seed)
-        path = Path(f"{family['name']}-{family.get('phrasing', 'plain')}-seed{args.problem_seed}")
     else:
-        path = DATA.get(args.data, Path(args.data))
-        if not path.is_file():
-            parser.error(f"no data at {path}")
-        problems = read_jsonl(path)
-    problems = problems[: min(20, args.n) if args.quick else args.n]
+        try:
+            problems, where = bench_problems(args.data, n, family, args.problem_seed)
+        except (FileNotFoundError, ValueError) as err:
+            parser.error(f"{loaded.spec.name}: {err}")
     flags = flag_settings(args)      # every settings flag; each row sets its own decoder, k and commit rule
-    base = DecodeSettings(**{"max_new_tokens": 128, "attention": loaded.spec.attention, **flags})
-    template = GSM8K_TEMPLATE if args.data == "gsm8k" and loaded.spec.prompt_template == "{prompt}" else None
-    prefix = few_shot_prefix(template or loaded.spec.prompt_template, args.shots) if task == "gsm8k" else ""
-    device = next(loaded.model.parameters()).device
-    hardware = (torch.cuda.get_device_name(device) if device.type == "cuda" else "Ascend NPU" if device.type == "npu"
-                else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads")
-    print(f"model {loaded.describe()}; data {path.name} (n={len(problems)}, shots={args.shots}); {hardware}")
+    base = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
+    template = template_for(loaded.spec, args.data)
+    prefix = few_shot_prefix(template, args.shots) if task == "gsm8k" else ""
+    template = template if template == GSM8K_TEMPLATE else None       # None: the model's own
+    hw = hardware(loaded)
+    print(f"model {loaded.describe()}; data {where} (n={len(problems)}, shots={args.shots}); {hw}")
     print(f"base settings: {base.to_dict()}")
 
     out = Path(args.out)
@@ -277,22 +240,19 @@ def main(argv=None) -> int:
 
     if task == "gsm8k":
         print_step_table(summary, details)
-    for name, rows in (("summary.csv", summary), ("problems.csv", details)):
-        with (out / name).open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    drawn = plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {path.name} (n={len(problems)}), {hardware}")
+    write_csv(out / "summary.csv", summary)
+    write_csv(out / "problems.csv", details)
+    drawn = plot(summary, out / "accuracy_vs_tpf.png", f"{loaded.spec.name} on {where} (n={len(problems)}), {hw}")
     print(f"\nwrote {out / 'summary.csv'}, {out / 'problems.csv'}"
           + (f", {out / 'accuracy_vs_tpf.png'}" if drawn else
-             " (the plot needs matplotlib: pip install 'lopa-explorer[bench]'; the numbers above do not)"))
+             f" (the plot needs matplotlib: {MATPLOTLIB_HINT}; the numbers above do not)"))
     print("TPF = tokens per forward (useful, ours: up to the first EOS / forwards; paper count: every appended "
           "position / forwards; authors': every appended position / (forwards + 1), what the paper's tables report; "
           "ceiling: useful tokens / one forward per block, the most any k can reach on these answers). "
           "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
           "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
           "Grammar: the share of answer lines the model's problem family can write (lopa.problems.grammatical_lines). "
-          "TPS on this hardware, every problem decoded by every row before the next, rows in Williams orders (lopa.bench.turns); on a CPU a higher "
+          "TPS on this hardware, every problem decoded by every row before the next, rows in Williams orders (lopa.tasks.turns); on a CPU a higher "
           "TPF need not mean a higher TPS.")
     return 0
 

@@ -11,18 +11,19 @@ costs the parent run. Prints numbers, asserts nothing.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import torch
 
 from lopa.engine import fork_decoder
-from lopa.models import ASSETS, DEFAULT_MODEL, load
-from lopa.problems import read_jsonl
-from lopa.settings import DecodeSettings, decoder_settings
+from lopa.models import DEFAULT_MODEL, load
+from lopa.settings import add_settings_arguments, decoder_settings, settings_from_args
+from lopa.tasks.hardware import hardware
+from lopa.tasks.problems import heldout_questions
 from lopa.trace import RunResult
 
 ROWS = {"lopa k=4": dict(decoder="lopa", k=4), "one token per round": dict(decoder="one_token")}
+DEFAULTS = {"max_new_tokens": 128}       # the model's own values come first; each row sets its decoder and k
 
 
 def first_fork_round(parent: RunResult, at_round: int, loaded, resume: bool) -> float:
@@ -44,21 +45,18 @@ def first_fork_round(parent: RunResult, at_round: int, loaded, resume: bool) -> 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
+    add_settings_arguments(parser, per_row=("k", "commit"), choose_decoder=False, defaults=DEFAULTS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = load(args.model)
-    prompt = read_jsonl(ASSETS / "data" / "synthetic" / "heldout.jsonl")[0]["question"]
-    print(f"model: {loaded.describe()}   hardware: {platform.machine()} CPU, {args.threads} threads   "
-          f"max_new_tokens {args.max_new_tokens}")
+    prompt = heldout_questions(1)[0]
+    base = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
+    print(f"model: {loaded.describe()}   hardware: {hardware(loaded)}   max_new_tokens {base.max_new_tokens}")
     print(f"{'decoder':>20} {'rounds':>6} {'fork at':>7} {'resume ms':>9} {'replay ms':>9} {'replayed fwd':>12} "
           f"{'keep_states ms/round':>20}")
     for name, row in ROWS.items():
-        N = loaded.spec.block_size or 32
-        base = DecodeSettings(k=row.get("k", 0), block_size=N, max_new_tokens=args.max_new_tokens,
-                              attention=loaded.spec.attention)
-        settings = decoder_settings(row["decoder"], base)
+        settings = decoder_settings(row["decoder"], base, k=row.get("k", 0))
         timed = {}
         for keep in (False, True):
             decoder = loaded.decoder(settings)

@@ -26,19 +26,19 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from lopa.bench.decoders import DATA, row_settings, run_decoder, summarize_rows
-from lopa.bench.round import BRANCH_COUNTS, forward_times, heldout_prompts
+from lopa.bench.decoders import DEFAULTS, row_settings, run_decoder, summarize_rows
+from lopa.bench.round import BRANCH_COUNTS, forward_times
 from lopa.models import ASSETS, load
 from lopa.models.loading import LoadedModel
-from lopa.problems import read_jsonl
-from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec
+from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec, resolve
+from lopa.tasks import hardware
+from lopa.tasks.problems import HELDOUT, heldout_questions, read_rows
 from lopa.trace import pooled
 
 REPORT_FORMAT = "lopa-gpu-report/1"
@@ -104,13 +104,9 @@ def sync(device: torch.device) -> None:
 
 
 def environment(device: torch.device) -> dict:
-    """The hardware and software the numbers come from, and which optional kernels exist."""
-    import transformers
+    """The hardware and software the numbers come from (lopa.tasks.hardware), and which optional kernels exist."""
     flash = importlib.util.find_spec("flash_attn") is not None
-    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else
-           f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads",
-           "device_type": device.type, "python": platform.python_version(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "transformers": transformers.__version__, "flash_attn": flash,
+    env = {**hardware.environment(device), "flash_attn": flash,
            "flash_attn_note": "flash_attn imports: full-attention rounds after the prefill run FlashAttention-2"
            if flash else "flash_attn is not installed: the FlashAttention path was not exercised"}
     if device.type == "cuda":
@@ -156,7 +152,7 @@ def equality(loaded: LoadedModel, plan: Plan) -> tuple[list[dict], dict]:
     """Batched vs per-branch vs uncached on one held-out prompt, for every dtype x attention x k.
     -> (rows, the attention ops each executor dispatched per dtype)."""
     rows, ops = [], {}
-    prompt = heldout_prompts(1)[0]
+    prompt = heldout_questions(1)[0]
     original = next(loaded.model.parameters()).dtype
     for dtype in plan.dtypes:
         loaded.model.to(getattr(torch, dtype))
@@ -214,7 +210,7 @@ def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
     """ms per verify forward over B windows of 2 x 32 masked tokens behind a random prefix; KV memory
     (the shared prefix stored once; per branch its window, or a whole copy as the per-branch executor keeps)."""
     device = next(loaded.model.parameters()).device
-    settings = DecodeSettings(block_size=BLOCK, max_new_tokens=2 * BLOCK, attention=loaded.spec.attention)
+    settings = resolve({"block_size": BLOCK, "max_new_tokens": 2 * BLOCK}, loaded.spec)
     per_token = kv_bytes_per_token(loaded.model)
     generator = torch.Generator().manual_seed(0)
     rows = []
@@ -273,8 +269,8 @@ def projection(premise_rows: list[dict], bench_rows: list[dict], model_name: str
 # -- 4. the bench ------------------------------------------------------------------------------
 def bench(loaded: LoadedModel, plan: Plan) -> list[dict]:
     """lopa.bench.decoders' rows on the first held-out synthetic problems, as `python -m lopa.bench` runs them."""
-    problems = read_jsonl(DATA["synthetic"])[:plan.bench_n]
-    base = DecodeSettings(max_new_tokens=128, attention=loaded.spec.attention)
+    problems = read_rows(HELDOUT)[:plan.bench_n]
+    base = resolve(None, loaded.spec, defaults=DEFAULTS)
     rows = []
     for name in plan.bench_rows:
         settings = row_settings(name, base)

@@ -11,7 +11,6 @@ is faster, and where it is not".
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -19,10 +18,13 @@ import torch
 
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
-from lopa.models import ASSETS, DEFAULT_MODEL, load
-from lopa.settings import DecodeSettings
+from lopa.models import DEFAULT_MODEL, load
+from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
+from lopa.tasks.hardware import hardware
+from lopa.tasks.problems import heldout_questions
 
 BRANCH_COUNTS = (1, 2, 4, 8, 15)
+DEFAULTS = {"max_new_tokens": 128}     # four blocks of the paper's 32; the model's own values come first
 
 
 def _sync(device: torch.device) -> None:
@@ -79,14 +81,6 @@ def bookkeeping_share(loaded, prompts: list[str], settings: DecodeSettings) -> t
     return (total - forward) / total, total / max(rounds, 1), rounds
 
 
-def heldout_prompts(n: int) -> list[str]:
-    path = ASSETS / "data" / "synthetic" / "heldout.jsonl"
-    if path.is_file():
-        with path.open() as f:
-            return [json.loads(line)["question"] for _, line in zip(range(n), f)]
-    return ["Tom has 23 apples. He gives 7 to Ann and buys 5 more. How many apples does Tom have now?"] * n
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopa.bench.round", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
@@ -94,17 +88,16 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--prompts", type=int, default=5, help="prompts decoded for the bookkeeping share")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    add_settings_arguments(parser, per_row=("k",), choose_decoder=False, defaults=DEFAULTS)   # k: 1..15 branches, then 8
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load(args.model, device=args.device)
-    device = next(loaded.model.parameters()).device
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    block = loaded.spec.block_size or 32
-    settings = DecodeSettings(block_size=block, max_new_tokens=4 * block, attention=loaded.spec.attention)
-    prompt_ids = loaded.decoder(settings).encode(heldout_prompts(1)[0])
+    settings = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
+    block = settings.block_size
+    prompt_ids = loaded.decoder(settings).encode(heldout_questions(1)[0])
 
-    print(f"model: {loaded.describe()}   hardware: {hardware}   torch {torch.__version__}")
+    print(f"model: {loaded.describe()}   hardware: {hardware(loaded)}   torch {torch.__version__}")
     print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
           f"median of {args.repeats}")
     times = forward_times(loaded, prompt_ids, settings, args.repeats)
@@ -116,8 +109,8 @@ def main(argv=None) -> int:
     print("(last block: each branch's extra token in the window's last block; under block_causal it feeds only "
           "that block, the blocks before are the anchor's)")
 
-    look = settings.replace(k=8, tau_conf=0.9, tau_add=0.1, tau_act=0.95)
-    share, per_round, rounds = bookkeeping_share(loaded, heldout_prompts(args.prompts), look)
+    look = settings.replace(k=8)
+    share, per_round, rounds = bookkeeping_share(loaded, heldout_questions(args.prompts), look)
     print(f"\nbookkeeping at k = 8: {share * 100:.1f}% of round time outside the forward "
           f"({rounds} rounds, {per_round * 1e3:.1f} ms/round; goal <= 20%)")
     return 0

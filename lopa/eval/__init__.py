@@ -15,6 +15,8 @@
 Every evaluation saves its completions so a run can be re-graded. Nothing here downloads: data
 comes from assets/ or from paths the user gives.
 
-Layer: beside bench (imports the core, lopa.models and lopa.bench's HumanEval problems; the bench
-imports the sandbox); used by the CLI.
+Problems, prompts and data files come from the task layer (lopa.tasks).
+
+Layer: imports the core, lopa.models and lopa.tasks; the bench grades HumanEval in the sandbox; the
+CLI runs reproduce.
 """

@@ -28,7 +28,6 @@ its own per-test time and memory limits. Without bubblewrap grading refuses to r
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -37,29 +36,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from lopa.eval import code_eval
 from lopa.eval.sandbox import bwrap_command
+from lopa.tasks.prompts import encode
 
 OVERRIDE_ENV = {"humaneval": "HUMANEVAL_OVERRIDE_PATH", "mbpp": "MBPP_OVERRIDE_PATH"}
 # scale_diffucoder_d2f/model.py, DiffuCoder._build_prompt (the authors' words, kept exactly).
 DIFFUCODER_PROMPT = ("<|im_start|>system\nYou are an intelligent programming assistant to produce Python algorithmic "
                      "solutions<|im_end|>\n<|im_start|>user\nCan you complete the following Python function?\n"
                      "```python\n{prompt}\n```\n<|im_end|>\n<|im_start|>assistant\n```python\n")
-
-
-def read_problems(path: str | Path) -> list[dict]:
-    """EvalPlus-format problems (HumanEvalPlus / MbppPlus JSONL, optionally .gz), in file order."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    missing = {"task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input"} - set(
-        rows[0] if rows else {})
-    if missing:
-        raise ValueError(f"{path} is not EvalPlus-format JSONL: rows lack {', '.join(sorted(missing))}")
-    return rows
 
 
 def prompt_text(problem: dict, style: str, bos: str | None = None) -> str:
@@ -90,8 +75,7 @@ def generate_samples(loaded, settings, problems: list[dict], style: str, out: st
     samples, runs = [], []
     for problem in problems:
         text = prompt_text(problem, style, bos)
-        ids = torch.tensor(loaded.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        result = loaded.decoder(settings).run(ids)
+        result = loaded.decoder(settings).run(encode(loaded.tokenizer, text))
         samples.append({"task_id": problem["task_id"], "solution": solution_from(problem, result.text, style)})
         runs.append({"task_id": problem["task_id"], "completion": result.text, **result.metrics()})
     write_samples(out / "samples.jsonl", samples)
@@ -99,10 +83,6 @@ def generate_samples(loaded, settings, problems: list[dict], style: str, out: st
                   [{**s, "solution": sanitize(s["solution"], p["entry_point"])} for s, p in zip(samples, problems)])
     write_samples(out / "runs.jsonl", runs)
     return summarize_runs(runs)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_samples(path: Path, rows: list[dict]) -> Path:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lopa.bench import humaneval
 from lopa.eval import code_eval, codegen, lmeval
 from lopa.eval.paper import NOT_REPRODUCED, TABLES
 from lopa.models import presets
 from lopa.settings import DecodeSettings, decoder_settings
+from lopa.tasks import humaneval
+from lopa.tasks.problems import read_evalplus, read_rows
 
 # Our decoder for each of the paper's decoding algorithms (lopa.settings.DECODERS).
 DECODER_OVERRIDES = {"vanilla": "one_token", "fast-dllm": "single_block", "d2f": "d2f", "lopa": "lopa"}
@@ -70,12 +71,12 @@ def run_cell(loaded, table: dict, row, column, args, out: Path) -> dict:
         # program = prompt + reply + the problem's own tests, graded as code_eval does (lopa.eval.code_eval).
         problems = data[: args.limit or None]
         speed = codegen.generate_samples(loaded, settings, problems, "completion", cell_out)
-        completions = {run["task_id"]: run["completion"] for run in codegen.read_jsonl(cell_out / "runs.jsonl")}
+        completions = {run["task_id"]: run["completion"] for run in read_rows(cell_out / "runs.jsonl")}
         graded = code_eval.grade_programs({p["task_id"]: code_eval.humaneval_program(p, completions[p["task_id"]])
                                            for p in problems}, cell_out / "graded.jsonl")
         return {"tpf_authors": speed["tpf_authors"], "tpf_useful": speed["tpf_useful"], "score": graded["score"],
                 "n": graded["n"], "sandbox": graded["sandbox"], "out": str(cell_out)}
-    problems = codegen.read_problems(data)[: args.limit or None]
+    problems = read_evalplus(data)[: args.limit or None]
     style = "diffucoder" if table["preset"] == "d2f-diffucoder" else "completion"
     speed = codegen.generate_samples(loaded, settings, problems, style, cell_out)
     graded = codegen.grade(column.dataset, cell_out / "samples-sanitized.jsonl", problems)

@@ -20,12 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from lopa.models.loading import ASSETS
+from lopa.tasks.problems import GSM8K_DIR, SPLITS, local_split_files, mbpp_test_files
 
-GSM8K_DIR = ASSETS / "data" / "gsm8k"
 MATH_SUBJECTS = ("algebra", "counting_and_prob", "geometry", "intermediate_algebra", "num_theory", "prealgebra",
                  "precalc")
-SPLITS = ("train", "test")
 
 
 def lm_eval_task_yaml(relative: str) -> Path:
@@ -43,16 +41,6 @@ _DataOnlyLoader.add_constructor("!function", lambda loader, node: loader.constru
 
 def read_task_yaml(relative: str) -> dict:
     return yaml.load(lm_eval_task_yaml(relative).read_text(), Loader=_DataOnlyLoader)  # noqa: S506 (SafeLoader)
-
-
-def local_split_files(folder: Path, splits=SPLITS) -> tuple[str, dict] | None:
-    """("json" | "parquet", {split: [files]}) for a folder that holds every split as
-    <split>.jsonl or as the hub's <split>-NNNNN-of-NNNNN.parquet shards; None if it does not."""
-    for builder, pattern in (("json", "{split}.jsonl"), ("parquet", "{split}-*.parquet")):
-        found = {split: sorted(str(p) for p in folder.glob(pattern.format(split=split))) for split in splits}
-        if all(found.values()):
-            return builder, found
-    return None
 
 
 def _local_dataset(builder: str, files: dict) -> dict:
@@ -128,22 +116,6 @@ def mbpp_fewshot_samples() -> list[dict]:
             returned = next(n for n in ast.walk(node) if isinstance(n, ast.Return))
             return ast.literal_eval(returned.value)
     raise RuntimeError("this lm-eval's mbpp/utils.py has no list_fewshot_samples(): the mbpp task changed")
-
-
-def mbpp_test_files(data: str | Path) -> tuple[str, list[str]]:
-    """("json" | "parquet", files of the test split) for a local MBPP copy (the layouts above)."""
-    path = Path(data).resolve()
-    if path.is_file():
-        builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(path.suffix)
-        if builder is None:
-            raise ValueError(f"MBPP data file must be .jsonl or .parquet, got {path.name}")
-        return builder, [str(path)]
-    for folder in (path / "full", path):
-        found = local_split_files(folder, splits=("test",))
-        if found:
-            return found[0], found[1]["test"]
-    raise FileNotFoundError(f"no MBPP test split in {path}: expected full/test-*.parquet (a hub snapshot), "
-                            "test.jsonl or full/test.jsonl")
 
 
 def mbpp_config(data: str | Path | None) -> dict:

@@ -17,10 +17,12 @@ yields its decodes, live_summary() makes its tables, figure() and report() show 
 Beside them, not in the app: `python -m lopa.study.oracle`, a perfect model of the synthetic family as
 an executor, for what the family itself leaves to the filling order (oracle.py).
 
-Shared pieces: common.py (problems, settings, files), stats.py (correlations, bootstrap, AFP, Kendall's
+Shared pieces: lopa.tasks (problems, prompts, grading, the hardware line, result files), common.py
+(the studies' flags, settings and start), stats.py (correlations, bootstrap, AFP, Kendall's
 tau, AUP), figures.py (plotly figures the app shows too, and the PNGs). docs/studies.md has the findings.
 
-Layer: with lopa.bench (imports the core, lopa.models and lopa.bench); the app imports it.
+Layer: above lopa.bench (imports the core, lopa.models, lopa.tasks and lopa.bench's measurements); the
+app imports it.
 """
 
 import importlib

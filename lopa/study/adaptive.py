@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from lopa.bench.turns import in_turns
 from lopa.order import ADAPTIVE_NEAR, make_order
 from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
@@ -38,6 +37,7 @@ from lopa.study.common import (
     write_results,
 )
 from lopa.study.stats import bootstrap_ci, pareto_front
+from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
@@ -147,7 +147,7 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
                   shots: int = 0) -> Iterator[dict]:
     """One row per (problem, configuration). With repeats > 1 each decode runs that many times (same
     tokens: decoding is deterministic) and the fastest counts, which filters a shared machine's noise.
-    Each pass over the configurations takes them in a Williams order (lopa.bench.turns), so every
+    Each pass over the configurations takes them in a Williams order (lopa.tasks.turns), so every
     configuration follows every other equally often: on this machine a decode's time depends on the
     decode before it by up to 7%, more than what is measured."""
     for i, problem in enumerate(problems):

@@ -31,8 +31,12 @@ from lopa.exact import exact_distribution, reading_table
 from lopa.forward import Verified
 from lopa.problems import PHRASINGS, final_answer, grammatical_lines, phrasings, split
 from lopa.rules import summarize
-from lopa.settings import DecodeSettings, decoder_settings
+from lopa.settings import DecodeSettings, add_settings_arguments, decoder_settings, settings_from_args
+from lopa.tasks.problems import DEFAULT_SEED
 from lopa.trace import pooled
+
+DEFAULTS = {"max_new_tokens": 128}       # and the paper's GSM8K row (Table 5)
+VISIBILITY = ("block_causal", "full")    # what a position can see, as the oracle computes it
 
 
 class OracleExecutor:
@@ -89,21 +93,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lopa.study.oracle", description=__doc__.splitlines()[0])
     ap.add_argument("--phrasing", default="varied", choices=PHRASINGS)
     ap.add_argument("--n", type=int, default=100)
-    ap.add_argument("--problem-seed", type=int, default=15, help="seed of the fresh held-out problems")
+    ap.add_argument("--problem-seed", type=int, default=DEFAULT_SEED, help="seed of the fresh held-out problems")
     ap.add_argument("--ks", default="0,1,2,4,8,14", help="branch counts; 0 = D2F vanilla (TPF/D2F is over the first row)")
-    ap.add_argument("--attention", default="block_causal", choices=("block_causal", "full"))
+    add_settings_arguments(ap, per_row=("k",), choose_decoder=False, defaults=DEFAULTS)     # --ks: one row each
     args = ap.parse_args(argv)
     loaded = load()                  # the tokenizer and spec of the bundled model; its weights are not used
-    base = DecodeSettings(max_new_tokens=128, attention=args.attention)
+    base = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
+    if base.attention not in VISIBILITY:
+        ap.error(f"the oracle computes {' and '.join(VISIBILITY)} attention, not {base.attention}")
+    attention = base.attention
     problems = split("heldout", args.n, seed=args.problem_seed, phrasing=args.phrasing)
-    print(f"oracle of the '{args.phrasing}' family ({args.attention}); {args.n} held-out problems, seed {args.problem_seed}; "
+    print(f"oracle of the '{args.phrasing}' family ({attention}); {args.n} held-out problems, seed {args.problem_seed}; "
           f"paper GSM8K settings (tau_conf {base.tau_conf}, tau_add {base.tau_add}, tau_act {base.tau_act}, block {base.block_size})")
     print(f"{'decoder':>10} {'right':>6} {'TPF':>6} {'TPF/D2F':>8} {'forwards':>9} {'fill spread':>12} {'1st-round fill':>15} "
           f"{'grammar':>8}")
     d2f_tpf = None
     for k in (int(x) for x in args.ks.split(",")):
         settings = decoder_settings("lopa", base, k=k) if k else decoder_settings("d2f", base)
-        runs = [decode(loaded, p, settings, args.phrasing, args.attention) for p in problems]
+        runs = [decode(loaded, p, settings, args.phrasing, attention) for p in problems]
         right = sum(final_answer(r.text) == final_answer(p["answer"]) for r, p in zip(runs, problems))
         m = [r.metrics() for r in runs]
         pool = pooled(m)

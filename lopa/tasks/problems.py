@@ -1,0 +1,131 @@
+"""Where problems come from: the data-file map, fresh problems of a model's own family, GSM8K-format
+files, prompt lists, EvalPlus files (HumanEval+, MBPP+) and local MBPP copies. Every reader checks a
+file's rows for the fields its task needs and names the file when they are missing. Nothing here
+downloads: data comes from assets/ or from paths the user gives.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from lopa.models.loading import ASSETS
+from lopa.problems import family_problems, split
+
+DATA_DIR = ASSETS / "data"
+GSM8K_DIR = DATA_DIR / "gsm8k"
+SHOTS_FROM = GSM8K_DIR / "train.jsonl"         # the few-shot examples: the first N GSM8K training problems
+HELDOUT = DATA_DIR / "synthetic" / "heldout.jsonl"
+# --data names every command takes. "synthetic" is the shipped held-out file for the bench; a study
+# reads it as fresh problems of the family instead (load_problems) and calls the file "heldout".
+DATA_FILES = {"synthetic": HELDOUT, "heldout": HELDOUT, "gsm8k": GSM8K_DIR / "test.jsonl"}
+DEFAULT_SEED = 15          # fresh synthetic problems: a seed the shipped held-out file does not use
+# The fields a row of each format must have.
+GSM8K_FIELDS = ("question", "answer")
+EVALPLUS_FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input")
+SPLITS = ("train", "test")
+
+
+def read_rows(path: str | Path, needs=(), kind: str = "") -> list[dict]:
+    """The rows of a JSONL file (.jsonl or .jsonl.gz), in file order; a ValueError naming the file
+    and the missing fields where the first row lacks any of `needs` (a `kind`-format file)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    missing = set(needs) - set(rows[0] if rows else {})
+    if missing:
+        raise ValueError(f"{path} is not {kind or 'the expected'}-format JSONL: rows lack {', '.join(sorted(missing))}")
+    return rows
+
+
+def first_row(path: str | Path) -> dict | None:
+    """The first row of a JSONL(.gz) file, or None where it is not one (to tell formats apart)."""
+    try:
+        opener = gzip.open if Path(path).suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            row = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def data_file(data: str) -> Path:
+    """The file a --data value names: a DATA_FILES name or a path; a FileNotFoundError naming it otherwise."""
+    path = DATA_FILES.get(data, Path(data))
+    if not path.is_file():
+        raise FileNotFoundError(f"no problems at {str(path)[:200]}: give {', '.join(DATA_FILES)} or a file path")
+    return path
+
+
+def read_evalplus(path: str | Path) -> list[dict]:
+    """EvalPlus-format problems (HumanEvalPlus / MbppPlus JSONL, optionally .gz), in file order."""
+    return read_rows(path, EVALPLUS_FIELDS, "EvalPlus")
+
+
+def local_split_files(folder: Path, splits=SPLITS) -> tuple[str, dict] | None:
+    """("json" | "parquet", {split: [files]}) for a folder that holds every split as
+    <split>.jsonl or as the hub's <split>-NNNNN-of-NNNNN.parquet shards; None if it does not."""
+    for builder, pattern in (("json", "{split}.jsonl"), ("parquet", "{split}-*.parquet")):
+        found = {s: sorted(str(p) for p in Path(folder).glob(pattern.format(split=s))) for s in splits}
+        if all(found.values()):
+            return builder, found
+    return None
+
+
+def mbpp_test_files(data: str | Path) -> tuple[str, list[str]]:
+    """("json" | "parquet", files of the test split) for a local MBPP copy: a hub snapshot
+    (full/test-*.parquet), DIR/test.jsonl, DIR/full/test.jsonl, or the test split's own file."""
+    path = Path(data).resolve()
+    if path.is_file():
+        builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(path.suffix)
+        if builder is None:
+            raise ValueError(f"MBPP data file must be .jsonl or .parquet, got {path.name}")
+        return builder, [str(path)]
+    for folder in (path / "full", path):
+        found = local_split_files(folder, splits=("test",))
+        if found:
+            return found[0], found[1]["test"]
+    raise FileNotFoundError(f"no MBPP test split in {path}: expected full/test-*.parquet (a hub snapshot), "
+                            "test.jsonl or full/test.jsonl")
+
+
+def heldout_questions(n: int) -> list[str]:
+    """The first `n` questions of the shipped held-out file (timing runs need prompts, not answers)."""
+    return [p["question"] for p in read_rows(HELDOUT, GSM8K_FIELDS, "GSM8K")[:n]]
+
+
+def family_source(family: dict, seed: int) -> str:
+    """How a set of fresh problems of `family` is named in a report or a file name."""
+    return f"{family['name']}-{family.get('phrasing', 'plain')}-seed{seed}"
+
+
+def bench_problems(data: str, n: int, family: dict | None = None, seed: int | None = None) -> tuple[list[dict], str]:
+    """(problems, where they came from) for a GSM8K-format run: `n` fresh held-out problems of the
+    model's `family` drawn with `seed` where a seed is given, else the first `n` rows of `data`."""
+    if seed is not None:
+        if not family:
+            raise ValueError("the model names no problem family (config.lopa.problems): give a data file instead")
+        return family_problems(family, n, seed), family_source(family, seed)
+    path = data_file(data)
+    return read_rows(path, GSM8K_FIELDS, "GSM8K")[:n], path.name
+
+
+def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:
+    """A study's problems: [{"id", "question", "answer" (None for bare prompts)}] and a description of
+    where they came from. `data` is "synthetic" (fresh held-out problems drawn with `seed`), a
+    DATA_FILES name, a GSM8K-format .jsonl, or a .txt of prompts, one a line."""
+    if data == "synthetic":
+        problems, where = split("heldout", n, seed), f"fresh held-out synthetic problems (lopa.problems, seed {seed})"
+    else:
+        try:
+            path = data_file(data)
+        except FileNotFoundError as err:
+            raise ValueError(f"{err}; a study also takes synthetic, or a .txt of prompts") from None
+        if path.suffix == ".txt":
+            problems = [{"question": line.strip(), "answer": None} for line in path.read_text().splitlines() if line.strip()]
+        else:
+            problems = read_rows(path, ("question",), "GSM8K")
+        problems, where = problems[:n], f"{path.name} (first {n})"
+    return [{"id": i, "question": p["question"], "answer": p.get("answer")} for i, p in enumerate(problems)], where

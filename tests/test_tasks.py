@@ -1,0 +1,222 @@
+"""The task layer (lopa.tasks) on hand-made inputs: problem files, prompts, grading, the hardware
+line and result files; and the bench and study commands' decode flags, all from the one registry."""
+
+import argparse
+import csv
+import gzip
+import importlib
+import json
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from lopa.settings import SETTINGS, ModelSpec
+from lopa.tasks import grading, hardware, humaneval, problems, prompts, results
+
+GSM = [{"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
+        "answer": "Tom now has <<3+2=5>>5 apples.\n#### 5"},
+       {"question": "Mia has 4 eggs. How many eggs does Mia have now?", "answer": "#### 4"}]
+
+
+def write_jsonl(path, rows, gz=False):
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text + "\n")           # a trailing blank line is no row
+    return path
+
+
+# -- problems ---------------------------------------------------------------------------------------
+def test_rows_read_from_jsonl_and_gzip_alike_and_missing_fields_name_the_file(tmp_path):
+    plain = write_jsonl(tmp_path / "p.jsonl", GSM)
+    packed = write_jsonl(tmp_path / "p.jsonl.gz", GSM, gz=True)
+    assert problems.read_rows(plain, problems.GSM8K_FIELDS) == problems.read_rows(packed) == GSM
+    with pytest.raises(ValueError, match=r"p\.jsonl is not HumanEval-format JSONL: rows lack entry_point, prompt, task_id, test"):
+        problems.read_rows(plain, humaneval.FIELDS, "HumanEval")
+    assert problems.first_row(packed) == GSM[0]
+    (tmp_path / "notes.txt").write_text("not json\n")
+    assert problems.first_row(tmp_path / "notes.txt") is None and problems.first_row(tmp_path / "absent") is None
+
+
+def test_a_study_reads_files_prompt_lists_and_fresh_problems(tmp_path):
+    data = write_jsonl(tmp_path / "p.jsonl", GSM)
+    got, where = problems.load_problems(str(data), 5, 0)
+    assert [(p["id"], p["answer"]) for p in got] == [(0, GSM[0]["answer"]), (1, "#### 4")] and "p.jsonl" in where
+    (tmp_path / "prompts.txt").write_text("first question\n\n  second question \n")
+    got, _ = problems.load_problems(str(tmp_path / "prompts.txt"), 5, 0)
+    assert [(p["question"], p["answer"]) for p in got] == [("first question", None), ("second question", None)]
+    fresh, where = problems.load_problems("synthetic", 3, 7)
+    assert len(fresh) == 3 and "seed 7" in where
+    assert fresh == problems.load_problems("synthetic", 3, 7)[0]            # a seed draws the same problems
+    with pytest.raises(ValueError, match="no problems at .*nowhere.jsonl"):
+        problems.load_problems(str(tmp_path / "nowhere.jsonl"), 1, 0)
+
+
+def test_the_bench_takes_a_file_or_a_family_it_can_name(tmp_path):
+    data = write_jsonl(tmp_path / "p.jsonl", GSM)
+    assert problems.bench_problems(str(data), 1) == (GSM[:1], "p.jsonl")
+    family = {"name": "synthetic-gsm", "phrasing": "adverbs"}
+    drawn, where = problems.bench_problems("ignored", 2, family, seed=3)
+    assert len(drawn) == 2 and where == "synthetic-gsm-adverbs-seed3"
+    with pytest.raises(ValueError, match="names no problem family"):
+        problems.bench_problems(str(data), 1, None, seed=3)
+    with pytest.raises(FileNotFoundError, match="no problems at"):
+        problems.bench_problems(str(tmp_path / "absent.jsonl"), 1)
+
+
+def test_local_split_and_mbpp_layouts(tmp_path):
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("{}\n")
+    assert problems.local_split_files(tmp_path) == (
+        "json", {"train": [str(tmp_path / "train.jsonl")], "test": [str(tmp_path / "test.jsonl")]})
+    shards = tmp_path / "hub" / "full"
+    shards.mkdir(parents=True)
+    (shards / "test-00000-of-00001.parquet").write_bytes(b"")
+    assert problems.local_split_files(shards, splits=("train",)) is None
+    assert problems.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
+    assert problems.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
+    (tmp_path / "mbpp.csv").write_text("")
+    with pytest.raises(ValueError, match="must be .jsonl or .parquet, got mbpp.csv"):
+        problems.mbpp_test_files(tmp_path / "mbpp.csv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no MBPP test split"):
+        problems.mbpp_test_files(tmp_path / "empty")
+
+
+# -- HumanEval's program text --------------------------------------------------------------------------
+ADD = {"task_id": "T/0", "entry_point": "add", "prompt": "def add(a, b):\n", "test": "def check(c):\n    assert c(1, 2) == 3\n"}
+
+
+def test_a_reply_becomes_candidate_and_test():
+    candidate, test = humaneval.program_parts(ADD, "    return a + b\n\ndef main():\n    pass\n", chat=False)
+    assert candidate == "def add(a, b):\n    return a + b\n"                   # cut at the stop sequence
+    assert test == "\ndef check(c):\n    assert c(1, 2) == 3\n\n\ncheck(add)\n"
+    reply = "Here.\n```python\ndef helper():\n    pass\n```\n```python\ndef add(a, b):\n    return a + b\n```"
+    candidate, _ = humaneval.program_parts(ADD, reply, chat=True)
+    assert candidate == "def add(a, b):\n\ndef add(a, b):\n    return a + b\n"  # the block that defines it
+
+
+def test_humaneval_prompt_follows_the_model_template():
+    base = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=True)
+    chat = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=True, prompt_template="<u>{prompt}</u>")
+    assert humaneval.prompt_text(base, ADD) == ADD["prompt"] and not humaneval.is_chat(base)
+    assert humaneval.prompt_text(chat, ADD).startswith("<u>Complete the following") and humaneval.is_chat(chat)
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+class Spaces:
+    """A tokenizer that numbers whitespace-separated words in order of first sight."""
+
+    def __init__(self):
+        self.ids = {}
+
+    def __call__(self, text, add_special_tokens=True):
+        assert add_special_tokens is False
+        return {"input_ids": [self.ids.setdefault(w, len(self.ids)) for w in text.split()]}
+
+
+class Loaded:
+    def __init__(self, template="{prompt}"):
+        self.spec = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=True, prompt_template=template)
+        self.tokenizer = Spaces()
+
+
+def test_templates_shots_and_ids():
+    loaded = Loaded()
+    assert prompts.template_for(loaded.spec, "gsm8k") == prompts.GSM8K_TEMPLATE
+    assert prompts.template_for(loaded.spec, "synthetic") == "{prompt}"
+    assert prompts.template_for(Loaded("[{prompt}]").spec, "gsm8k") == "[{prompt}]"   # the model's own wins
+    shots = prompts.few_shot_prefix(prompts.GSM8K_TEMPLATE, 2)
+    assert shots.count("Question: ") == 2 and shots.endswith("\n\n") and prompts.few_shot_prefix("{prompt}", 0) == ""
+    ids = prompts.prompt_ids(loaded, "  a b a ", "x {prompt} y", prefix="p ")
+    assert ids.dtype == torch.long and ids.tolist() == [0, 1, 2, 3, 2, 4]          # p x a b a y
+    assert torch.equal(prompts.question_ids(loaded, "a b"), prompts.encode(loaded.tokenizer, "a b"))
+    with_shots = prompts.question_ids(loaded, "a b", data="gsm8k", shots=1)
+    assert with_shots.numel() > prompts.question_ids(loaded, "a b", data="gsm8k").numel()
+
+
+# -- grading ---------------------------------------------------------------------------------------
+def test_exact_match_and_the_answer_part():
+    assert grading.exact_match("so #### 1,200", "#### 1200") == (1, "1200", "1200")
+    assert grading.exact_match("#### 5\n#### 6", "#### 5") == (0, "6", "5")               # the last one counts
+    assert grading.exact_match("no number", "#### 5") == (0, None, "5")
+    assert grading.exact_match("#### 5", None) == (None, "5", None)                          # a bare prompt
+    assert grading.answer_text(" #### 5\n\nQuestion: next #### 9") == " #### 5\n\n"
+    scored = grading.score_answer(GSM[0], "Tom now has <<3+2=5>>5 apples.\n#### 5", "plain")
+    assert {k: scored[k] for k in ("correct", "steps", "lines", "names_right", "grammar_lines")} == \
+        {"correct": 1, "steps": 1, "lines": 1, "names_right": 1, "grammar_lines": 2}
+
+
+# -- the hardware line -----------------------------------------------------------------------------
+def test_one_hardware_line_for_a_cpu_model():
+    model = torch.nn.Linear(2, 2)
+    line = hardware.hardware(model, "shared machine")
+    assert "CPU" in line and "torch thread(s)" in line and line.endswith(", shared machine")
+    assert hardware.hardware("cpu") == hardware.hardware(model)
+    env = hardware.environment("cpu")
+    assert env["device"] == hardware.hardware("cpu") and env["device_type"] == "cpu"
+    assert {"python", "torch", "transformers"} <= set(env)
+
+
+# -- result files ----------------------------------------------------------------------------------
+def test_rows_tables_and_meta_round_trip(tmp_path):
+    rows = [{"decoder": "d2f", "tpf": 1.5}, {"decoder": "lopa-k2", "tpf": 2.0}]
+    path = results.write_csv(tmp_path / "deep" / "summary.csv", rows)
+    assert list(csv.DictReader(path.open())) == [{"decoder": "d2f", "tpf": "1.5"}, {"decoder": "lopa-k2", "tpf": "2.0"}]
+    tables = {"": pd.DataFrame(rows), "cost": pd.DataFrame({"k": [0, 1]})}
+    files = results.write_results(tmp_path, "demo", tables, {"command": ["--n", "2"], "summary": {"n": 2}},
+                                  program="lopa.bench")
+    assert [f.name for f in files] == ["demo.csv", "demo.parquet", "demo_cost.csv", "demo_cost.parquet", "demo.json"]
+    loaded, meta = results.load_results("demo", tmp_path)
+    assert meta["command"] == "python -m lopa.bench demo --n 2" and meta["summary"] == {"n": 2} and "torch" in meta
+    assert loaded[""].equals(tables[""]) and loaded["cost"].equals(tables["cost"])
+    assert results.load_results("absent", tmp_path) is None
+
+
+def test_plots_wait_on_matplotlib_and_weights_have_a_digest(tmp_path, monkeypatch):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    digest = results.weights_digest(tmp_path)
+    assert len(digest) == 12 and digest == results.weights_digest(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    assert results.weights_digest(tmp_path) != digest
+    monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ModuleNotFoundError
+    assert results.save_plot(tmp_path / "x.png", lambda plt: pytest.fail("drew without matplotlib")) is False
+    assert not (tmp_path / "x.png").exists()
+
+
+# -- every bench and study command: its decode flags from the registry ---------------------------------
+def settings_flags(parser) -> set[str]:
+    return {a.dest for a in parser._actions if a.dest in SETTINGS}
+
+
+@pytest.mark.parametrize("module, per_row", [
+    ("lopa.bench.decoders", ("k", "commit")), ("lopa.bench.round", ("k",)), ("lopa.bench.bp", ()),   # --attention: one or a list, a table each
+    ("lopa.bench.fork", ("k", "commit")), ("lopa.study.departures", ("attention", "k", "cache_schedule", "mask_argmax")),
+    ("lopa.study.oracle", ("k",)), ("lopa.study.errors", ()), ("lopa.study.headroom", ("order", "order_seed")),
+])
+def test_each_command_takes_every_setting_it_does_not_set_per_row(module, per_row, monkeypatch):
+    seen = {}
+
+    def capture(self, argv=None, namespace=None):
+        seen["parser"] = self
+        raise SystemExit(0)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main([])
+    assert settings_flags(seen["parser"]) == set(SETTINGS) - set(per_row)
+
+
+def test_a_study_resolves_its_flags_over_the_model_s_own_values():
+    from lopa.study import common
+    spec = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=True, block_size=16, attention="full",
+                     decode={"tau_conf": 0.8})
+    parser = argparse.ArgumentParser()
+    common.add_common_arguments(parser, n=2, k=0)
+    base = common.base_settings(parser.parse_args([]), spec)
+    assert (base.attention, base.block_size, base.tau_conf, base.k, base.max_new_tokens) == ("full", 16, 0.8, 0, 128)
+    base = common.base_settings(parser.parse_args(["--attention", "block_causal", "--k", "3"]), spec)
+    assert (base.attention, base.block_size, base.k) == ("block_causal", 16, 3)      # what the user set wins
