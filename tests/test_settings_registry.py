@@ -74,8 +74,13 @@ def test_presets_policies_rules_and_schedules_cover_the_registry():
             spec.check(spec.paper)
 
 
-@pytest.mark.parametrize("command, per_row", [("bench", ("k", "commit")), ("orders", ("order", "order_seed")),
-                                              ("calibration", ("branch_score",)), ("adaptive", ("k", "order", "branch_cost"))])
+@pytest.mark.parametrize("command, per_row", [
+    ("bench", ("k", "commit")), ("orders", ("order", "order_seed")), ("calibration", ("branch_score",)),
+    ("adaptive", ("k", "order", "branch_cost")), ("errors", ()), ("headroom", ("order", "order_seed")),
+    ("departures", ("attention", "k", "cache_schedule", "mask_argmax")), ("oracle", ("k",)),
+    ("lopa.bench.round", ("k",)), ("lopa.bench.fork", ("k", "commit")),
+    ("lopa.bench.bp", ()),                     # its --attention takes one mode or a list, a table each
+])
 def test_bench_and_study_commands_take_every_setting_they_do_not_set_per_row(command, per_row, monkeypatch):
     """Each command's parser offers exactly the settings it passes on; capture it at parse time."""
     import importlib
@@ -85,7 +90,8 @@ def test_bench_and_study_commands_take_every_setting_they_do_not_set_per_row(com
         seen["parser"] = self
         raise SystemExit(0)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
-    module = importlib.import_module("lopa.bench.decoders" if command == "bench" else f"lopa.study.{command}")
+    name = command if "." in command else "lopa.bench.decoders" if command == "bench" else f"lopa.study.{command}"
+    module = importlib.import_module(name)
     with pytest.raises(SystemExit):
         module.main([])
     assert set(settings_flags(seen["parser"])) == set(SETTINGS) - set(per_row)

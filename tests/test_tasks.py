@@ -1,10 +1,9 @@
 """The task layer (lopa.tasks) on hand-made inputs: problem files, prompts, grading, the hardware
-line and result files; and the bench and study commands' decode flags, all from the one registry."""
+line and result files; and a study's settings resolved on the model."""
 
 import argparse
 import csv
 import gzip
-import importlib
 import json
 import sys
 
@@ -12,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lopa.settings import SETTINGS, ModelSpec
+from lopa.settings import ModelSpec
 from lopa.tasks import grading, hardware, humaneval, problems, prompts, results
 
 GSM = [{"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
@@ -188,28 +187,7 @@ def test_plots_wait_on_matplotlib_and_weights_have_a_digest(tmp_path, monkeypatc
     assert not (tmp_path / "x.png").exists()
 
 
-# -- every bench and study command: its decode flags from the registry ---------------------------------
-def settings_flags(parser) -> set[str]:
-    return {a.dest for a in parser._actions if a.dest in SETTINGS}
-
-
-@pytest.mark.parametrize("module, per_row", [
-    ("lopa.bench.decoders", ("k", "commit")), ("lopa.bench.round", ("k",)), ("lopa.bench.bp", ()),   # --attention: one or a list, a table each
-    ("lopa.bench.fork", ("k", "commit")), ("lopa.study.departures", ("attention", "k", "cache_schedule", "mask_argmax")),
-    ("lopa.study.oracle", ("k",)), ("lopa.study.errors", ()), ("lopa.study.headroom", ("order", "order_seed")),
-])
-def test_each_command_takes_every_setting_it_does_not_set_per_row(module, per_row, monkeypatch):
-    seen = {}
-
-    def capture(self, argv=None, namespace=None):
-        seen["parser"] = self
-        raise SystemExit(0)
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
-    with pytest.raises(SystemExit):
-        importlib.import_module(module).main([])
-    assert settings_flags(seen["parser"]) == set(SETTINGS) - set(per_row)
-
-
+# -- a study's settings: its flags over the model's own values -------------------------------------
 def test_a_study_resolves_its_flags_over_the_model_s_own_values():
     from lopa.study import common
     spec = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=True, block_size=16, attention="full",
