@@ -1,0 +1,120 @@
+"""DiffusionGemma on its own sampler: lopa.models.diffusion_gemma.decode returns the tokens
+transformers' own `generate` returns at the same seed (a tiny random model built from the stock
+config classes), and records every denoising step in a trace the schema validates."""
+
+import json
+
+import pytest
+import torch
+from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
+
+from lopa.canvas_trace import CanvasRun, settled_step
+from lopa.models import load
+from lopa.models.diffusion_gemma import decode, entropy_bound_accept, linear_temperature, token_entropy
+
+VOCAB, CANVAS = 64, 8
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A two-layer DiffusionGemma (one sliding, one full attention layer, 4 experts) with a
+    two-layer vision tower: the stock classes at a size a CPU runs in milliseconds."""
+    text = DiffusionGemmaTextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, global_head_dim=16, max_position_embeddings=256, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], num_experts=4, top_k_experts=2, moe_intermediate_size=16,
+        eos_token_id=1, pad_token_id=0)
+    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
+    torch.manual_seed(0)
+    model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(text_config=text, vision_config=vision,
+                                                                 canvas_length=CANVAS)).eval()
+    with torch.no_grad():   # sharper predictions than random weights give: several acceptances a step
+        model.model.decoder.norm.weight.mul_(30)
+    return model
+
+
+PROMPT = torch.tensor([[2, 17, 33, 5, 40, 9]])
+
+
+@pytest.mark.parametrize("generation", [
+    dict(max_new_tokens=24, max_denoising_steps=6),                                  # three canvases, defaults
+    dict(max_new_tokens=16, max_denoising_steps=12, stability_threshold=0, confidence_threshold=0.4),  # stops early
+    dict(max_new_tokens=16, max_denoising_steps=5, t_min=0.1, t_max=2.0, eos_token_id=[7, 11], pad_token_id=0),
+])
+def test_decode_returns_generates_tokens_at_the_same_seed(model, generation):
+    torch.manual_seed(123)
+    expected = model.generate(PROMPT, **generation)
+    run = decode(model, PROMPT, seed=123, **generation)
+    assert run.tokens == expected.sequences[0, PROMPT.shape[1]:].tolist()
+    if "confidence_threshold" in generation:         # the case meant to stop early does
+        assert run.records[0].canvas == 0 and any(r.stopped for r in run.records)
+        assert run.forwards < 2 * generation["max_denoising_steps"]
+    if "eos_token_id" in generation:                 # ... and the one meant to end at EOS pads after it
+        assert run.tokens[0] == 7 and set(run.tokens[1:]) == {0} and len(run.tokens) == CANVAS
+    assert run.tokens_per_forward() == pytest.approx(float(expected.tokens_per_forward[0]))
+
+
+def test_trace_records_each_step_and_round_trips_through_the_schema(model, tmp_path):
+    run = decode(model, PROMPT, seed=5, max_new_tokens=16, max_denoising_steps=6)
+    assert [(r.canvas, r.step) for r in run.records][:7] == [(0, s) for s in range(6)] + [(1, 0)]
+    for r in run.records:
+        assert sorted(r.accepted + r.renoised) == list(range(CANVAS)) and len(r.entropy) == CANVAS
+    # each step's input is the previous step's accepted draws, and noise elsewhere
+    first, second = run.records[0], run.records[1]
+    assert all(second.tokens_in[p] == first.sampled[p] for p in first.accepted)
+    # the answer is each canvas's last argmax
+    assert run.tokens[:CANVAS] == run.canvas_records(0)[-1].argmax
+    assert max(len(r.accepted) for r in run.records) > 1
+    settled = run.accepted_step()
+    assert len(settled) == len(run.tokens) and any(s is not None and s > 0 for s in settled)
+    loaded = CanvasRun.load(run.save(tmp_path / "run.json"))
+    assert loaded.to_dict() == run.to_dict() and loaded.accepted_step() == settled
+
+
+def test_schema_refuses_a_record_whose_accepted_and_renoised_do_not_split_the_canvas(model):
+    run = decode(model, PROMPT, seed=5, max_new_tokens=8, max_denoising_steps=3)
+    data = json.loads(run.to_json())
+    data["records"][1]["renoised"] = data["records"][1]["renoised"][1:]
+    with pytest.raises(ValueError, match="records.1: accepted and renoised must split"):
+        CanvasRun.from_json(json.dumps(data))
+    data = json.loads(run.to_json())
+    data["records"][0]["entropy"][2] = -1.0
+    with pytest.raises(ValueError, match="records.0.entropy.2"):
+        CanvasRun.from_json(json.dumps(data))
+
+
+def test_entropy_bound_accepts_the_lowest_entropies_while_the_bound_holds():
+    entropy = torch.tensor([[0.30, 0.01, 0.05, 2.0, 0.02]])
+    # sorted 0.01, 0.02, 0.05, 0.30, 2.0: running sums minus the newest 0, .01, .03, .08, .38
+    assert entropy_bound_accept(entropy, 0.1).tolist() == [[True, True, True, False, True]]
+    assert entropy_bound_accept(entropy, 0.02).tolist() == [[False, True, False, False, True]]
+    assert entropy_bound_accept(entropy, 0.0).tolist() == [[False, True, False, False, False]]   # always one
+    before = entropy.clone()
+    entropy_bound_accept(entropy, 0.1)
+    assert torch.equal(entropy, before)                                  # inputs unchanged
+
+
+def test_temperature_falls_linearly_and_entropy_is_in_nats():
+    steps = torch.tensor(4, dtype=torch.int32)
+    assert float(linear_temperature(steps, 4, 0.4, 0.8)) == pytest.approx(0.8)
+    assert float(linear_temperature(torch.tensor(1, dtype=torch.int32), 4, 0.4, 0.8)) == pytest.approx(0.5)
+    uniform = torch.zeros(1, 2, 8)
+    assert token_entropy(uniform)[0].tolist() == pytest.approx([torch.log(torch.tensor(8.0)).item()] * 2)
+
+
+def test_settled_step_is_where_the_final_token_stayed_accepted():
+    from lopa.canvas_trace import DenoiseRecord
+    def rec(step, accepted, sampled):
+        return DenoiseRecord(0, step, 3 - step, 1.0, [0, 0], sampled, sampled, [0.0, 0.0], accepted,
+                             [p for p in (0, 1) if p not in accepted])
+    records = [rec(0, [0], [5, 9]), rec(1, [0, 1], [5, 8]), rec(2, [0, 1], [5, 8])]
+    assert settled_step(records, 0, 5) == 0 and settled_step(records, 1, 8) == 1
+    assert settled_step(records, 1, 9) is None
+
+
+def test_load_refuses_a_diffusion_gemma_folder_with_a_pointer_to_its_sampler(tmp_path, model):
+    model.save_pretrained(tmp_path / "diffusiongemma-tiny")
+    with pytest.raises(ValueError, match="DiffusionGemma checkpoint.*lopa.models.diffusion_gemma.decode"):
+        load(tmp_path / "diffusiongemma-tiny")
