@@ -1,9 +1,22 @@
+import atexit
+import os
+import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Each pytest-xdist worker (scripts/test.sh runs two) keeps the files libraries write during a test in
+# a folder of its own, so two workers never write one file: transformers' copies of remote code and
+# custom_generate/ (HF_MODULES_CACHE), gradio's uploads and downloads (GRADIO_TEMP_DIR). Set before
+# either library is imported; pytest's tmp_path is per worker already.
+SCRATCH = tempfile.mkdtemp(prefix=f"lopa-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
+os.environ.setdefault("HF_MODULES_CACHE", os.path.join(SCRATCH, "hf-modules"))
+os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(SCRATCH, "gradio"))
 
 import pytest
 import torch
