@@ -351,7 +351,7 @@ def validate_trace(data: Any) -> dict:
     return data
 
 
-# -- the canvas-sampler trace (lopa.canvas_trace, format lopa-canvas-trace/1) ---------------------
+# -- the canvas-sampler trace (lopa.models.canvas_trace, format lopa-canvas-trace/1) ------------
 CANVAS_TRACE_FORMAT = "lopa-canvas-trace/1"
 MAX_CANVAS = MAX_BLOCK_SIZE
 MAX_DENOISE_STEPS = 1024

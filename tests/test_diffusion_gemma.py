@@ -9,8 +9,8 @@ import torch
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
 
-from lopa.canvas_trace import CanvasRun, settled_step
 from lopa.models import load
+from lopa.models.canvas_trace import CanvasRun, settled_step
 from lopa.models.diffusion_gemma import decode, entropy_bound_accept, linear_temperature, token_entropy
 
 VOCAB, CANVAS = 64, 8
@@ -105,7 +105,7 @@ def test_temperature_falls_linearly_and_entropy_is_in_nats():
 
 
 def test_settled_step_is_where_the_final_token_stayed_accepted():
-    from lopa.canvas_trace import DenoiseRecord
+    from lopa.models.canvas_trace import DenoiseRecord
     def rec(step, accepted, sampled):
         return DenoiseRecord(0, step, 3 - step, 1.0, [0, 0], sampled, sampled, [0.0, 0.0], accepted,
                              [p for p in (0, 1) if p not in accepted])

@@ -1,4 +1,4 @@
-"""DiffusionGemma decoded on its own sampler, recorded step by step (lopa.canvas_trace).
+"""DiffusionGemma decoded on its own sampler, recorded step by step (lopa.models.canvas_trace).
 
 DiffusionGemma (transformers' `DiffusionGemmaForBlockDiffusion`) is not a masked diffusion LM, so
 the LoPA engine does not decode it. Its `generate` writes the answer one canvas (block) at a time:
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from lopa.canvas_trace import CanvasRun, DenoiseRecord
+from lopa.models.canvas_trace import CanvasRun, DenoiseRecord
 
 
 # -- pure helpers: the sampler's arithmetic, on hand-made tensors in the tests --------------------
