@@ -9,6 +9,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pytest
+import torch
+
 # Each pytest-xdist worker (scripts/test.sh runs two) keeps the files libraries write during a test in
 # a folder of its own, so two workers never write one file: transformers' copies of remote code and
 # custom_generate/ (HF_MODULES_CACHE), gradio's uploads and downloads (GRADIO_TEMP_DIR). Set before
@@ -17,9 +20,6 @@ SCRATCH = tempfile.mkdtemp(prefix=f"lopa-tests-{os.environ.get('PYTEST_XDIST_WOR
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ.setdefault("HF_MODULES_CACHE", os.path.join(SCRATCH, "hf-modules"))
 os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(SCRATCH, "gradio"))
-
-import pytest
-import torch
 
 # CI machines have two cores and other work running; one thread keeps timings of tests sane.
 torch.set_num_threads(1)
