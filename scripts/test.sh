@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the tests need into a fresh virtual environment, then runs the lint and every test.
 # Usage: bash scripts/test.sh [pytest args]
+# The tests run on LOPA_TEST_WORKERS pytest-xdist workers (default 2, one per core of the 2-core CI
+# machine; "auto" = one per CPU), a test file per worker at a time (--dist loadfile), so a module's
+# fixtures (a served app, a browser, a branch-parallel group) start once. LOPA_TEST_WORKERS=0 runs in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${LOPA_TEST_VENV:-.venv-test}
@@ -22,4 +25,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 "$VENV/bin/ruff" check .          # the lint pre-commit runs (configured in pyproject.toml)
-exec "$VENV/bin/python" -m pytest -q "$@"
+exec "$VENV/bin/python" -m pytest -q -n "${LOPA_TEST_WORKERS:-2}" --dist loadfile "$@"
