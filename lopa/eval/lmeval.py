@@ -19,10 +19,9 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
 from lopa.eval import code_eval
 from lopa.eval.tasks import GSM8K_DIR, task_configs  # noqa: F401 (GSM8K_DIR: the CLI's default)
+from lopa.tasks.prompts import encode
 from lopa.trace import pooled
 
 
@@ -50,7 +49,7 @@ def _model_class():
                 # The authors prepend the BOS text (add_bos_token=true in their scripts).
                 if self.add_bos and tokenizer.bos_token and not context.startswith(tokenizer.bos_token):
                     context = tokenizer.bos_token + context
-                ids = torch.tensor(tokenizer(context, add_special_tokens=False)["input_ids"], dtype=torch.long)
+                ids = encode(tokenizer, context)
                 # A prompt longer than the context leaves room for the answer by losing its left end,
                 # as the authors' generate_until does ("cutoff on the left side"); recorded per decode.
                 room = self.loaded.spec.max_context - self.settings.max_new_tokens

@@ -25,6 +25,7 @@ import statistics
 from lopa.problems import CALC_RE as CALC
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer
 from lopa.study.common import add_common_arguments, decode_one, start, write_results
+from lopa.tasks.grading import exact_match
 from lopa.trace import LOOKAHEAD, fill_landscape, fills
 
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         first_round.append(landscape["first_fill_share"])
         spread.append(landscape["fill_spread"])
         steps = p["answer"].count("<<")
-        right = final_answer(text) == final_answer(p["answer"])
+        right = bool(exact_match(text, p["answer"])[0])
         by_steps[(steps, right)] += 1
         errors, names = line_errors(p["question"], p["answer"], text)
         verdicts += names

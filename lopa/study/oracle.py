@@ -29,9 +29,10 @@ import torch
 from lopa.engine import Decoder
 from lopa.exact import exact_distribution, reading_table
 from lopa.forward import Verified
-from lopa.problems import PHRASINGS, final_answer, grammatical_lines, phrasings, split
+from lopa.problems import PHRASINGS, grammatical_lines, phrasings, split
 from lopa.rules import summarize
 from lopa.settings import DecodeSettings, add_settings_arguments, decoder_settings, settings_from_args
+from lopa.tasks.grading import exact_match
 from lopa.tasks.problems import DEFAULT_SEED
 from lopa.trace import pooled
 
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
     for k in (int(x) for x in args.ks.split(",")):
         settings = decoder_settings("lopa", base, k=k) if k else decoder_settings("d2f", base)
         runs = [decode(loaded, p, settings, args.phrasing, attention) for p in problems]
-        right = sum(final_answer(r.text) == final_answer(p["answer"]) for r, p in zip(runs, problems))
+        right = sum(exact_match(r.text, p["answer"])[0] for r, p in zip(runs, problems))
         m = [r.metrics() for r in runs]
         pool = pooled(m)
         tpf = pool["tpf_useful"]
