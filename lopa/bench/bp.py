@@ -88,15 +88,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="1,2,3,4", help="world sizes to try (default 1,2,3,4)")
     ap.add_argument("--prompts", type=int, default=2, help="held-out questions to decode (default 2)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs of each prompt (default 1)")
-    ap.add_argument("--attention", help="one or more of " + ", ".join(ATTENTION_MODES) + ", comma-separated: a table "
+    ap.add_argument("--attention", dest="attentions", help="one or more of " + ", ".join(ATTENTION_MODES) + ", comma-separated: a table "
                     "each (default: the model's own)")
     ap.add_argument("--device", default="cpu", help="cpu (gloo), cuda (NCCL: rank r on cuda:r), npu (HCCL)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank and for the reference")
     add_settings_arguments(ap, per_row=("attention",), choose_decoder=False, defaults=DEFAULTS)
     args = ap.parse_args(argv)
-    attentions = args.attention.split(",") if args.attention else []
+    attentions = args.attentions.split(",") if args.attentions else []     # per row: not a settings flag
     if any(a not in ATTENTION_MODES for a in attentions):
-        ap.error(f"--attention takes {', '.join(ATTENTION_MODES)} (comma-separated), got {args.attention[:60]!r}")
+        ap.error(f"--attention takes {', '.join(ATTENTION_MODES)} (comma-separated), got {args.attentions[:60]!r}")
 
     from lopa.distributed.group import BPGroup
     from lopa.models import load
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     worlds = [int(w) for w in args.workers.split(",")]
     resolved = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
 
-    print(f"hardware: {hardware(loaded, f'load average {os.getloadavg()[0]:.1f}')}, {args.threads} torch thread(s) per process")
+    print(f"hardware: {hardware(loaded, f'load average {os.getloadavg()[0]:.1f}')} (the same threads in every rank)")
     print(f"model: {loaded.describe()}; {len(prompts)} held-out prompt(s) x {args.repeats}; k = {resolved.k} "
           f"({resolved.k + 1} branches a round), max_new_tokens {resolved.max_new_tokens}\n")
     head = (f"{'attention':12s} {'backend':9s} {'round_ms':>8s} {'fwd_ms':>7s} {'fwd_max':>7s} {'gather':>7s} "
