@@ -32,3 +32,20 @@ def offline(monkeypatch):
         raise OSError("network disabled in this test")
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def require_bubblewrap() -> None:
+    """Skip where bubblewrap is not installed; FAIL, with bwrap's own reason, where it is installed
+    but cannot start (a CI that cannot run the sandbox must not go green by skipping its tests)."""
+    from lopa.eval.sandbox import isolation
+    found = isolation()
+    if found.bubblewrap == "not installed":
+        pytest.skip("needs bubblewrap (apt-get install bubblewrap; scripts/test.sh installs it as root)")
+    if not found.ready:
+        pytest.fail(f"bubblewrap is installed but cannot start: {found.reason}", pytrace=False)
+
+
+@pytest.fixture
+def bubblewrap():
+    """For tests of what runs under bubblewrap: see require_bubblewrap."""
+    require_bubblewrap()

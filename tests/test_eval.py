@@ -6,13 +6,13 @@ import json
 import pytest
 from tiny import save_tiny_model_dir
 
-from lopa.bench.humaneval import bubblewrap_available
 from lopa.cli import main
 from lopa.trace import RoundRecord, RunResult, authors_tpf, metrics
 
 pytest.importorskip("lm_eval")
 pytest.importorskip("evalplus")
-needs_bwrap = pytest.mark.skipif(not bubblewrap_available(), reason="EvalPlus grading runs only inside bubblewrap")
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")   # EvalPlus grading runs only inside bubblewrap: skips where it is
+                                                  # not installed, fails where it cannot start
 
 # Two HumanEval+-format problems, written here (no download): EvalPlus compares a solution's outputs
 # on base_input / plus_input with the canonical solution's.

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from lopa.bench.humaneval import bubblewrap_available
-
 pytest.importorskip("lm_eval")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-needs_bwrap = pytest.mark.skipif(not bubblewrap_available(), reason="generated code runs only inside bubblewrap")
+needs_bwrap = pytest.mark.usefixtures("bubblewrap")   # generated code runs only inside bubblewrap: skips where it is
+                                                  # not installed, fails where it cannot start
 
 # Three MBPP test-split rows (config "full": task_id, text, code, test_list, test_setup_code,
 # challenge_test_list). The canned replies below pass, fail, and pass with a `__main__` block that

@@ -29,17 +29,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lopa.eval.sandbox import Program, bubblewrap_available, run_program
+from lopa.eval.sandbox import Program, bubblewrap_available, isolation, run_program
 
 TIMEOUT_S = 3.0          # HF code_eval's default `timeout`, which lm-eval's mbpp / humaneval use
 RUN_NAME = "builtins"    # `__name__` under exec(program, {}): the builtins module's name
 
 
 def require_bubblewrap() -> None:
-    """Raise unless bubblewrap can sandbox a program here (checked before any decoding starts)."""
+    """Raise unless bubblewrap can sandbox a program here (checked before any decoding starts),
+    saying whether it is not installed or installed but unable to start, and why."""
     if not bubblewrap_available():
-        raise RuntimeError("grading executes generated code and runs only inside bubblewrap here: install it "
-                           "(Debian: apt-get install bubblewrap) on a kernel that allows user namespaces")
+        found = isolation()
+        why = ("it is not installed" if found.bubblewrap == "not installed" else
+               f"it is installed but cannot start: {found.reason}" if found.reason else "it is unavailable")
+        raise RuntimeError(f"grading executes generated code and runs only inside bubblewrap here, and {why}; install "
+                           "it (Debian: apt-get install bubblewrap, with util-linux's unshare and mount) on a kernel "
+                           "that allows user namespaces")
 
 
 def program(candidate: str, test: str) -> Program:
