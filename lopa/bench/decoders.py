@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from lopa.bench import humaneval
 from lopa.blocks import min_forwards
+from lopa.eval.sandbox import describe as describe_sandbox
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
 from lopa.settings import (
@@ -205,9 +206,7 @@ def main(argv=None) -> int:
     n = min(20, args.n) if args.quick else args.n
     if task == "humaneval":
         problems, where = humaneval_task.load_problems(None if args.data == "humaneval" else args.data)[:n], Path(args.data).name
-        print("HumanEval: generated code runs in a subprocess sandbox "
-              + ("without network (network namespace)" if humaneval.network_isolation() else
-                 "(no network namespace available here: socket functions removed only)"))
+        print(f"HumanEval: {describe_sandbox()}")
     else:
         try:
             problems, where = bench_problems(args.data, n, family, args.problem_seed)
