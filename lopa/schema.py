@@ -392,6 +392,8 @@ class CanvasTrace(_Strict):
     settings: dict
     pad_token_id: Id | None = None
     records: Annotated[list[DenoiseRecordModel], Field(max_length=MAX_ROUNDS, fail_fast=True)]
+    settled: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_DENOISE_STEPS)] | None],
+                       Field(max_length=MAX_POSITIONS, fail_fast=True)] = []
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -406,6 +408,8 @@ class CanvasTrace(_Strict):
                 raise ValueError(f"records.{i}.step: must be < max_denoising_steps ({settings.max_denoising_steps})")
         if -(-len(self.tokens) // n) < len({r.canvas for r in self.records}):
             raise ValueError("more canvases were denoised than the answer holds")
+        if self.settled and len(self.settled) != len(self.tokens):
+            raise ValueError("settled must hold one entry per answer token")
         return self
 
 

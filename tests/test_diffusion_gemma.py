@@ -118,3 +118,18 @@ def test_load_refuses_a_diffusion_gemma_folder_with_a_pointer_to_its_sampler(tmp
     model.save_pretrained(tmp_path / "diffusiongemma-tiny")
     with pytest.raises(ValueError, match="DiffusionGemma checkpoint.*lopa.models.diffusion_gemma.decode"):
         load(tmp_path / "diffusiongemma-tiny")
+
+
+def test_figures_show_each_step_from_the_trace_data(model):
+    from visualizations.denoise import denoise_heatmap, denoise_step_html
+    run = decode(model, PROMPT, seed=5, max_new_tokens=16, max_denoising_steps=6).to_dict()
+    fig = denoise_heatmap(run, canvas=1)
+    heat, accepted, settled = fig.data
+    steps = [r for r in run["records"] if r["canvas"] == 1]
+    assert [list(row) for row in heat.z] == [r["entropy"] for r in steps]
+    assert len(accepted.x) == sum(len(r["accepted"]) for r in steps)
+    assert list(settled.x) == [p for p, s in enumerate(run["settled"][CANVAS:]) if s is not None]
+    html = denoise_step_html(run, 0, names={t: "<b>x</b>" for t in range(VOCAB)})
+    assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+    assert html.count("border:2px solid") == len(run["records"][0]["accepted"])
+    assert "was not denoised" in denoise_heatmap(run, canvas=9).layout.annotations[0].text

@@ -54,7 +54,14 @@ class CanvasRun:
     settings: dict
     records: list[DenoiseRecord] = field(default_factory=list)
     pad_token_id: int | None = None
+    # Per answer position, the step its final token settled at (accepted_step(), stored so that a
+    # reader of the file, a figure, needs no second copy of the rule).
+    settled: list[int | None] = field(default_factory=list)
     format: str = CANVAS_TRACE_FORMAT
+
+    def __post_init__(self) -> None:
+        if self.records and not self.settled:
+            self.settled = self.accepted_step()
 
     @property
     def forwards(self) -> int:
