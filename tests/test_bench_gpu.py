@@ -78,8 +78,9 @@ def check_schema(report: dict) -> None:
     assert set(report["equality"]["attention_ops"]) == models
 
     premise = report["premise"]
-    assert {r["model"] for r in premise} == models | {plan["shape_name"]}
-    for model in models | {plan["shape_name"]}:
+    measured = models | {plan["shape_name"]} | set(plan.get("more_shapes", ()))   # SDAR, LLaDA-MoE shapes
+    assert {r["model"] for r in premise} == measured
+    for model in measured:
         mine = [r for r in premise if r["model"] == model]
         assert [r["B"] for r in mine] == plan["counts"] * len(plan["prefixes"])
         for r in mine:

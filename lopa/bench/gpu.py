@@ -50,6 +50,20 @@ PAPER_TPF = {"vanilla": (0, 3.1), "LoPA": (14, 10.1)}
 DREAM_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+# The other families the engine loads, at their published sizes (random weights, same stock classes the
+# loaders map them onto): SDAR-1.7B-Chat's config.json (Qwen3); LLaDA-MoE-7B-A1B as OLMoE-1B-7B's
+# geometry (16 layers, hidden 2048, 16 heads, 64 experts, 8 active, expert width 1024) with its
+# 157,184-token vocabulary, on Qwen3-MoE (lopa.models.sdar_llada_moe).
+SDAR_1_7B = dict(num_hidden_layers=28, hidden_size=2048, intermediate_size=6144, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=32768,
+                 rope_theta=1000000.0, tie_word_embeddings=False)
+LLADA_MOE_7B = dict(num_hidden_layers=16, hidden_size=2048, intermediate_size=1024, num_attention_heads=16,
+                    num_key_value_heads=16, head_dim=128, num_experts=64, num_experts_per_tok=8,
+                    moe_intermediate_size=1024, norm_topk_prob=False, vocab_size=157184, max_position_embeddings=8192,
+                    tie_word_embeddings=False)
+# name -> (stock architecture, shape, how it decodes: logit shift, attention) for the premise's extra rows.
+MORE_SHAPES = {"SDAR-1.7B shape (random weights)": ("qwen3", SDAR_1_7B, False, "block_causal"),
+               "LLaDA-MoE-7B-A1B shape (random weights)": ("qwen3_moe", LLADA_MOE_7B, False, "full")}
 
 
 def toy_shape(shape: dict) -> dict:
@@ -88,6 +102,7 @@ class Plan:
     equality_tokens: int = 128
     prefixes: tuple[int, ...] = (100, 500)
     counts: tuple[int, ...] = BRANCH_COUNTS
+    more_shapes: tuple[str, ...] = tuple(MORE_SHAPES)      # measured in the premise beside shape (toy-sized when toy)
 
 
 BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
@@ -181,21 +196,25 @@ def equality(loaded: LoadedModel, plan: Plan) -> tuple[list[dict], dict]:
 
 
 # -- 2. the premise ----------------------------------------------------------------------------
-def random_model(shape: dict, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """A Qwen2 with random weights, created on the device in `dtype` (no full-precision copy)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    config = Qwen2Config(**shape, attn_implementation="sdpa")
+def random_model(shape: dict, name: str, device: torch.device, dtype: torch.dtype, architecture: str = "qwen2",
+                 logit_shift: bool = True, attention: str = "full") -> LoadedModel:
+    """A Qwen2 (or Qwen3 / Qwen3-MoE: `architecture`) with random weights, created on the device in
+    `dtype` (no full-precision copy)."""
+    import transformers
+    stock = {"qwen2": "Qwen2", "qwen3": "Qwen3", "qwen3_moe": "Qwen3Moe"}[architecture]
+    config_class, model_class = (getattr(transformers, f"{stock}{part}") for part in ("Config", "ForCausalLM"))
+    config = config_class(**shape, attn_implementation="sdpa")
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Qwen2ForCausalLM(config).eval()
+            model = model_class(config).eval()
     finally:
         torch.set_default_dtype(default)
     V = shape["vocab_size"]
-    spec = ModelSpec(mask_token_id=V - 1, eos_token_ids=(V - 2,), logit_shift=True, max_context=shape["max_position_embeddings"],
-                     block_size=BLOCK, attention="full", name=name)
+    spec = ModelSpec(mask_token_id=V - 1, eos_token_ids=(V - 2,), logit_shift=logit_shift,
+                     max_context=shape["max_position_embeddings"], block_size=BLOCK, attention=attention, name=name)
     return LoadedModel(model, None, spec, Path("random"))
 
 
@@ -389,6 +408,12 @@ def main(argv=None) -> int:
         big = random_model(plan.shape, plan.shape_name, device, torch.float32 if device.type == "cpu" else torch.bfloat16)
         rows += premise(big, plan)
         del big
+        for name in plan.more_shapes:
+            architecture, shape, shift, attention = MORE_SHAPES[name]
+            big = random_model(toy_shape(shape) if plan.toy else shape, name, device,
+                               torch.float32 if device.type == "cpu" else torch.bfloat16, architecture, shift, attention)
+            rows += premise(big, plan)
+            del big
         return rows
     section("premise", measure_premise)
     if "premise" in report:
