@@ -133,3 +133,20 @@ def test_figures_show_each_step_from_the_trace_data(model):
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
     assert html.count("border:2px solid") == len(run["records"][0]["accepted"])
     assert "was not denoised" in denoise_heatmap(run, canvas=9).layout.annotations[0].text
+
+
+def test_the_command_decodes_a_folder_and_saves_a_trace_equal_to_decode(model, tmp_path, capsys):
+    from tiny import tiny_tokenizer
+
+    from lopa.models.diffusion_gemma import main
+    folder = tmp_path / "diffusiongemma-tiny"
+    model.save_pretrained(folder)
+    tokenizer = tiny_tokenizer()
+    tokenizer.save_pretrained(folder)
+    code = main(["--model", str(folder), "--prompt", "how many apples", "--device", "cpu", "--seed", "3",
+                 "--max-new-tokens", "16", "--max-denoising-steps", "4", "--out", str(tmp_path / "t.json")])
+    assert code == 0 and "denoising forwards" in capsys.readouterr().out
+    saved = CanvasRun.load(tmp_path / "t.json")
+    ids = tokenizer("how many apples", return_tensors="pt")["input_ids"]
+    assert saved.tokens == decode(model, ids, seed=3, max_new_tokens=16, max_denoising_steps=4).tokens
+    assert main(["--model", str(tmp_path / "nowhere"), "--prompt", "x"]) == 2

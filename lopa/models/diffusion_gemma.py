@@ -160,3 +160,64 @@ def _stable_and_confident(history: list, argmax: torch.Tensor, entropy: torch.Te
         history.append(argmax)
         del history[:-need]
     return bool(stable and entropy.mean() < config.confidence_threshold)
+
+
+# -- a folder on disk: load it, decode a prompt, save the trace ------------------------------------
+def load_diffusion_gemma(path, device: str | None = None):
+    """(model, tokenizer) of a DiffusionGemma folder, through the loaders' checks (safetensors only,
+    local files, the device and dtype every loader picks)."""
+    from pathlib import Path
+
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from lopa.models.loading import check_weights, from_pretrained_kwargs, load_tokenizer, pick_device
+    path, dev = Path(path), pick_device(device)
+    check_weights(path)
+    try:
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **from_pretrained_kwargs(dev))
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"could not load DiffusionGemma from {path}: {err}") from err
+    return model.to(dev).eval(), load_tokenizer(path)
+
+
+def main(argv=None) -> int:
+    """python -m lopa.models.diffusion_gemma --model DIR --prompt TEXT [--out trace.json]"""
+    import argparse
+
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+    parser = argparse.ArgumentParser(prog="python -m lopa.models.diffusion_gemma",
+                                     description="Decode one prompt with DiffusionGemma's own sampler and save the "
+                                                 "step-by-step trace (lopa-canvas-trace/1).")
+    parser.add_argument("--model", required=True, help="a DiffusionGemma folder (config.json, safetensors, tokenizer)")
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    parser.add_argument("--device")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, help="default: the checkpoint's generation config, else 256")
+    parser.add_argument("--max-denoising-steps", type=int, help="default: the generation config's, else 48")
+    parser.add_argument("--entropy-bound", type=float, help="default: the generation config's, else 0.1")
+    parser.add_argument("--out", help="write the trace here (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        model, tokenizer = load_diffusion_gemma(args.model, args.device)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}], tokenize=False,
+                                             add_generation_prompt=True) if args.chat else args.prompt
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=not args.chat)["input_ids"]
+        generation = {k: v for k, v in (("max_new_tokens", args.max_new_tokens),
+                                        ("max_denoising_steps", args.max_denoising_steps)) if v is not None}
+        if args.entropy_bound is not None:
+            generation["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=float(args.entropy_bound))
+        run = decode(model, ids.to(next(model.parameters()).device), tokenizer=tokenizer, prompt=args.prompt,
+                     seed=args.seed, name=str(args.model).rstrip("/").split("/")[-1], **generation)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", flush=True)
+        return 2
+    print(run.answer)
+    print(f"{len(run.tokens)} tokens, {run.forwards} denoising forwards, {run.tokens_per_forward():.2f} tokens/forward")
+    if args.out:
+        print(f"trace: {run.save(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
