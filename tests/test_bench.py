@@ -228,3 +228,23 @@ def test_rows_are_interleaved_in_williams_orders(monkeypatch):
     assert calls == [(0, "d2f"), (0, "lopa-k1"), (0, "lopa-k4"), (1, "lopa-k1"), (1, "lopa-k4"), (1, "d2f"),
                      (2, "lopa-k4"), (2, "d2f"), (2, "lopa-k1"), (3, "lopa-k4"), (3, "lopa-k1"), (3, "d2f")]
     assert {name: [r["problem"] for r in rs] for name, rs in out.items()} == {name: [0, 1, 2, 3] for name in rows}
+
+
+def test_the_bench_commands_decode_with_what_the_model_asks_for(tmp_path, capsys):
+    """No flag given: the model's own attention and block size (config.json "lopa"); a flag wins."""
+    model = save_tiny_model_dir(tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    config["lopa"].update(attention="full", block_size=4)
+    (model / "config.json").write_text(json.dumps(config))
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
+    args = ["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f", "--max-new-tokens", "8",
+            "--out", str(tmp_path / "out")]
+    assert bench.main(args) == 0
+    base = capsys.readouterr().out.split("base settings: ")[1].split("\n")[0]
+    assert "'attention': 'full'" in base and "'block_size': 4" in base
+    assert bench.main([*args, "--attention", "block_causal"]) == 0
+    base = capsys.readouterr().out.split("base settings: ")[1].split("\n")[0]
+    assert "'attention': 'block_causal'" in base and "'block_size': 4" in base
+    assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
+    assert "2 blocks x 4 tokens" in capsys.readouterr().out
