@@ -96,10 +96,11 @@ def test_sdar_loads_into_stock_qwen3_with_identical_logits_and_its_own_decode_se
         4, 0.85, 1.0, "max_prob", "block_causal")
     assert sources["tau_conf"] == sources["block_size"] == "model" and sources["k"] == "user"
     assert resolve({"tau_conf": 0.5}, spec).tau_conf == 0.5
-    # LoPA decodes it unchanged: the batched executor agrees with one forward per branch.
-    settings = settings.replace(max_new_tokens=16, tau_conf=0.2)
-    runs = {ex: loaded.decoder(settings, executor=ex).run("def add(a, b):") for ex in ("batched", "per_branch")}
-    assert runs["batched"].tokens == runs["per_branch"].tokens and len(runs["batched"].tokens) == 16
+    # LoPA decodes it unchanged, in every filling order: the batched executor agrees with one forward per branch.
+    for order in ("confidence", "random", "left_to_right"):
+        settings = settings.replace(max_new_tokens=16, tau_conf=0.2, order=order)
+        runs = {ex: loaded.decoder(settings, executor=ex).run("def add(a, b):") for ex in ("batched", "per_branch")}
+        assert runs["batched"].tokens == runs["per_branch"].tokens and len(runs["batched"].tokens) == 16
 
 
 def test_sdar_with_sliding_window_is_refused_without_remote_code(tmp_path):
