@@ -12,7 +12,11 @@ of what ran where) and, where plotly / matplotlib are installed, its plots.
 
 STUDIES is the one list: the command line dispatches on it, and the app shows (and runs live, behind
 its GPU boundary) the studies marked `app`, each through the same functions of its module: live()
-yields its decodes, live_summary() makes its tables, figure() and report() show them.
+yields its decodes, live_summary() makes its tables, figure() and report() show them. Every step of
+live() but a {"summary"} carries "done" and "total", its units of work (every decode it runs: the
+headroom search's rollouts, the adaptive study's calibration and timing sweeps too), at most one unit a step
+so a Stop read between steps ends it within one; the step that completes a problem carries
+"complete": its id, and the app summarizes and plots complete problems only.
 
 Beside them, not in the app: `python -m lopa.study.oracle`, a perfect model of the synthetic family as
 an executor, for what the family itself leaves to the filling order (oracle.py).

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from lopa.order import ADAPTIVE_NEAR, make_order
+from lopa.order import ADAPTIVE_NEAR, SecondBranchAt, make_order
 from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
 from lopa.study.common import (
@@ -52,19 +52,37 @@ def measure_cost(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: 
     shared machine single timings jump by 2x. Bookkeeping (anchor, lookahead, scoring, records) is the
     median time outside the forward of a vanilla decode's rounds, the least of `repeats` decodes; a
     round with B branches costs verify(B) + bookkeeping."""
+    return drain(cost_steps(loaded, settings, k_max, prompt, repeats))
+
+
+def cost_steps(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: int = 5):
+    """measure_cost a unit at a time: yields after each of its 2 * repeats units (a timing sweep over every
+    B, a vanilla decode), so a live run counts them and can stop between them; returns what
+    measure_cost returns (`yield from` gives it)."""
     from lopa.bench.round import forward_times
     counts = range(1, k_max + 2)
     samples = {B: [] for B in counts}
     for _ in range(repeats):
         for B, t in forward_times(loaded, prompt, settings, 1, counts=counts).items():
             samples[B].append(t)
+        yield
     fastest = [min(samples[B]) for B in counts]
     bookkeeping = []
     for _ in range(repeats):
         run = loaded.decoder(settings.replace(k=0)).run(prompt)
         outside = sorted(r.round_seconds - r.forward_seconds for r in run.records if r.kind == "round")
         bookkeeping.append(outside[len(outside) // 2] if outside else 0.0)
+        yield
     return monotone(fastest), min(bookkeeping)
+
+
+def drain(steps):
+    """Run a generator of units to its end and give its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
 
 
 def monotone(y: list[float]) -> list[float]:
@@ -116,8 +134,17 @@ def calibrate(loaded, base: DecodeSettings, problems: list[dict], data: str = ""
     """The gain model of the model that runs (lopa.rules.fit_gain): `problems` decoded at k = 0 and at
     k = 1 under the ranking the budget verifies (adaptive_rank), untimed.
     -> {"adaptive_win", "adaptive_release", "adaptive_lift", and what they came from}."""
-    runs = {k: [decode_one(loaded, base.replace(k=k, order=base.adaptive_rank), p, data=data, shots=shots)[0]
-                for p in problems] for k in (0, 1)}
+    return drain(calibration_steps(loaded, base, problems, data, shots))
+
+
+def calibration_steps(loaded, base: DecodeSettings, problems: list[dict], data: str = "", shots: int = 0):
+    """calibrate a decode at a time: yields after each of its 2 * len(problems) decodes; returns what
+    calibrate returns (`yield from` gives it)."""
+    runs = {0: [], 1: []}
+    for k in (0, 1):
+        for p in problems:
+            runs[k].append(decode_one(loaded, base.replace(k=k, order=base.adaptive_rank), p, data=data, shots=shots)[0])
+            yield
     metrics = {k: [r.metrics() for r in rs] for k, rs in runs.items()}
     tpf = {k: pooled(ms, tokens="tokens_useful")["tpf_useful"] for k, ms in metrics.items()}
     rows = [{"saved": m0["forwards"] - m1["forwards"], **branch_rounds(r1.records, base.tau_conf)}
@@ -135,8 +162,8 @@ def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None
     adaptive_rank names, so every k and the budget propose the same positions), then order = adaptive
     with at most k_max branches under the cost curve measured here and the gain model `gain`
     ({"adaptive_win", "adaptive_release", "adaptive_lift"}, from
-    calibrate; None: the settings' own). Its trace records order "adaptive" and the gain model; a replay
-    pins its decisions."""
+    calibrate; None: the settings' own). Its trace records order "adaptive", the gain model and the
+    measured curve (RunResult.order), so it replays from the trace alone (lopa.order.trace_order)."""
     fitted = {name: (gain or {}).get(name, getattr(base, name)) for name in GAIN}
     adaptive = base.replace(k=k_max, order="adaptive", **fitted)
     return ([(f"k={k}", base.replace(k=k, order=base.adaptive_rank), None) for k in ks]
@@ -144,8 +171,10 @@ def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None
 
 
 def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats: int = 1,
-                  shots: int = 0) -> Iterator[dict]:
-    """One row per (problem, configuration). With repeats > 1 each decode runs that many times (same
+                  shots: int = 0, each_decode: bool = False) -> Iterator[dict]:
+    """One row per (problem, configuration), a problem's rows once all its decodes ran; with `each_decode`,
+    also {"decoded": configuration} after every decode (a live run counts them and reads Stop between
+    them). With repeats > 1 each decode runs that many times (same
     tokens: decoding is deterministic) and the fastest counts, which filters a shared machine's noise.
     Each pass over the configurations takes them in a Williams order (lopa.tasks.turns), so every
     configuration follows every other equally often: on this machine a decode's time depends on the
@@ -158,6 +187,8 @@ def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats
                 if name not in lost:                                  # the same in every repeat: count once
                     lost[name] = lost_rounds(run.records)
                 timed[name].append(row)
+                if each_decode:
+                    yield {"decoded": name, "problem": problem["id"]}
         for name, settings, order in configs:
             ordered = sorted(timed[name], key=lambda r: r["latency_s"])
             fastest, slowest = ordered[0], ordered[-1]
@@ -192,21 +223,6 @@ def budget_flags(cost: list[float], gain: dict, rank: str, k_max: int) -> str:
     return (f"--order adaptive --adaptive-rank {rank} --k {k_max} --branch-cost {slope:.3f} "
             f"--adaptive-win {gain['adaptive_win']:.3f} --adaptive-release {gain['adaptive_release']:.3f} "
             f"--adaptive-lift {gain['adaptive_lift']:.3f}")
-
-
-class SecondBranchAt:
-    """k = 1 under `ranking` (a policy run with settings.k >= 2) in every round but `round`, which verifies
-    its first two candidates: what one second branch at that round is worth, the rest of the decode
-    following k = 1. round = -1: exactly the k = 1 decode."""
-
-    def __init__(self, ranking, round: int):
-        self.ranking, self.round = ranking, round
-
-    def anchor(self, view):
-        return self.ranking.anchor(view)
-
-    def lookahead(self, view, free):
-        return self.ranking.lookahead(view, free)[:2 if view.round == self.round else 1]
 
 
 def second_branch_saves(loaded, base: DecodeSettings, problem: dict, data: str = "", shots: int = 0) -> list[int]:
@@ -270,23 +286,53 @@ def summarize_adaptive(df, cost=None) -> dict:
 
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
-LIVE_K_MAX = 14
+# A live run compares k up to 8 (the command line: up to 14): k = 14 rounds cost 6x a vanilla one on a
+# CPU, and the app's default run stays within a minute on a shared 2-core CPU (docs/studies.md).
+LIVE_KS = (0, 1, 2, 4, 8)
+LIVE_K_MAX = 8
+LIVE_COST_REPEATS = 3       # timing sweeps (and vanilla decodes) of a live run's cost curve
 
 
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """A live run: {"status"} while this machine's cost curve is measured and the model's gain model
-    fitted (on the first problem: a live run has few), {"summary": {"cost_s", "gain", "adaptive_rank"}} once they are,
-    then {"total", "row", "rounds"} per decode."""
-    yield {"status": f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…"}
-    verify, bookkeeping = measure_cost(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), repeats=3)
+    """A live run: {"status"} after each unit of measuring this machine's cost curve (cost_steps) and fitting
+    the model's gain model (on the first problem: a live run has few), {"summary": {"cost_s", "gain",
+    "adaptive_rank"}} once they are, then {"row", "rounds"} per decode; every step but the summary carries
+    "done" and "total", the units of work (timing sweeps and decodes) done so far and in all."""
+    configs = len(LIVE_KS) + 1
+    total = 2 * LIVE_COST_REPEATS + 2 + len(problems) * configs
+    verify, bookkeeping = yield from _in_units(
+        cost_steps(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), LIVE_COST_REPEATS),
+        f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…", 0, total)
     cost = [t + bookkeeping for t in verify]
-    yield {"status": "Fitting this model's gain model (the first problem decoded at k = 0 and k = 1)…"}
-    gain = calibrate(loaded, base, problems[:1])
+    done = 2 * LIVE_COST_REPEATS
+    gain = yield from _in_units(calibration_steps(loaded, base, problems[:1]),
+                                "Fitting this model's gain model (the first problem decoded at k = 0 and k = 1)…",
+                                done, total)
+    done += 2
     yield {"summary": {"cost_s": cost, "gain": gain, "adaptive_rank": base.adaptive_rank}}
-    configs = configurations(base, FIXED_KS, LIVE_K_MAX, cost, gain)
-    total = len(problems) * len(configs)
-    for row in iter_adaptive(loaded, problems, configs):
-        yield {"total": total, "row": row, "rounds": []}
+    number = {p["id"]: i for i, p in enumerate(problems, 1)}
+    rows = 0
+    for step in iter_adaptive(loaded, problems, configurations(base, LIVE_KS, LIVE_K_MAX, cost, gain), each_decode=True):
+        if "decoded" in step:
+            done += 1
+            yield {"status": f"Problem {number[step['problem']]} of {len(problems)}: decoded {step['decoded']}…",
+                   "done": done, "total": total}
+            continue
+        rows += 1
+        yield {"row": step, "rounds": [], "done": done, "total": total,
+               **({"complete": step["problem"]} if rows % configs == 0 else {})}
+
+
+def _in_units(steps, status: str, done: int, total: int):
+    """Run `steps` (cost_steps, calibration_steps), yielding {"status", "done", "total"} after each unit;
+    returns their result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value
+        done += 1
+        yield {"status": status, "done": done, "total": total}
 
 
 def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:

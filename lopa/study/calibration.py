@@ -203,10 +203,13 @@ def summarize_calibration(runs, rounds, n_boot: int = CORRELATION_BOOTSTRAP) -> 
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """The study's decodes for a live run (the app's Conf, every rule): {"total", "row", "rounds"} per decode."""
-    total = len(problems) * len(BRANCH_SCORE_RULES)
-    for row, rounds in iter_calibration(loaded, problems, base, ("neg_entropy",), BRANCH_SCORE_RULES):
-        yield {"total": total, "row": row, "rounds": rounds}
+    """The study's decodes for a live run (the app's Conf, every rule): {"done", "total", "row", "rounds"} per
+    decode, and "complete": the problem id on the decode that completes a problem."""
+    per_problem = len(BRANCH_SCORE_RULES)
+    total = len(problems) * per_problem
+    for done, (row, rounds) in enumerate(iter_calibration(loaded, problems, base, ("neg_entropy",), BRANCH_SCORE_RULES), 1):
+        yield {"done": done, "total": total, "row": row, "rounds": rounds,
+               **({"complete": row["problem"]} if done % per_problem == 0 else {})}
 
 
 def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:

@@ -74,12 +74,15 @@ def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, lis
     return best, choices, spent
 
 
-def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | None = None):
+def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | None = None,
+                each_rollout: bool = False):
     """search() a round at a time: after each searched round, {"best": the order found so far (a whole run:
     the rounds not searched yet as the rollout below left them), "choices", "spent", "round": the round just
     searched, "rounds": the best run's rounds with a forward, "out_of_time"}. With `deadline` (a
     time.perf_counter() value) no rollout starts after it: the round in hand keeps the best of the rollouts
-    it ran, and the search ends there."""
+    it ran, and the search ends there. With `each_rollout`, also {"rollout": j, "of": the round's rollouts,
+    "round": the round being searched, "rounds": forwards of the best run so far} after each rollout (a
+    rollout is a decode: a live run counts them and reads Stop between them)."""
     best, choices, spent, r = lopa_run, [], 0, 0
     while r + 1 < len(best.records) and best.records[r + 1].kind != "final":
         seen, step = predictions(best.records[r]), best.records[r + 1]      # round r + 1 decides from round r
@@ -88,7 +91,8 @@ def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | 
         ranked = free[:max_candidates] if max_candidates else free
         lopa_choice = step.lookahead_positions[step.winner - 1] if step.winner else None
         bound, found, late = _forwards(best.records), None, False
-        for position in [p for p in ranked if p != lopa_choice] + ([None] if lopa_choice is not None else []):
+        candidates = [p for p in ranked if p != lopa_choice] + ([None] if lopa_choice is not None else [])
+        for j, position in enumerate(candidates, 1):
             if deadline is not None and time.perf_counter() >= deadline:
                 late = True
                 break
@@ -96,6 +100,8 @@ def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | 
             spent += ran
             if child is not None:                      # strictly fewer forwards (ties keep the earlier)
                 best_child, bound, found = child, _forwards(child.records), position
+            if each_rollout:
+                yield {"rollout": j, "of": len(candidates), "round": r + 1, "rounds": _forwards(best.records)}
         if bound < _forwards(best.records):
             front = min(free) if free else 0
             choices.append({"round": r + 1, "position": found, "lopa_position": lopa_choice,
@@ -124,8 +130,9 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
                   max_candidates: int = 0, data: str = "", shots: int = 0, search_rounds: bool = False):
     """(row, choices) per decode, problem by problem, the search last (a stopped study has whole problems).
     The search starts from the LoPA run with the fewest forwards (the smallest k on a tie). With
-    `search_rounds`, also (None, {"problem", "round", "rounds"}) after each round the search decides: the
-    search is the long step of a problem, and a live run reads Stop between yields."""
+    `search_rounds`, also (None, {"problem", "rollout", "of", "round", "rounds"}) after each rollout of the
+    search (iter_search's each_rollout): the search is the long step of a problem, and a live run counts
+    its rollouts and reads Stop between yields."""
     ks = sorted(set(ks) | {base.k})
     for problem in problems:
         ids = prompt_ids(loaded, problem["question"], data, shots)
@@ -141,10 +148,11 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
         start_k = min(lopa_runs, key=lambda k: (lopa_runs[k].metrics()["forwards"], k))
         t0 = time.perf_counter()
         best, choices, spent = lopa_runs[start_k], [], 0
-        for step in iter_search(lopa_runs[start_k], max_candidates):
+        for step in iter_search(lopa_runs[start_k], max_candidates, each_rollout=search_rounds):
+            if "rollout" in step:
+                yield None, {"problem": problem["id"], **step}
+                continue
             best, choices, spent = step["best"], step["choices"], step["spent"]
-            if search_rounds:
-                yield None, {"problem": problem["id"], "round": step["round"], "rounds": step["rounds"]}
         row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem),
                "start_k": start_k, "search_forwards": spent, "search_s": time.perf_counter() - t0}
         yield row, [{"problem": problem["id"], **c} for c in choices]
@@ -274,20 +282,51 @@ def report(summary: dict) -> str:
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
 LIVE_KS = (1, 4)
+# A live search tries the anchor alone and the 4 most confident free positions per round (every free
+# position: --max-candidates 0 on the command line), so the app's default run stays within a minute on
+# a shared 2-core CPU (docs/benchmarks.md).
+LIVE_MAX_CANDIDATES = 4
 
 
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """A live run: {"total", "row", "rounds"} per decode ("rounds": where the order found left LoPA), and a
-    {"status"} after each round the search decides."""
+    """A live run: {"total", "row", "rounds"} per plain decode ("rounds": where the order found left LoPA, with
+    the search's row), a {"status"} after each rollout of the search, and on every step "done" and "total":
+    the decodes run so far and expected in all, the search's rollouts included (search_progress); the
+    search's row carries "complete": its problem id."""
     ks = sorted(set(LIVE_KS) | {base.k})
-    total = len(problems) * (len(configurations(base, ks, random_orders)) + 1)
+    plain = len(configurations(base, ks, random_orders))
     number = {p["id"]: i for i, p in enumerate(problems, 1)}
-    for row, choices in iter_headroom(loaded, problems, base, ks, random_orders, search_rounds=True):
+    done, searches, current = 0, [], 0          # rollouts of the finished searches, and of the one running
+    for row, step in iter_headroom(loaded, problems, base, ks, random_orders, LIVE_MAX_CANDIDATES, search_rounds=True):
         if row is None:
-            yield {"status": f"Searching problem {number[choices['problem']]} of {len(problems)}: round "
-                             f"{choices['round']} decided, the order found so far needs {choices['rounds']} forwards…"}
-            continue
-        yield {"total": total, "row": row, "rounds": choices}
+            done, current = done + 1, current + 1
+            total = search_progress(len(problems), plain, searches, current, step)
+            yield {"status": f"Searching problem {number[step['problem']]} of {len(problems)}: round {step['round']}, "
+                             f"rollout {step['rollout']} of {step['of']}; the order found so far needs "
+                             f"{step['rounds']} forwards…", "done": done, "total": total}
+        elif row["config"] == "best":           # the search's result: its rollouts are counted already
+            searches, current = searches + [current], 0
+            yield {"row": row, "rounds": step, "done": done, "complete": row["problem"],
+                   "total": search_progress(len(problems), plain, searches, 0, None)}
+        else:
+            done += 1
+            yield {"row": row, "rounds": step, "done": done,
+                   "total": search_progress(len(problems), plain, searches, current, None)}
+
+
+def search_progress(n: int, plain: int, searches: list[int], current: int, step: dict | None) -> int:
+    """Decodes a live headroom run of `n` problems takes in all, as far as they are known: `plain` decodes per
+    problem, the rollouts of the finished `searches`, the running search's `current` ones so far and, from
+    its latest rollout `step` ({"rollout", "of", "round", "rounds"}), the rest of its round and as many per
+    round for the rounds left (its best run's forwards). A search not started yet is expected to take the
+    mean of the finished ones (before any: the running one's estimate, or `plain`). Exact once every search
+    has ended; never below the decodes done."""
+    running = 0
+    if step is not None:
+        running = current + step["of"] - step["rollout"] + max(step["rounds"] - 1 - step["round"], 0) * step["of"]
+    guess = sum(searches) / len(searches) if searches else (running or plain)
+    unstarted = n - len(searches) - (1 if step is not None or current else 0)
+    return n * plain + sum(searches) + max(running, current) + round(guess * max(unstarted, 0))
 
 
 def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:

@@ -106,10 +106,13 @@ def _pooled_ratio(pairs) -> float:
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
 def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """The study's decodes for a live run: {"total", "row", "rounds"} per decode."""
-    total = len(problems) * len(order_runs(base, random_orders))
-    for row in iter_orders(loaded, problems, base, random_orders):
-        yield {"total": total, "row": row, "rounds": []}
+    """The study's decodes for a live run: {"done", "total", "row", "rounds"} per decode, and "complete": the
+    problem id on the decode that completes a problem."""
+    per_problem = len(order_runs(base, random_orders))
+    total = len(problems) * per_problem
+    for done, row in enumerate(iter_orders(loaded, problems, base, random_orders), 1):
+        yield {"done": done, "total": total, "row": row, "rounds": [],
+               **({"complete": row["problem"]} if done % per_problem == 0 else {})}
 
 
 def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
