@@ -218,3 +218,17 @@ def test_llada_1_5_is_llada_8b_with_a_chat_template_and_llada_decode_settings(tm
     spec = loaded.spec
     assert "{prompt}" in spec.prompt_template and spec.prompt_template != "{prompt}"     # chat, by its name
     assert (spec.block_size, spec.decode) == (32, LLADA_DECODE)
+
+
+def test_lopa_generate_decodes_sdar_with_its_own_settings_unless_told_otherwise(tmp_path, capsys):
+    from lopa.cli import main
+    path, _, _ = save_sdar_dir(tmp_path / "SDAR-1.7B-Chat")
+    assert main(["generate", "--model", str(path), "--prompt", "def add", "--max-new-tokens", "8", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for shown in ("'block_size': 4", "'tau_conf': 0.85", "'tau_add': 1.0", "'confidence': 'max_prob'",
+                  "'attention': 'block_causal'"):
+        assert shown in out
+    assert main(["generate", "--model", str(path), "--prompt", "def add", "--max-new-tokens", "8", "--device", "cpu",
+                 "--tau-conf", "0.5", "--block-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "'tau_conf': 0.5" in out and "'block_size': 8" in out
