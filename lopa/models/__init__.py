@@ -1,5 +1,7 @@
-"""Models: local Hugging Face directories (loading), Dream / LLaDA checkpoint families (families),
-the paper's D2F presets (presets), and `load`, the one entry point that picks among them (loader).
+"""Models: local Hugging Face directories (loading), Dream / LLaDA / SDAR checkpoint families
+(families, sdar_llada_moe), the paper's D2F presets (presets), and `load`, the one entry point that
+picks among them (loader). DiffusionGemma, not a masked diffusion LM, has its own sampler and trace
+(diffusion_gemma, canvas_trace).
 
     from lopa.models import load
     loaded = load()                     # the bundled model; load("dir"), load("d2f-dream-base"), ...
