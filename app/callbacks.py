@@ -8,22 +8,35 @@ the status panel and a toast; the app keeps serving.
 
 from __future__ import annotations
 
-import tempfile
+import re
 import time
 from contextlib import closing
 from pathlib import Path
 
 import gradio as gr
 
-from lopa import PAPER_PRESETS, RunResult
+from lopa import PAPER_PRESETS, DecodeSettings, RunResult
+from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from .boundary import forget_kept, stream_jobs
+from . import disk
+from .boundary import stream_jobs
 from .budget import LEDGER
 from .examples import check_answer
 from .gpu import zero_gpu
+from .inputs import choice, text, whole
 from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
-from .session import APP_DEFAULTS, SETTING_NAMES, Backend, Session, forkable, parse_ui
+from .session import (
+    SETTING_NAMES,
+    Backend,
+    Session,
+    backend_from_ui,
+    check_ui,
+    follow_model,
+    forkable,
+    parse_ui,
+    shown_settings,
+)
 from .viz import (
     answer_mark,
     branches_table,
@@ -37,6 +50,9 @@ from .viz import (
     tokens_per_round_chart,
 )
 
+EXPORT_FORMATS = ("JSON", "Parquet")
+# A round number no trace reaches (lopa.schema bounds a trace's rounds far below it): the slider's bound.
+MAX_ROUND = 10**6
 # "ranks" last: API clients read the earlier outputs by position.
 VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
 # The run list and the two "compare runs" pickers follow every change of the session's runs.
@@ -48,7 +64,9 @@ LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS +
 REFRESH_S = {"html": 0.25, "plots": 1.0}
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
               "explanation": "html"}
-PRESETS = {"bundled model on CPU (k=4)": {k: v for k, v in APP_DEFAULTS.items() if k != "max_new_tokens"},
+# The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).
+OWN = "the model's own settings (k = 4)"
+PRESETS = {OWN: None,
            **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
 
 
@@ -111,11 +129,14 @@ def _start_or_continue(session: Session, prompt: str, values, rounds: int | None
     """The job (app/boundary.py) that begins a new decode, or continues a paused one of the same
     prompt, settings and backend. `values`: the settings inputs, optionally followed by the backend
     inputs (app.session.parse_ui). `rounds`: None to the end, 1 for Step."""
-    settings, backend = parse_ui(*values)
-    if session.matches(prompt, settings, backend):
+    prompt = text("prompt", prompt)
+    check_ui(*values)               # every input read before any model is touched
+    folder = str(MODELS.folder(session.model))      # the session's own model (pick_model)
+    loaded = MODELS.get(folder)     # here, in the server process: loaded into the cache; never inside a GPU call
+    settings, backend = parse_ui(*values, spec=loaded.spec)     # resolved on the session's model
+    if session.matches(prompt, settings, backend) and session.live.job["model"] == folder:
         return session.resume(rounds)
-    loaded = MODELS.get()           # here, in the server process: its name; never inside a GPU call
-    return session.begin(loaded.spec.name, prompt, settings, backend, forkable(loaded, backend), rounds)
+    return session.begin(folder, prompt, settings, backend, forkable(loaded, backend), rounds)
 
 
 def bp_fault_message(err: RuntimeError) -> str:
@@ -134,9 +155,9 @@ def _bp_fault(session: Session, err: RuntimeError, backend: Backend) -> str:
 
 
 def _backend_of(values) -> Backend:
-    """The backend the inputs ask for (single process when they are not valid: parse_ui says why)."""
+    """The backend the inputs ask for (single process when they are not valid: check_ui says why)."""
     try:
-        return parse_ui(*values)[1]
+        return backend_from_ui(*values[len(SETTING_NAMES):])
     except ValueError:
         return Backend()
 
@@ -147,7 +168,9 @@ def _describe(session: Session) -> str:
         return ""
     m = metrics(r)
     state = "stopped (cancelled)" if r.stopped else "finished"
-    return f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
+    warning = budget_warning(DecodeSettings.from_dict(r.settings))     # "adaptive" that decoded as vanilla D2F
+    return (f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
+            + (f" Note: {warning}." if warning else ""))
 
 
 # -- Run / Step / Stop / Reset ------------------------------------------------------------------
@@ -240,7 +263,11 @@ def reset_session(session: Session) -> tuple:
 
 # -- scrub / play -------------------------------------------------------------------------------
 def show_round(session: Session, r) -> tuple:
-    """Heavy view of a recorded round (the slider)."""
+    """Heavy view of a recorded round (the slider); a round outside the run shows its first or last."""
+    try:
+        r = whole("round", r, -MAX_ROUND, MAX_ROUND)
+    except ValueError as err:
+        raise gr.Error(str(err), print_exception=False) from None     # no status among these outputs
     return view(session, r)
 
 
@@ -266,14 +293,29 @@ def play_tick(session: Session, playing: bool, r) -> tuple:
 
 
 # -- traces -------------------------------------------------------------------------------------
-def export_trace(session: Session, fmt: str) -> tuple:
-    """(file, status): the current trace written as JSON or Parquet for download."""
+def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tuple:
+    """(file, status): the current trace written as JSON or Parquet for download, into Gradio's cache
+    and charged to the session's disk budget (app/disk.py: its oldest exports go to make room)."""
+    try:
+        fmt = choice("format", fmt, EXPORT_FORMATS)
+    except ValueError as err:
+        return gr.update(value=None), error_message(err)
     if session.run is None:
         return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
-    suffix = ".parquet" if str(fmt).lower().startswith("parquet") else ".json"
-    folder = Path(tempfile.mkdtemp(prefix="lopa-trace-"))
-    path = session.run.save(folder / f"lopa-trace-{time.strftime('%Y%m%d-%H%M%S')}{suffix}")
-    return gr.update(value=str(path), visible=True), f"Exported {session.n_rounds} rounds to `{path.name}`."
+    suffix = ".parquet" if fmt == "Parquet" else ".json"
+    key = disk.session_key(request)
+    folder = disk.EXPORTS.folder(key)
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(session.run.spec.get("name") or "model"))[:64]   # a file name, from a trace
+    path = folder / f"lopa-trace-{model}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+    try:
+        session.run.save(path)
+        removed = disk.EXPORTS.add(key, path)
+    except (OSError, ValueError) as err:
+        disk.discard_export(path)
+        return gr.update(value=None), error_message(f"could not export the trace: {err}")
+    older = f" ({removed} older export(s) removed to make room)" if removed else ""
+    return (gr.update(value=str(path), visible=True),
+            f"Exported {session.n_rounds} rounds to `{esc(path.name)}`{older}.")
 
 
 def load_trace(session: Session, file) -> tuple:
@@ -287,6 +329,8 @@ def load_trace(session: Session, file) -> tuple:
             run = RunResult.load(path, reserve=read.reserve)
         except (ValueError, OSError, UnicodeDecodeError) as err:
             return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+        finally:
+            disk.discard_upload(path)            # read or refused, the upload is not kept on disk
         if not run.records:
             return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
         tokenizer = tokenizer_for_trace(run.spec)
@@ -307,37 +351,84 @@ def clear_upload():
 
 
 # -- model and settings -------------------------------------------------------------------------
-def warm_model() -> str:
-    """Load the shared model on first page view so the first Run starts at once (locally: on a ZeroGPU
-    Space it was loaded at import and only a GPU worker can run it, so this only describes it)."""
+def warm_model(session: Session) -> str:
+    """Load the session's model on first page view so the first Run starts at once (locally: on a ZeroGPU
+    Space the models were loaded at import and only a GPU worker can run them, so this only describes it)."""
+    folder = session.model if isinstance(session, Session) else None
     if zero_gpu():
-        return MODELS.describe()
+        return MODELS.describe(folder)
     try:
-        warm = MODELS.warm_up()
+        warm = MODELS.warm_up(folder)
         if warm is not None:         # plotly builds its validators on first use: a second, once
             view(Session(run=warm))
     except ValueError as err:
-        return MODELS.describe() + f"\n\n**⚠ Error:** {err}"
-    return MODELS.describe()
+        return MODELS.describe(folder) + f"\n\n**⚠ Error:** {esc(err)}"
+    return MODELS.describe(folder)
 
 
-def load_model_dir(path: str) -> tuple:
-    """(model info, status): switch every session to another local model; on failure keep the old one.
-    Loads here, in the server process, never inside a GPU call; not on ZeroGPU, whose GPU workers
-    only have the model loaded at startup."""
-    if zero_gpu():
-        return MODELS.describe(), error_message("this ZeroGPU Space serves the model it loaded at startup; "
-                                                "run the app locally to load another one")
+def pick_model(session: Session, choice) -> tuple:
+    """(model info, status, model box): make the model in `choice` (a bundled model's folder or name, or
+    a typed local folder) this session's model, for every later Run, Step, Compare, fork and study of
+    this session; other sessions keep theirs. It is loaded into the shared cache (app/models.py) now, in
+    the server process, so that a folder that does not load says so at once; then the session keeps its
+    model and the box shows that model again. A paused decode of the previous model is stopped."""
+    current = session.model or str(MODELS.default)
     try:
-        MODELS.load(path)
-        forget_kept()               # paused decodes and saved states of the previous model
+        if not isinstance(choice, str):
+            raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
+        folder = MODELS.folder(choice)
+        if zero_gpu() and MODELS.peek(folder) is None:
+            raise ValueError("this ZeroGPU Space serves the models it loaded at startup; run the app locally to "
+                             "load another one")
+        loaded = MODELS.get(folder)
+        if not zero_gpu():
+            MODELS.warm_up(folder)
     except ValueError as err:
-        kept = MODELS.loaded.spec.name if MODELS.loaded is not None else MODELS.default.name
-        return MODELS.describe(), error_message(f"{err} — still using `{kept}`.")
-    return MODELS.describe(), f"Loaded `{MODELS.loaded.spec.name}`; it is now shared by every session."
+        kept = MODELS.peek(current)
+        kept = kept.spec.name if kept is not None else Path(current).name
+        return (MODELS.describe(current), error_message(f"{err} — this session still uses `{kept}`."),
+                gr.update(value=current))
+    if MODELS.key(folder) == MODELS.key(current):
+        # The same model (the box shown again after an error, or picked twice): the status keeps its message.
+        session.model = str(folder)
+        return MODELS.describe(folder), gr.skip(), gr.skip()
+    session.cancel()                # a paused decode of the previous model: stopped, kept in the run list
+    session.close()
+    session.model = str(folder)
+    return (MODELS.describe(folder), f"This session now decodes with `{esc(loaded.spec.name)}` (other visitors "
+                                     "keep their own model).", gr.skip())
 
 
-def apply_preset(name: str) -> tuple:
-    """Values for the settings inputs (SETTING_NAMES order); settings a preset leaves open are skipped."""
-    preset = PRESETS.get(name, {})
-    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES)
+def apply_preset(name: str, touched=(), session: Session | None = None) -> tuple:
+    """Values for the settings inputs (SETTING_NAMES order), then the touched names: a paper row's
+    settings count as the visitor's; OWN shows the session's model's own values (as if untouched).
+    Every preset keeps max new tokens; settings a preset leaves open are skipped."""
+    preset = PRESETS.get(name, {}) if isinstance(name, str) else {}
+    if preset is None:
+        loaded = MODELS.peek(MODELS.folder(getattr(session, "model", None)))   # loaded by the page's warm-up
+        own = shown_settings(loaded.spec if loaded is not None else None)
+        preset = {n: getattr(own, n) for n in SETTING_NAMES if n != "max_new_tokens"}
+        touched = set(touched or ()) - set(preset)
+    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES) \
+        + (sorted(set(touched or ()) | (set(preset) if name != OWN else set())),)
+
+
+def toucher(name: str):
+    """The callback of setting `name`'s input event (the visitor changed it): (touched names,) with it added."""
+    def touch(touched):
+        return sorted(set(touched or ()) | {name})
+    touch.__name__ = f"touch_{name}"
+    return touch
+
+
+def follow_session_model(session: Session, touched, *values) -> tuple:
+    """The settings inputs (SETTING_NAMES order) once the session's model is known (page load, a model
+    picked): the inputs the visitor has not touched show the model's own values, as Run resolves them
+    (app.session.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
+    ones are kept."""
+    try:
+        spec = MODELS.get(MODELS.folder(getattr(session, "model", None))).spec
+    except ValueError:
+        return tuple(gr.skip() for _ in SETTING_NAMES)       # the model panel says why
+    follow = follow_model(spec, touched, *values)
+    return tuple(gr.skip() if new == old else gr.update(value=new) for new, old in zip(follow, values))

@@ -14,14 +14,15 @@ from contextlib import closing
 
 import gradio as gr
 
-from lopa import decoder_settings
+from lopa.settings import resolve
 
 from .boundary import stream_jobs
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending
 from .examples import check_answer
+from .inputs import choice, text
 from .models import MODELS
-from .session import Backend, LiveRun, Session, forkable, parse_ui
-from .viz import answer_mark, comparison_summary, counters_html, run_diff, tfo_diff_html, tfo_map
+from .session import Backend, LiveRun, Session, check_ui, forkable, parse_ui
+from .viz import answer_mark, comparison_summary, counters_html, esc, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS
@@ -31,12 +32,13 @@ BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "si
              "LoPA, left-to-right order (same k)": "left_to_right"}
 
 
-def baseline_settings(baseline: str, lopa_settings):
-    """The baseline side's settings: a decoder preset, or the same LoPA settings under another order."""
+def baseline_settings(baseline: str, lopa_settings, spec=None):
+    """The baseline side's settings: the LoPA side's (already resolved on the model with `spec`) under
+    a decoder preset (the one resolution applies its overrides), or under another order."""
     name = BASELINES.get(baseline, baseline)
     if name in ("random", "left_to_right"):
-        return lopa_settings.replace(order=name)
-    return decoder_settings(name, lopa_settings)
+        return resolve({**lopa_settings.to_dict(), "order": name}, spec)
+    return resolve(lopa_settings.to_dict(), spec, decoder=name)
 
 
 class Side:
@@ -100,7 +102,8 @@ def compare_outputs(status: str, a, b, title_a: str, title_b: str, names_a=None,
 
 def compare_runs(session: Session, a_id, b_id) -> tuple:
     """COMPARE_OUTPUTS for two runs of the run list."""
-    missing = [x for x in (a_id, b_id) if not x or x not in session.runs or session.runs[x].run is None]
+    missing = [x for x in (a_id, b_id)
+               if not isinstance(x, str) or x not in session.runs or session.runs[x].run is None]
     if missing:
         return (error_message("pick two runs of the run list to compare (run something first, or load a trace)"),) \
             + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
@@ -116,12 +119,16 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
     session.stop_requested = False
     backend = base = lopa = None
     try:
-        lopa_settings, backend = parse_ui(*values)
+        prompt = text("prompt", prompt)
+        choice("baseline", baseline, BASELINES)
+        check_ui(*values)               # every input read before any model is touched
+        folder = str(MODELS.folder(session.model))     # the session's own model
+        loaded = MODELS.get(folder)     # its spec and size, in the server process
+        lopa_settings, backend = parse_ui(*values, spec=loaded.spec)      # resolved on the session's model
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
-        base_settings = baseline_settings(baseline, lopa_settings)
-        loaded = MODELS.get()           # its name and size, in the server process
-        job = dict(model=loaded.spec.name, prompt=prompt, rounds=None, resume=None,
+        base_settings = baseline_settings(baseline, lopa_settings, loaded.spec)
+        job = dict(model=folder, prompt=prompt, rounds=None, resume=None,
                    keep_states=forkable(loaded, Backend()))
         base = Side({**job, "settings": base_settings.to_dict(), "workers": 1}, baseline)
         lopa_title = f"LoPA (k = {lopa_settings.k}" + (f", {backend})" if backend.parallel else ")")
@@ -156,9 +163,10 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
     # Both runs join the run list (to be viewed, forked and compared again), then the general comparison.
     for side in (base, lopa):
         entry = session.runs.add(side.title, names=side.names, run=side.run)
+        entry.model = side.live.job["model"]
     session.current, session.runs_changed = entry.id, True
     stopped = " (stopped early)" if base.run.stopped or lopa.run.stopped else ""
-    yield compare_outputs(f"Done{stopped}. Both runs are in the run list.", base.run, lopa.run, baseline, lopa.title,
+    yield compare_outputs(f"Done{stopped} on `{esc(loaded.spec.name)}`. Both runs are in the run list.", base.run, lopa.run, baseline, lopa.title,
                           base.names, lopa.names, runs=run_list_outputs(session, force=True))
 
 

@@ -10,16 +10,20 @@ resumes from the parent's saved state where the decoding process kept one
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
 from . import boundary
 from .callbacks import drain, error_message, live_outputs
-from .models import MODELS
+from .inputs import whole
+from .models import MODELS, bundled_folder
 from .session import Backend, Session, forkable
 from .viz import esc, fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
 TOP_N = 5
+MAX_TOKEN_ID = 2**31 - 1
 # Reports a click on a still-masked canvas cell to the hidden #clicked-cell textbox. A nonce makes
 # every click a change, so clicking the same cell twice opens the panel twice.
 CLICK_JS = """<script>
@@ -35,19 +39,28 @@ document.addEventListener("click", (event) => {
 </script>"""
 
 
-def fork_model(run):
-    """The shared model when it is the one that made `run`; a ValueError in plain words otherwise."""
-    name = run.spec.get("name", "?")
-    try:
-        loaded = MODELS.get()
-    except ValueError as err:
-        raise ValueError(f"forks need a model, and none is loaded ({err}). A loaded trace can still be viewed and "
-                         "compared.") from None
-    if loaded.spec.name != name:
-        raise ValueError(f"forks need the model this run was made with (`{name}`), but the loaded model is "
-                         f"`{loaded.spec.name}`. Load `{name}` in the model box to fork it; it can still be viewed "
-                         "and compared.")
-    return loaded
+def fork_model(session: Session, run_id: str):
+    """(folder, model) of the model that made run `run_id` of the session's list: the folder its entry
+    names, or for a loaded trace the session's own model or the bundled model of the trace's name,
+    whichever holds a model of that name; a ValueError in plain words otherwise."""
+    entry = session.runs[run_id]
+    name = entry.run.spec.get("name", "?")
+    tried = [entry.model] if entry.model else [session.model or str(MODELS.default), bundled_folder(str(name))]
+    problem = None
+    for folder in filter(None, tried):
+        try:
+            loaded = MODELS.get(folder)
+        except ValueError as err:
+            problem = err
+            continue
+        if loaded.spec.name == name:
+            return str(folder), loaded
+    if entry.model and problem is not None:
+        raise ValueError(f"forks need the model this run was made with (`{name}`), and it does not load now "
+                         f"({problem}). The run can still be viewed and compared.")
+    raise ValueError(f"forks need the model this run was made with (`{name}`), but this session's model is "
+                     f"`{Path(session.model or MODELS.default).name}`. Pick `{name}` in the model box to fork it; "
+                     "it can still be viewed and compared.")
 
 
 def _closed(message: str) -> tuple:
@@ -75,10 +88,10 @@ def pick_cell(session: Session, clicked: str) -> tuple:
             f"still masked; round {r}'s forward predicts {esc(token_repr(guess.token, names))} "
             f"with probability {guess.max_prob:.3f}.")
     try:
-        loaded = fork_model(run)
+        folder, _ = fork_model(session, entry)
     except ValueError as err:
         return _closed(f"{head}\n\n**⚠** {esc(str(err))}")
-    answer = boundary.top_tokens_on_gpu(loaded.spec.name, boundary.trace_of(run), r, position, TOP_N)
+    answer = boundary.top_tokens_on_gpu(folder, boundary.trace_of(run), r, position, TOP_N)
     if "error" in answer:
         return _closed(f"{head}\n\n**⚠** {esc(answer['error'])}")
     top = [(int(t), p) for t, p in answer["top"]]
@@ -97,9 +110,9 @@ def _fork(session: Session, target, commit: dict, hold: list, note: str):
     def begin():
         if not target or target.get("run") not in session.runs:
             raise ValueError("click a still-masked cell of a round first")
-        loaded = fork_model(session.runs[target["run"]].run)
+        folder, loaded = fork_model(session, target["run"])
         return session.begin_fork(target["run"], int(target["round"]), commit, hold, note,
-                                  keep_states=forkable(loaded, Backend()))
+                                  keep_states=forkable(loaded, Backend()), model=folder)
     yield from drain(session, begin, f"Fork of run {target.get('run') if target else '?'} running…")
 
 
@@ -108,9 +121,14 @@ def fill_first(session: Session, target, token):
     if token in (None, ""):
         yield (error_message("choose a token to fill the position with"),) + live_outputs(session, "")[1:]
         return
+    try:
+        token = whole("token", token, 0, MAX_TOKEN_ID)     # the model's vocabulary is checked by the fork
+    except ValueError as err:
+        yield (error_message(err),) + live_outputs(session, "")[1:]
+        return
     p, r = (target or {}).get("position"), (target or {}).get("round")
-    label = token_label(int(token), session.names, None)
-    yield from _fork(session, target, {p: int(token)}, [], f"fill {p} = “{label}” in round {r + 1 if r is not None else '?'}")
+    label = token_label(token, session.names, None)
+    yield from _fork(session, target, {p: token}, [], f"fill {p} = “{label}” in round {r + 1 if r is not None else '?'}")
 
 
 def hold_back(session: Session, target):

@@ -15,27 +15,38 @@ from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKE
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
-Each round the *anchor* commits every confident token; then *k lookahead branches* each add one more token, all
-k+1 are verified in one batched forward, and the branch whose remaining positions became most confident wins."""
+Each round the *anchor* commits every confident token, as vanilla **D2F** (Discrete Diffusion Forcing, the decoder
+LoPA builds on) would; then *k lookahead branches* each add one more token, all k+1 are checked in one batched
+*forward* (one model pass), and the branch whose remaining positions became most confident wins.
+[Every term on the page](#glossary)."""
+GLOSSARY_INTRO = "## Terms used on this page"
 
 
 def build_model_panel() -> dict:
     with gr.Group():
         info = gr.Markdown(MODELS.describe(), elem_id="model-info")
-        with gr.Row():
-            model_dir = gr.Dropdown(bundled_models(), value=str(MODELS.default), allow_custom_value=True, scale=4,
-                                    label="model: a bundled one, or type a local Hugging Face folder", elem_id="model-dir")
-            load = gr.Button("Load model", scale=1, min_width=90, elem_id="load-model")
-    return {"model_info": info, "model_dir": model_dir, "load_model": load}
+        # This session's model, used from the moment it is picked (app.callbacks.pick_model); other visitors keep theirs.
+        model_dir = gr.Dropdown(bundled_models(), value=str(MODELS.default), allow_custom_value=True,
+                                label="model of this session: a bundled one, or type a local Hugging Face folder "
+                                      "(used from the next Run)", elem_id="model-dir")
+    return {"model_info": info, "model_dir": model_dir}
 
 
 def build_input_panel() -> dict:
+    """The prompt, Run and its siblings right under it, then the examples: on a phone this column comes
+    first, so Run is within a screen of the arrival view."""
     examples = example_prompts()
     prompt = gr.Textbox(label="prompt (the model's prompt template is applied)", lines=1, max_lines=8, value=examples[0] if examples else "",
                         elem_id="prompt")
+    with gr.Row(elem_id="run-buttons"):
+        run = gr.Button("▶ Run", variant="primary", min_width=70, elem_id="run")
+        # Disabled until something runs (app/wiring.py enables it for the run and disables it after).
+        stop = gr.Button("■ Stop", variant="stop", min_width=70, interactive=False, elem_id="stop")
+        step = gr.Button("Step one round", min_width=70, elem_id="step")
+        reset = gr.Button("Reset", min_width=70, elem_id="reset")
     for label, prompts in example_groups():
         gr.Examples(examples=[[e] for e in prompts], inputs=[prompt], label=label, examples_per_page=8)
-    return {"prompt": prompt}
+    return {"prompt": prompt, "run": run, "stop": stop, "step": step, "reset": reset}
 
 
 def setting_input(name: str, value):
@@ -56,7 +67,8 @@ def setting_input(name: str, value):
 
 
 def build_settings_panel() -> dict:
-    with gr.Accordion("Decoding settings", open=True):
+    # Closed: a newcomer runs the defaults; the title counts what differs (app.layout.settings_title).
+    with gr.Accordion("Decoding settings: all at the defaults", open=False, elem_id="settings") as accordion:
         preset = gr.Dropdown(list(PRESETS), value=list(PRESETS)[0], label="preset (paper: Table 5; keeps max new tokens)",
                              elem_id="preset")
         inputs = {name: setting_input(name, APP_DEFAULTS[name]) for name in SETTING_NAMES}
@@ -75,22 +87,22 @@ def build_settings_panel() -> dict:
         share_link = gr.Textbox(label="add to this page's address (opening it restores the prompt and settings)",
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
-    return {"share_link": share_link, "command": command, "preset": preset, **inputs, "backend": backend,
-            "workers": workers}
+    # The settings inputs the visitor changed (by hand, a preset, a link): those keep their values when
+    # the session's model changes; the others show the model's own (app.callbacks.follow_session_model).
+    touched = gr.State([])
+    return {"settings_accordion": accordion, "share_link": share_link, "command": command, "preset": preset, **inputs,
+            "backend": backend,
+            "workers": workers, "touched": touched}
 
 
 def build_controls() -> dict:
-    with gr.Row():
-        run = gr.Button("▶ Run", variant="primary", elem_id="run")
-        stop = gr.Button("■ Stop", variant="stop", elem_id="stop")
-        step = gr.Button("Step one round", elem_id="step")
-        reset = gr.Button("Reset", elem_id="reset")
-    status = gr.Markdown("Press **Run** to stream a decode live, or **Step** to advance one round.", elem_id="status")
+    """The status, counters and run list of the round view (Run and its siblings sit with the prompt)."""
+    status = gr.Markdown("Press **Run** (under the prompt) to stream a decode live, or **Step** to advance one round.",
+                         elem_id="status")
     counters = gr.HTML(elem_id="counters")
     run_list = gr.Radio([], label="runs: the originals, their forks and forks of forks (select one to view it)",
                         elem_id="run-list")
-    return {"run": run, "stop": stop, "step": step, "reset": reset, "status": status, "counters": counters,
-            "run_list": run_list}
+    return {"status": status, "counters": counters, "run_list": run_list}
 
 
 def build_round_view() -> dict:
@@ -115,7 +127,8 @@ def build_round_view() -> dict:
     # The headroom search on the shown run (app/best_order.py): its order joins the run list as a fork.
     with gr.Row():
         best_order = gr.Button("Compare with the best order found", scale=3, elem_id="best-order")
-        best_stop = gr.Button("■ Stop search", variant="stop", scale=1, min_width=110, elem_id="best-order-stop")
+        best_stop = gr.Button("■ Stop search", variant="stop", scale=1, min_width=110, interactive=False,
+                              elem_id="best-order-stop")
     best_status = gr.Markdown("After a run: search the best filling order for its prompt and settings (LoPA's round "
                               "kept, the extra position chosen by the forwards to finish) and compare the two below.",
                               elem_id="best-order-status")
@@ -133,7 +146,7 @@ def build_round_view() -> dict:
 
 
 def build_trace_panel() -> dict:
-    with gr.Accordion("Save / replay a trace", open=True):
+    with gr.Accordion("Save / replay a trace", open=False, elem_id="trace-panel"):
         with gr.Row():
             fmt = gr.Radio(["JSON", "Parquet"], value="JSON", label="format", elem_id="export-format")
             export = gr.Button("Export trace", elem_id="export")
@@ -155,17 +168,19 @@ def build_compare_panel() -> dict:
         baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="or decode: baseline vs LoPA",
                                elem_id="baseline")
         compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
-        stop = gr.Button("■ Stop", variant="stop", elem_id="compare-stop")
+        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="compare-stop")
     status = gr.Markdown(elem_id="compare-status")
     with gr.Row(equal_height=False):
         with gr.Column():
             base_counters = gr.HTML(elem_id="base-counters")
             base_answer = gr.Textbox(label="run A / baseline output", lines=3, interactive=False, elem_id="base-answer")
-            base_tfo = gr.Plot(label="TFO map A", elem_id="base-tfo")
+            base_tfo = gr.Plot(label="TFO map A (token filling order: the round that filled each position)",
+                               elem_id="base-tfo")
         with gr.Column():
             lopa_counters = gr.HTML(elem_id="lopa-counters")
             lopa_answer = gr.Textbox(label="run B / LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
-            lopa_tfo = gr.Plot(label="TFO map B", elem_id="lopa-tfo")
+            lopa_tfo = gr.Plot(label="TFO map B (token filling order: the round that filled each position)",
+                               elem_id="lopa-tfo")
     summary = gr.Markdown(elem_id="compare-summary")
     diff = gr.HTML(elem_id="compare-diff")
     return {"baseline": baseline, "compare": compare, "compare_stop": stop, "compare_status": status,
@@ -192,14 +207,16 @@ def build_studies_panel() -> dict:
         seed = gr.Number(value=15, precision=0, label="problem seed", scale=1, min_width=90, elem_id="study-seed")
     with gr.Row():
         run = gr.Button("▶ Run live", variant="primary", elem_id="study-run")
-        stop = gr.Button("■ Stop", variant="stop", elem_id="study-stop")
+        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="study-stop")
         shipped = gr.Button("Show shipped results", elem_id="study-shipped")
         interactive = gr.Button("Interactive plot of them", elem_id="study-interactive")
     first = dict(zip(names, show_shipped("orders")))
     status = gr.Markdown(first["study_status"], elem_id="study-status")
     progress = gr.HTML(first["study_progress"], elem_id="study-progress")
+    # Hidden by the page's CSS while it holds no figure: an empty plot box reads as a failed plot.
     plot = gr.Plot(label="study (interactive)", elem_id="study-plot")
-    image = gr.Image(first["study_image"]["value"], label="study (shipped results)", type="filepath",
+    # No label: Gradio draws it over the picture's top-left corner, where the PNG has its title.
+    image = gr.Image(first["study_image"]["value"], label="study (shipped results)", show_label=False, type="filepath",
                      interactive=False, elem_id="study-image")
     summary = gr.Markdown(first["study_summary"], elem_id="study-summary")
     return {"study": study, "study_problems": problems, "study_random": random_orders, "study_seed": seed,
@@ -215,10 +232,10 @@ def build_arrival_panel() -> dict:
     from .tour import arrival
     with gr.Column(elem_id="arrival-view"):
         story = gr.HTML(arrival(), elem_id="arrival")
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=True, elem_id="arrival-actions"):
             start = gr.Button("▶ Take the guided tour", variant="primary", scale=0, min_width=220, elem_id="tour-start")
-            gr.HTML('<a href="#all-controls" style="font-size:15px;line-height:40px">All controls ↓ (run your own '
-                    'prompt, fork, compare, studies)</a>', elem_id="all-controls-link")
+            gr.HTML('<a href="#all-controls" style="font-size:15px;line-height:40px">Run your own prompt ↓ (then '
+                    'fork, compare, studies)</a>', elem_id="all-controls-link")
     return {"arrival": story, "tour_start": start}
 
 
@@ -233,3 +250,12 @@ def build_tour_dock() -> dict:
             end = gr.Button("Close the tour", size="sm", min_width=80, elem_id="tour-end")
     return {"tour_dock": dock, "tour_card": card, "tour_prev": back, "tour_next": forward, "tour_end": end,
             "tour_state": gr.State(new_tour_state)}
+
+
+def build_glossary() -> dict:
+    """Every term the page uses, spelled out (the counters, the tour and the studies link here)."""
+    from .viz import glossary_html
+    with gr.Column(elem_id="glossary"):
+        gr.Markdown(GLOSSARY_INTRO)
+        terms = gr.HTML(glossary_html(), elem_id="glossary-terms")
+    return {"glossary": terms}

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
-from lopa.settings import SETTINGS, check_settings
+from lopa.settings import SETTINGS, ModelSpec, check_settings, resolve
 from lopa.trace import RoundRecord
 
 from .boundary import trace_of
 from .budget import Read, return_freed_memory
+from .inputs import choice, shown, whole
 from .runs import RunTree
 
 # The settings inputs: every setting the registry (lopa.settings.SETTINGS) marks for the app, in its
@@ -55,46 +56,90 @@ class Backend:
         return f"branch-parallel, {self.workers} ranks" if self.parallel else "single process"
 
 
-def backend_from_ui(choice=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
-    """Backend from the panel's (backend, workers). Raises ValueError with a message for the page."""
-    choice = str(choice or SINGLE)
-    if choice == SINGLE:
-        return Backend()
-    if choice != BRANCH_PARALLEL:
-        raise ValueError(f"unknown backend {choice!r}: choose {SINGLE!r} or {BRANCH_PARALLEL!r}")
-    n = _as_int("workers", workers)
-    lo, hi = WORKER_RANGE
-    if not lo <= n <= hi:
-        raise ValueError(f"workers must be between {lo} and {hi} ranks for the branch-parallel backend, got {n}")
-    return Backend(BRANCH_PARALLEL, n)
+def backend_from_ui(kind=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
+    """Backend from the panel's (backend, workers). Raises ValueError with a message for the page.
+    Workers are read whatever the backend (every input of an endpoint is), used by branch-parallel."""
+    kind = choice("backend", kind, (SINGLE, BRANCH_PARALLEL))
+    workers = whole("workers (ranks of the branch-parallel backend)", workers, *WORKER_RANGE)
+    return Backend() if kind == SINGLE else Backend(BRANCH_PARALLEL, workers)
 
 
-def parse_ui(*values) -> tuple[DecodeSettings, Backend]:
+def parse_ui(*values, spec: ModelSpec | None = None) -> tuple[DecodeSettings, Backend]:
     """(settings, backend) from the settings inputs (SETTING_NAMES), optionally followed by the
-    backend inputs (BACKEND_NAMES)."""
+    backend inputs (BACKEND_NAMES), resolved on the model with `spec` (settings_from_ui)."""
     n, nb = len(SETTING_NAMES), len(BACKEND_NAMES)
     if len(values) not in (n, n + nb):
         raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
                          f"got {len(values)} values")
-    return settings_from_ui(*values[:n]), backend_from_ui(*values[n:])
+    return settings_from_ui(*values[:n], spec=spec), backend_from_ui(*values[n:])
 
 
-def _as_int(name: str, value) -> int:
-    if value is None or value == "":
-        raise ValueError(f"{name} is empty: type a whole number")
-    number = float(value)
-    if not number.is_integer():
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    return int(number)
+def check_ui(*values) -> None:
+    """Read every settings and backend input (parse_ui's values) without resolving them: a message
+    naming the first bad one before any model is touched."""
+    n = len(SETTING_NAMES)
+    if len(values) not in (n, n + len(BACKEND_NAMES)):
+        raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
+                         f"got {len(values)} values")
+    check_settings(dict(zip(SETTING_NAMES, values)))
+    backend_from_ui(*values[n:])
 
 
-def settings_from_ui(*values) -> DecodeSettings:
-    """DecodeSettings from the panel's values (SETTING_NAMES), each read by the registry's one
-    reading (lopa.settings.Setting.parse). Raises ValueError naming the setting, its range and
-    the value when one is missing, of the wrong type or out of range."""
+def shown_settings(spec: ModelSpec | dict | None = None) -> DecodeSettings:
+    """What the settings inputs show for the model with `spec` before the visitor touches them: the
+    one resolution (lopa.settings.resolve) of an empty request over the model's own values and the
+    app's defaults (APP_DEFAULTS). A Dream-format checkpoint that asks for full attention shows full."""
+    return resolve({}, _spec(spec), defaults=APP_DEFAULTS)
+
+
+def shown_values(spec: ModelSpec | dict | None = None) -> tuple:
+    """shown_settings(spec) as the inputs' values, in SETTING_NAMES order."""
+    shown = shown_settings(spec)
+    return tuple(getattr(shown, name) for name in SETTING_NAMES)
+
+
+def ui_request(*values, spec: ModelSpec | dict | None = None) -> dict:
+    """What the visitor set in the settings inputs (SETTING_NAMES): each value read by the registry
+    (Setting.parse: a message naming the input for a wrong type or range), and None (unset) where it
+    is what the inputs show for the model anyway (shown_settings), so resolution() says where each
+    value came from."""
     if len(values) != len(SETTING_NAMES):
         raise ValueError(f"expected {len(SETTING_NAMES)} settings, got {len(values)}")
-    return DecodeSettings(**check_settings(dict(zip(SETTING_NAMES, values))))
+    given, shown = check_settings(dict(zip(SETTING_NAMES, values))), shown_settings(spec)
+    return {name: (None if value == getattr(shown, name) else value) for name, value in given.items()}
+
+
+def settings_from_ui(*values, spec: ModelSpec | dict | None = None) -> DecodeSettings:
+    """The settings a Run with these inputs decodes on the model with `spec` (None: no model's own
+    values): ui_request() resolved over the model's own values and APP_DEFAULTS. Raises ValueError
+    naming the setting, its range and (a short prefix of) the value when one is missing, of the
+    wrong type or out of range, or when the combination is refused."""
+    return resolve(ui_request(*values, spec=spec), _spec(spec), defaults=APP_DEFAULTS)
+
+
+def follow_model(spec: ModelSpec | dict | None, touched, *values) -> tuple:
+    """The settings inputs' values (SETTING_NAMES order) on the model with `spec`: an input the visitor
+    touched (its name in `touched`) keeps its value; every other shows what the model resolves to,
+    with the touched ones as the request (a length follows a touched block size). A touched input
+    that cannot be read, or a touched combination the model refuses, is left for Run to name."""
+    given, request = dict(zip(SETTING_NAMES, values)), {}
+    for name in set(touched or ()) & set(SETTING_NAMES):
+        try:
+            request[name] = SETTINGS[name].parse(given[name])
+        except ValueError:
+            request[name] = None
+    for attempt in (request, {**request, "max_new_tokens": None}, {}):
+        try:
+            settings = resolve(attempt, _spec(spec), defaults=APP_DEFAULTS)
+            break
+        except ValueError:
+            continue
+    return tuple(given[name] if name in request else getattr(settings, name) for name in SETTING_NAMES)
+
+
+def _spec(spec: ModelSpec | dict | None) -> ModelSpec | None:
+    """A ModelSpec from a spec or its dict (a trace's header, a gr.State)."""
+    return ModelSpec.from_dict(spec) if isinstance(spec, dict) else spec
 
 
 class LiveRun:
@@ -143,11 +188,13 @@ class Session:
     runs: RunTree = field(default_factory=RunTree)      # every run of this session, forks under their parent
     current: str | None = None            # id of the run the page shows
     runs_changed: bool = False            # the run list needs redrawing
+    model: str | None = None              # the folder of the model this visitor picked (app/models.py); None: the default
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),
               keep_states: bool = False, rounds: int | None = None) -> dict:
-        """Start a new decode (any previous live one is dropped); returns its job for the boundary."""
+        """Start a new decode of the model in folder `model` (any previous live one is dropped); returns
+        its job for the boundary."""
         self.close()
         job = {"model": model, "prompt": prompt, "settings": settings.to_dict(), "workers": backend.workers,
                "rounds": rounds, "keep_states": keep_states, "resume": None}
@@ -155,6 +202,7 @@ class Session:
         note = (f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
                 + (f", floor {settings.lookahead_min_prob:g}" if settings.lookahead_min_prob else ""))
         entry = self.runs.add(f"{note}, k = {settings.k}")
+        entry.model = model
         self._new_entry(entry)
         self.live = LiveRun(job, names=entry.names)
         return job
@@ -168,18 +216,21 @@ class Session:
         return job
 
     def begin_fork(self, parent_id: str, at_round: int, commit: dict, hold: list, note: str,
-                   keep_states: bool = False) -> dict:
+                   keep_states: bool = False, model: str | None = None) -> dict:
         """Start a fork of run `parent_id`: identical through `at_round`, the forced decisions in the
-        next round, then the run's own policy (lopa.engine.Decoder.stream_fork). Returns its job."""
+        next round, then the run's own policy (lopa.engine.Decoder.stream_fork). `model`: the folder of
+        the model that made the run (default: the one its entry names). Returns its job."""
         parent = self.runs[parent_id]
+        model = model or parent.model
         self.close()
-        job = {"model": parent.run.spec.get("name"), "prompt": parent.run.prompt, "settings": parent.run.settings,
+        job = {"model": model, "prompt": parent.run.prompt, "settings": parent.run.settings,
                "workers": 1, "rounds": None, "keep_states": keep_states,
                "resume": {"kind": "fork", "trace": trace_of(parent.run), "at_round": at_round,
                           "commit": {str(p): t for p, t in commit.items()}, "hold": list(hold)}}
         self.source, self.backend = "live", Backend()
         self.key = ("fork", parent_id, at_round, tuple(commit.items()), tuple(hold))   # Run never continues it
         entry = self.runs.add(note, parent=parent_id, at_round=at_round, names=parent.names)
+        entry.model = model
         self._new_entry(entry)
         self.live = LiveRun(job, records=parent.run.records[:at_round + 1], names=entry.names)
         return job
@@ -219,8 +270,8 @@ class Session:
 
     def select(self, run_id: str) -> None:
         """Show another run of the list (a paused decode is stopped first; it stays in the list)."""
-        if run_id not in self.runs or self.runs[run_id].run is None:
-            raise ValueError(f"no run {run_id!r} in the run list")
+        if not isinstance(run_id, str) or run_id not in self.runs or self.runs[run_id].run is None:
+            raise ValueError(f"no run {shown(run_id)} in the run list")
         self.cancel()
         self.close()
         entry = self.runs[run_id]

@@ -10,17 +10,19 @@ that cannot be read whole keeps what it can and says what it dropped."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 import gradio as gr
 
 from lopa import DecodeSettings
-from lopa.settings import SETTINGS
+from lopa.settings import DEFAULT_K, SETTINGS, ModelSpec, resolve, settings_diff
 
-from .models import MODELS
-from .session import SETTING_NAMES, parse_ui
+from .models import MODELS, MODELS_DIR, _short
+from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings
 
 FIELDS = ("prompt", *SETTING_NAMES)
+MODEL_FIELD = "model"                        # the query field naming the model (a bundled name or a folder)
 MAX_PROMPT_CHARS = 4000                      # a link longer than this is not a link anyone shares
 # A page address whose query is longer than this is cut before Gradio sees it: past 64 KiB Gradio
 # fails with HTTP 500 (httpx refuses the URL) before any of the app's code runs. A link of the
@@ -29,21 +31,34 @@ MAX_QUERY_BYTES = 16_384
 CUT_MARK = "cut"                             # the query field that says which fields the cut dropped
 
 
-def settings_of(values) -> DecodeSettings:
-    """The settings inputs -> DecodeSettings (ValueError naming the bad setting)."""
-    return parse_ui(*values)[0]
+def settings_of(values, spec: ModelSpec | None = None) -> DecodeSettings:
+    """The settings inputs -> the DecodeSettings a Run decodes on the model with `spec` (ValueError
+    naming the bad setting)."""
+    return parse_ui(*values, spec=spec)[0]
 
 
-def chosen(settings: DecodeSettings) -> dict:
-    """The settings a link or a command must spell out: those that differ from the engine's defaults,
-    plus k and max_new_tokens (the app's own defaults differ from the engine's)."""
-    defaults = DecodeSettings().to_dict()
-    return {k: v for k, v in settings.to_dict().items() if v != defaults[k] or k in ("k", "max_new_tokens")}
+def session_model(session) -> tuple[Path, ModelSpec | None]:
+    """(folder, spec) of the session's model; spec None while it is not loaded (nothing is loaded here:
+    the links follow the inputs outside the queue)."""
+    folder = MODELS.folder(getattr(session, "model", None))
+    loaded = MODELS.peek(folder)
+    return folder, (loaded.spec if loaded is not None else None)
 
 
-def share_query(prompt: str, *values) -> str:
-    """`?prompt=...&k=...`: the prompt and the chosen settings."""
-    return "?" + urlencode({"prompt": (prompt or "")[:MAX_PROMPT_CHARS], **chosen(settings_of(values))})
+def model_field(folder: Path) -> str:
+    """How a link names a model: a bundled model by its name, any other by its folder."""
+    folder = Path(folder)
+    return folder.name if folder.resolve().parent == MODELS_DIR.resolve() else str(folder)
+
+
+def share_query(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None) -> str:
+    """`?prompt=...&model=...&k=...`: the prompt, the model (unless it is the default) and the settings
+    that differ from what the inputs show for that model (app.session.shown_settings), so the link
+    opens on the same run."""
+    query = {"prompt": (prompt or "")[:MAX_PROMPT_CHARS]}
+    if folder is not None and MODELS.key(folder) != MODELS.key(MODELS.default):
+        query[MODEL_FIELD] = model_field(folder)
+    return "?" + urlencode({**query, **settings_diff(settings_of(values, spec), shown_settings(spec))})
 
 
 def read_link(query: dict, current: list) -> tuple[list, list[str]]:
@@ -86,44 +101,59 @@ def restore(query: dict, current: list) -> list:
     return read_link(query, current)[0]
 
 
-def command_line(prompt: str, *values) -> str:
-    """The `lopa generate` command that decodes the same prompt with the same settings."""
+def command_line(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None) -> str:
+    """The `lopa generate` command that decodes the same prompt with the same settings on the same
+    model: it names --model, and spells out every setting where the run (settings_from_ui on the
+    model with `spec`) differs from what `lopa generate` resolves on that model with no flags."""
     try:
-        settings = settings_of(values)
+        settings = settings_from_ui(*values[:len(SETTING_NAMES)], spec=spec)
     except ValueError as err:
         return f"# {err}"
-    parts = ["python", "-m", "lopa", "generate"]
-    loaded = MODELS.loaded
-    if loaded is not None and loaded.path != MODELS.default:
-        parts += ["--model", str(loaded.path)]
-    parts += ["--prompt", prompt or ""]
-    for name, value in chosen(settings).items():
+    folder = Path(folder if folder is not None else MODELS.default)
+    parts = ["python", "-m", "lopa", "generate", "--model", _short(folder), "--prompt", prompt or ""]
+    for name, value in settings_diff(settings, resolve({}, spec, defaults={"k": DEFAULT_K})).items():
         parts += [SETTINGS[name].flag, str(value)]
     return shlex.join(parts)
 
 
 # -- callbacks --------------------------------------------------------------------------------------
-def on_load(request: gr.Request, *current):
-    """Apply the URL's query to the inputs when the page opens (a shared link); the last output is
-    the status, which says what the link could not give."""
+def on_load(request: gr.Request, touched, *current):
+    """Apply the URL's query to the inputs when the page opens (a shared link). Outputs: the inputs
+    (prompt, then SETTING_NAMES), the names of the settings the link set (they count as touched:
+    app.callbacks.follow_session_model keeps them when the model is applied), the model box (the
+    link's model: picking it applies it, app.callbacks.pick_model) and the status, which says what
+    the link could not give."""
     query = dict(request.query_params) if request is not None else {}
     if not query:
-        return tuple(gr.skip() for _ in range(len(current) + 1))
+        return tuple(gr.skip() for _ in range(len(current) + 3))
     values, notes = read_link(query, list(current))
+    given = sorted(set(touched or ()) | {n for n in SETTING_NAMES if n in query and _read(n, query[n])
+                                         == values[FIELDS.index(n)]})
+    model = query.get(MODEL_FIELD)
+    model = str(model)[:MAX_PROMPT_CHARS] if model else gr.skip()
     if not notes:
-        return (*values, gr.skip())
+        return (*values, given, model, gr.skip())
     message = "The shared link was read in part. Dropped: " + "; ".join(notes)
     gr.Warning(message)
-    return (*values, message)
+    return (*values, given, model, message)
 
 
-def links(prompt: str, *values) -> tuple[str, str]:
-    """(share query, command line) for the current inputs."""
+def _read(name: str, text):
+    """The link's value of setting `name`, or None where the registry refuses it."""
     try:
-        query = share_query(prompt, *values)
+        return SETTINGS[name].parse(str(text))
+    except ValueError:
+        return None
+
+
+def links(session, prompt: str, *values) -> tuple[str, str]:
+    """(share query, command line) for the current inputs on the session's model."""
+    folder, spec = session_model(session)
+    try:
+        query = share_query(prompt, *values, spec=spec, folder=folder)
     except ValueError as err:
         query = f"(fix the settings first: {err})"
-    return query, command_line(prompt, *values)
+    return query, command_line(prompt, *values, spec=spec, folder=folder)
 
 
 # -- the length bound, before Gradio ------------------------------------------------------------------

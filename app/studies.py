@@ -6,20 +6,21 @@ build_studies_panel() in app/panels.py, the events are wired in app/wiring.py.""
 from __future__ import annotations
 
 import os
+import shlex
 from contextlib import closing
 from functools import cache
 from pathlib import Path
 
 import gradio as gr
-import pandas as pd
 
 from lopa.models.loading import ROOT
-from lopa.settings import DecodeSettings
+from lopa.settings import resolve
 from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 
 from . import boundary
 from .callbacks import error_message, stop_pending
+from .inputs import choice, whole
 from .models import MODELS
 from .viz import esc
 
@@ -31,7 +32,13 @@ STUDIES_ROOT = Path(os.environ.get("LOPA_STUDIES_DIR") or STUDIES_DIR)
 # a large plotly figure in the page made every streamed update of the round view relayout it), the
 # interactive plot on request and after a live run.
 STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_image", "study_summary")
-TITLES = {name: STUDIES[name].title for name in APP_STUDIES}
+# Numbered as the app lists them (the registry's numbers follow docs/studies.md, which has studies the app
+# does not show, so they skip).
+TITLES = {name: f"{i}. {STUDIES[name].title.split('. ', 1)[-1]}" for i, name in enumerate(APP_STUDIES, 1)}
+# What the studies' reports abbreviate, in words (the page's glossary has them too).
+REPORT_TERMS = ("TPF = tokens per forward; AFP = average finalization parallelism (tokens over the rounds that "
+                "committed any); tau(LTR) = Kendall's tau of the fill order against left to right (1: strictly left "
+                "to right); AUP = accuracy under parallelism. [All terms](#glossary)")
 LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
 LIVE_K = 4
 
@@ -52,7 +59,18 @@ def figure(study: str, tables: dict, summary: dict, title: str):
 
 
 def report(study: str, summary: dict) -> str:
-    return "```\n" + STUDIES[study].load().report(summary) + "\n```"
+    return "```\n" + STUDIES[study].load().report(summary) + "\n```\n\n" + REPORT_TERMS
+
+
+def shown_command(command: str) -> str:
+    """A study's command as the page shows it: without --hardware-note and its value (a note for the
+    results file, said in words beside the command already)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    kept = [w for i, w in enumerate(words) if w != "--hardware-note" and (i == 0 or words[i - 1] != "--hardware-note")]
+    return shlex.join(w for w in kept if not w.startswith("--hardware-note="))
 
 
 def _progress(done: int, total: int, what: str = "") -> str:
@@ -60,10 +78,11 @@ def _progress(done: int, total: int, what: str = "") -> str:
             f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
 
 
-def shown_model() -> Path:
-    """The model whose shipped results the section shows: the loaded one, else the one that loads first."""
-    loaded = MODELS.loaded
-    return Path(getattr(loaded, "path", None) or MODELS.default)
+def shown_model(session=None) -> Path:
+    """The model whose shipped results the section shows: the session's (app.session.Session.model), else
+    the default one."""
+    model = getattr(session, "model", None)
+    return Path(model) if model else MODELS.default
 
 
 def results_dir(model: Path) -> Path:
@@ -76,13 +95,15 @@ def _repo_path(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else str(path)
 
 
-def show_shipped(study: str, interactive: bool = False) -> tuple:
-    """STUDY_OUTPUTS for the results shipped for the model on show (shown_model()): their PNG, or with
+def show_shipped(study: str, session=None, interactive: bool = False) -> tuple:
+    """STUDY_OUTPUTS for the results shipped for the session's model (shown_model()): their PNG, or with
     `interactive` the plotly figure made from the shipped tables; a message saying how to make them
     where that model has none."""
-    if study not in APP_STUDIES:
-        return (error_message(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}"),) + (gr.skip(),) * 4
-    model = shown_model()
+    try:
+        choice("study", study, APP_STUDIES)
+    except ValueError as err:
+        return (error_message(err),) + (gr.skip(),) * 4
+    model = shown_model(session)
     folder = results_dir(model)
     shipped = load_results(study, folder)
     if shipped is None:
@@ -90,7 +111,7 @@ def show_shipped(study: str, interactive: bool = False) -> tuple:
         return (f"No shipped results for **{esc(model.name)}** yet: run it live below, or with "
                 f"<code>{esc(command)}</code>." + elsewhere(study, model), "", None, _image(None), "")
     tables, meta = shipped
-    status = (f"**Shipped results** of <code>{esc(meta.get('command', ''))}</code> on {esc(meta.get('model', ''))}"
+    status = (f"**Shipped results** of <code>{esc(shown_command(meta.get('command', '')))}</code> on {esc(meta.get('model', ''))}"
               f" (weights {esc(meta.get('weights_sha256', '?'))})"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
               f"{esc(meta.get('data', ''))}." + stale_note(meta, model) + elsewhere(study, model))
@@ -116,80 +137,81 @@ def stale_note(meta: dict, model: Path) -> str:
 
 
 def elsewhere(study: str, model: Path) -> str:
-    """One line naming the other models with shipped results of `study` (load one to see them)."""
+    """One line naming the other models with shipped results of `study` (pick one to see them)."""
     others = sorted(p.parent.name for p in STUDIES_ROOT.glob(f"*/{study}.json") if p.parent.name != Path(model).name) \
         if STUDIES_ROOT.is_dir() else []
     if not others:
         return ""
     return ("\n\nShipped for " + ", ".join(f"**{esc(name)}**" for name in others)
-            + " too: load that model above to see its results.")
+            + " too: pick that model above to see its results.")
 
 
-def show_interactive(study: str) -> tuple:
+def show_interactive(study: str, session=None) -> tuple:
     """STUDY_OUTPUTS with the shipped results as an interactive plot."""
-    return show_shipped(study, interactive=True)
+    return show_shipped(study, session, interactive=True)
 
 
 def _image(path):
     return gr.update(value=path, visible=path is not None)
 
 
-def _as_int(name: str, value, bounds) -> int:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a whole number") from None
-    lo, hi = bounds
-    if not number.is_integer() or not lo <= number <= hi:
-        raise ValueError(f"{name} must be a whole number from {lo} to {hi} (live studies stay small on a shared CPU)")
-    return int(number)
-
-
-def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_SEED):
-    """Run a study live on a few fresh synthetic problems; yield STUDY_OUTPUTS after every decode and
+def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_SEED, session=None):
+    """Run a study live on a few fresh synthetic problems with the session's model; yield STUDY_OUTPUTS after every decode and
     the study's plot and numbers at the end (or when Stop is pressed: the problems done so far). The
     decodes run behind the GPU boundary (app/boundary.py); the tables, summary and plot are made here."""
     if not state.get("armed"):          # called without Run's first step (the API): no Stop is pending
         state["stop"] = False
     state["armed"], state["running"] = False, True
     try:
-        if study not in APP_STUDIES:
-            raise ValueError(f"unknown study {study!r}: choose one of {', '.join(APP_STUDIES)}")
-        n = _as_int("problems", n_problems, LIVE_LIMITS["problems"])
-        r = _as_int("random orders", random_orders, LIVE_LIMITS["random"])
-        seed = _as_int("problem seed", seed, (0, 2**31 - 1))
-        loaded = MODELS.get()           # its spec, in the server process
+        choice("study", study, APP_STUDIES)
+        # Live studies stay small on a shared CPU (LIVE_LIMITS).
+        n = whole("problems", n_problems, *LIVE_LIMITS["problems"])
+        r = whole("random orders", random_orders, *LIVE_LIMITS["random"])
+        seed = whole("problem seed", seed, 0, 2**31 - 1)
+        folder = MODELS.folder(getattr(session, "model", None))
+        loaded = MODELS.get(folder)     # its spec, in the server process
         rows, rounds, total, noted, where = [], [], 0, {}, "fresh problems"
-        with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict())) as steps:
+        done, complete = 0, set()       # units of work done (the study's count: every decode it runs); complete problems
+        with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict(),
+                                                        str(folder))) as steps:
             # Stop is read after every step (a decode, or a status between them: a long search reports
-            # each of its rounds), so a run stops within one step of the press.
+            # each of its rollouts), so a run stops within one decode of the press.
             for step in steps:
                 if "where" in step:
                     where = step["where"]
                     yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
                         gr.skip()
                 elif "status" in step:
-                    yield step["status"], _progress(len(rows), max(total, 1)), gr.skip(), gr.skip(), gr.skip()
+                    done, total = step.get("done", done), step.get("total", total)
+                    yield step["status"], _progress(done, max(total, 1)), gr.skip(), gr.skip(), gr.skip()
                 elif "summary" in step:
                     noted.update(step["summary"])
                 else:
                     total = step["total"]
                     rows.append(step["row"])
                     rounds += step["rounds"]
-                    yield gr.skip(), _progress(len(rows), total), gr.skip(), gr.skip(), gr.skip()
+                    done = step.get("done", len(rows))
+                    complete.update([step["complete"]] if "complete" in step else [])
+                    yield gr.skip(), _progress(done, total), gr.skip(), gr.skip(), gr.skip()
                 if state["stop"]:
                     break
         if not rows:
             yield (f"Stopped before the first decode of **{TITLES[study]}** finished: nothing to show."
                    if state["stop"] else "The study made no decodes."), "", gr.skip(), gr.skip(), gr.skip()
             return
-        df = pd.DataFrame(rows)
-        summary, tables = STUDIES[study].load().live_summary(rows, rounds)
+        # The numbers, the plot and its title describe the same complete problems: a stopped run's last,
+        # unfinished problem is left out of all three.
+        if not complete:
+            yield (f"Stopped before the first problem of **{TITLES[study]}** was complete ({done} of {total} decodes "
+                   "ran): nothing to summarize yet."), _progress(done, total), gr.skip(), gr.skip(), ""
+            return
+        rows = [r for r in rows if r["problem"] in complete]
+        summary, tables = STUDIES[study].load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
         summary.update(noted)
-        stopped = " (stopped: the problems done so far)" if state["stop"] else ""
-        make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(df.problem.unique())} problems")
+        stopped = f" (stopped: the {len(complete)} complete problems)" if state["stop"] else ""
+        make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problems")
         yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
-               f"`python -m lopa.study {study} --n 40`."), _progress(len(rows), total), make, _image(None), \
+               f"`python -m lopa.study {study} --n 40`."), _progress(done, total), make, _image(None), \
             report(study, summary)
     except ValueError as err:
         yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()
@@ -198,8 +220,9 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
 
 
 def _base(loaded):
-    return DecodeSettings(k=LIVE_K, max_new_tokens=128, block_size=loaded.spec.block_size or 32,
-                          attention=loaded.spec.attention)
+    """A live study's settings on the loaded model: the one resolution of no request over the model's
+    own values (its attention, block size, fitted budget) and the live run's k and length."""
+    return resolve({}, loaded.spec, defaults={"k": LIVE_K, "max_new_tokens": 128})
 
 
 def stop_study(state: dict):

@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, best_order, forks, share, studies, tour
+from . import api, best_order, disk, forks, layout, share, studies, tour
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .panels import (
@@ -20,6 +20,7 @@ from .panels import (
     build_arrival_panel,
     build_compare_panel,
     build_controls,
+    build_glossary,
     build_input_panel,
     build_model_panel,
     build_round_view,
@@ -29,6 +30,7 @@ from .panels import (
     build_trace_panel,
 )
 from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
+from .viz import GLOSSARY_CSS
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -39,6 +41,24 @@ CSS = """
 #backend-slot {border: 1px dashed #999}
 .lopa-hidden {display: none !important}
 #run-list label {font-size: 12px}
+/* Wide tables (the branches of a round) scroll inside their panel instead of leaving it. */
+#branches {min-width: 0; max-width: 100%}
+#branches .lopa-branches {overflow-x: auto; max-width: 100%}
+#branches table {min-width: 560px}
+/* A disabled Stop must not look like a live red button. */
+button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
+#glossary {margin-top: 16px}
+#study-plot:has(> [aria-label="Empty value"]) {display: none}
+@media (max-width: 640px) {
+  /* Phone: the model's description after the prompt, Run and the examples. */
+  #model-panel {order: 5}
+  #settings-panel {order: 6}
+  #arrival-actions {flex-direction: column; align-items: stretch}
+  #run-buttons {flex-wrap: nowrap; gap: 6px}
+  #run-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px; font-size: 14px}
+  .lopa-story-sentence {font-size: 15px !important}
+  .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
+}
 """
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
 # output of every component, and more: README "Limits") until this many newer sessions push it out;
@@ -47,14 +67,16 @@ CSS = """
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + tour.CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength)]})
 
 
 def build_demo() -> gr.Blocks:
     """The whole app; nothing is loaded until a user needs the model."""
-    with gr.Blocks(title="LoPA Explorer") as demo:
+    # delete_cache: Gradio sweeps its cache of what nothing removed (app/disk.py: exports and uploads are removed
+    # by the app itself; an upload no load ever read is not)
+    with gr.Blocks(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
         gr.Markdown(INTRO)
         # A factory, not an instance: gradio calls it once per browser session.
         # Sessions expire and free their runs (bounded memory on a Space; README "Limits").
@@ -64,10 +86,12 @@ def build_demo() -> gr.Blocks:
         c.update(build_arrival_panel())
         c.update(build_tour_dock())
         with gr.Row(equal_height=False, elem_id="all-controls"):
-            with gr.Column(scale=1, min_width=320):
-                c.update(build_model_panel())
+            with gr.Column(scale=1, min_width=320, elem_id="inputs-column"):
                 c.update(build_input_panel())
-                c.update(build_settings_panel())
+                with gr.Column(elem_id="model-panel"):
+                    c.update(build_model_panel())
+                with gr.Column(elem_id="settings-panel"):
+                    c.update(build_settings_panel())
             # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
             # and those errors made the browser drop other components' updates.
             with gr.Column(scale=3):
@@ -83,6 +107,7 @@ def build_demo() -> gr.Blocks:
                     gr.Markdown("## Studies")
                     c["study_state"] = gr.State(studies.new_study_state)
                     c.update(build_studies_panel())
+        c.update(build_glossary())
         wire(demo, c)
     demo.queue(**QUEUE)
     return demo
@@ -134,7 +159,14 @@ def wire(demo: gr.Blocks, c: dict) -> None:
         # registry, app/inputs.py): Gradio's own checks answer a string in a number box with a
         # traceback and echo a 100 KB value outside a dropdown's choices in full. Uploads keep theirs.
         kwargs.setdefault("preprocess", False)
-        return event(as_updates(fn, outputs), inputs, outputs, **kwargs)
+        dep = event(as_updates(fn, outputs), inputs, outputs, **kwargs)
+        # Each component's events, by the component's name: stop_buttons() follows them.
+        owner = getattr(event, "__self__", None)
+        for name in [n for n, x in c.items() if x is owner]:
+            events.setdefault(name, []).append(dep)
+        return dep
+
+    events = c["__events__"] = {}
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
@@ -151,6 +183,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # A shared link restores the inputs (and says in the status what it could not read); the link and
     # the command line follow the inputs.
     shared, touched = [c["prompt"], *settings], c["touched"]
+    demo.unload(disk.end_session)        # the closed page's exports leave the disk (app/disk.py)
     on(demo.load, share.on_load, [touched, *shared], [*shared, touched, c["model_dir"], c["status"]],
        api_visibility="private", queue=False)
     on(functools.partial(gr.on, [x.change for x in shared] + [c["model_info"].change]), share.links,
@@ -215,8 +248,10 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Run arms the session's Stop outside the queue first, so a Stop pressed while the run waits for the
     # model (or before its first decode) is kept for it.
     armed = c["study_run"].click(studies.arm_study, [c["study_state"]], None, queue=False, api_visibility="private")
-    on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
-                                       c["study_seed"], session], study_out, api_name="run_study", show_progress="hidden", **MODEL)
+    study_dep = on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
+                                               c["study_seed"], session], study_out, api_name="run_study",
+                   show_progress="hidden", **MODEL)
+    events["study_run"] = [study_dep]
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
     # The session's model (picked, or warmed at page load) shows its own shipped results.
     for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
@@ -235,3 +270,27 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # the page hides the dock at once meanwhile (tour.TOUR_JS).
     on(c["tour_end"].click, tour.end_tour, [session, c["tour_state"]], tour_out, api_visibility="private",
        show_progress="hidden", **MODEL)
+
+    # The decode settings' title counts the settings that differ from what Run uses untouched.
+    on(functools.partial(gr.on, [x.change for x in settings] + [c["model_info"].change]), layout.settings_title,
+       [session, *settings], [c["settings_accordion"]], api_visibility="private", queue=False, show_progress="hidden")
+    # Stop buttons are enabled only while there is something to stop.
+    stop_buttons(c)
+
+
+def stop_buttons(c: dict) -> None:
+    """Each Stop is enabled when its run starts and disabled when it ends (the round view's: while the
+    session has a decode, streaming or paused after Step). Outside the queue: they only touch buttons."""
+    quiet = dict(api_visibility="private", queue=False, show_progress="hidden")
+    session, stop = c["session"], c["stop"]
+    for trigger in (c["run"].click, c["prompt"].submit, c["step"].click, c["fill_first"].click, c["hold_back"].click):
+        trigger(layout.stop_enabled, None, stop, **quiet)
+    for name in ("run", "prompt", "step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
+                 "tour_prev", "tour_end"):
+        for dep in c["__events__"].get(name, ()):
+            dep.then(layout.decode_stop, [session], stop, **quiet)
+    for start, stop_name in (("compare", "compare_stop"), ("best_order", "best_order_stop"),
+                             ("study_run", "study_stop")):
+        c[start].click(layout.stop_enabled, None, c[stop_name], **quiet)
+        for dep in c["__events__"].get(start, ()):
+            dep.then(layout.stop_disabled, None, c[stop_name], **quiet)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import torch
 
 from lopa.engine import DecodeStalled
 from lopa.order import budget_warning
-from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
+from lopa.settings import DecodeSettings, add_settings_arguments, choice_type, settings_from_args
 
 
 def _read_script(args) -> None:
@@ -147,9 +148,17 @@ def _hf_export(args) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, except that an error quotes at most a short prefix of a bad value: its own messages
+    (`invalid int value: '...'`) quote a value of any length, and a command line can be 100 KB."""
+
+    def error(self, message):
+        super().error(re.sub(r"'([^']{57})[^']{4,}'", lambda m: f"'{m.group(1)}...'", message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lopa.models import add_model_arguments
-    parser = argparse.ArgumentParser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
+    parser = Parser(prog="python -m lopa", description="LoPA: lookahead parallel decoding for dLLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="decode one prompt, print the answer and metrics")
     gen.add_argument("--model", help="local Hugging Face model directory (default: the bundled open-gsm-dllm) "
@@ -162,10 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "57 and 13 as the model's top token in round 3; keep 14 masked), or a recorded trace "
                           "(.json/.parquet), whose every decision is replayed: --script run.json reproduces run.json")
     gen.add_argument("--trace", help="write the trace to this .json or .parquet file")
-    gen.add_argument("--executor", choices=("batched", "per_branch", "uncached"),
+    executors = ("batched", "per_branch", "uncached")
+    gen.add_argument("--executor", type=choice_type("executor", executors), choices=executors,
                      help="batched: all branches in one forward (default); the others are reference paths")
     gen.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
-    gen.add_argument("--backend", choices=("single", "bp"), default="single",
+    gen.add_argument("--backend", type=choice_type("backend", ("single", "bp")), choices=("single", "bp"),
+                     default="single",
                      help="single process (default) or branch-parallel: branches spread over ranks, same results; "
                           "under torchrun each process is one rank, otherwise --workers local ranks are started")
     gen.add_argument("--workers", type=int, default=2, help="branch-parallel ranks without torchrun (default 2)")

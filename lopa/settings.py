@@ -361,6 +361,22 @@ def _flag_type(spec: Setting):
     return read
 
 
+def choice_type(name: str, choices):
+    """argparse's reading of a choice flag: the text if it is one of `choices`, else an error naming
+    the flag and quoting at most a short prefix of the text. argparse checks choices= only after the
+    type, so its own `invalid choice` message, which echoes a value of any length, is never reached;
+    choices= stays for the help and the parity test."""
+    choices = tuple(choices)
+
+    def read(text: str):
+        if text not in choices:
+            shown = repr(text) if len(text) <= 60 else repr(text[:57]) + f"... ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"{name} must be one of {', '.join(choices)}; got {shown}")
+        return text
+    read.__name__ = name
+    return read
+
+
 def add_settings_arguments(parser, per_row=(), choose_decoder: bool = True, defaults: dict | None = None) -> None:
     """A flag for every registry setting, except those in `per_row`: the settings a command sets
     itself for each row it runs (a benchmark's k and commit rule), which a flag could not change.
@@ -369,14 +385,16 @@ def add_settings_arguments(parser, per_row=(), choose_decoder: bool = True, defa
     defaults = {"k": DEFAULT_K, **(defaults or {})}
     g = parser.add_argument_group("decoding settings (defaults: the paper's GSM8K row, Table 5)")
     if choose_decoder:
-        g.add_argument("--decoder", choices=tuple(DECODERS), default="lopa",
+        g.add_argument("--decoder", type=choice_type("decoder", DECODERS), choices=tuple(DECODERS), default="lopa",
                        help="lopa (k lookahead branches), d2f (k=0), single_block (Fast-dLLM style), one_token")
-        g.add_argument("--preset", choices=tuple(PAPER_PRESETS), help="start from a paper preset (Table 5)")
+        g.add_argument("--preset", type=choice_type("preset", PAPER_PRESETS), choices=tuple(PAPER_PRESETS),
+                       help="start from a paper preset (Table 5)")
     for name, spec in SETTINGS.items():
         if name in per_row:
             continue
         paper = f"; paper: {spec.paper}" if spec.paper is not None else ""
-        kind = dict(choices=spec.choices) if spec.choices else dict(type=_flag_type(spec))
+        kind = dict(type=choice_type(name, spec.choices), choices=spec.choices) if spec.choices \
+            else dict(type=_flag_type(spec))
         g.add_argument(spec.flag, dest=name, **kind, help=f"{spec.help} ({spec.describe()}; default {defaults.get(name, spec.default)}{paper})")
 
 

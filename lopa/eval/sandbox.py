@@ -265,9 +265,12 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 def _explain(verdict: str, sandboxed: bool) -> str:
     """Name the sandbox's limit when the program ran into one."""
-    if "[Errno 28]" in verdict:
+    shm = f"{SHM_LIMIT_BYTES >> 20} MiB, {SHM_FILE_COUNT_LIMIT:,} files"
+    if "[Errno 28]" in verdict and "/dev/shm" in verdict:
+        return f"failed: wrote past the sandbox's /dev/shm limit ({shm}) ({verdict[8:]})"
+    if "[Errno 28]" in verdict:      # a failed write() names no file: either tmpfs may be the full one
         return (f"failed: wrote past the sandbox's write limit ({WRITE_LIMIT_BYTES >> 20} MiB, {FILE_COUNT_LIMIT:,} "
-                f"files) ({verdict[8:]})")
+                f"files) or its /dev/shm limit ({shm}) ({verdict[8:]})")
     if "[Errno 27]" in verdict:
         limit = FILE_LIMIT_BYTES if sandboxed else FALLBACK_FILE_LIMIT_BYTES
         return f"failed: a file grew past the sandbox's {limit >> 20} MiB file-size limit ({verdict[8:]})"

@@ -61,6 +61,9 @@ END_OF_TURN = ("<|im_end|>", "<|eot_id|>")
 # further aligned with VRPO, published without "Instruct" in its name).
 CHAT_NAMES = ("instruct", "chat", "llada-1.5", "llada_1.5")
 _SENTINEL = "LOPAPROMPTSENTINEL"
+# The spec fields lopa.models.loading.spec_from_pretrained reads back from config.lopa.
+SPEC_IN_CONFIG = ("mask_token_id", "eos_token_ids", "logit_shift", "pad_token_id", "block_size", "prompt_template",
+                  "attention", "decode")
 
 
 # -- which checkpoint family ------------------------------------------------------------------------
@@ -192,12 +195,16 @@ def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attentio
         vocab = tokenizer.get_vocab()
         eos += [vocab[t] for t in END_OF_TURN if t in vocab]
     chat_template = getattr(tokenizer, "chat_template", None)
+    # What this checkpoint asks for beyond its family's values: config.json "lopa" (the key a stock
+    # directory's config uses too): its attention, trained block size and other decode settings.
+    own = raw.get("lopa") if isinstance(raw.get("lopa"), dict) else {}
     return ModelSpec(
         mask_token_id=int(mask), eos_token_ids=tuple(dict.fromkeys(eos)), logit_shift=logit_shift,
-        pad_token_id=raw.get("pad_token_id", gen.get("pad_token_id")), block_size=block_size,
+        pad_token_id=raw.get("pad_token_id", gen.get("pad_token_id")), block_size=own.get("block_size", block_size),
         prompt_template=chat_prompt_template(tokenizer) if chat else "{prompt}",
         max_context=int(raw.get("max_position_embeddings") or raw.get("max_sequence_length") or 4096),
-        attention=attention, name=name or path.name, decode=decode or {},
+        attention=own.get("attention", attention), name=name or path.name,
+        decode={**(decode or {}), **(own.get("decode") or {})},
         extra={"chat_template": chat_template, "family": checkpoint_family(path), **(extra or {})})
 
 
@@ -338,6 +345,9 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
     spec = family_spec(path, raw, tokenizer, logit_shift=shift, attention=attention, chat=chat,
                        name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra,
                        block_size=block_size, decode=decode)
+    # The stock model carries the spec it was loaded with (config.lopa, as a stock directory's does),
+    # so transformers' generate() through lopa.hf decodes it with the settings `lopa generate` uses.
+    model.config.lopa = {k: v for k, v in spec.to_dict().items() if k in SPEC_IN_CONFIG}
     return LoadedModel(model, tokenizer, spec, path)
 
 
