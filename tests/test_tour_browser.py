@@ -18,7 +18,7 @@ from servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
-              pytest.mark.browser, pytest.mark.timeout(300)]
+              pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
