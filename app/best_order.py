@@ -5,7 +5,8 @@ fork of the run and is compared with it by the comparison's own outputs (app/com
 the first round where LoPA's choice and the best choice part.
 
 Bounded for a shared CPU: no rollout starts after SEARCH_SECONDS (the order found so far is then the answer,
-its later rounds as LoPA left them); Stop ends it after the current round, keeping the order found so far.
+its later rounds as LoPA left them); Stop ends it within the rollout under way (one decode: the search yields
+after each), keeping the order found so far (the rounds searched to the end).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def compare_with_best(session: Session):
             raise ValueError("the search keeps LoPA below every round it tries: run with k (lookahead branches) 1 or more")
         if float(run.settings.get("temperature", 0.0)) != 0.0:
             raise ValueError("the search compares decodes by their forwards, so it needs greedy decoding: temperature 0")
-        loaded = fork_model(run)
+        folder, _ = fork_model(session, run_id)
     except ValueError as err:
         yield (error_message(err),) + _skip()
         return
@@ -70,17 +71,24 @@ def compare_with_best(session: Session):
     step, names = None, dict(session.names)
     session.streaming = True
     try:
-        with closing(boundary.best_order_steps_on_gpu(loaded.spec.name, boundary.trace_of(run), MAX_CANDIDATES,
+        with closing(boundary.best_order_steps_on_gpu(folder, boundary.trace_of(run), MAX_CANDIDATES,
                                                       SEARCH_SECONDS)) as steps:
-            for step in steps:
-                if "error" in step:
-                    yield (error_message(step["error"]),) + _skip()
+            for searched in steps:
+                if "error" in searched:
+                    yield (error_message(searched["error"]),) + _skip()
                     return
-                names.update({int(i): text for i, text in step["names"]})
-                yield (_progress(step["round"], step["rounds"],
-                                 f"Searched round {step['round']} of {step['rounds']}: the best order found so far needs "
-                                 f"{step['rounds']} forwards against this run's {start} ({step['spent']} rollout "
-                                 "forwards)."),) + _skip()
+                if "rollout" in searched:        # one decode of the round under way
+                    done = step["round"] if step else 0
+                    yield (_progress(done, step["rounds"] if step else start,
+                                     f"Searching round {searched['round']}: rollout {searched['rollout']} of "
+                                     f"{searched['of']}…"),) + _skip()
+                else:
+                    step = searched
+                    names.update({int(i): text for i, text in step["names"]})
+                    yield (_progress(step["round"], step["rounds"],
+                                     f"Searched round {step['round']} of {step['rounds']}: the best order found so far "
+                                     f"needs {step['rounds']} forwards against this run's {start} ({step['spent']} "
+                                     "rollout forwards)."),) + _skip()
                 if session.stop_requested:
                     break
     finally:
@@ -118,8 +126,8 @@ def _show(session: Session, run_id: str, step: dict, names: dict, stopped: bool)
 
 
 def stop_search(session: Session):
-    """Ask a running search to stop after its current round (stop_pending(): the search says so), or say
-    that nothing runs."""
+    """Ask a running search to stop within its current rollout (stop_pending(): the search says so), or
+    say that nothing runs."""
     if session.streaming:
         session.stop_requested = True
         return stop_pending()

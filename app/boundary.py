@@ -10,7 +10,7 @@ give JSON-able values (trace chunks), and the session is updated outside them (a
     study_steps(...)      -> yields {"where": ...}, then the study's steps (lopa.study: live)
     best_order_steps(...) -> yields the headroom search's steps from one run (lopa.study.headroom)
 
-A job: {"model": name, "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
+A job: {"model": the model's folder (app.models: the cache's key for it), "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
 branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
 "resume": None | {"kind": "continue", "run_id", "trace"} | {"kind": "fork", "trace", "at_round",
 "commit", "hold"}}. A chunk: {"job": i, "records": [RoundRecord dict], "tokens", "text", "finished",
@@ -58,20 +58,22 @@ def run_of(trace: dict) -> RunResult:
                      tokens=list(trace["tokens"]), text=trace.get("text", ""), stopped=bool(trace.get("stopped")))
 
 
-def _keep(key, value) -> None:
+def _keep(key, value, model: str) -> None:
+    """Keep a paused decode or saved states of the model in folder `model` (dropped if that model leaves the cache)."""
     if os.environ.get("LOPA_RESUME_CACHE", "1") == "0":
         _drop(value)
         return
     with _lock:
-        _kept[key] = value
+        _kept[key] = (MODELS.key(model), value)
         _kept.move_to_end(key)
         while len(_kept) > MAX_KEPT:
-            _drop(_kept.popitem(last=False)[1])
+            _drop(_kept.popitem(last=False)[1][1])
 
 
 def _take(key):
     with _lock:
-        return _kept.pop(key, None)
+        kept = _kept.pop(key, None)
+    return kept[1] if kept is not None else None
 
 
 def _drop(value) -> None:
@@ -82,10 +84,23 @@ def _drop(value) -> None:
 def forget_kept() -> None:
     """Drop every kept decode (tests; a model switch)."""
     with _lock:
-        values = list(_kept.values())
+        values = [value for _, value in _kept.values()]
         _kept.clear()
     for value in values:
         _drop(value)
+
+
+def forget_model(key: str) -> None:
+    """Drop what is kept of the model cached under `key`, which just left the cache: a paused decode
+    would keep its weights alive outside the cache's bound (resuming replays the trace instead)."""
+    with _lock:
+        gone = [k for k, (model, _) in _kept.items() if model == key]
+        values = [_kept.pop(k)[1] for k in gone]
+    for value in values:
+        _drop(value)
+
+
+MODELS.on_evict.append(forget_model)
 
 
 class _Job:
@@ -95,12 +110,18 @@ class _Job:
         self.index, self.job, self.left = index, job, job.get("rounds")
         self.first, self.done, self.named = True, False, set()
         workers = int(job.get("workers", 1))
-        loaded = MODELS.get()
-        if job["model"] != loaded.spec.name:
-            raise ValueError(f"the app's model is now `{loaded.spec.name}`, not `{job['model']}` (another visitor "
-                             "loaded it): press Run to start again")
+        self.model = job["model"]
+        loaded = MODELS.acquire(self.model)   # held until pause(): the cache never evicts a model mid-decode
+        self.held = True
         self.tokenizer = loaded.tokenizer
-        source = MODELS.bp_group(workers) if workers > 1 else loaded
+        try:
+            self._start(job, loaded, workers)
+        except BaseException:
+            self.release()
+            raise
+
+    def _start(self, job: dict, loaded, workers: int) -> None:
+        source = MODELS.bp_group(workers, self.model) if workers > 1 else loaded
         settings, resume = DecodeSettings.from_dict(job["settings"]), job.get("resume")
         if resume is None:
             self.decoder = source.decoder(settings)
@@ -124,7 +145,7 @@ class _Job:
                                                              {int(p): t for p, t in resume["commit"].items()},
                                                              [int(p) for p in resume["hold"]]), None
             if parent.decoder is not None:
-                _keep(("states", parent.run_id), parent.decoder)
+                _keep(("states", parent.run_id), parent.decoder, self.model)
 
     def advance(self) -> dict:
         """The next round as a chunk."""
@@ -145,18 +166,27 @@ class _Job:
         chunk["names"] = [[i, s] for i, s in token_names(self.tokenizer, ids - self.named).items()]
         self.named |= ids
         if finished and d.keep_states and d.states:
-            _keep(("states", d.run_id), d)
+            _keep(("states", d.run_id), d, self.model)
         if self.left is not None:
             self.left -= 1
             self.done = self.done or self.left <= 0
         return chunk
 
     def pause(self) -> None:
-        """Keep an unfinished decode for the next call (Step, or Run after a closed page)."""
-        if self.decoder.finished or not self.decoder.records:
-            self.stream.close()
-            return
-        _keep((self.key or self.decoder.run_id, len(self.decoder.records)), (self.decoder, self.stream))
+        """Keep an unfinished decode for the next call (Step, or Run after a closed page); give the model back."""
+        try:
+            if self.decoder.finished or not self.decoder.records:
+                self.stream.close()
+                return
+            _keep((self.key or self.decoder.run_id, len(self.decoder.records)), (self.decoder, self.stream),
+                  self.model)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            MODELS.release(self.model)
 
 
 def _error(index: int, err: Exception, workers: int) -> dict:
@@ -202,14 +232,20 @@ def stream_jobs(jobs: list[dict]):
     return decode_rounds_on_gpu(jobs)
 
 
+def _check_made_with(loaded, trace: dict, what: str) -> None:
+    name = trace["spec"].get("name")
+    if name != loaded.spec.name:
+        raise ValueError(f"{what} the model this run was made with (`{name}`), but its folder now holds "
+                         f"`{loaded.spec.name}`")
+
+
 def top_tokens_at(model: str, trace: dict, r: int, position: int, n: int) -> dict:
-    """The model's n best tokens at `position` in round r's forward of a run (lopa.forward.top_tokens)."""
+    """The n best tokens of the model in folder `model` at `position` in round r's forward of a run
+    (lopa.forward.top_tokens)."""
     try:
-        loaded = MODELS.get()
-        if model != loaded.spec.name:
-            raise ValueError(f"forks need the model this run was made with (`{model}`), but the loaded model is "
-                             f"`{loaded.spec.name}`")
-        top = top_tokens(loaded.model, trace["spec"], run_of(trace), r, position, n)
+        with MODELS.lease(model) as loaded:
+            _check_made_with(loaded, trace, "forks need")
+            top = top_tokens(loaded.model, trace["spec"], run_of(trace), r, position, n)
     except ValueError as err:
         return {"error": str(err)}
     return {"top": [[t, p] for t, p in top], "names": [[i, s] for i, s in token_names(loaded.tokenizer,
@@ -219,38 +255,49 @@ def top_tokens_at(model: str, trace: dict, r: int, position: int, n: int) -> dic
 top_tokens_on_gpu = gpu(top_tokens_at)
 
 
-def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict):
-    """A live study's decodes (lopa.study.STUDIES[study].load().live): {"where": ..., "total": None} first,
-    then the study's own steps ({"status"}, {"summary"}, {"total", "row", "rounds"} per decode). The
-    caller stops it by closing it (after the current decode)."""
-    loaded = MODELS.get()
-    problems, where = load_problems("synthetic", n, seed)
-    yield {"where": where, "total": None}
-    steps = STUDIES[study].load().live(loaded, problems, DecodeSettings.from_dict(base), random_orders)
-    try:
-        yield from steps
-    finally:
-        steps.close()
+def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict, model: str | None = None):
+    """A live study's decodes (lopa.study.STUDIES[study].load().live) on the model in folder `model`
+    (default: the default model): {"where": ..., "total": None} first, then the study's own steps
+    ({"status"}, {"summary"}, {"total", "row", "rounds"} per decode). The caller stops it by closing it
+    (after the current decode)."""
+    with MODELS.lease(model) as loaded:
+        problems, where = load_problems("synthetic", n, seed)
+        yield {"where": where, "total": None}
+        steps = STUDIES[study].load().live(loaded, problems, DecodeSettings.from_dict(base), random_orders)
+        try:
+            yield from steps
+        finally:
+            steps.close()
 
 
 study_steps_on_gpu = gpu(study_steps)
 
 
 def best_order_steps(model: str, trace: dict, max_candidates: int, seconds: float):
-    """The headroom search (lopa.study.headroom.iter_search) from one finished run of the loaded model, the
+    """The headroom search (lopa.study.headroom.iter_search) from one finished run of the model in folder
+    `model`, the
     extra position of each round chosen by the forwards to finish: after every searched round {"round",
     "rounds" (the order found so far needs), "spent" (rollout forwards), "out_of_time", "trace" (the order
-    found so far, a whole run), "choices", "names"}; or one {"error": message}. No rollout starts after
-    `seconds`. The caller stops it by closing it (after the current round)."""
+    found so far, a whole run), "choices", "names"}; after every rollout (a decode) {"rollout": j, "of": the
+    round's rollouts, "round": the round being searched}; or one {"error": message}. No rollout starts after
+    `seconds`. The caller stops it by closing it: within the rollout under way, one decode."""
     import time
-
-    from lopa.study.headroom import iter_search
     deadline = time.perf_counter() + seconds
     try:
-        loaded = MODELS.get()
-        if model != loaded.spec.name:
-            raise ValueError(f"the search needs the model this run was made with (`{model}`), but the loaded model "
-                             f"is `{loaded.spec.name}`")
+        loaded = MODELS.acquire(model)
+    except ValueError as err:
+        yield {"error": str(err)}
+        return
+    try:
+        yield from _search(model, loaded, trace, max_candidates, deadline)
+    finally:
+        MODELS.release(model)
+
+
+def _search(model: str, loaded, trace: dict, max_candidates: int, deadline: float):
+    from lopa.study.headroom import iter_search
+    try:
+        _check_made_with(loaded, trace, "the search needs")
         parent = run_of(trace)
         parent.decoder = _take(("states", parent.run_id))
         start = parent
@@ -265,7 +312,10 @@ def best_order_steps(model: str, trace: dict, max_candidates: int, seconds: floa
         return
     named = set()
     try:
-        for step in iter_search(start, max_candidates, deadline):
+        for step in iter_search(start, max_candidates, deadline, each_rollout=True):
+            if "rollout" in step:    # a round is many decodes: Stop is read between them, not only between rounds
+                yield {"rollout": step["rollout"], "of": step["of"], "round": step["round"]}
+                continue
             best = step["best"]
             names = token_names(loaded.tokenizer, trace_ids(best) - named)
             named |= set(names)
@@ -274,7 +324,7 @@ def best_order_steps(model: str, trace: dict, max_candidates: int, seconds: floa
                    "names": [[i, text] for i, text in names.items()]}
     finally:
         if parent.decoder is not None:
-            _keep(("states", parent.run_id), parent.decoder)     # forks of the run still resume from its states
+            _keep(("states", parent.run_id), parent.decoder, model)    # forks of the run still resume from its states
 
 
 best_order_steps_on_gpu = gpu(best_order_steps)

@@ -39,9 +39,11 @@ def gpu(fn):
 
 
 def preload() -> None:
-    """On a ZeroGPU Space, load the shared model now, at import: on the CPU, then `.to("cuda")`, which
-    `spaces` records and replays in each GPU worker (its documented pattern; the server process
-    itself has no GPU). Elsewhere the model loads on first use. Called by app.py before launch."""
+    """On a ZeroGPU Space, load the bundled models into the cache now, at import: on the CPU, then
+    `.to("cuda")`, which `spaces` records and replays in each GPU worker (its documented pattern; the
+    server process itself has no GPU). They are the models a visitor may pick there (app.callbacks.
+    pick_model). Elsewhere a model loads on first use. Called by app.py before launch."""
     if zero_gpu():  # pragma: no cover - only on a ZeroGPU Space
-        from .models import MODELS
-        MODELS.get().model.to("cuda")
+        from .models import MODELS, bundled_models
+        for _, folder in bundled_models():
+            MODELS.get(folder).model.to("cuda")

@@ -11,6 +11,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from lopa import RunResult
+from lopa.problems import final_answer
 from lopa.trace import metrics
 
 from .budget import HOLD_BYTES, LEDGER, Read, held_bytes, mb, return_freed_memory
@@ -20,6 +21,13 @@ INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary one
 # byte budget that holds them (app/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
 # per-round states stay in the decoding process (app/boundary.py), never in a session.
 MAX_RUNS = 24
+
+
+def answer_label(before: str, after: str) -> str:
+    """A fork against its parent, in a few words: the final `#### N` answer changed, or only the working."""
+    if before == after:
+        return "same answer"
+    return "working changed, same answer" if final_answer(before or "") == final_answer(after or "") else "answer changed"
 
 
 @dataclass
@@ -32,6 +40,7 @@ class RunEntry:
     at_round: int | None = None          # a fork's round: identical to the parent through it
     source: str = "live"                 # "live" (decoded here) or "replay" (loaded from a file)
     held: int = 0                        # bytes charged to the budgets (loaded traces)
+    model: str | None = None             # the folder of the model that decoded it (None: a loaded trace)
 
 
 class RunTree:
@@ -130,9 +139,10 @@ class RunTree:
         parent = self.entries.get(entry.parent)
         changed = ""
         if parent is not None and parent.run is not None:
-            changed = " · answer changed" if parent.run.text != entry.run.text else " · same answer"
+            changed = " · " + answer_label(parent.run.text, entry.run.text)
         state = " · stopped" if entry.run.stopped else ""
-        return (f"{INDENT * depth}{'└ ' if depth else ''}run {entry.id} · {entry.note} · {m['rounds']} rounds · "
+        model = entry.run.spec.get("name") or "?"
+        return (f"{INDENT * depth}{'└ ' if depth else ''}run {entry.id} · {model} · {entry.note} · {m['rounds']} rounds · "
                 f"{m['forwards']} forwards · TPF {m['tpf_useful']:.2f} · answer “{answer}”{changed}{state}")
 
     def choices(self) -> list[tuple[str, str]]:

@@ -34,7 +34,7 @@ def load_app_model(model_dir: str) -> None:
 
     from app.models import MODELS
     torch.set_num_threads(1)
-    MODELS.default, MODELS.loaded = Path(model_dir), None
+    MODELS.default = Path(model_dir)
     MODELS.get()
 
 
@@ -50,7 +50,7 @@ def _serve(conn, stop, env: dict, setup: tuple) -> None:
     module, name, args = setup
     getattr(importlib.import_module(module), name)(*args)
     from app.models import MODELS
-    model = MODELS.loaded
+    models = set(MODELS.held())
     conn.send_bytes(pickle.dumps(("ready", None)))
     while True:
         message = conn.recv_bytes()
@@ -72,8 +72,8 @@ def _serve(conn, stop, env: dict, setup: tuple) -> None:
             else:
                 _plain(result, f"the result of {name}")
                 reply = ("ok", result)
-            if MODELS.loaded is not model:
-                raise RuntimeError(f"{name} changed the loaded model: the model must load once, before any GPU call")
+            if set(MODELS.held()) != models:
+                raise RuntimeError(f"{name} loaded a model: models load before any GPU call (app.gpu.preload)")
         except Exception as err:  # noqa: BLE001 - every error crosses back, like spaces' ExceptionResult
             reply = ("error", (type(err).__name__, traceback.format_exc()))
         conn.send_bytes(pickle.dumps(reply))

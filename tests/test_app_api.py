@@ -114,8 +114,8 @@ def test_bad_inputs_come_back_as_messages(client):
     bad = dict(SETTINGS, max_new_tokens=30)
     out = predict(client, PROMPT, *[bad[n] for n in SETTING_NAMES], api_name="/run")
     assert "multiple of block_size" in out[0]
-    info, status = predict(client, "/no/such/model", api_name="/load_model")
-    assert "Error" in status and "still using" in status
+    info, status, box = predict(client, "/no/such/model", api_name="/pick_model")
+    assert "Error" in status and "still uses" in status
     assert final(stream(client, PROMPT, *ARGS)[1])[0].startswith("Done")   # still serving
 
 

@@ -165,3 +165,17 @@ def test_compare_runs_the_lopa_side_on_the_branch_parallel_backend(tiny_model_di
     base, lopa = session.compare
     assert {q for rec in lopa.records for q in rec.branch_rank} == {0, 1}
     assert {q for rec in base.records for q in rec.branch_rank} == {0}
+
+
+def test_the_group_follows_the_model_of_the_job(tiny_model_dir, tmp_path):
+    from tiny import save_tiny_model_dir
+
+    from app.models import ModelCache
+    from lopa.models import load
+    other = save_tiny_model_dir(tmp_path / "tiny-other", seed=1)
+    session = Session(model=str(other))                 # this session's own model, not the default
+    last = dict(zip(cb.LIVE_OUTPUTS, list(cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2)))[-1]))
+    assert last["status"].startswith("Done"), last["status"]
+    assert MODELS.bp.model_dir == ModelCache.key(other) and session.run.spec["name"] == "tiny-other"
+    alone = load(other).decoder(DecodeSettings.from_dict(session.run.settings)).run(PROMPT)
+    assert session.run.tokens == alone.tokens

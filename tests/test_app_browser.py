@@ -91,20 +91,17 @@ def url(tmp_path_factory):
 
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
-    from lopa.models import load
-
-    saved = (MODELS.default, MODELS.loaded)
+    saved = MODELS.default
     try:
-        MODELS.loaded = load(MODELS.default)          # the bundled model, if it loads right now
+        MODELS.get()          # the bundled model, if it loads right now
     except Exception:                                       # (it may be mid re-export): a tiny random one
         MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-        MODELS.loaded = None
     demo = build_demo()
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
-    MODELS.default, MODELS.loaded = saved
+    MODELS.default = saved
 
 
 @pytest.fixture(scope="module")
@@ -481,8 +478,8 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
 
 
 def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page):
-    """The model choice lists both bundled models, labelled by what they show; each loads from the
-    choice and decodes a run; the page ends on the default model again."""
+    """The model choice lists both bundled models, labelled by what they show; each loads when picked
+    (no other press) and decodes a run; the page ends on the default model again."""
     from app.models import MODELS, bundled_models
     offered = bundled_models()
     assert {Path(folder).name for _, folder in offered} >= {"open-gsm-dllm", "sure-gsm-dllm"}
@@ -491,10 +488,9 @@ def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page)
     for label, folder in [*[p for p in offered if p != default], default]:
         page.locator("#model-dir input").click()
         page.get_by_role("option", name=label).click()
-        page.click("#load-model")
         page.wait_for_function("n => { const t = document.querySelector('#model-info').innerText; "
                                "return t.includes('loaded from') && t.includes(n); }", arg=Path(folder).name)
-        assert f"Loaded {Path(folder).name}" in page.locator("#status").inner_text()
+        assert f"now decodes with {Path(folder).name}" in page.locator("#status").inner_text()
         page.click("#run")
         page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
         page.wait_for_selector("#counters .lopa-counters[data-status='done']")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import gradio as gr
 import pytest
-from tiny import app_model
+from tiny import app_model, save_tiny_model_dir
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
@@ -172,7 +172,7 @@ def test_export_then_load_replays_the_same_trace(fmt, monkeypatch):
     assert out["status"].startswith("Replaying") and replay.status() == "replay"
     assert replay.names                                               # the trace's model is the loaded one
     assert cb.show_round(replay, 1)[0] == cb.show_round(Session(run=session.run, names=session.names), 1)[0]
-    monkeypatch.setattr(MODELS, "loaded", None)                       # its tokenizer is nowhere: show ids
+    MODELS.clear()                                                    # its tokenizer is nowhere: show ids
     without = Session()
     cb.load_trace(without, update["value"])
     assert not without.names and "#" in cb.show_round(without, 1)[0]
@@ -190,25 +190,29 @@ def test_corrupt_foreign_or_misnamed_trace_files_are_refused(tmp_path):
     assert session.run is None
 
 
-def test_model_directory_errors_keep_the_previous_model(tiny_model, tmp_path):
-    first = MODELS.get()
-    info, status = cb.load_model_dir(str(tmp_path / "nowhere"))
-    assert "Error" in status and "still using" in status and MODELS.loaded is first
+def test_model_directory_errors_keep_the_session_model(tiny_model, tmp_path):
+    session = Session()
+    info, status, box = cb.pick_model(session, str(tmp_path / "nowhere"))
+    assert "Error" in status and "still uses" in status and session.model is None
+    assert box["value"] == str(MODELS.default)                        # the box shows the model Run uses again
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{broken")
-    assert "Error" in cb.load_model_dir(str(tmp_path / "broken"))[1] and MODELS.loaded is first
-    info, status = cb.load_model_dir(str(tiny_model))
-    assert "Loaded" in status and "M parameters" in info and MODELS.loaded is not first
-    assert safetensors_param_count(tiny_model) == MODELS.loaded.n_params
+    assert "Error" in cb.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
+    assert "Error" in cb.pick_model(session, None)[1] and session.model is None
+    assert is_skip(cb.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
+    other = save_tiny_model_dir(tmp_path / "other", seed=1)
+    info, status, box = cb.pick_model(session, str(other))
+    assert "now decodes with `other`" in status and "M parameters" in info and session.model == str(other)
+    assert safetensors_param_count(other) == MODELS.get(other).n_params
 
 
 def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
     from app.models import MODELS_DIR, check_model_dir
     monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
-    before = MODELS.get()
-    info, status = cb.load_model_dir(str(tiny_model))
-    assert "only loads models from `assets/models`" in status and MODELS.loaded is before
+    session = Session()
+    info, status, box = cb.pick_model(session, str(tiny_model))
+    assert "only loads models from `assets/models`" in status and session.model is None
     check_model_dir(MODELS_DIR / "sure-gsm-dllm")  # the bundled model stays loadable
     with pytest.raises(ValueError):
         check_model_dir(MODELS_DIR / ".." / ".." / "lopa")  # no escaping by ".."
@@ -250,6 +254,6 @@ def test_presets_and_examples():
 
 
 def test_warm_model_loads_lazily_and_describes_it():
-    MODELS.loaded = None
+    MODELS.clear()
     assert "not loaded yet" in MODELS.describe()
-    assert "M parameters" in cb.warm_model() and MODELS.loaded is not None
+    assert "M parameters" in cb.warm_model(Session()) and MODELS.peek() is not None

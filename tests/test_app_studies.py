@@ -9,6 +9,7 @@ from tiny import app_model
 from app import studies
 from app.callbacks import stop_pending
 from app.models import MODELS, MODELS_DIR
+from app.session import Session
 from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest
 
@@ -45,7 +46,9 @@ def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
     next(gen), next(gen)                                   # started, first decode done
     assert studies.stop_study(state) == stop_pending() and state["stop"]
     last = named(list(gen)[-1])
-    assert "stopped" in last["study_status"] and isinstance(last["study_plot"], go.Figure)
+    # No problem is complete yet: nothing is summarized or plotted (the numbers and the plot describe
+    # complete problems only; tests/test_study_progress.py stops after one).
+    assert "Stopped before the first problem" in last["study_status"] and last["study_summary"] == ""
     assert studies.stop_study(state) == "Nothing is running."
 
 
@@ -66,7 +69,7 @@ def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch)
 
 
 def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
-    """The search is a problem's long step: it reports each round it decides, and Stop is read there."""
+    """The search is a problem's long step: it reports each rollout, and Stop is read there."""
     monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
     gen = studies.run_study(state, "headroom", 2, 1, 15)
@@ -77,8 +80,9 @@ def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
     else:
         pytest.fail("the search reported no round")
     last = named(list(gen)[-1])
-    assert "stopped" in last["study_status"]
-    assert 'value="' in last["study_progress"] and int(last["study_progress"].split('value="')[1].split('"')[0]) < 6
+    assert "Stopped before the first problem" in last["study_status"]
+    # Stopped at the search's first rollout: the 5 plain decodes of problem 1 and that rollout.
+    assert 'value="' in last["study_progress"] and int(last["study_progress"].split('value="')[1].split('"')[0]) == 6
 
 
 @pytest.mark.parametrize("bad, message", [((99, 2), "problems"), ((2, 0), "random orders"), (("x", 2), "whole number")])
@@ -95,7 +99,6 @@ SHIPPED = sorted((p.parent.name, p.stem) for p in STUDIES_DIR.glob("*/*.json") i
 
 def show_model(monkeypatch, path):
     monkeypatch.setattr(MODELS, "default", path)
-    monkeypatch.setattr(MODELS, "loaded", None)
 
 
 def test_shipped_results_are_per_bundled_model():
@@ -149,9 +152,8 @@ def test_the_section_shows_the_results_of_the_model_on_show(tiny_model, tmp_path
     out = named(studies.show_shipped("orders"))
     assert "Shipped results" in out["study_status"] and "current weights" not in out["study_status"]
     assert "Shipped for **other-model** too" in out["study_status"] and "random orders" in out["study_summary"]
-    # The loaded model wins over the default.
-    monkeypatch.setattr(MODELS, "loaded", type("Loaded", (), {"path": tmp_path / "other-model"})())
-    out = named(studies.show_shipped("orders"))
+    # The session's model wins over the default.
+    out = named(studies.show_shipped("orders", Session(model=str(tmp_path / "other-model"))))
     assert "on other-model" in out["study_status"] and "not other-model's current weights" in out["study_status"]
 
 

@@ -175,7 +175,7 @@ def test_the_fake_boundary_refuses_what_zerogpu_cannot_carry(worker):
         worker.GPU(boundary.top_tokens_at)(session, {}, 0, 0, 1)    # a session never crosses
     fn = worker.GPU(boundary.top_tokens_at)
     with pytest.raises(WorkerError, match="ZeroGPU worker error: KeyError"):
-        fn(MODELS.get().spec.name, {}, 0, 0, 1)                     # only the class name comes back
+        fn(str(MODELS.default), {}, 0, 0, 1)                        # only the class name comes back
 
 
 def test_gpu_is_spaces_gpu_only_on_a_zerogpu_space(monkeypatch):

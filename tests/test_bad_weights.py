@@ -79,11 +79,13 @@ def test_the_app_keeps_its_model(broken, good, monkeypatch):
     from app.models import MODELS
     monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
     monkeypatch.delenv("SPACE_ID", raising=False)
+    from app.session import Session
     d, name = broken
-    cb.load_model_dir(str(good))
-    before = MODELS.loaded
-    info, status = cb.load_model_dir(str(d))
-    assert "Error" in status and name in status and MODELS.loaded is before
+    session = Session()
+    cb.pick_model(session, str(good))
+    before = session.model
+    info, status, box = cb.pick_model(session, str(d))
+    assert "Error" in status and name in status and session.model == before and MODELS.peek(good) is not None
 
 
 def test_remote_code_in_a_model_folder_never_runs(good, tmp_path):

@@ -70,8 +70,8 @@ def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
 
     settings = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,
                     confidence="max_prob", attention="block_causal", temperature=0.0, seed=0)
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = save_tiny_model_dir(tmp_path / "tiny-dllm"), None
+    saved = MODELS.default
+    MODELS.default = save_tiny_model_dir(tmp_path / "tiny-dllm")
     try:
         monkeypatch.setattr(examples, "reference_answer", lambda p: "9" if p == LEO else None)
         outs = [dict(zip(COMPARE_OUTPUTS, o)) for o in
@@ -84,7 +84,7 @@ def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
                                     *[settings[n] for n in SETTING_NAMES]))[-1]
         assert all("lopa-answer-mark" not in str(v) for v in other)
     finally:
-        MODELS.default, MODELS.loaded = saved
+        MODELS.default = saved
 
 
 def test_picked_examples_must_be_sound_in_every_line():

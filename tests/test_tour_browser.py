@@ -44,20 +44,17 @@ def url(tmp_path_factory, recorded):
 
     from app import LAUNCH_KWARGS, build_demo
     from app.models import MODELS
-    from lopa.models import load
-
-    saved = (MODELS.default, MODELS.loaded)
+    saved = MODELS.default
     try:
-        MODELS.loaded = load(MODELS.default)          # the bundled model (forks of the recorded runs need it)
+        MODELS.get()          # the bundled model (forks of the recorded runs need it)
     except Exception:                                  # (it may be mid re-export): a tiny random one
         MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-        MODELS.loaded = None
     demo = build_demo()
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
-    MODELS.default, MODELS.loaded = saved
+    MODELS.default = saved
 
 
 @pytest.fixture(scope="module")

@@ -35,8 +35,8 @@ def tiny_tokenizer():
                                    pad_token="<|pad|>", unk_token="?")
 
 
-def save_tiny_model_dir(path, with_spec=True, with_mask=True):
-    model = tiny_qwen2()
+def save_tiny_model_dir(path, with_spec=True, with_mask=True, seed=0):
+    model = tiny_qwen2(seed)
     if with_spec:
         model.config.lopa = {"mask_token_id": MASK_ID, "eos_token_ids": [EOS_ID], "pad_token_id": PAD_ID,
                              "logit_shift": True, "block_size": 8, "attention": "block_causal",
@@ -51,16 +51,16 @@ def save_tiny_model_dir(path, with_spec=True, with_mask=True):
 
 @contextmanager
 def app_model(tmp_path_factory):
-    """The app's shared model slot pointed at a fresh tiny model (loaded on first use) for the
-    duration, then restored. Yields the model directory."""
+    """The app's default model pointed at a fresh tiny model (loaded into the cache on first use) for
+    the duration, then restored. Yields the model directory."""
     from app.models import MODELS
     path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    saved = (MODELS.default, MODELS.loaded)
-    MODELS.default, MODELS.loaded = path, None
+    saved = MODELS.default
+    MODELS.default = path
     try:
         yield path
     finally:
-        MODELS.default, MODELS.loaded = saved
+        MODELS.default = saved
 
 
 # Low thresholds so that a random tiny model commits several tokens per round and lookahead matters.
