@@ -68,7 +68,7 @@ def decode(*args, **kwargs) -> dict:
         prompt, model = _check_prompt(values.pop("prompt")), values.pop("model")
         # None (or "", what a form sends for an empty box) is unset; every other value is read by the registry.
         chosen = check_settings({n: v for n, v in values.items() if v is not None and v != ""})
-        folder = MODELS.folder(model)                          # ValueError: not a model this server may load
+        folder = MODELS.servable(MODELS.folder(model))         # ValueError: not a model this server may load
         loaded = MODELS.get(folder)
         settings = resolve(chosen, loaded.spec, defaults=APP_DEFAULTS)    # the one resolution: unset -> the model's
         live = LiveRun({"model": str(folder), "prompt": prompt, "settings": settings.to_dict(), "workers": 1,

@@ -376,10 +376,7 @@ def pick_model(session: Session, choice) -> tuple:
     try:
         if not isinstance(choice, str):
             raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
-        folder = MODELS.folder(choice)
-        if zero_gpu() and MODELS.peek(folder) is None:
-            raise ValueError("this ZeroGPU Space serves the models it loaded at startup; run the app locally to "
-                             "load another one")
+        folder = MODELS.servable(MODELS.folder(choice))
         loaded = MODELS.get(folder)
         if not zero_gpu():
             MODELS.warm_up(folder)

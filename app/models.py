@@ -28,6 +28,7 @@ from lopa.models.loading import ROOT, load_tokenizer
 from lopa.settings import resolve
 
 from .examples import example_groups
+from .gpu import zero_gpu
 
 MODELS_DIR = ASSETS / "models"
 # What each bundled model shows, for the model choice. The two side by side are the lesson: the same
@@ -158,6 +159,15 @@ class ModelCache:
             raise ValueError(f"no model in `{text[:60]}`: type a bundled model's name or a local Hugging Face "
                              "folder (one with config.json)")
         return path
+
+    def servable(self, folder: str | Path) -> Path:
+        """`folder`, or ValueError where this process cannot serve it: on ZeroGPU only the models loaded at
+        startup (app.gpu.preload), because GPU workers only see what was loaded before they fork and a
+        model must never load inside a GPU call."""
+        if zero_gpu() and self.peek(folder) is None:
+            raise ValueError("this ZeroGPU Space serves the models it loaded at startup (the bundled ones); run "
+                             "the app locally to load another one")
+        return Path(folder)
 
     @staticmethod
     def key(folder: str | Path) -> str:

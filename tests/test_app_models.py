@@ -225,3 +225,17 @@ def test_one_session_picks_a_dream_folder_and_a_fresh_session_still_runs_the_def
     assert out["model"] == "tiny-dream"
     with pytest.raises(Exception, match="no model in"):
         b.predict(prompt=PROMPT, model=str(tmp_path), api_name="/decode")
+
+
+def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, monkeypatch):
+    import gradio as gr
+
+    from app.api import decode
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    session = Session()
+    status = cb.pick_model(session, str(folders[0]))[1]
+    assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
+    with pytest.raises(gr.Error, match="loaded at startup"):
+        decode(PROMPT, model=str(folders[0]))
+    MODELS.get(folders[0])                                # what app.gpu.preload does at import
+    assert "now decodes with `tiny-0`" in cb.pick_model(session, str(folders[0]))[1]
