@@ -78,7 +78,8 @@ def _with_states(run):
 def test_stop_and_the_time_limit_keep_the_order_found_so_far(monkeypatch):
     session = decoded()
     gen = best_order.compare_with_best(session)
-    next(gen), next(gen)                                   # started, round 1 searched
+    while "Searched round 1 " not in named(next(gen))["best_status"]:     # started, rollouts, round 1 searched
+        pass
     assert best_order.stop_search(session) == cb.stop_pending() and session.stop_requested
     last = named(list(gen)[-1])
     assert "searched rounds 1 to 1 (stopped" in last["best_status"]
@@ -87,6 +88,33 @@ def test_stop_and_the_time_limit_keep_the_order_found_so_far(monkeypatch):
     last = named(list(best_order.compare_with_best(decoded()))[-1])
     assert "LoPA's order is the best found" in last["best_status"] and "the 0 s limit" in last["best_status"]
     assert "same decisions in every round" in last["compare_summary"]
+
+
+def test_stop_reaches_the_search_within_one_decode(monkeypatch):
+    """Stop in the middle of a round (after its first rollout, a decode of its own): no rollout starts
+    after it, and nothing of the round under way is kept."""
+    from lopa.study import headroom
+    started = []
+    real_rollout = headroom.rollout
+
+    def counted(*args, **kwargs):
+        started.append(args[1:3])                           # (round, position) of each decode
+        return real_rollout(*args, **kwargs)
+
+    monkeypatch.setattr(headroom, "rollout", counted)
+    session = decoded()
+    gen = best_order.compare_with_best(session)
+    outs = [named(next(gen))]
+    while "Searching round 1: rollout 1 of" not in outs[-1]["best_status"]:
+        outs.append(named(next(gen)))
+    of = int(outs[-1]["best_status"].split(" of ")[-1].rstrip("…"))
+    assert of > 1, "the first round should need several rollouts, or Stop after one proves nothing"
+    assert len(started) == 1
+    best_order.stop_search(session)
+    last = named(list(gen)[-1])
+    assert len(started) == 1                                 # no decode ran after Stop
+    assert last["best_status"] == "Stopped before the first round was searched."
+    assert not session.streaming and [run_id for _, run_id in session.runs.choices()] == ["1"]
 
 
 @pytest.mark.parametrize("changes, message", [({"k": 0}, "k (lookahead branches) 1 or more"),

@@ -1,0 +1,141 @@
+"""What the server may keep on disk for its visitors: trace exports within a byte budget, uploads not at all.
+
+Exports are written straight into Gradio's cache folder (lopa-exports/<session>/ under it), which Gradio
+serves as they are, without a copy of its own. Each is charged its bytes: one session keeps at most
+SESSION_DISK_BYTES (its own oldest exports go first to make room), all sessions together DISK_BUDGET_BYTES
+(then the oldest exports of any session go first), and one bigger than a session's budget is refused. A
+session's exports are removed when its page closes (`end_session`, wired to demo.unload). An uploaded trace
+is deleted as soon as it was read (`discard_upload`): the run lives in the session's memory, bounded by
+app/budget.py. Gradio's own delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps whatever is left in its cache,
+such as an upload that no load ever read.
+
+    LOPA_SESSION_DISK_MB   exports one session keeps (default 128)
+    LOPA_APP_DISK_MB       exports all sessions keep together (default 1024)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import gradio as gr
+from gradio.utils import get_upload_folder
+
+from .budget import mb
+
+SESSION_DISK_BYTES = int(os.environ.get("LOPA_SESSION_DISK_MB", "128")) << 20
+DISK_BUDGET_BYTES = int(os.environ.get("LOPA_APP_DISK_MB", "1024")) << 20
+CACHE_SWEEP_S, CACHE_AGE_S = 600, 3600     # gr.Blocks(delete_cache=...): every 10 min, files older than 1 h
+LOCAL = "local"                            # the session key of a call without a browser session (tests, scripts)
+
+
+def session_key(request) -> str:
+    """A folder name for the browser session of `request` (a gr.Request, or None)."""
+    key = str(getattr(request, "session_hash", None) or LOCAL)
+    return re.sub(r"[^A-Za-z0-9_-]", "_", key)[:64]
+
+
+class Exports:
+    """The export files of every session, oldest first, and their bytes (thread-safe: Gradio runs the
+    callbacks of different sessions on different threads). `root` None: Gradio's cache folder, read at
+    each use (GRADIO_TEMP_DIR may be set after import)."""
+
+    def __init__(self, session_bytes: int, app_bytes: int, root: Path | None = None):
+        self.session_bytes, self.app_bytes, self._root = session_bytes, app_bytes, root
+        self._files: OrderedDict[Path, tuple[str, int]] = OrderedDict()     # path -> (session key, bytes)
+        self._lock = threading.Lock()
+
+    @property
+    def root(self) -> Path:
+        return Path(self._root if self._root is not None else get_upload_folder()) / "lopa-exports"
+
+    def folder(self, key: str) -> Path:
+        """A new folder of its own for one export of session `key` (two exports never share a name)."""
+        parent = self.root / key
+        parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=parent))
+
+    def held(self, key: str | None = None) -> int:
+        with self._lock:
+            return sum(n for k, n in self._files.values() if key is None or k == key)
+
+    def add(self, key: str, path: Path) -> int:
+        """Charge the export just written at `path` to session `key`, removing the oldest exports it needs
+        room for; returns how many were removed. ValueError (and the file removed) when it is bigger than
+        a session may keep."""
+        path, size = Path(path), Path(path).stat().st_size
+        if size > self.session_bytes:
+            _remove(path)
+            raise ValueError(f"this trace takes {mb(size)} as a file and a visitor's exports may take "
+                             f"{mb(self.session_bytes)}: export a shorter run")
+        with self._lock:
+            for gone in [p for p in self._files if not p.exists()]:    # swept by Gradio's delete_cache
+                del self._files[gone]
+            removed = 0
+            own = sum(n for k, n in self._files.values() if k == key)
+            for old in [p for p, (k, _) in self._files.items() if k == key]:
+                if own + size <= self.session_bytes:
+                    break
+                own -= self._files.pop(old)[1]
+                _remove(old)
+                removed += 1
+            total = sum(n for _, n in self._files.values())
+            for old in list(self._files):
+                if total + size <= self.app_bytes:
+                    break
+                total -= self._files.pop(old)[1]
+                _remove(old)
+                removed += 1
+            self._files[path] = (key, size)
+        return removed
+
+    def end_session(self, key: str) -> None:
+        """Remove every export of session `key`, and its folder."""
+        with self._lock:
+            for path in [p for p, (k, _) in self._files.items() if k == key]:
+                del self._files[path]
+                _remove(path)
+        shutil.rmtree(self.root / key, ignore_errors=True)
+
+
+def discard_export(path: Path) -> None:
+    """An export that failed before it was charged, and the folder made for it."""
+    _remove(Path(path))
+
+
+def _remove(path: Path) -> None:
+    """An export and the folder made for it."""
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass
+
+
+EXPORTS = Exports(SESSION_DISK_BYTES, DISK_BUDGET_BYTES)
+
+
+def end_session(request: gr.Request = None) -> None:
+    """demo.unload: the closed page's exports go (Gradio passes the ending session's request)."""
+    EXPORTS.end_session(session_key(request))
+
+
+def discard_upload(path) -> None:
+    """Delete an uploaded file once it was read, with the folder Gradio made for it, if it lies in Gradio's
+    upload folder (a path given by a script elsewhere is the caller's own and stays)."""
+    if not path:
+        return
+    path, uploads = Path(str(path)).resolve(), Path(get_upload_folder()).resolve()
+    if uploads not in path.parents or EXPORTS.root.resolve() in path.parents or not path.is_file():
+        return
+    path.unlink(missing_ok=True)
+    if path.parent != uploads:
+        try:
+            path.parent.rmdir()
+        except OSError:
+            pass
