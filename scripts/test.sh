@@ -12,10 +12,12 @@ python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r requirements-test.txt
 # Browser tests drive Debian's Chromium through Playwright (playwright install cannot download here);
-# generated code is graded under Debian's bubblewrap.
+# generated code is graded under Debian's bubblewrap (the sandbox's tests skip only where it is not installed,
+# and fail, with bwrap's reason, where it is installed but cannot start).
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v unshare >/dev/null || missing+=(util-linux)   # mounts the sandbox's tmpfs bounded in files
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \
