@@ -2,7 +2,7 @@
 2-core machine): the command as a user runs it on a machine without a GPU, its wall time, its CPU time
 and the seconds of each section from its report.
 
-    python scripts/bench_gpu_toy.py [--threads N]
+    python scripts/bench_gpu_toy.py [--threads N]      # N = 1 by default, as docs/gpu.md runs it
 
 Prints figures and asserts nothing; tests/test_bench_gpu.py checks what the command writes. Run it on
 an idle machine; on a shared one the load average printed beside the figures says how busy it was.
@@ -26,7 +26,8 @@ GOAL_S = 120.0
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, help="passed to the command (default: torch's own)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="passed to the command (0: torch's own; two threads on a busy 2-core machine spin)")
     args = parser.parse_args(argv)
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as out:
