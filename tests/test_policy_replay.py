@@ -244,3 +244,20 @@ def test_lopa_generate_warns_when_the_adaptive_budget_can_never_branch(tmp_path,
                  *flags]) == 0
     err = capsys.readouterr().err
     assert ("warning: order=adaptive verifies no branch" in err) == warned
+
+
+def test_the_api_and_the_page_say_when_the_adaptive_budget_can_never_branch():
+    """/decode returns the warning in "warnings"; the page's status line after a Run says it too. On the
+    bundled models at their shipped budgets: sure-gsm-dllm's never branches on a CPU, open-gsm-dllm's does."""
+    from types import SimpleNamespace
+
+    from app.api import decode
+    from app.callbacks import _describe
+    runs = {m: decode("Tom has 3 apples. How many apples does Tom have?", model=m, order="adaptive",
+                      max_new_tokens=32) for m in ("sure-gsm-dllm", "open-gsm-dllm")}
+    assert "vanilla D2F" in runs["sure-gsm-dllm"]["warnings"][0] and runs["open-gsm-dllm"]["warnings"] == []
+    for name, result in runs.items():
+        branched = any(r["lookahead_positions"] for r in result["trace"]["records"])
+        assert branched == (name == "open-gsm-dllm")
+        status = _describe(SimpleNamespace(run=RunResult.from_json(json.dumps(result["trace"]))))
+        assert ("Note: order=adaptive verifies no branch" in status) == (name == "sure-gsm-dllm")
