@@ -356,12 +356,13 @@ def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIM
         start = time.monotonic()
         armed = False
         try:
-            # The test first: it reads its program before the candidate exists (the fallback's
-            # candidate runs as the same user, in host folders).
+            # The test first. In the fallback the candidate runs as the same user in host folders, so it
+            # starts only once the test has read its program; under bubblewrap it cannot reach the
+            # test's files, and ARMED is read with the verdict.
             sides["test"].start(found, [run_name, str(requests_write), str(replies_read), *limits, str(result_write)],
                                 (requests_write, replies_read, result_write))
             os.close(result_write)
-            armed = _read_armed(result_read, start + max(timeout, 10.0))
+            armed = found.ready or _read_armed(result_read, start + max(timeout, 10.0))
             if armed:
                 guarded = "" if found.ready else str(sides["candidate"].folder)
                 sides["candidate"].start(found, [run_name, str(requests_read), str(replies_write), *limits, guarded,
@@ -379,9 +380,12 @@ def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIM
         os.set_blocking(result_read, False)      # never wait on a pipe something escaped may hold open
         with os.fdopen(result_read, "rb") as returned:
             try:
-                verdict = (returned.read(4096) or b"").decode("utf-8", "replace")
+                verdict = returned.read(4096 + len(ARMED)) or b""
             except BlockingIOError:
-                verdict = ""
+                verdict = b""
+        if found.ready:                          # ARMED came first, unread so far
+            verdict = verdict[len(ARMED):] if verdict.startswith(ARMED) else b""
+        verdict = verdict.decode("utf-8", "replace")
         seconds = time.monotonic() - start
         if not armed:
             status = f"failed: the test process did not start ({sides['test'].reason()})"
