@@ -81,6 +81,20 @@ for target in targets:
     assert not result.passed and "the test ran" in result.status, result.status
 
 
+def test_the_candidate_cannot_read_the_test(run):
+    candidate = """
+import glob
+leaked = []
+for path in ['../test/program.py'] + glob.glob('/tmp/lopa-sandbox-*/test/program.py'):
+    try:
+        leaked.append('MARKER-' + '5e1d' in open(path).read())     # not spelled out: its own text is read too
+    except Exception:
+        pass
+"""
+    result = run(Program(candidate, "# MARKER-5e1d\nassert not any(leaked)\n"))
+    assert result.passed, result.status
+
+
 def test_cannot_write_or_delete_files_outside(run, tmp_path):
     victim, target = tmp_path / "victim", tmp_path / "written"
     victim.write_text("keep me")

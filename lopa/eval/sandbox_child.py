@@ -171,8 +171,9 @@ def guard(folder: str, max_names: int) -> None:
     """Install an audit hook (it cannot be removed) that keeps the candidate's writes inside
     `folder` and at most `max_names` file and folder names there (created, renamed to or opened for
     writing; with the file-size limit, this bounds the bytes it can leave), refuses
-    _REFUSED_EVENTS, imports of _REFUSED_MODULES, /proc entries of other processes and directories
-    outside `folder` opened as descriptors (a dir_fd would escape the path check).
+    _REFUSED_EVENTS, imports of _REFUSED_MODULES, reads of /proc entries of other processes and of
+    the sandbox's other folders (the test's), and directories outside `folder` opened as descriptors
+    (a dir_fd would escape the path check).
 
     The second line outside bubblewrap, for a candidate in the same user account as the grader: the
     hook keeps what it uses in its closure (the candidate cannot reach it: gc's object walks are
@@ -225,6 +226,8 @@ def guard(folder: str, max_names: int) -> None:
     def check_read(path: str) -> None:
         if path.startswith("/proc/") and path.split("/")[2].isdigit() and not (path == own or path.startswith(own + "/")):
             raise refused("sandbox fallback: other processes' /proc entries are not readable")
+        if "/lopa-sandbox-" in path and not inside(path):       # the test's folder, and other runs'
+            raise refused("sandbox fallback: the test's files are not readable")
         if not inside(path):
             try:
                 is_folder = stat(path).st_mode & 0o170000 == 0o040000
