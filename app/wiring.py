@@ -12,9 +12,10 @@ from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, best_order, disk, forks, layout, share, studies, tour
+from . import api, best_order, denoise, disk, forks, layout, share, studies, tour
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
+from .inputs import shown
 from .panels import (
     INTRO,
     build_arrival_panel,
@@ -69,14 +70,35 @@ SESSION_CAPACITY = 32
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
 LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
-                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength)]})
+                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads)]})
+
+
+class Explorer(gr.Blocks):
+    """gr.Blocks whose reading of an upload answers a bad value with a message naming the input. Every
+    other input reaches its callback raw (preprocess=False, see wire()); an upload cannot, since
+    Gradio checks where its file lives before any callback runs (a path outside its uploads, text, a
+    number or a list), and those checks fail with a bare server error and no message."""
+
+    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
+        try:
+            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error:
+            raise
+        except Exception:           # pydantic's ValidationError, Gradio's InvalidPathError, OSError
+            files = [i for i, block in enumerate(block_fn.inputs) if isinstance(block, gr.File)]
+            if not files:
+                raise
+            given = inputs[files[0]] if files[0] < len(inputs) else None
+            given = given.get("path") if isinstance(given, dict) else given
+            raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
+                           print_exception=False) from None
 
 
 def build_demo() -> gr.Blocks:
     """The whole app; nothing is loaded until a user needs the model."""
     # delete_cache: Gradio sweeps its cache of what nothing removed (app/disk.py: exports and uploads are removed
     # by the app itself; an upload no load ever read is not)
-    with gr.Blocks(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
+    with Explorer(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
         gr.Markdown(INTRO)
         # A factory, not an instance: gradio calls it once per browser session.
         # Sessions expire and free their runs (bounded memory on a Space; README "Limits").
@@ -107,6 +129,11 @@ def build_demo() -> gr.Blocks:
                     gr.Markdown("## Studies")
                     c["study_state"] = gr.State(studies.new_study_state)
                     c.update(build_studies_panel())
+                with gr.Column(elem_id="denoise-view"):
+                    gr.Markdown("## DiffusionGemma on its own sampler")
+                    c["denoise_view"] = gr.State(denoise.new_canvas_view, time_to_live=SESSION_TTL_S,
+                                                 delete_callback=denoise.end_canvas_view)
+                    c.update(denoise.build_denoise_panel())
         c.update(build_glossary())
         wire(demo, c)
     demo.queue(**QUEUE)
@@ -270,6 +297,21 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # the page hides the dock at once meanwhile (tour.TOUR_JS).
     on(c["tour_end"].click, tour.end_tour, [session, c["tour_state"]], tour_out, api_visibility="private",
        show_progress="hidden", **MODEL)
+
+    # DiffusionGemma on its own sampler (app/denoise.py): a DiffusionGemma folder named in the model box opens
+    # there; its decode takes the model slot like Run; its steps and saved traces are views.
+    canvas, canvas_out = c["denoise_view"], pick(*denoise.DENOISE_OUTPUTS)
+    on(c["model_dir"].change, denoise.follow_model_choice, [canvas, c["model_dir"]], [c["denoise_folder"]],
+       api_visibility="private", queue=False)
+    on(c["denoise_decode"].click, denoise.decode_canvas, [canvas, c["prompt"], c["denoise_max_new_tokens"],
+                                                         c["denoise_steps"], c["denoise_bound"], c["denoise_seed"]],
+       canvas_out, api_name="decode_canvas", **MODEL)
+    on(c["denoise_slider"].input, denoise.show_step, [canvas, c["denoise_slider"]], canvas_out[1:],
+       api_name="show_canvas_step", trigger_mode="always_last", show_progress="hidden", **VIEW)
+    on(c["denoise_upload"].upload, denoise.load_canvas_trace, [canvas, c["denoise_upload"]], canvas_out,
+       api_name="load_canvas_trace", preprocess=True, **VIEW).then(
+        as_updates(denoise.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],
+        api_visibility="private", **VIEW)
 
     # The decode settings' title counts the settings that differ from what Run uses untouched.
     on(functools.partial(gr.on, [x.change for x in settings] + [c["model_info"].change]), layout.settings_title,

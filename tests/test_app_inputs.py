@@ -88,7 +88,10 @@ def test_the_served_endpoints_answer_raw_hostile_json_with_the_input_s_name(mode
         body = json.dumps({"data": data})                       # json allows NaN and Infinity
         event = httpx.post(base + api, content=body, headers={"content-type": "application/json"}, timeout=60)
         text = httpx.get(f"{base}{api}/{event.json()['event_id']}", timeout=300).text
-        assert "event: error" not in text or '"error": null' not in text, text[:300]
+        assert '"error": null' not in text, text[:300]                     # never a bare server error
+        errors = [json.loads(line[6:])["error"] for line in text.splitlines() if line.startswith("data: {\"error")]
+        assert not errors or len(errors[-1]) < MAX_MESSAGE, errors[-1][:300]
+        assert not errors, errors[-1]                                      # (an error's message, for pytest.raises)
         last = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
         first = json.loads(last)[0]
         return str(first.get("value") if isinstance(first, dict) else first)
@@ -100,6 +103,9 @@ def test_the_served_endpoints_answer_raw_hostile_json_with_the_input_s_name(mode
                 message = call(api, [*prefix, *values(name, bad)])
                 assert refused(message, name), (api, name, message[:300])
         assert refused(call("run_study", ["orders", "abc", 1, 15]), "problems")
+        for bad in ("abc", float("nan"), [1], BIG, {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}):
+            with pytest.raises(AssertionError, match="the trace file must be a .json or .parquet file uploaded"):
+                call("load_trace", [bad])                       # an event: error with the input's message
         assert refused(call("run_study", [BIG, 1, 1, 15]), "study")
         assert "Done" in call("run", ["hi", *values()])             # and it still serves
     finally:

@@ -10,6 +10,7 @@ from app import studies
 from app.callbacks import stop_pending
 from app.models import MODELS, MODELS_DIR
 from app.session import Session
+from lopa import DecodeSettings
 from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest
 
@@ -29,7 +30,7 @@ def named(outputs):
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_a_live_study_streams_progress_and_ends_with_its_plot(study, monkeypatch):
-    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16,
+    monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16,
                                                                                  tau_conf=0.12, tau_add=0.3, tau_act=0.6))
     outs = [named(o) for o in studies.run_study(studies.new_study_state(), study, 1, 2, 15)]
     assert "<progress" in outs[-2]["study_progress"] and "Done" in outs[-1]["study_status"]
@@ -40,7 +41,7 @@ def test_a_live_study_streams_progress_and_ends_with_its_plot(study, monkeypatch
 
 @pytest.mark.parametrize("study", ["orders", "headroom"])
 def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
-    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
+    monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
     gen = studies.run_study(state, study, 2, 3, 15)
     next(gen), next(gen)                                   # started, first decode done
@@ -55,7 +56,7 @@ def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
 def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch):
     """Run arms the session first (outside the queue); a Stop pressed before the queued run starts stops it
     after its first step instead of being reset by it."""
-    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
+    monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
     assert studies.stop_study(state) == "Nothing is running."
     studies.arm_study(state)
@@ -70,7 +71,7 @@ def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch)
 
 def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
     """The search is a problem's long step: it reports each rollout, and Stop is read there."""
-    monkeypatch.setattr(studies, "_base", lambda loaded: studies.DecodeSettings(k=2, block_size=8, max_new_tokens=16))
+    monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
     gen = studies.run_study(state, "headroom", 2, 1, 15)
     for out in map(named, gen):
@@ -90,7 +91,7 @@ def test_live_study_inputs_are_bounded_with_a_message(bad, message):
     out = named(list(studies.run_study(studies.new_study_state(), "orders", *bad, 15))[-1])
     assert message in out["study_status"] and "Error" in out["study_status"]
     out = named(list(studies.run_study(studies.new_study_state(), "<b>x</b>", 1, 1, 15))[-1])
-    assert "unknown study" in out["study_status"]
+    assert "study must be one of" in out["study_status"] and "&lt;b&gt;x&lt;/b&gt;" in out["study_status"]
 
 
 # Each bundled model's shipped results, study by study (a model ships them when its studies are rerun).
