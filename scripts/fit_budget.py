@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/fit_budget.py [--models open-gsm-dllm,sure-gsm-dllm] [--n 32] [--seed 37001] [--write]
 
+--models takes bundled model names or model folders (scripts/ship_model.sh passes its folder).
+
 For each model: `--n` fresh held-out problems of the model's own family (config.lopa.problems, drawn
 with `--seed`, never a shipped file) decoded at k = 0 and k = 1 under each lookahead ranking in
 --ranks, as `lopa generate --order adaptive` resolves its settings for that model
@@ -29,8 +31,12 @@ from lopa.settings import settings_for_model  # noqa: E402
 from lopa.study.adaptive import GAIN, calibrate  # noqa: E402
 
 
+def folder_of(name: str) -> Path:
+    return Path(name) if Path(name).is_dir() else ASSETS / "models" / name
+
+
 def fit(name: str, n: int, seed: int, ranks: list[str]) -> dict:
-    loaded = load(str(ASSETS / "models" / name), device="cpu")
+    loaded = load(str(folder_of(name)), device="cpu")
     family = loaded.spec.extra.get("problems") or {"name": "synthetic-gsm"}
     problems = [{"id": i, **p} for i, p in enumerate(family_problems(family, n, seed))]
     fits = {}
@@ -47,7 +53,8 @@ def fit(name: str, n: int, seed: int, ranks: list[str]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="open-gsm-dllm,sure-gsm-dllm", help="bundled model folders, comma-separated")
+    ap.add_argument("--models", default="open-gsm-dllm,sure-gsm-dllm",
+                    help="bundled model names or model folders, comma-separated")
     ap.add_argument("--n", type=int, default=32, help="calibration problems per model (default 32)")
     ap.add_argument("--seed", type=int, default=37001, help="seed of the fresh problems (default 37001)")
     ap.add_argument("--ranks", default="confidence,least_confident", help="rankings to fit, comma-separated")
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         decode = fit(name, args.n, args.seed, args.ranks.split(","))
         if args.write:
-            path = ASSETS / "models" / name / "config.json"
+            path = folder_of(name) / "config.json"
             config = json.loads(path.read_text())
             config["lopa"]["decode"] = decode
             path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -47,6 +47,8 @@ lane_b() {
   step headroom $PY -m lopa.study headroom --n 60 --random 10 "${STUDY[@]}"
 }
 
+# The model's adaptive budget first (config.json "lopa.decode"): retraining rewrites config.lopa without it.
+step budget $PY scripts/fit_budget.py --models "$MODEL" --seed "$((SEED + 1))" --write
 lane_a & A=$!
 lane_b & B=$!
 wait $A && wait $B
