@@ -6,11 +6,13 @@ SESSION_DISK_BYTES (its own oldest exports go first to make room), all sessions 
 (then the oldest exports of any session go first), and one bigger than a session's budget is refused. A
 session's exports are removed when its page closes (`end_session`, wired to demo.unload). An uploaded trace
 is deleted as soon as it was read (`discard_upload`): the run lives in the session's memory, bounded by
-app/budget.py. Gradio's own delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps whatever is left in its cache,
-such as an upload that no load ever read.
+app/budget.py. An upload that no load ever read (a POST to /upload alone) stays in Gradio's cache until its
+delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps it; meanwhile `BoundUploads` holds them all within
+UPLOAD_DISK_BYTES, removing the oldest leftovers to make room for a new upload or refusing it.
 
     LOPA_SESSION_DISK_MB   exports one session keeps (default 128)
     LOPA_APP_DISK_MB       exports all sessions keep together (default 1024)
+    LOPA_UPLOAD_DISK_MB    uploads waiting in Gradio's cache, all visitors together (default 1024)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -32,6 +35,8 @@ SESSION_DISK_BYTES = int(os.environ.get("LOPA_SESSION_DISK_MB", "128")) << 20
 DISK_BUDGET_BYTES = int(os.environ.get("LOPA_APP_DISK_MB", "1024")) << 20
 CACHE_SWEEP_S, CACHE_AGE_S = 600, 3600     # gr.Blocks(delete_cache=...): every 10 min, files older than 1 h
 LOCAL = "local"                            # the session key of a call without a browser session (tests, scripts)
+UPLOAD_DISK_BYTES = int(os.environ.get("LOPA_UPLOAD_DISK_MB", "1024")) << 20
+STALE_UPLOAD_S = 120                       # a load reads its upload as it arrives: an older one is a leftover
 
 
 def session_key(request) -> str:
@@ -139,3 +144,51 @@ def discard_upload(path) -> None:
             path.parent.rmdir()
         except OSError:
             pass
+
+
+def make_room_for_upload(uploads: set, nbytes: int, budget: int | None = None, now: float | None = None) -> bool:
+    """Whether an upload of `nbytes` fits with the files of `uploads` (Gradio's set of uploaded paths) within
+    `budget`, once the oldest leftovers (older than STALE_UPLOAD_S) are removed to make room; a fresh one is
+    never removed (a load may be reading it). `budget` None: UPLOAD_DISK_BYTES."""
+    budget = UPLOAD_DISK_BYTES if budget is None else budget
+    now = time.time() if now is None else now
+    present = []
+    for name in list(uploads):
+        try:
+            present.append((os.stat(name).st_mtime, os.stat(name).st_size, name))
+        except OSError:
+            uploads.discard(name)                  # read and deleted (discard_upload), or swept
+    held = sum(size for _, size, _ in present)
+    for mtime, size, name in sorted(present):
+        if held + nbytes <= budget or now - mtime < STALE_UPLOAD_S:
+            break
+        discard_upload(name)
+        uploads.discard(name)
+        held -= size
+    return held + nbytes <= budget
+
+
+class BoundUploads:
+    """ASGI middleware: before Gradio stores an upload, the uploads waiting in its cache are held within
+    UPLOAD_DISK_BYTES (make_room_for_upload); when they cannot be, the upload is refused with HTTP 507 and
+    a message. The request's Content-Length is its size (the app's max_file_size bounds one without it)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http" or scope.get("method") != "POST" or not scope.get("path", "").endswith(
+                "/upload") or scope.get("app") is None or not hasattr(scope["app"], "get_blocks"):
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        try:
+            nbytes = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            nbytes = 0
+        if make_room_for_upload(scope["app"].get_blocks().upload_file_set, nbytes):
+            return await self.app(scope, receive, send)
+        body = (f"the server holds up to {mb(UPLOAD_DISK_BYTES)} of uploads waiting to be read, for all visitors: "
+                "try again in a few minutes").encode()
+        await send({"type": "http.response.start", "status": 507,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

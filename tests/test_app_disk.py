@@ -1,7 +1,9 @@
 """What the server keeps on disk for its visitors (app/disk.py): trace exports within a byte budget per
 session and for the app, oldest first out, gone when the page closes; uploads deleted once read;
-exports served from Gradio's cache without a copy of their own; the app wires both."""
+exports served from Gradio's cache without a copy of their own; uploads no load read held within a
+budget; the app wires it all."""
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -122,3 +124,48 @@ def test_the_app_removes_exports_at_page_close_and_sweeps_gradios_cache():
     assert demo.delete_cache == (disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)
     unloads = [f.fn for f in demo.fns.values() if any(t[1] == "unload" for t in f.targets)]
     assert disk.end_session in unloads
+    from app import LAUNCH_KWARGS
+    assert disk.BoundUploads in [m.cls for m in LAUNCH_KWARGS["app_kwargs"]["middleware"]]
+
+
+def test_uploads_no_load_read_are_held_within_their_budget_oldest_leftover_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    now = 10_000.0
+    uploads = set()
+    for i, age in enumerate((900, 600, 300, 10)):                  # three leftovers and one just arrived
+        path = tmp_path / f"hash{i}" / "trace.json"
+        path.parent.mkdir()
+        path.write_bytes(b"x" * 400)
+        os.utime(path, (now - age, now - age))
+        uploads.add(str(path))
+    assert disk.make_room_for_upload(uploads, 400, budget=1200, now=now)
+    assert sorted(Path(p).parent.name for p in uploads) == ["hash2", "hash3"]     # the two oldest went
+    assert not (tmp_path / "hash0").exists() and not (tmp_path / "hash1").exists()
+    assert disk.make_room_for_upload(uploads, 800, budget=1200, now=now)          # the last leftover goes
+    assert not disk.make_room_for_upload(uploads, 1000, budget=1200, now=now)     # never one just arrived
+    assert [Path(p).parent.name for p in uploads] == ["hash3"]
+
+
+def test_the_upload_route_is_refused_with_a_message_when_there_is_no_room(tmp_path, monkeypatch):
+    import asyncio
+    monkeypatch.setattr(disk, "UPLOAD_DISK_BYTES", 1000)
+    fresh = tmp_path / "hash" / "trace.json"
+    fresh.parent.mkdir()
+    fresh.write_bytes(b"x" * 900)
+    blocks = SimpleNamespace(upload_file_set={str(fresh)})
+    passed, sent = [], []
+
+    async def inner(scope, receive, send):
+        passed.append(scope["path"])
+
+    async def send(message):
+        sent.append(message)
+
+    middleware = disk.BoundUploads(inner)
+    for size in (b"100", b"101"):
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload",
+                 "headers": [(b"content-length", size)], "app": SimpleNamespace(get_blocks=lambda: blocks)}
+        asyncio.run(middleware(scope, None, send))
+    assert passed == ["/gradio_api/upload"]                                        # 900 + 100 fits, 900 + 101 not
+    assert sent[0]["status"] == 507 and b"uploads waiting to be read" in sent[1]["body"]
+    assert fresh.exists()
