@@ -216,7 +216,6 @@ def main(argv=None) -> int:
     base = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
     template = template_for(loaded.spec, args.data)
     prefix = few_shot_prefix(template, args.shots) if task == "gsm8k" else ""
-    template = template if template == GSM8K_TEMPLATE else None       # None: the model's own
     hw = hardware(loaded)
     print(f"model {loaded.describe()}; data {where} (n={len(problems)}, shots={args.shots}); {hw}")
     print(f"base settings: {base.to_dict()}")

@@ -122,7 +122,7 @@ def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:
         try:
             path = data_file(data)
         except FileNotFoundError as err:
-            raise ValueError(f"{err}; a study also takes synthetic, or a .txt of prompts") from None
+            raise ValueError(f"{err} (or a .txt of prompts, one a line)") from None
         if path.suffix == ".txt":
             problems = [{"question": line.strip(), "answer": None} for line in path.read_text().splitlines() if line.strip()]
         else:
