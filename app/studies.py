@@ -183,7 +183,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                         gr.skip()
                 elif "status" in step:
                     done, total = step.get("done", done), step.get("total", total)
-                    yield step["status"], _progress(done, max(total, 1)), gr.skip(), gr.skip(), gr.skip()
+                    yield step["status"], _progress(done, max(total, 1), _estimate(step)), gr.skip(), gr.skip(), gr.skip()
                 elif "summary" in step:
                     noted.update(step["summary"])
                 else:
@@ -192,7 +192,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                     rounds += step["rounds"]
                     done = step.get("done", len(rows))
                     complete.update([step["complete"]] if "complete" in step else [])
-                    yield gr.skip(), _progress(done, total), gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), _progress(done, total, _estimate(step)), gr.skip(), gr.skip(), gr.skip()
                 if state["stop"]:
                     break
         if not rows:
@@ -217,6 +217,12 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()
     finally:
         state["running"] = False
+
+
+def _estimate(step: dict) -> str:
+    """What the progress line adds while a study's total is an estimate (the headroom search's rollouts are
+    known a round at a time)."""
+    return "(the total is an estimate until the last search ends)" if step.get("estimate") else ""
 
 
 def _base(loaded):

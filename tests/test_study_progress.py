@@ -100,6 +100,8 @@ def test_the_progress_bar_moves_a_decode_at_a_time_to_its_end(app_studies, study
     done = [d for d, _ in bars]
     assert all(b - a in (0, 1) for a, b in zip(done, done[1:]))
     assert bars[-1][0] == bars[-1][1] and "Done" in outs[-1][0] and "2 problems" in outs[-1][2].layout.title.text
+    estimated = ["the total is an estimate" in str(out[1]) for out in outs[1:-1]]
+    assert any(estimated) == (study == "headroom") and "estimate" not in str(outs[-1][1])   # said while it is one
 
 
 def test_stop_inside_the_headroom_search_starts_no_decode_after_it(app_studies, decodes):

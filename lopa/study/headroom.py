@@ -292,7 +292,7 @@ def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int)
     """A live run: {"total", "row", "rounds"} per plain decode ("rounds": where the order found left LoPA, with
     the search's row), a {"status"} after each rollout of the search, and on every step "done" and "total":
     the decodes run so far and expected in all, the search's rollouts included (search_progress); the
-    search's row carries "complete": its problem id."""
+    search's row carries "complete": its problem id, and "estimate" says whether a search has yet to end."""
     ks = sorted(set(LIVE_KS) | {base.k})
     plain = len(configurations(base, ks, random_orders))
     number = {p["id"]: i for i, p in enumerate(problems, 1)}
@@ -303,14 +303,15 @@ def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int)
             total = search_progress(len(problems), plain, searches, current, step)
             yield {"status": f"Searching problem {number[step['problem']]} of {len(problems)}: round {step['round']}, "
                              f"rollout {step['rollout']} of {step['of']}; the order found so far needs "
-                             f"{step['rounds']} forwards…", "done": done, "total": total}
+                             f"{step['rounds']} forwards…", "done": done, "total": total, "estimate": True}
         elif row["config"] == "best":           # the search's result: its rollouts are counted already
             searches, current = searches + [current], 0
             yield {"row": row, "rounds": step, "done": done, "complete": row["problem"],
-                   "total": search_progress(len(problems), plain, searches, 0, None)}
+                   "total": search_progress(len(problems), plain, searches, 0, None),
+                   "estimate": len(searches) < len(problems)}
         else:
             done += 1
-            yield {"row": row, "rounds": step, "done": done,
+            yield {"row": row, "rounds": step, "done": done, "estimate": True,
                    "total": search_progress(len(problems), plain, searches, current, None)}
 
 
