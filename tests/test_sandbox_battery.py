@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -163,8 +164,9 @@ for attempt in (lambda: os.system("touch {touched}"), sh_through_fork, sh_throug
 
 
 def test_the_candidate_cannot_kill_the_grader(run):
-    """It signals its parent, this test process, a bystander and every process whose command line
-    looks like the test side; the test still runs and passes, and everyone is alive."""
+    """It signals (kill, killpg, a pidfd) and re-limits (prlimit) its parent, this test process, a
+    bystander and every process whose command line looks like the test side; the test still runs and
+    passes, everyone is alive and the bystander's limits are its own."""
     bystander = subprocess.Popen(["sleep", "60"])
     try:
         candidate = ADD + f"""
@@ -176,16 +178,19 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
             targets.append(int(pid))
     except OSError:
         pass
+import resource
 for pid in targets:
-    for kill in (posix.kill, posix.killpg):
+    for kill in (posix.kill, posix.killpg, lambda pid, sig: signal.pidfd_send_signal(posix.pidfd_open(pid), sig),
+                 lambda pid, sig: resource.prlimit(pid, resource.RLIMIT_CORE, (1, 1))):
         try:
             kill(pid, signal.SIGKILL)
         except Exception:
             pass
 """
+        core = resource.prlimit(bystander.pid, resource.RLIMIT_CORE)
         result = run(Program(candidate, ADD_TEST))
         assert result.passed, result.status
-        assert bystander.poll() is None
+        assert bystander.poll() is None and resource.prlimit(bystander.pid, resource.RLIMIT_CORE) == core
     finally:
         bystander.send_signal(signal.SIGKILL)
         bystander.wait()

@@ -151,7 +151,7 @@ _REFUSED_EVENTS = frozenset((
     "os.chflags", "os.lchflags", "os.chown", "os.lchown", "os.setxattr", "os.removexattr", "socket.__new__",
     "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "gc.get_objects", "gc.get_referrers",
     "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
-    "object.__getattr__", "sys.remote_exec", "pty.spawn", "ctypes.dlopen"))
+    "object.__getattr__", "sys.remote_exec", "pty.spawn", "ctypes.dlopen", "resource.prlimit"))
 # Modules that would go around the hook: a process without an audit event, raw memory, or another
 # interpreter (refused where they are first imported; the hook is installed before the candidate's
 # code and these are not imported before it).
@@ -180,11 +180,20 @@ def guard(folder: str, max_names: int) -> None:
     refused) and calls only built-in functions, so monkeypatching os or builtins changes nothing;
     paths are judged as written (normalised, against the folder it started in) because links cannot
     be made and the working directory cannot change."""
+    import _signal
     import posix
-    for name in ("mkfifo", "mknod", "fork", "forkpty", "register_at_fork"):       # no audit event of their own
-        for module in (posix, os):
-            if hasattr(module, name):
-                delattr(module, name)
+    import signal
+    # No audit event of their own: files without open(), processes, signals to a pidfd, the grader's
+    # scheduling, memory outside the address-space limit. Deleted from the built-in modules, they do
+    # not come back with a reload.
+    for module, names in (((posix, os), ("mkfifo", "mknod", "fork", "forkpty", "register_at_fork", "pidfd_open",
+                                         "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
+                                         "memfd_create")),
+                          ((_signal, signal), ("pidfd_send_signal",))):
+        for owner in module:
+            for name in names:
+                if hasattr(owner, name):
+                    delattr(owner, name)
     # Everything the hook uses is bound here, so that rebinding a module's or builtins' names cannot
     # reach it (the hook runs inside the candidate's interpreter).
     stat, refused, type_of, len_of = posix.stat, PermissionError, type, len
