@@ -298,7 +298,6 @@ def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
     return ranking
 
 
-
 # -- policies as data: what a trace records of the policy that ran ---------------------------------
 # Every policy here describes itself (describe() -> {"name", its parameters, "base": the one it wraps});
 # the trace schema validates the result (lopa.schema.Policy, POLICY_NAMES).
@@ -341,6 +340,7 @@ def order_from_description(description: dict) -> OrderPolicy:
 def trace_order(run) -> OrderPolicy:
     """The policy a recorded run (RunResult) decoded with: its recorded order, else its settings'."""
     return order_from_description(run.order) if run.order else make_order(DecodeSettings.from_dict(run.settings))
+
 
 # -- forced decisions -----------------------------------------------------------------------------
 @dataclass(frozen=True)
