@@ -205,6 +205,43 @@ def test_a_lost_grader_is_a_failure_with_its_reason(run):
                         result.status), result.status
 
 
+GRADER = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
+sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+if sys.argv[2] != "bubblewrap":
+    prefix, layers = sandbox._fallback_prefix() if sys.argv[2] == "fallback" else ((), "")
+    sandbox.isolation = lambda: sandbox.Isolation("not installed", "", prefix, layers)
+sandbox.run_program(sandbox.Program("import time\\nwhile True:\\n    time.sleep(0.1)\\n", "pass\\n"), timeout=300)
+"""
+
+
+def test_nothing_outlives_a_killed_grader(run, tmp_path):
+    """The grading process is SIGKILLed while the candidate runs: the candidate, the test process and
+    everything around them go too (bubblewrap's --die-with-parent; the fallback's pdeathsig and PID
+    namespace where it has them)."""
+    folder = tmp_path / marker()                     # every sandbox process names its run folder under it
+    folder.mkdir()
+    grader = subprocess.Popen([sys.executable, "-c", GRADER, sandbox.__file__, run.mode],
+                              env={**os.environ, "TMPDIR": str(folder)})
+    try:
+        for _ in range(600):                         # a hang guard, not a timing: until the run is under way
+            if not gone(str(folder)) and list(folder.glob("lopa-sandbox-*/candidate/stdout")):
+                break
+            time.sleep(0.1)
+        assert not gone(str(folder)), "the sandbox never started"
+        time.sleep(0.5)
+    finally:
+        grader.kill()
+        grader.wait()
+    for _ in range(100):
+        if gone(str(folder)):
+            break
+        time.sleep(0.1)
+    assert gone(str(folder))
+
+
 def test_writes_are_bounded_in_bytes_and_nothing_is_left_in_the_hosts_tmp(run):
     """The issue's 960 MB: as many 16 MiB files as it can, in /tmp, its folder and $TMPDIR; the test
     asks how many bytes it wrote."""

@@ -130,14 +130,19 @@ def describe(error: BaseException) -> list[str]:
 
 
 # -- the candidate's side -------------------------------------------------------------------------
-def undumpable() -> None:
-    """Linux: no process of this user can ptrace this one, read or write its memory, or open its
-    descriptors through /proc/PID (prctl PR_SET_DUMPABLE 0). Elsewhere nothing."""
+def prctl(option: int, value: int) -> None:
+    """Linux's prctl(2), before the candidate's code runs (the guard refuses ctypes after); elsewhere nothing."""
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)       # PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError, ImportError):
         pass
+
+
+def undumpable() -> None:
+    """Linux: no process of this user can ptrace this one, read or write its memory, or open its
+    descriptors through /proc/PID (PR_SET_DUMPABLE 0)."""
+    prctl(4, 0)                                                    # PR_SET_DUMPABLE = 4
 
 
 # Audit events the guarded candidate may never raise: new processes, signals, sockets, links, the
@@ -462,6 +467,7 @@ def main(argv: list[str]) -> None:
     role, path, run_name = argv[:3]
     requests, replies, cpu_seconds, memory_bytes, file_bytes = map(int, argv[3:8])
     set_limits(cpu_seconds, memory_bytes, file_bytes)
+    prctl(1, 9)        # PR_SET_PDEATHSIG = 1, SIGKILL: it dies with the grader (the guard allows it no children)
     sys.argv = [path]
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 3000))
     if role == "candidate":
