@@ -41,8 +41,9 @@ that it ran to its end, which is its own word.
 
 Where bubblewrap is not installed, or is installed but cannot start (`isolation()` says which, and
 why), a clearly labelled fallback runs the same two processes in host folders, each in its own
-session and process group, under `setpriv --pdeathsig KILL` (it dies with the grader) and, where
-`unshare` may create them, its own user, PID (with its own /proc), mount and network namespaces.
+session and process group, dying with the grader (PR_SET_PDEATHSIG, and `setpriv --pdeathsig`
+for `unshare`) and, where `unshare` may create them, with its own user, PID (with its own /proc),
+mount and network namespaces.
 The verdict stays out of the candidate's reach there too: the test process reads its program and
 makes itself undumpable before the candidate starts; the candidate runs under an audit hook
 (sandbox_child.guard) that refuses new processes, signals, sockets, other processes' /proc
