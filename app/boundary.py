@@ -2,16 +2,18 @@
 
 On a ZeroGPU Space these functions run in a worker process on a pickled copy of their arguments,
 and what they yield or return is pickled back (app/gpu.py); locally they run in this process. Either
-way they take JSON-able values (a prompt, a settings dict, the model's name, a trace as a dict) and
-give JSON-able values (trace chunks), and the session is updated outside them (app/session.py).
+way they take JSON-able values (a prompt, a settings dict, the model's folder, a trace as a dict) and
+give JSON-able values (trace chunks), and the session is updated outside them (app/session.py). Each
+call takes the model its arguments name from the shared cache (app/models.py) and holds it (a lease)
+while it runs, so the cache never evicts a model under a decode.
 
     decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
     top_tokens_at(...)    -> {"top": [[token, p], ...], "names": [[token, text], ...]}
     study_steps(...)      -> yields {"where": ...}, then the study's steps (lopa.study: live)
     best_order_steps(...) -> yields the headroom search's steps from one run (lopa.study.headroom)
 
-A job: {"model": the model's folder (app.models: the cache's key for it), "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1 (W > 1: the
-branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
+A job: {"model": the model's folder, "prompt": str, "settings": DecodeSettings.to_dict(), "workers": 1
+(W > 1: the branch-parallel backend), "rounds": None (to the end) or n (Step: 1), "keep_states": bool,
 "resume": None | {"kind": "continue", "run_id", "trace"} | {"kind": "fork", "trace", "at_round",
 "commit", "hold"}}. A chunk: {"job": i, "records": [RoundRecord dict], "tokens", "text", "finished",
 "names": [[id, text], ...], "header": {...} on a job's first chunk}, or {"job": i, "error": message,
