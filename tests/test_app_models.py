@@ -239,3 +239,13 @@ def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, 
         decode(PROMPT, model=str(folders[0]))
     MODELS.get(folders[0])                                # what app.gpu.preload does at import
     assert "now decodes with `tiny-0`" in cb.pick_model(session, str(folders[0]))[1]
+
+
+def test_the_studies_follow_the_session_model(folders):
+    from app import studies
+    session = Session(model=str(folders[1]))
+    assert "No shipped results for **tiny-1**" in studies.show_shipped("orders", session)[0]
+    assert "on open-gsm-dllm" in studies.show_shipped("orders", Session())[0]    # another session: the default's
+    last = list(studies.run_study(studies.new_study_state(), "orders", 1, 1, 15, session))[-1]
+    assert last[0].startswith("Done"), last[0]
+    assert "live: tiny-1" in last[2].layout.title.text
