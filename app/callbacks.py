@@ -44,7 +44,6 @@ from .viz import (
     counters_html,
     esc,
     explain_round,
-    last_forward_round,
     rank_lanes,
     token_canvas,
     tokens_per_round_chart,
@@ -79,11 +78,11 @@ def error_message(err: Exception | str) -> str:
 
 # -- rendering ---------------------------------------------------------------------------------
 def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tuple:
-    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest round with a forward:
-    a finished run's final round has no forward and nothing to show); outputs whose kind
-    (VIEW_KINDS) is not in `kinds` are gr.skip() and cost nothing."""
+    """The heavy outputs (VIEW_OUTPUTS order) for round r (default: the latest round; a finished run's
+    final round shows its last commits); outputs whose kind (VIEW_KINDS) is not in `kinds` are
+    gr.skip() and cost nothing."""
     run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
-    r = max(0, last_forward_round(run.records) if r is None else min(int(r), session.n_rounds - 1))
+    r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
     names = session.names
     render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
               "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
@@ -93,9 +92,10 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
 
 
 def _slider(session: Session):
+    """The round slider at its end, on the latest round: a finished run shows its final round (the
+    anchor's last commits, no forward); resting one short of the end read as a run not shown to the end."""
     last = max(session.n_rounds - 1, 0)
-    shown = last_forward_round(session.run.records) if session.run is not None else 0
-    return gr.update(maximum=max(last, 1), value=shown)
+    return gr.update(maximum=max(last, 1), value=last)
 
 
 def run_list_outputs(session: Session, force: bool = False) -> tuple:

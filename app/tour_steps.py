@@ -209,7 +209,9 @@ def step_try(lopa, names) -> Step:
             f"{r}{example}, choose a token and press <b>Fill first</b> (or <b>Hold back</b>): a fork decodes live "
             f"from round {r + 1} and joins the run list. <b>Compare runs</b> then sets it beside this run, position "
             "by position. The full controls are all on this page; close the tour to use them.")
-    return Step("try", "try it yourself: fill first, fork, compare", "lopa", r, "#canvas", text, facts)
+    # The what-if panel (Fill first, Hold back) opens under the canvas on a click: outlined already then.
+    return Step("try", "try it yourself: fill first, fork, compare", "lopa", r, "#canvas, #whatif-panel, #compare-runs",
+                text, facts)
 
 
 def tour_steps(d2f, lopa, names: dict | None = None) -> list[Step]:

@@ -49,7 +49,9 @@ CSS = """
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}
-#study-plot:has(> [aria-label="Empty value"]) {display: none}
+/* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
+#study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
+  border: none !important; margin: 0 !important; overflow: hidden}
 @media (max-width: 640px) {
   /* Phone: the model's description after the prompt, Run and the examples. */
   #model-panel {order: 5}

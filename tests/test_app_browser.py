@@ -171,7 +171,7 @@ def test_scrub_and_play_back(page):
     slider = page.locator("#round-slider input[type=range]")
     slider.focus()
     target = n // 3
-    # A finished run stays on its last round with a forward (not the final, forward-less one).
+    # A finished run rests on its last round, at the end of the slider.
     for _ in range(int(slider.input_value()) - target):
         page.keyboard.press("ArrowLeft")
     page.wait_for_selector(f"#canvas .lopa-canvas[data-round='{target}']")

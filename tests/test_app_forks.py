@@ -106,15 +106,15 @@ def test_click_fill_first_fork_appears_in_the_run_list_and_compares():
     assert session.run is parent and "Showing run 1" in shown["status"]
 
 
-def test_the_round_view_stays_on_the_last_round_with_a_forward():
+def test_a_finished_run_rests_on_its_final_round_at_the_end_of_the_slider():
     session = Session()
     decoded(session, *values())
     run = session.run
     final = dataclasses.replace(run.records[-1], round=len(run.records), kind="final")
     session.run = dataclasses.replace(run, records=run.records + [final])
     out = live(cb.live_outputs(session, "done"))
-    assert f'data-round="{len(run.records) - 1}"' in out["canvas"] and out["round_slider"]["value"] == len(run.records) - 1
-    assert out["round_slider"]["maximum"] == len(run.records)          # the final round stays reachable
+    assert f'data-round="{len(run.records)}"' in out["canvas"]
+    assert out["round_slider"]["value"] == out["round_slider"]["maximum"] == len(run.records)
 
 
 def test_a_loaded_trace_is_viewed_and_compared_and_forks_say_they_need_its_model(tmp_path):

@@ -56,11 +56,15 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
     title = (f"position {pos} — {STATE_WORDS[state]}&#10;{esc(why)}&#10;"
              f"token {esc(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
-    corner = (f'<span style="position:absolute;top:-1px;right:1px;font-size:9px;font-weight:700;font-style:normal">'
+    corner = (f'<span style="position:absolute;top:-1px;right:2px;font-size:9px;font-weight:700;font-style:normal">'
               f'{tag}</span>') if tag else ""
     pointer = "cursor:pointer;" if state == MASKED else ""       # a masked cell opens the what-if panel
+    # The cell grows with its token (a long one was cut) and keeps room on the right for the A / + tag,
+    # which sat on the token's last letter.
+    pad = "0 11px 0 3px" if tag else "0 3px"
     return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-position="{pos}" data-state="{state}" '
-            f'title="{title}" style="{pointer}position:relative;box-sizing:border-box;width:40px;height:30px;margin:1px;border:{border};'
+            f'title="{title}" style="{pointer}position:relative;box-sizing:border-box;min-width:40px;height:30px;'
+            f'padding:{pad};margin:1px;border:{border};'
             f'border-radius:3px;background:{background};color:{colour};font:11px/26px monospace;text-align:center;'
             f'overflow:hidden;white-space:nowrap;{extra}">{esc(label)}{corner}</div>')
 

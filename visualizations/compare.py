@@ -7,6 +7,7 @@ facts come from `run_diff`, the words from `comparison_summary`, the aligned TFO
 
 from __future__ import annotations
 
+from lopa.problems import final_answer
 from lopa.trace import metrics
 
 from .labels import token_label
@@ -46,6 +47,29 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}×" if b > 0 else "—"
 
 
+def _change(before: float, after: float, fewer: str, more: str, same: str) -> str:
+    """How `after` compares with `before`, in the direction it went: "2.43× fewer forwards" when it
+    dropped, "1.40× more forwards" when it grew (a ratio under 1 with "fewer" read as a speed-up)."""
+    if before <= 0 or after <= 0:
+        return f"{same} —"
+    if after < before:
+        return f"{before / after:.2f}× {fewer}"
+    if after > before:
+        return f"{after / before:.2f}× {more}"
+    return same
+
+
+def answer_change(before: str, after: str) -> str:
+    """In words: did the final `#### N` answer change, or only the working (the text before it)?"""
+    if before == after:
+        return "The two answers are identical."
+    fa, fb = final_answer(before or ""), final_answer(after or "")
+    if fa == fb:
+        return (f"The working differs but the final answer is the same (#### {fa})." if fa is not None else
+                "The texts differ; neither has a final #### answer.")
+    return f"The final answers differ: {'none' if fa is None else '#### ' + fa} → {'none' if fb is None else '#### ' + fb}."
+
+
 def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     """Markdown: both runs' metrics, the speed-up of b over a in forwards and wall time, where the
     orders diverge and whether the answers agree."""
@@ -55,7 +79,7 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
             ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
             ("TPF (authors': appended / (forwards + 1))", "tpf_authors", "{:.2f}"),
-            ("fill spread (rounds, lopa.trace.fill_landscape)", "fill_spread", "{:.2f}"),
+            ("fill spread (std. dev. of the round each answer token was filled in)", "fill_spread", "{:.2f}"),
             ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
     cell = lambda text: str(text).replace("|", "\\|")
     table = [f"| | {cell(name_a)} | {cell(name_b)} | Δ |", "|---|---:|---:|---:|"]
@@ -67,14 +91,16 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     where = ("The two runs take the same decisions in every round." if split is None else
              f"The runs first diverge in round {split}; {len(d['differs'])} positions are filled in a different "
              "round or with a different token (highlighted).")
-    answers = "identical" if d["same_answer"] else "different"
+    answers = answer_change(a.text, b.text)
+    forwards = _change(ma["forwards"], mb["forwards"], "fewer forwards", "more forwards", "as many forwards")
+    wall = _change(ma["latency_s"], mb["latency_s"], "less wall time", "more wall time", "the same wall time")
+    # The headline says which way it went: a ratio under 1 written as "fewer" read as a speed-up.
+    verdict = f"**Speed-up of {name_b} over {name_a}: {'' if mb['forwards'] < ma['forwards'] else 'none, '}{forwards}"
     return "\n".join([
-        f"**Speed-up of {name_b} over {name_a}: {_ratio(ma['forwards'], mb['forwards'])} fewer forwards "
-        f"(rounds {ma['rounds']} → {mb['rounds']}, Δ {d['delta_rounds']:+d}; TPF {ma['tpf_useful']:.2f} → "
-        f"{mb['tpf_useful']:.2f}), {_ratio(ma['latency_s'], mb['latency_s'])} in wall time "
-        f"({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
+        f"{verdict} (rounds {ma['rounds']} → {mb['rounds']}, Δ {d['delta_rounds']:+d}; TPF {ma['tpf_useful']:.2f} → "
+        f"{mb['tpf_useful']:.2f}); {wall} ({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
         *table, "",
-        f"{where} The two answers are {answers}. Wall time is each run's own engine time. On a CPU a batched "
+        f"{where} {answers} Wall time is each run's own engine time. On a CPU a batched "
         "k+1 forward costs more than a single one, so fewer rounds need not mean proportionally less time; on a GPU "
         "at batch 1 it nearly does (design note, last section).",
     ])

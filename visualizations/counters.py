@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lopa.trace import metrics
 
+from .glossary import term_link
 from .markup import esc
 
 STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
@@ -29,6 +30,9 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
          "window positions verified per forward, all branches together (windows × tokens)"),
         ("elapsed", "elapsed", f"{elapsed_s:.1f} s", "wall clock since the button was pressed"),
     ]
+    model = (getattr(run, "spec", None) or {}).get("name")
+    if model:                  # the model this run decoded with (each session picks its own)
+        boxes.insert(0, ("model", "model", str(model), "the model this run decoded with"))
     colour = STATUS_COLOURS.get(status, "#666666")
     cells = "".join(
         f'<div class="lopa-counter" data-counter="{key}" data-value="{esc(value)}" title="{esc(tip)}" '
@@ -38,5 +42,11 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
     head = f'<div style="font-weight:600;margin-bottom:2px">{esc(title)}</div>' if title else ""
     badge = (f'<div class="lopa-status" data-status="{esc(status)}" style="align-self:center;padding:2px 8px;'
              f'border-radius:10px;background:{colour};color:#fff;font-size:12px">{esc(status)}</div>')
+    # The labels are abbreviations and a phone has no hover: one visible line spells them out.
+    gloss = (f'<div class="lopa-counters-gloss" style="font-size:12px;color:#555;margin-top:3px">'
+             f'{term_link("TPF")} = tokens per forward (answer tokens up to the first {term_link("EOS")}, the '
+             f'end-of-sequence token); {term_link("verified/forward")} = positions the model checks per forward, all '
+             f'k + 1 branches together; a <a href="#term-forward">forward</a> is one model pass. '
+             f'<a href="#glossary">All terms</a></div>')
     return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{esc(status)}">{head}'
-            f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div></div>')
+            f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div>{gloss}</div>')

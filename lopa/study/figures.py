@@ -5,21 +5,41 @@ through visualizations/studies.py."""
 from __future__ import annotations
 
 import html
+import textwrap
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lopa.settings import BRANCH_SCORE_RULES
 
+# What the legends call each order (its name in the tables is for code).
+ORDER_NAMES = {"lopa": "LoPA", "vanilla": "vanilla D2F", "left_to_right": "left to right", "random": "random orders"}
 COLOURS = {"lopa": "#0072B2", "vanilla": "#E69F00", "left_to_right": "#009E73", "random": "#999999",
            "adaptive": "#D55E00"}
 RULE_COLOURS = dict(zip(BRANCH_SCORE_RULES, ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")))
 BINS = 10
 
 
-def _layout(fig, title: str, height: int = 460):
-    fig.update_layout(title=dict(text=html.escape(title), font=dict(size=13)), height=height, template="plotly_white",
-                      margin=dict(l=50, r=20, t=60, b=50), legend=dict(orientation="h", y=-0.18))
+def _order_name(order: str) -> str:
+    return ORDER_NAMES.get(order, order.replace("_", " "))
+
+
+def title_lines(title: str, width: int = 70) -> list[str]:
+    """A title as lines of at most `width` characters (broken at spaces): a plot's title does not wrap
+    by itself and ran off the panel."""
+    return [line for part in str(title).split("\n") for line in textwrap.wrap(part, width, break_long_words=False)]
+
+
+def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
+    """Title lines escaped one by one and joined with <br> (escaping the joined text showed a literal <br>);
+    room above the subplot titles for every title line, and the legend below the x axis title."""
+    lines = title_lines(title)
+    top = 50 + 18 * len(lines)
+    fig.update_layout(title=dict(text="<br>".join(html.escape(line) for line in lines), font=dict(size=13),
+                                 x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8, l=8)),
+                      height=height + 18 * len(lines), template="plotly_white",
+                      margin=dict(l=50, r=20, t=top, b=70 + 22 * legend_rows),
+                      legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"))
     return fig
 
 
@@ -37,16 +57,17 @@ def orders_figure(df, summary: dict, title: str = "") -> go.Figure:
         for order, symbol in (("vanilla", "square"), ("left_to_right", "diamond"), ("lopa", "star")):
             rows = df[df.order == order]
             text = [f"problem {p}: LoPA at percentile {pct.get(p, float('nan')):.0f} of random orders" for p in rows.problem]
-            fig.add_trace(go.Scatter(x=rows.problem.astype(str), y=rows.tpf, mode="markers", name=order,
+            fig.add_trace(go.Scatter(x=rows.problem.astype(str), y=rows.tpf, mode="markers", name=ORDER_NAMES[order],
                                      marker=dict(symbol=symbol, size=11 if order == "lopa" else 8, color=COLOURS[order]),
                                      hovertext=text if order == "lopa" else None), 1, 1)
         acc = {o: s["accuracy"] for o, s in summary.get("per_order", {}).items() if s["accuracy"] is not None}
-        fig.add_trace(go.Bar(x=list(acc), y=[a * 100 for a in acc.values()], showlegend=False,
+        fig.add_trace(go.Bar(x=[_order_name(o) for o in acc], y=[a * 100 for a in acc.values()], showlegend=False,
                              marker_color=[COLOURS.get(o, "#999") for o in acc],
-                             text=[f"{a * 100:.0f}%" for a in acc.values()], textposition="outside"), 1, 2)
+                             text=[f"{a * 100:.0f}%" for a in acc.values()], textposition="outside",
+                             cliponaxis=False), 1, 2)
     fig.update_xaxes(title_text="problem", row=1, col=1)
     fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
-    fig.update_yaxes(title_text="exact match (%)", range=[0, 105], row=1, col=2)
+    fig.update_yaxes(title_text="exact match (%)", range=[0, 112], row=1, col=2)
     return _layout(fig, title)
 
 
@@ -60,16 +81,16 @@ def orders_png(df, summary: dict, title: str, path) -> None:
     for order, marker in (("vanilla", "s"), ("left_to_right", "D"), ("lopa", "*")):
         rows = df[df.order == order].set_index("problem").reindex(problems)
         ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=70 if order == "lopa" else 25,
-                   color=COLOURS[order], label=order, zorder=3)
+                   color=COLOURS[order], label=ORDER_NAMES[order], zorder=3)
     ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
     ax.set_xlabel("problem")
     ax.set_ylabel("tokens per forward")
     ax.legend(fontsize=8, loc="upper right")
     acc = {o: s["accuracy"] for o, s in summary.get("per_order", {}).items() if s["accuracy"] is not None}
     bx.bar(range(len(acc)), [a * 100 for a in acc.values()], color=[COLOURS.get(o, "#999") for o in acc])
-    bx.set_xticks(range(len(acc)), list(acc), rotation=45, fontsize=7)
+    bx.set_xticks(range(len(acc)), [_order_name(o) for o in acc], rotation=45, ha="right", fontsize=7)
     bx.set_ylabel("exact match (%)")
-    fig.suptitle(title, fontsize=9)
+    _suptitle(fig, title)
     _save(fig, path)
 
 
@@ -141,7 +162,7 @@ def calibration_png(runs, rounds, summary: dict, title: str, path, metric: str |
         bx.annotate(s["rule"], (s["tpf"], s["accuracy"] * 100), fontsize=6, xytext=(3, 3), textcoords="offset points")
     bx.set_xlabel("TPF (o max_prob, s neg_entropy, D margin)")
     bx.set_ylabel("exact match (%)")
-    fig.suptitle(title, fontsize=9)
+    _suptitle(fig, title)
     _save(fig, path)
 
 
@@ -191,7 +212,7 @@ def adaptive_png(summary: dict, title: str, path) -> None:
     bx.set_xlabel("branches B = k + 1")
     bx.set_ylabel("ms per round (verify + bookkeeping)")
     bx.set_ylim(bottom=0)
-    fig.suptitle(title, fontsize=9)
+    _suptitle(fig, title)
     _save(fig, path)
 
 
@@ -205,6 +226,16 @@ def _headroom_rows(df, config: str, k):
     return rows[rows.k == k] if config == "lopa" else rows
 
 
+def _random_name(k) -> str:
+    return "random orders" if k is None else f"random orders (k = {k})"
+
+
+def _headroom_name(config: str, k) -> str:
+    """A headroom row's name in a legend: words, and no "k = None" when the summary has no k."""
+    lopa = "LoPA" if k is None else f"LoPA (k = {k})"
+    return {"lopa": lopa, "best": "best order found", "vanilla": "vanilla D2F"}.get(config, config)
+
+
 def headroom_figure(df, summary: dict, title: str = "") -> go.Figure:
     """Left: per problem, TPF of the random orders (box), vanilla, LoPA at the search's k and the best order
     found. Right: pooled TPF and accuracy of every order."""
@@ -215,12 +246,12 @@ def headroom_figure(df, summary: dict, title: str = "") -> go.Figure:
     if len(df):
         rand = df[df.config == "random"]
         if len(rand):
-            fig.add_trace(go.Box(x=rand.problem.astype(str), y=rand.tpf, name=f"random orders (k={k})",
+            fig.add_trace(go.Box(x=rand.problem.astype(str), y=rand.tpf, name=_random_name(k),
                                  marker_color=COLOURS["random"], boxpoints="all", jitter=0.4, pointpos=0,
                                  marker_size=3, line_width=1), 1, 1)
         for config, symbol, _, colour in HEADROOM_MARKS:
             rows = _headroom_rows(df, config, k)
-            name = {"lopa": f"LoPA k={k}", "best": "best order found"}.get(config, config)
+            name = _headroom_name(config, k)
             fig.add_trace(go.Scatter(x=rows.problem.astype(str), y=rows.tpf, mode="markers", name=name,
                                      marker=dict(symbol=symbol, size=10, color=colour),
                                      hovertext=[f"problem {p}: {f} forwards" for p, f in zip(rows.problem, rows.forwards)]),
@@ -229,7 +260,8 @@ def headroom_figure(df, summary: dict, title: str = "") -> go.Figure:
         fig.add_trace(go.Bar(x=list(configs), y=[c["tpf"] for c in configs.values()], showlegend=False,
                              marker_color="#56B4E9",
                              text=["" if c["accuracy"] is None else f"{c['accuracy'] * 100:.0f}%" for c in configs.values()],
-                             textposition="outside", hovertext=[f"{n}: TPF {c['tpf']:.2f}" for n, c in configs.items()]),
+                             textposition="outside", cliponaxis=False,
+                             hovertext=[f"{n}: TPF {c['tpf']:.2f}" for n, c in configs.items()]),
                       1, 2)
     fig.update_xaxes(title_text="problem", row=1, col=1)
     fig.update_yaxes(title_text="tokens per forward", row=1, col=1)
@@ -237,7 +269,7 @@ def headroom_figure(df, summary: dict, title: str = "") -> go.Figure:
     share = summary.get("gap_share")
     if share is not None:
         lo, hi = summary["gap_share_ci95"]
-        title = f"{title}<br>LoPA closes {share * 100:.0f}% (95% CI {lo * 100:.0f}..{hi * 100:.0f}%) of the gap to the best order found"
+        title = f"{title}\nLoPA closes {share * 100:.0f}% (95% CI {lo * 100:.0f}..{hi * 100:.0f}%) of the gap to the best order found"
     return _layout(fig, title)
 
 
@@ -252,7 +284,7 @@ def headroom_png(df, summary: dict, title: str, path) -> None:
                    showfliers=False)
     for config, _, marker, colour in HEADROOM_MARKS:
         rows = _headroom_rows(df, config, k).set_index("problem").reindex(problems)
-        label = {"lopa": f"LoPA k={k}", "best": "best order found"}.get(config, config)
+        label = _headroom_name(config, k)
         ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=45, color=colour, label=label, zorder=3)
     ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
     ax.set_xlabel("problem")
@@ -270,7 +302,7 @@ def headroom_png(df, summary: dict, title: str, path) -> None:
     if share is not None:
         lo, hi = summary["gap_share_ci95"]
         title = f"{title}\nLoPA closes {share * 100:.0f}% (95% CI {lo * 100:.0f}..{hi * 100:.0f}%) of the gap to the best order found"
-    fig.suptitle(title, fontsize=9)
+    _suptitle(fig, title)
     _save(fig, path)
 
 
@@ -281,8 +313,17 @@ def _pyplot():
     return plt
 
 
+def _suptitle(fig, title: str) -> None:
+    """The PNG's title, wrapped, with the plots placed below it (tight_layout alone let a long title run
+    off the picture and a second line sit on the subplots)."""
+    lines = title_lines(title, 110)
+    fig.suptitle("\n".join(lines), fontsize=9)
+    fig._lopa_title_lines = len(lines)
+
+
 def _save(fig, path) -> None:
-    fig.tight_layout()
+    lines = getattr(fig, "_lopa_title_lines", 0)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.05 * lines) if lines else None)
     fig.savefig(path)
     fig.get_figure().clf()
     import matplotlib.pyplot as plt
