@@ -89,8 +89,16 @@ def test_a_link_keeps_what_it_can_and_says_what_it_dropped():
 def test_opening_a_bad_link_says_what_it_dropped():
     class Request:
         query_params = {"prompt": "hi", "tau_conf": "x"}
-    out = share.on_load(Request(), *CURRENT)
+    out = share.on_load(Request(), [], *CURRENT)
     assert out[0] == "hi" and "Dropped: tau_conf must be in (0, 1] (a number), got 'x'" in out[-1]
+    assert out[len(CURRENT)] == [] and out[len(CURRENT) + 1].get("__type__") == "update"   # nothing touched; no model
+
+    class Shared:
+        query_params = {"prompt": "hi", "k": "2", "attention": "block_causal", "model": "sure-gsm-dllm"}
+    out = share.on_load(Shared(), ["seed"], *CURRENT)
+    # The link's settings count as the visitor's (they stay when its model is applied), even one that
+    # equals what the page showed; its model goes to the model box, which applies it.
+    assert out[len(CURRENT)] == ["attention", "k", "seed"] and out[len(CURRENT) + 1] == "sure-gsm-dllm"
 
 
 def test_an_over_long_link_is_cut_before_gradio_sees_it():
