@@ -280,3 +280,12 @@ same = os.stat("/tmp").st_dev == os.stat("/sandbox").st_dev
             f"assert inodes[0] <= {sandbox.FILE_COUNT_LIMIT} and inodes[1] <= {sandbox.SHM_FILE_COUNT_LIMIT}, inodes\n")
     result = run(Program(candidate, test))
     assert result.passed, result.status
+
+
+def test_a_full_tmpfs_names_the_limit_it_ran_into():
+    """A write past /dev/shm names its 1 MiB, not the work directory's 64 MiB; a failed write() names
+    no file, so its message names both."""
+    shm = sandbox._explain("failed: OSError: [Errno 28] No space left on device: '/dev/shm/x'", True)
+    assert shm.startswith(f"failed: wrote past the sandbox's /dev/shm limit ({sandbox.SHM_LIMIT_BYTES >> 20} MiB")
+    either = sandbox._explain("failed: OSError: [Errno 28] No space left on device", True)
+    assert "write limit (64 MiB" in either and f"/dev/shm limit ({sandbox.SHM_LIMIT_BYTES >> 20} MiB" in either
