@@ -1,6 +1,7 @@
-"""A run as a link and as a command: the page's prompt and settings written into a URL query that
-restores them when opened (`?prompt=...&k=4&order=random`), and the equivalent `lopa generate`
-command line. Pure functions over the settings inputs (app.session.SETTING_NAMES), plus the thin
+"""A run as a link and as a command: the page's prompt, model and settings written into a URL query
+that restores them when opened (`?prompt=...&model=sure-gsm-dllm&k=2`: the settings that differ from
+what the model shows), and the `lopa generate --model ...` command line that decodes the same run
+(the settings that differ from what `lopa generate` resolves on that model). Pure functions over the settings inputs (app.session.SETTING_NAMES), plus the thin
 callbacks the wiring uses and the bound on a link's length (BoundLinkLength).
 
 A link comes from anyone, so it is read the way every other surface reads a setting: each value
@@ -40,7 +41,10 @@ def settings_of(values, spec: ModelSpec | None = None) -> DecodeSettings:
 def session_model(session) -> tuple[Path, ModelSpec | None]:
     """(folder, spec) of the session's model; spec None while it is not loaded (nothing is loaded here:
     the links follow the inputs outside the queue)."""
-    folder = MODELS.folder(getattr(session, "model", None))
+    try:
+        folder = MODELS.folder(getattr(session, "model", None))
+    except ValueError:              # a folder this server no longer loads: Run says so; the links use the default
+        folder = MODELS.default
     loaded = MODELS.peek(folder)
     return folder, (loaded.spec if loaded is not None else None)
 
