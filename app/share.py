@@ -1,8 +1,9 @@
 """A run as a link and as a command: the page's prompt, model and settings written into a URL query
 that restores them when opened (`?prompt=...&model=sure-gsm-dllm&k=2`: the settings that differ from
 what the model shows), and the `lopa generate --model ...` command line that decodes the same run
-(the settings that differ from what `lopa generate` resolves on that model). Pure functions over the settings inputs (app.session.SETTING_NAMES), plus the thin
-callbacks the wiring uses and the bound on a link's length (BoundLinkLength).
+(the settings that differ from what `lopa generate` resolves on that model). Pure functions over the
+settings inputs (app.session.SETTING_NAMES), plus the thin callbacks the wiring uses and the bound on
+a link's length (BoundLinkLength).
 
 A link comes from anyone, so it is read the way every other surface reads a setting: each value
 through the registry (lopa.settings.Setting.parse), the prompt cut to MAX_PROMPT_CHARS, and a link
