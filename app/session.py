@@ -85,20 +85,14 @@ def check_ui(*values) -> None:
     backend_from_ui(*values[n:])
 
 
-def shown_settings(spec: ModelSpec | dict | None = None) -> DecodeSettings:
+def shown_settings(spec: ModelSpec | None = None) -> DecodeSettings:
     """What the settings inputs show for the model with `spec` before the visitor touches them: the
     one resolution (lopa.settings.resolve) of an empty request over the model's own values and the
     app's defaults (APP_DEFAULTS). A Dream-format checkpoint that asks for full attention shows full."""
-    return resolve({}, _spec(spec), defaults=APP_DEFAULTS)
+    return resolve({}, spec, defaults=APP_DEFAULTS)
 
 
-def shown_values(spec: ModelSpec | dict | None = None) -> tuple:
-    """shown_settings(spec) as the inputs' values, in SETTING_NAMES order."""
-    shown = shown_settings(spec)
-    return tuple(getattr(shown, name) for name in SETTING_NAMES)
-
-
-def ui_request(*values, spec: ModelSpec | dict | None = None) -> dict:
+def ui_request(*values, spec: ModelSpec | None = None) -> dict:
     """What the visitor set in the settings inputs (SETTING_NAMES): each value read by the registry
     (Setting.parse: a message naming the input for a wrong type or range), and None (unset) where it
     is what the inputs show for the model anyway (shown_settings), so resolution() says where each
@@ -109,15 +103,15 @@ def ui_request(*values, spec: ModelSpec | dict | None = None) -> dict:
     return {name: (None if value == getattr(shown, name) else value) for name, value in given.items()}
 
 
-def settings_from_ui(*values, spec: ModelSpec | dict | None = None) -> DecodeSettings:
+def settings_from_ui(*values, spec: ModelSpec | None = None) -> DecodeSettings:
     """The settings a Run with these inputs decodes on the model with `spec` (None: no model's own
     values): ui_request() resolved over the model's own values and APP_DEFAULTS. Raises ValueError
     naming the setting, its range and (a short prefix of) the value when one is missing, of the
     wrong type or out of range, or when the combination is refused."""
-    return resolve(ui_request(*values, spec=spec), _spec(spec), defaults=APP_DEFAULTS)
+    return resolve(ui_request(*values, spec=spec), spec, defaults=APP_DEFAULTS)
 
 
-def follow_model(spec: ModelSpec | dict | None, touched, *values) -> tuple:
+def follow_model(spec: ModelSpec | None, touched, *values) -> tuple:
     """The settings inputs' values (SETTING_NAMES order) on the model with `spec`: an input the visitor
     touched (its name in `touched`) keeps its value; every other shows what the model resolves to,
     with the touched ones as the request (a length follows a touched block size). A touched input
@@ -130,16 +124,13 @@ def follow_model(spec: ModelSpec | dict | None, touched, *values) -> tuple:
             request[name] = None
     for attempt in (request, {**request, "max_new_tokens": None}, {}):
         try:
-            settings = resolve(attempt, _spec(spec), defaults=APP_DEFAULTS)
+            settings = resolve(attempt, spec, defaults=APP_DEFAULTS)
             break
         except ValueError:
             continue
+    else:
+        return tuple(values)
     return tuple(given[name] if name in request else getattr(settings, name) for name in SETTING_NAMES)
-
-
-def _spec(spec: ModelSpec | dict | None) -> ModelSpec | None:
-    """A ModelSpec from a spec or its dict (a trace's header, a gr.State)."""
-    return ModelSpec.from_dict(spec) if isinstance(spec, dict) else spec
 
 
 class LiveRun:
