@@ -22,6 +22,7 @@ from lopa.trace import metrics
 from . import disk
 from .boundary import stream_jobs
 from .budget import LEDGER
+from .denoise import canvas_folder, picked_message
 from .examples import check_answer
 from .gpu import zero_gpu
 from .inputs import choice, text, whole
@@ -377,6 +378,10 @@ def pick_model(session: Session, choice) -> tuple:
         if not isinstance(choice, str):
             raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
         folder = MODELS.servable(MODELS.folder(choice))
+        if canvas_folder(folder) is not None:     # not a LoPA model: its own panel takes it (app/denoise.py)
+            session.canvas_model, kept = str(folder), MODELS.peek(current)
+            return (MODELS.describe(current), picked_message(folder, kept.spec.name if kept else Path(current).name),
+                    gr.update(value=current))
         loaded = MODELS.get(folder)
         if not zero_gpu():
             MODELS.warm_up(folder)

@@ -180,6 +180,7 @@ class Session:
     current: str | None = None            # id of the run the page shows
     runs_changed: bool = False            # the run list needs redrawing
     model: str | None = None              # the folder of the model this visitor picked (app/models.py); None: the default
+    canvas_model: str | None = None       # the DiffusionGemma folder this visitor picked (app/denoise.py decodes it)
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),

@@ -243,8 +243,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)
     # The session's model: applied when picked (a typed folder when the box loses focus or Enter is pressed).
-    on(c["model_dir"].change, cb.pick_model, [session, c["model_dir"]], [c["model_info"], c["status"], c["model_dir"]],
-       api_name="pick_model", **MODEL)
+    picked = on(c["model_dir"].change, cb.pick_model, [session, c["model_dir"]],
+                [c["model_info"], c["status"], c["model_dir"]], api_name="pick_model", **MODEL)
     on(demo.load, cb.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
 
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
@@ -303,9 +303,9 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # DiffusionGemma on its own sampler (app/denoise.py): a DiffusionGemma folder named in the model box opens
     # there; its decode takes the model slot like Run; its steps and saved traces are views.
     canvas, canvas_out = c["denoise_view"], pick(*denoise.DENOISE_OUTPUTS)
-    on(c["model_dir"].change, denoise.follow_model_choice, [canvas, c["model_dir"]], [c["denoise_folder"]],
-       api_visibility="private", queue=False)
-    on(c["denoise_decode"].click, denoise.decode_canvas, [canvas, c["prompt"], c["denoise_max_new_tokens"],
+    picked.then(as_updates(denoise.folder_line, [c["denoise_folder"]]), [session], [c["denoise_folder"]],
+                api_visibility="private", queue=False, show_progress="hidden")
+    on(c["denoise_decode"].click, denoise.decode_canvas, [session, canvas, c["prompt"], c["denoise_max_new_tokens"],
                                                          c["denoise_steps"], c["denoise_bound"], c["denoise_seed"]],
        canvas_out, api_name="decode_canvas", **MODEL)
     on(c["denoise_slider"].input, denoise.show_step, [canvas, c["denoise_slider"]], canvas_out[1:],

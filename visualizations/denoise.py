@@ -6,6 +6,8 @@ step. Input: the trace as plain data (`CanvasRun.to_dict()`, or a file's validat
   which each final token stayed accepted (the trace's `settled`, lopa.models.canvas_trace).
 - denoise_step_html: one step as a row of cells: the token the forward saw, the token drawn, and
   whether the draw was kept (accepted, solid border) or replaced by noise (re-noised, faded).
+- denoise_settled_html: the answer, each token under the step it settled at.
+- denoise_counters_html: canvases, steps, forwards, tokens and tokens per forward of a run.
 
 Nothing here is masked diffusion: no position is ever fixed, every step redraws every position.
 """
@@ -73,3 +75,38 @@ def denoise_step_html(run: dict, index: int, names: dict[int, str] | None = None
     head = (f"canvas {esc(r['canvas'])} · step {esc(r['step'])} · temperature {r['temperature']:.2f} · "
             f"{len(accepted)} of {len(r['tokens_in'])} draws kept" + (" · stopped" if r["stopped"] else ""))
     return f'<div class="lopa-denoise"><div>{head}</div><div>{"".join(cells)}</div></div>'
+
+
+def denoise_settled_html(run: dict, names: dict[int, str] | None = None) -> str:
+    """The answer as a row of tokens, each under the step of its canvas from which the sampler kept
+    accepting it (the trace's `settled`; "never" where the last step did not accept it: the answer is
+    the last argmax, which need not have been drawn)."""
+    settled = run.get("settled") or []
+    n = int(run["settings"]["canvas_length"])
+    cells = []
+    for i, token in enumerate(run["tokens"]):
+        step = settled[i] if i < len(settled) else None
+        when = "never" if step is None else f"step {step}"
+        tip = f"answer position {i} (canvas {i // n}, position {i % n}): {token_repr(token, names)}, settled {when}"
+        cells.append(f'<span class="lopa-settled" data-step="{esc("" if step is None else step)}" title="{esc(tip)}" '
+                     'style="display:inline-block;margin:1px;padding:1px 3px;border:1px solid #ccc;text-align:center">'
+                     f'<span style="display:block">{esc(token_label(token, names))}</span>'
+                     f'<span style="display:block;font-size:10px;color:#555">{esc(when)}</span></span>')
+    return f'<div class="lopa-denoise-settled">{"".join(cells)}</div>'
+
+
+def denoise_counters_html(summary: dict, status: str = "done") -> str:
+    """Counters of a canvas run. summary: {"canvases", "steps", "forwards", "tokens", "tpf"} (the app takes
+    them from CanvasRun, whose tokens_per_forward is generate()'s own figure)."""
+    boxes = [("canvases", "canvases", f"{summary['canvases']}", "canvases denoised (each covers canvas_length answer positions)"),
+             ("steps", "steps", f"{summary['steps']}", "the most denoising steps one canvas took"),
+             ("forwards", "forwards", f"{summary['forwards']}", "denoising forwards, all canvases together (one a step)"),
+             ("tokens", "tokens", f"{summary['tokens']}", "answer tokens that are not padding"),
+             ("tpf", "tokens/forward", f"{summary['tpf']:.2f}", "generate()'s own figure: tokens over denoising forwards")]
+    cells = "".join(
+        f'<div class="lopa-counter" data-counter="{key}" data-value="{esc(value)}" title="{esc(tip)}" '
+        'style="padding:4px 10px;border:1px solid #ccc;border-radius:6px;min-width:70px;text-align:center">'
+        f'<div style="font-size:11px;color:#555">{label}</div><div style="font-size:18px;font-weight:600">{esc(value)}</div></div>'
+        for key, label, value, tip in boxes)
+    return (f'<div class="lopa-denoise-counters" data-status="{esc(status)}" style="display:flex;gap:6px;flex-wrap:wrap">'
+            f'{cells}</div>')

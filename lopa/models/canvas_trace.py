@@ -98,7 +98,13 @@ class CanvasRun:
 
     @classmethod
     def from_json(cls, text: str) -> CanvasRun:
-        data = validate_canvas_trace(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not a JSON trace: {err}") from None
+        except RecursionError:          # a file of nested brackets: refused, not a crash
+            raise ValueError("not a canvas trace: the JSON is nested too deeply") from None
+        data = validate_canvas_trace(data)
         records = [DenoiseRecord.from_dict(r) for r in data.pop("records")]
         return cls(**data, records=records)
 

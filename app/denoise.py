@@ -1,0 +1,376 @@
+"""DiffusionGemma on its own sampler, step by step: the panel, its callbacks and the one DiffusionGemma
+model this process holds.
+
+DiffusionGemma is not a masked diffusion LM, so the LoPA engine (and every control of the round view)
+does not decode it (docs/checkpoints.md, "DiffusionGemma on its own sampler"). When a visitor picks a
+DiffusionGemma folder in the model box, the session keeps its LoPA model and this panel takes the folder
+(`Session.canvas_model`, set by app.callbacks.pick_model); Decode runs lopa.models.diffusion_gemma.decode on the page's prompt
+and shows the lopa-canvas-trace/1 it records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
+entropy of every position at every step, the step each final token settled, counters. A saved canvas
+trace can be opened too (bounded in size, read within the app's memory budget, validated by
+lopa.schema before use; every string it holds reaches the page through `esc`).
+
+A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
+time, like Run), its canvases x steps are at most MAX_FORWARDS, and a forward that starts after
+DECODE_SECONDS (LOPA_CANVAS_DECODE_S) ends it with a message. One DiffusionGemma model is held at a time,
+outside the LoPA models' cache (app/models.py), whose loaders refuse it; it is replaced when another
+DiffusionGemma folder is decoded. On ZeroGPU the panel decodes nothing (a GPU worker only sees the
+models loaded before it forks: app/gpu.py), and replays saved traces only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+
+from lopa.models.canvas_trace import CanvasRun
+from lopa.models.families import checkpoint_family
+from lopa.schema import check_read, read_cost
+
+from . import disk
+from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
+from .gpu import zero_gpu
+from .inputs import shown, text, whole
+from .models import MODELS, token_names, tokenizer_for_trace
+from .viz import denoise, esc
+
+DENOISE_OUTPUTS = ("denoise_status", "denoise_counters", "denoise_slider", "denoise_step", "denoise_settled",
+                   "denoise_heatmap")
+# Denoising forwards one decode may take (canvases x max denoising steps): DiffusionGemma's own defaults
+# (one canvas of 256 tokens, 48 steps) take 48; the bound keeps a decode from holding the model slot,
+# which every session's Run shares, for more than a few hundred forwards.
+MAX_FORWARDS = 512
+STEP_RANGE = (1, 256)
+TOKEN_RANGE = (1, 2048)
+SEED_RANGE = (0, 2**31 - 1)
+ENTROPY_BOUND_MAX = 1000.0
+MAX_PROMPT_TOKENS = 4096
+# Wall clock a decode may take before its next forward is refused (seconds).
+DECODE_SECONDS = float(os.environ.get("LOPA_CANVAS_DECODE_S", "300"))
+# A saved canvas trace may be this large: a 1024-token decode at DiffusionGemma's defaults is ~3 MB.
+MAX_UPLOAD_BYTES = 8 << 20
+# Token strings are looked up for at most this many distinct ids of a trace (the rest show as #id).
+MAX_NAMED = 20_000
+NOT_LOPA = ("DiffusionGemma decodes on its own entropy-bound sampler, not by masked diffusion, so the LoPA "
+            "controls (k, orders, thresholds, branch-parallel, forks, studies) do not apply to it: LoPA's lookahead "
+            "is not defined on a sampler that re-noises every position it did not accept (docs/checkpoints.md, "
+            "\"DiffusionGemma on its own sampler\").")
+NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model box above (a Hugging Face folder "
+             "whose config says `diffusion_gemma`), or open a saved canvas trace.")
+
+
+# -- the model: one at a time, loaded and decoded under one lock --------------------------------------
+class CanvasModel:
+    """The DiffusionGemma model this process holds (at most one): `decoding(folder)` loads it if needed
+    and holds the lock for the decode, so a load never swaps the model under a running decode."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.key: str | None = None
+        self.model = self.tokenizer = None
+
+    def tokenizer_named(self, name: str):
+        """The held model's tokenizer if its folder is called `name`, else None (a trace's tokens)."""
+        return self.tokenizer if self.key is not None and Path(self.key).name == name else None
+
+    @contextmanager
+    def decoding(self, folder: Path):
+        with self._lock:
+            self._ensure(folder)
+            yield self.model, self.tokenizer
+
+    def _ensure(self, folder: Path) -> None:
+        from lopa.models.diffusion_gemma import load_diffusion_gemma
+        key = MODELS.key(folder)
+        if key == self.key:
+            return
+        self.key = self.model = self.tokenizer = None        # the old one goes before the new one loads
+        self.model, self.tokenizer = load_diffusion_gemma(folder)
+        self.key = key
+
+
+CANVAS_MODEL = CanvasModel()
+
+
+def canvas_folder(choice) -> Path | None:
+    """The folder a model box value names when it holds a DiffusionGemma checkpoint the server may load
+    (app.models: LOPA_MODEL_DIRS), else None."""
+    try:
+        folder = MODELS.folder(choice if isinstance(choice, (str, Path)) else "")
+        return folder if checkpoint_family(folder) == "diffusion_gemma" else None
+    except (ValueError, OSError):       # not allowed here, no config.json, unreadable JSON
+        return None
+
+
+def picked_message(folder: Path, kept: str) -> str:
+    """The status line when the model box names a DiffusionGemma folder: where it decodes instead."""
+    return (f"`{esc(Path(folder).name)}` is a DiffusionGemma checkpoint: it decodes on its own sampler in the "
+            f"**DiffusionGemma** panel below (Decode there). Run, Step, forks and studies keep using `{esc(kept)}`.")
+
+
+# -- what one session shows --------------------------------------------------------------------------
+@dataclass
+class CanvasView:
+    """One visitor's panel: the trace shown (plain data, charged to the app's trace budget while held),
+    its counters and its token strings."""
+    run: dict | None = None
+    summary: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+    charge: object = None          # weakref.finalize giving the trace's bytes back to the ledger
+
+    def hold(self, run: CanvasRun, names: dict, read=None) -> None:
+        """Show `run` in place of the trace shown; ValueError (nothing changed) over the memory budget."""
+        data = run.to_dict()
+        nbytes = held_bytes(data) + held_bytes(names)
+        if nbytes > HOLD_BYTES:
+            raise ValueError(f"this trace takes {mb(nbytes)} in memory; a session may hold {mb(HOLD_BYTES)}")
+        LEDGER.charge(nbytes, freed_first=self._held(), read=read)
+        self.release()                              # the trace shown until now gives its bytes back
+        valid = [t for t in run.tokens if run.pad_token_id is None or t != run.pad_token_id]
+        self.run, self.names = data, names
+        self.summary = {"canvases": len({r.canvas for r in run.records}), "forwards": run.forwards,
+                        "steps": max((r.step + 1 for r in run.records), default=0), "tokens": len(valid),
+                        "tpf": run.tokens_per_forward()}
+        self.charge = weakref.finalize(self, LEDGER.release, nbytes)    # also when the session is dropped
+
+    def release(self) -> None:
+        if self.charge is not None:
+            self.charge()
+        self.charge = None
+
+    def _held(self) -> int:
+        if self.charge is None or not self.charge.alive:
+            return 0
+        return self.charge.peek()[2][0]
+
+
+def new_canvas_view() -> CanvasView:
+    return CanvasView()
+
+
+def end_canvas_view(view: CanvasView) -> None:
+    """Gradio's delete callback for an expired or closed session: its trace gives its bytes back."""
+    if isinstance(view, CanvasView):
+        view.release()
+        view.run, view.names, view.summary = None, {}, {}
+
+
+# -- callbacks ----------------------------------------------------------------------------------------
+def folder_line(session) -> str:
+    """The panel's line on the DiffusionGemma folder the session picked (after each pick in the model box)."""
+    folder = getattr(session, "canvas_model", None)
+    if not folder:
+        return NO_FOLDER
+    return f"**DiffusionGemma checkpoint:** `{esc(Path(folder).name)}`, decoded on its own sampler by Decode."
+
+
+def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_denoising_steps=None, entropy_bound=None,
+                  seed=0) -> tuple:
+    """DENOISE_OUTPUTS after decoding the prompt with the picked DiffusionGemma checkpoint. The numbers
+    are raw input values; unset (0 or empty) means the checkpoint's own generation config."""
+    try:
+        prompt = text("prompt", prompt).strip()
+        if not prompt:
+            raise ValueError("the prompt is empty: type one above")
+        generation = _generation(max_new_tokens, max_denoising_steps, entropy_bound)
+        seed = whole("seed", seed, *SEED_RANGE)
+        folder = getattr(session, "canvas_model", None)
+        if not folder:
+            raise ValueError(NO_FOLDER)
+        if zero_gpu():
+            raise ValueError("this ZeroGPU Space does not decode DiffusionGemma (its GPU workers only see the models "
+                             "loaded at startup); run the app locally, or open a saved canvas trace")
+        folder = Path(folder)
+        with CANVAS_MODEL.decoding(folder) as (model, tokenizer):
+            run = _decode(model, tokenizer, folder.name, prompt, seed, generation)
+            names = _names(tokenizer, run)
+        view.hold(run, names)
+    except (ValueError, OSError) as err:
+        return (_error(err),) + _unchanged()
+    status = (f"Decoded on DiffusionGemma's sampler (seed {seed}): {run.forwards} denoising forwards over "
+              f"{view.summary['canvases']} canvas(es). Drag the step slider to see each step's canvas.")
+    return (status,) + render(view, 0)
+
+
+def _generation(max_new_tokens, max_denoising_steps, entropy_bound) -> dict:
+    """generate()'s arguments the visitor set, each read by app.inputs. Unset (None, empty, or 0, which a
+    cleared number box sends and no setting takes) is the checkpoint's own."""
+    out = {}
+    if not _unset(max_new_tokens):
+        out["max_new_tokens"] = whole("max new tokens", max_new_tokens, *TOKEN_RANGE)
+    if not _unset(max_denoising_steps):
+        out["max_denoising_steps"] = whole("max denoising steps", max_denoising_steps, *STEP_RANGE)
+    if not _unset(entropy_bound):
+        try:
+            bound = float(entropy_bound) if not isinstance(entropy_bound, bool) and len(str(entropy_bound)) <= 40 \
+                else math.nan
+        except (TypeError, ValueError):
+            bound = math.nan
+        if not (math.isfinite(bound) and 0 < bound <= ENTROPY_BOUND_MAX):
+            raise ValueError(f"entropy bound must be a number above 0 and at most {ENTROPY_BOUND_MAX:g}, "
+                             f"got {shown(entropy_bound)}")
+        from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+        out["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=bound)
+    return out
+
+
+def _unset(value) -> bool:
+    return value is None or (isinstance(value, (int, float, str)) and not isinstance(value, bool)
+                             and str(value).strip() in ("", "0", "0.0"))
+
+
+def _decode(model, tokenizer, name: str, prompt: str, seed: int, generation: dict) -> CanvasRun:
+    """lopa.models.diffusion_gemma.decode within MAX_FORWARDS and DECODE_SECONDS."""
+    from lopa.models.diffusion_gemma import decode
+    own = model.generation_config
+    tokens = generation.setdefault("max_new_tokens", getattr(own, "max_new_tokens", None) or 256)
+    steps = generation.setdefault("max_denoising_steps", getattr(own, "max_denoising_steps", None) or 48)
+    forwards = -(-tokens // model.config.canvas_length) * steps
+    if forwards > MAX_FORWARDS:
+        raise ValueError(f"{tokens} new tokens at {steps} denoising steps may take {forwards} forwards "
+                         f"({model.config.canvas_length} tokens a canvas); this app runs at most {MAX_FORWARDS} a "
+                         "decode: lower max new tokens or max denoising steps")
+    if getattr(tokenizer, "chat_template", None):
+        body = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(body, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    else:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    if ids.shape[1] > MAX_PROMPT_TOKENS:
+        raise ValueError(f"the prompt is {ids.shape[1]} tokens; this panel decodes at most {MAX_PROMPT_TOKENS}")
+    deadline = time.monotonic() + DECODE_SECONDS
+
+    def in_time(module, args, kwargs):
+        if time.monotonic() > deadline:
+            raise TimeoutError
+    hook = model.register_forward_pre_hook(in_time, with_kwargs=True)
+    try:
+        return decode(model, ids.to(next(model.parameters()).device), tokenizer=tokenizer, prompt=prompt, seed=seed,
+                      name=name, **generation)
+    except TimeoutError:
+        raise ValueError(f"the decode took longer than this app allows ({DECODE_SECONDS:g} s, LOPA_CANVAS_DECODE_S): "
+                         "lower max new tokens or max denoising steps") from None
+    finally:
+        hook.remove()
+
+
+def _names(tokenizer, run: CanvasRun) -> dict:
+    """Token strings for the ids a trace shows (answer, draws, argmax, inputs), the answer's first where a
+    trace holds more than MAX_NAMED distinct ids."""
+    if tokenizer is None:
+        return {}
+    ids = set(run.tokens)
+    for r in run.records:
+        ids.update(r.argmax)
+        ids.update(r.sampled)
+        ids.update(r.tokens_in)
+        if len(ids) > MAX_NAMED:
+            ids = set(run.tokens)
+            break
+    return token_names(tokenizer, ids)
+
+
+def load_canvas_trace(view: CanvasView, file) -> tuple:
+    """DENOISE_OUTPUTS after opening a saved lopa-canvas-trace/1 (JSON). The file is bounded in size
+    (MAX_UPLOAD_BYTES), its read charged to the app's memory budget and bounded before parsing
+    (lopa.schema.read_cost), and validated by lopa.schema before anything reads it; refused, nothing changes."""
+    path = getattr(file, "name", file)
+    if not path or not isinstance(path, (str, Path)):
+        return (_error("no canvas trace file given"),) + _unchanged()
+    shown_name = esc(Path(str(path)).name[:80])
+    try:
+        with LEDGER.reading_trace() as read:
+            size = Path(path).stat().st_size
+            if size > MAX_UPLOAD_BYTES:
+                raise ValueError(f"it is {mb(size)}; a canvas trace may be {mb(MAX_UPLOAD_BYTES)}")
+            body = Path(path).read_bytes().decode("utf-8")
+            check_read(read_cost(body), reserve=read.reserve)
+            run = CanvasRun.from_json(body)          # lopa.schema.validate_canvas_trace first
+            del body
+            if not run.records:
+                raise ValueError("the trace has no denoising steps to show")
+            tokenizer = CANVAS_MODEL.tokenizer_named(run.model) or tokenizer_for_trace({"name": run.model})
+            view.hold(run, _names(tokenizer, run), read=read)
+    except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+        return (_error(f"could not open {shown_name}: {err}"),) + _unchanged()
+    finally:
+        disk.discard_upload(path)             # read or refused, the upload is not kept on disk
+    where = "token strings from the local tokenizer" if view.names else "token ids (its tokenizer is not available here)"
+    status = (f"Opened a canvas trace of `{esc(run.model[:80])}`: {run.forwards} denoising steps, shown with {where}. "
+              f"Prompt: “{esc(run.prompt[:120])}”")
+    return (status,) + render(view, 0)
+
+
+def clear_upload():
+    return None
+
+
+def show_step(view: CanvasView, index) -> tuple:
+    """DENOISE_OUTPUTS without the status: the trace at denoising record `index` (the slider)."""
+    if view.run is None:
+        return _unchanged()
+    try:
+        index = whole("step", index, 0, len(view.run["records"]) - 1)
+    except ValueError as err:
+        gr.Warning(str(err))
+        return _unchanged()
+    return render(view, index)
+
+
+def render(view: CanvasView, index: int) -> tuple:
+    """(counters, slider, step, settled, heatmap) of record `index` of the shown trace."""
+    run, names = view.run, view.names
+    records = run["records"]
+    record = records[index]
+    slider = gr.update(minimum=0, maximum=max(len(records) - 1, 1), value=index, interactive=len(records) > 1,
+                       label=f"denoising step (all canvases in order: {len(records)} steps)")
+    step = f'<div data-record="{index}">{denoise.denoise_step_html(run, index, names)}</div>'
+    return (denoise.denoise_counters_html(view.summary), slider, step,
+            denoise.denoise_settled_html(run, names), denoise.denoise_heatmap(run, record["canvas"], names))
+
+
+def _unchanged() -> tuple:
+    return tuple(gr.skip() for _ in DENOISE_OUTPUTS[1:])
+
+
+def _error(err) -> str:
+    return f"**⚠ Error:** {esc(err)}"
+
+
+# -- layout -------------------------------------------------------------------------------------------
+def build_denoise_panel() -> dict:
+    """The DiffusionGemma panel's components by name (DENOISE_OUTPUTS and its inputs)."""
+    gr.Markdown(NOT_LOPA, elem_id="denoise-note")
+    folder = gr.Markdown(NO_FOLDER, elem_id="denoise-model")
+    with gr.Row():
+        tokens = gr.Number(0, label=f"max new tokens (0: the checkpoint's own; {TOKEN_RANGE[0]} to "
+                                       f"{TOKEN_RANGE[1]})", precision=0, elem_id="denoise-max-new-tokens")
+        steps = gr.Number(0, label=f"max denoising steps (0: the checkpoint's own; {STEP_RANGE[0]} to "
+                                      f"{STEP_RANGE[1]})", precision=0, elem_id="denoise-steps")
+        bound = gr.Number(0, label="entropy bound (nats; 0: the checkpoint's own)", elem_id="denoise-bound")
+        seed = gr.Number(0, label="seed", precision=0, elem_id="denoise-seed")
+    with gr.Row():
+        decode_button = gr.Button("Decode the prompt on DiffusionGemma's sampler", variant="primary",
+                                  elem_id="denoise-decode")
+        upload = gr.File(label="open a saved canvas trace (lopa-canvas-trace/1, .json)", file_types=[".json"],
+                         elem_id="denoise-upload")
+    status = gr.Markdown("", elem_id="denoise-status")
+    counters = gr.HTML(elem_id="denoise-counters")
+    slider = gr.Slider(0, 1, value=0, step=1, label="denoising step", interactive=False, elem_id="denoise-slider")
+    step = gr.HTML(elem_id="denoise-step")
+    settled = gr.HTML(elem_id="denoise-settled")
+    heatmap = gr.Plot(label="entropy per position and step (dots: accepted draws; squares: where each final token "
+                            "settled)", elem_id="denoise-heatmap")
+    return {"denoise_folder": folder, "denoise_max_new_tokens": tokens, "denoise_steps": steps,
+            "denoise_bound": bound, "denoise_seed": seed, "denoise_decode": decode_button, "denoise_upload": upload,
+            "denoise_status": status, "denoise_counters": counters, "denoise_slider": slider, "denoise_step": step,
+            "denoise_settled": settled, "denoise_heatmap": heatmap}

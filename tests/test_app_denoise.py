@@ -1,0 +1,235 @@
+"""The DiffusionGemma panel (app/denoise.py) on a tiny random DiffusionGemma folder (the stock config
+classes, the word-level test tokenizer): picking the folder in the model box opens it there, Decode
+records the sampler's steps and the slider shows each one, a saved canvas trace opens (and a hostile
+one is refused or shown escaped), the decode's bounds; then the same in a real browser."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from servers import free_port
+from tiny import tiny_tokenizer
+from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
+
+from app import denoise
+from app.budget import LEDGER
+from app.callbacks import pick_model
+from app.models import MODELS_DIR
+from app.session import Session
+from lopa.models.diffusion_gemma import decode
+from visualizations.denoise import denoise_step_html
+
+VOCAB, CANVAS = 64, 8
+PROMPT = "how many apples does Tom have"
+
+
+def save_tiny_diffusion_gemma(folder: Path) -> Path:
+    """A two-layer DiffusionGemma (as tests/test_diffusion_gemma.py builds it) saved with a tokenizer."""
+    text = DiffusionGemmaTextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, global_head_dim=16, max_position_embeddings=256, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], num_experts=4, top_k_experts=2, moe_intermediate_size=16,
+        eos_token_id=1, pad_token_id=0)
+    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
+    torch.manual_seed(0)
+    model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(text_config=text, vision_config=vision,
+                                                                 canvas_length=CANVAS)).eval()
+    with torch.no_grad():       # sharper predictions than random weights give: several acceptances a step
+        model.model.decoder.norm.weight.mul_(30)
+    model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return save_tiny_diffusion_gemma(tmp_path_factory.mktemp("models") / "diffusiongemma-tiny")
+
+
+@pytest.fixture
+def allowed(folder, monkeypatch):
+    """The DiffusionGemma folder, where this server may load models from (beside the bundled ones)."""
+    monkeypatch.setenv("LOPA_MODEL_DIRS", os.pathsep.join([str(folder.parent), str(MODELS_DIR)]))
+    return folder
+
+
+def decoded(folder, **numbers):
+    view = denoise.CanvasView()
+    out = denoise.decode_canvas(Session(canvas_model=str(folder)), view, PROMPT, numbers.get("tokens", 16), numbers.get("steps", 4), None,
+                                numbers.get("seed", 3))
+    return view, dict(zip(denoise.DENOISE_OUTPUTS, out))
+
+
+def test_a_diffusion_gemma_folder_picked_in_the_model_box_opens_in_its_panel(allowed, tmp_path, monkeypatch):
+    session = Session()
+    info, status, box = pick_model(session, str(allowed))
+    assert "DiffusionGemma checkpoint" in status and "decodes on its own sampler" in status
+    assert session.model is None and box["value"] != str(allowed)       # Run keeps the session's LoPA model
+    assert session.canvas_model == str(allowed) and "diffusiongemma-tiny" in denoise.folder_line(session)
+    pick_model(session, box["value"])                                  # the box shown again: the panel keeps it
+    assert session.canvas_model == str(allowed) and denoise.folder_line(Session()) == denoise.NO_FOLDER
+    # Outside LOPA_MODEL_DIRS a DiffusionGemma folder is refused, and a LoPA model is not one.
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
+    fresh = Session()
+    assert "only loads models from" in pick_model(fresh, str(allowed))[1] and fresh.canvas_model is None
+    assert denoise.canvas_folder(str(allowed)) is None
+    monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
+    assert denoise.canvas_folder("") is None and denoise.canvas_folder(["x"]) is None
+
+
+def test_decode_records_each_step_and_the_slider_shows_it(allowed):
+    view, out = decoded(allowed)
+    assert "Decoded on DiffusionGemma's sampler" in out["denoise_status"]
+    # the engine's decode of the same prompt at the same seed: the same tokens and steps
+    from lopa.models.diffusion_gemma import load_diffusion_gemma
+    model, tokenizer = load_diffusion_gemma(allowed, "cpu")
+    ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    alone = decode(model, ids, seed=3, max_new_tokens=16, max_denoising_steps=4)
+    run = view.run
+    assert run["tokens"] == alone.tokens and len(run["records"]) == alone.forwards
+    assert f'data-counter="forwards" data-value="{alone.forwards}"' in out["denoise_counters"]
+    assert out["denoise_slider"]["maximum"] == alone.forwards - 1 and out["denoise_slider"]["value"] == 0
+    assert out["denoise_settled"].count('class="lopa-settled"') == len(alone.tokens)
+    for i, record in enumerate(run["records"]):
+        counters, slider, step, settled, heatmap = denoise.show_step(view, i)
+        assert step == f'<div data-record="{i}">{denoise_step_html(run, i, view.names)}</div>'
+        assert step.count("border:2px solid") == len(record["accepted"])          # accepted cells
+        assert step.count("opacity:0.5") == len(record["renoised"])               # re-noised cells
+        same_canvas = [r for r in run["records"] if r["canvas"] == record["canvas"]]
+        assert [list(z) for z in heatmap.data[0].z] == [r["entropy"] for r in same_canvas]
+    settled = [s for s in run["settled"] if s is not None]
+    assert settled and all(f'data-step="{s}"' in out["denoise_settled"] for s in settled)
+    assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in denoise.show_step(view, "nine"))
+
+
+def test_decode_is_bounded_and_bad_numbers_are_named(allowed, monkeypatch):
+    view, session = denoise.CanvasView(), Session(canvas_model=str(allowed))
+    def message(*numbers, prompt=PROMPT):
+        out = denoise.decode_canvas(session, view, prompt, *numbers)
+        assert all(x.get("__type__") == "update" for x in out[1:])      # nothing else changes
+        return out[0]
+    assert f"at most {denoise.MAX_FORWARDS} a decode" in message(2048, 256, None, 0)
+    # 0 (a cleared box) is the checkpoint's own: generate's defaults here, 256 tokens at 48 steps, over the bound
+    assert "256 new tokens at 48 denoising steps may take 1536 forwards" in message(0, 0.0, "0", 0)
+    assert "seed must be a whole number" in message(8, 2, None, "x")
+    assert "entropy bound must be a number above 0" in message(8, 2, "-1", 0)
+    assert "max denoising steps must be a whole number from 1 to 256" in message(8, 999, None, 0)
+    assert "the prompt is empty" in message(8, 2, None, 0, prompt="  ")
+    assert "No DiffusionGemma checkpoint picked" in denoise.decode_canvas(Session(), view, PROMPT, 8, 2, None, 0)[0]
+    monkeypatch.setattr(denoise, "DECODE_SECONDS", -1.0)               # the deadline passed before the first step
+    assert "took longer than this app allows" in message(8, 2, None, 0)
+    assert view.run is None
+    monkeypatch.setattr(denoise, "DECODE_SECONDS", 300.0)
+    assert "Decoded" in denoise.decode_canvas(session, view, PROMPT, 8, 2, 0.5, 1)[0]          # and the hook is gone
+    assert view.run["settings"]["entropy_bound"] == 0.5 and view.run["settings"]["max_denoising_steps"] == 2
+
+
+def test_a_saved_trace_opens_and_its_bytes_are_given_back(allowed, tmp_path):
+    view, _ = decoded(allowed)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(view.run))
+    before = LEDGER.held
+    opened = denoise.CanvasView()
+    out = dict(zip(denoise.DENOISE_OUTPUTS, denoise.load_canvas_trace(opened, str(path))))
+    assert "Opened a canvas trace of `diffusiongemma-tiny`" in out["denoise_status"]
+    assert opened.run == view.run and opened.names == view.names      # the held model's tokenizer names its tokens
+    assert LEDGER.held > before
+    denoise.end_canvas_view(opened)
+    assert LEDGER.held == before and opened.run is None
+
+
+def test_a_hostile_trace_is_refused_or_shown_escaped(allowed, tmp_path, monkeypatch):
+    view, _ = decoded(allowed)
+    good = view.run
+
+    def opened(data, name="t.json"):
+        target = denoise.CanvasView()
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return target, dict(zip(denoise.DENOISE_OUTPUTS, denoise.load_canvas_trace(target, str(path))))
+
+    # Strings from the file reach the page escaped.
+    evil = {**good, "model": "<img src=x onerror=alert(1)>", "prompt": "<script>alert(1)</script>",
+            "answer": "<b>x</b>"}
+    target, out = opened(evil)
+    assert target.run is not None and target.names == {}              # no tokenizer is looked up by that name
+    page = "".join(str(v) for k, v in out.items() if k != "denoise_heatmap")
+    assert "<img" not in page and "<script" not in page and "&lt;script&gt;" in page
+    # Refused with a message, the panel unchanged.
+    for data, expected in [
+        ({**good, "records": [{**good["records"][0], "renoised": good["records"][0]["renoised"][1:]}]},
+         "records.0: accepted and renoised must split"),
+        ({**good, "records": [{**good["records"][0], "entropy": [float("nan")] * CANVAS}]}, "records.0.entropy"),
+        ({**good, "format": "lopa-trace/1"}, "not a canvas-sampler trace"),
+        ({**good, "settings": {"canvas_length": 0, "max_denoising_steps": 4}}, "canvas_length"),
+        ({**good, "records": []}, "no denoising steps"),
+        ({**good, "extra": "<script>"}, "extra"),
+        ("{not json", "not a JSON trace"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ]:
+        target, out = opened(data)
+        assert target.run is None and all(x.get("__type__") == "update" for k, x in out.items() if k != "denoise_status")
+        assert "⚠ Error" in out["denoise_status"], out["denoise_status"][:300]
+        assert re.search(expected, out["denoise_status"]), (expected, out["denoise_status"][:300])
+        assert "<script" not in out["denoise_status"]
+    monkeypatch.setattr(denoise, "MAX_UPLOAD_BYTES", 1000)
+    assert "a canvas trace may be" in opened(good)[1]["denoise_status"]
+    assert "no canvas trace file given" in denoise.load_canvas_trace(denoise.CanvasView(), {"path": 1})[0]
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+WAIT_MS = 180_000          # hang guards only
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from app import LAUNCH_KWARGS, build_demo
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            errors = []
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"http://127.0.0.1:{port}/", timeout=WAIT_MS)
+            page.wait_for_selector("#run")
+            box = page.locator("#model-dir input")
+            box.click()
+            box.fill("")
+            box.type(str(allowed))                                    # a typed folder: applied on Enter
+            box.press("Enter")
+            page.wait_for_function("document.querySelector('#denoise-model').innerText.includes('diffusiongemma-tiny')")
+            page.wait_for_function("document.querySelector('#status').innerText.includes('DiffusionGemma checkpoint')")
+            page.locator("#prompt textarea").fill(PROMPT)
+            page.locator("#denoise-max-new-tokens input").fill("16")
+            page.locator("#denoise-steps input").fill("4")
+            page.locator("#denoise-decode").scroll_into_view_if_needed()
+            page.click("#denoise-decode")
+            page.wait_for_selector("#denoise-counters .lopa-denoise-counters")
+            forwards = int(page.locator("#denoise-counters [data-counter='forwards']").get_attribute("data-value"))
+            assert forwards >= 2 and page.locator("#denoise-step [data-record='0']").count() == 1
+            page.wait_for_selector("#denoise-heatmap .js-plotly-plot")
+            assert page.locator("#denoise-settled .lopa-settled").count() == 16
+            slider = page.locator("#denoise-slider input[type=range]")
+            slider.focus()
+            for i in range(1, forwards):                              # step through every recorded step
+                page.keyboard.press("ArrowRight")
+                page.wait_for_selector(f"#denoise-step [data-record='{i}']")
+            assert "step 3" in page.locator("#denoise-step").inner_text()
+            assert not errors, errors
+            browser.close()
+    finally:
+        demo.close()
