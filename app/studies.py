@@ -17,6 +17,7 @@ from lopa.models.loading import ROOT
 from lopa.settings import resolve
 from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
+from lopa.study.figures import shipped_title
 
 from . import boundary
 from .callbacks import error_message, stop_pending
@@ -115,7 +116,7 @@ def show_shipped(study: str, session=None, interactive: bool = False) -> tuple:
               f" (weights {esc(meta.get('weights_sha256', '?'))})"
               f" — {esc(meta.get('hardware', ''))}, {esc(meta.get('date', ''))}; "
               f"{esc(meta.get('data', ''))}." + stale_note(meta, model) + elsewhere(study, model))
-    title = f"{meta.get('model', '')}; {meta.get('hardware', '')}"
+    title = shipped_title(study, meta)
     if interactive:
         return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
     png = folder / f"{study}.png"

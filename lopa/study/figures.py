@@ -30,6 +30,16 @@ def title_lines(title: str, width: int = 70) -> list[str]:
     return [line for part in str(title).split("\n") for line in textwrap.wrap(part, width, break_long_words=False)]
 
 
+def shipped_title(study: str, meta: dict) -> str:
+    """The title of a shipped result's plots, from its metadata: model, problems, k (the adaptive study
+    varies k), hardware."""
+    problems = (meta.get("summary") or {}).get("problems")
+    k = (meta.get("settings") or {}).get("k")
+    parts = [str(meta.get("model", "")), f"{problems} problems" if isinstance(problems, int) else "",
+             f"k = {k}" if k is not None and study != "adaptive" else ""]
+    return ", ".join(p for p in parts if p) + (f"; {meta['hardware']}" if meta.get("hardware") else "")
+
+
 def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
     """Title lines escaped one by one and joined with <br> (escaping the joined text showed a literal <br>);
     room above the subplot titles for every title line, and the legend below the x axis title."""
@@ -77,15 +87,14 @@ def orders_png(df, summary: dict, title: str, path) -> None:
     problems = sorted(df.problem.unique())
     rand = df[df.order == "random"]
     ax.boxplot([rand[rand.problem == p].tpf for p in problems], positions=range(len(problems)), widths=0.6,
-               showfliers=False)
+               showfliers=False, label=["random orders (box)"] + [None] * (len(problems) - 1) if problems else None)
     for order, marker in (("vanilla", "s"), ("left_to_right", "D"), ("lopa", "*")):
         rows = df[df.order == order].set_index("problem").reindex(problems)
         ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=70 if order == "lopa" else 25,
                    color=COLOURS[order], label=ORDER_NAMES[order], zorder=3)
-    ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
-    ax.set_xlabel("problem")
+    _problem_axis(ax, problems)
     ax.set_ylabel("tokens per forward")
-    ax.legend(fontsize=8, loc="upper right")
+    _legend_above(ax)
     acc = {o: s["accuracy"] for o, s in summary.get("per_order", {}).items() if s["accuracy"] is not None}
     bx.bar(range(len(acc)), [a * 100 for a in acc.values()], color=[COLOURS.get(o, "#999") for o in acc])
     bx.set_xticks(range(len(acc)), [_order_name(o) for o in acc], rotation=45, ha="right", fontsize=7)
@@ -120,7 +129,7 @@ def calibration_figure(runs, rounds, summary: dict, title: str = "", metric: str
     metric = metric or _default_metric(rounds)
     fig = make_subplots(1, 2, horizontal_spacing=0.1, subplot_titles=(
         f"positions over τ next round, by score decile (Conf = {html.escape(str(metric))})",
-        "each score as the selection rule"))
+        "each score as the selection rule (colour: the rule, as on the left)"))
     for rule in BRANCH_SCORE_RULES:
         if len(rounds):
             x, y = binned(rounds, metric, rule)
@@ -129,8 +138,8 @@ def calibration_figure(runs, rounds, summary: dict, title: str = "", metric: str
     for s in summary.get("selection", []):
         if s["accuracy"] is None:
             continue
-        fig.add_trace(go.Scatter(x=[s["tpf"]], y=[s["accuracy"] * 100], mode="markers+text", showlegend=False,
-                                 text=[s["rule"]], textposition="top center", textfont_size=9,
+        # No text labels: rules with equal accuracy sat on one another; colour says the rule (as on the left).
+        fig.add_trace(go.Scatter(x=[s["tpf"]], y=[s["accuracy"] * 100], mode="markers", showlegend=False,
                                  marker=dict(size=10, color=RULE_COLOURS.get(s["rule"], "#999"),
                                              symbol=symbols.get(s["metric"], "circle")),
                                  hovertext=f"{s['rule']} under {s['metric']}: TPF {s['tpf']:.2f}, "
@@ -159,8 +168,12 @@ def calibration_png(runs, rounds, summary: dict, title: str, path, metric: str |
             continue
         bx.scatter(s["tpf"], s["accuracy"] * 100, marker=markers.get(s["metric"], "o"),
                    color=RULE_COLOURS.get(s["rule"], "#999"))
-        bx.annotate(s["rule"], (s["tpf"], s["accuracy"] * 100), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    bx.set_xlabel("TPF (o max_prob, s neg_entropy, D margin)")
+    # Colour is the rule (the left plot's legend); the marker is the Conf metric. Per-point labels overlapped.
+    for metric, marker in markers.items():
+        bx.scatter([], [], marker=marker, color="#777", label=f"Conf = {metric}")
+    bx.legend(fontsize=7, loc="lower right")
+    bx.set_title("each score as the selection rule (colour: the rule, as on the left)", fontsize=9)
+    bx.set_xlabel("TPF")
     bx.set_ylabel("exact match (%)")
     _suptitle(fig, title)
     _save(fig, path)
@@ -286,10 +299,9 @@ def headroom_png(df, summary: dict, title: str, path) -> None:
         rows = _headroom_rows(df, config, k).set_index("problem").reindex(problems)
         label = _headroom_name(config, k)
         ax.scatter(range(len(problems)), rows.tpf, marker=marker, s=45, color=colour, label=label, zorder=3)
-    ax.set_xticks(range(len(problems)), [str(p) for p in problems], fontsize=6)
-    ax.set_xlabel("problem")
+    _problem_axis(ax, problems)
     ax.set_ylabel("tokens per forward")
-    ax.legend(fontsize=8, loc="upper right")
+    _legend_above(ax)
     configs = summary.get("per_config", {})
     bars = bx.bar(range(len(configs)), [c["tpf"] for c in configs.values()], color="#56B4E9")
     for bar, c in zip(bars, configs.values()):
@@ -314,16 +326,30 @@ def _pyplot():
 
 
 def _suptitle(fig, title: str) -> None:
-    """The PNG's title, wrapped, with the plots placed below it (tight_layout alone let a long title run
-    off the picture and a second line sit on the subplots)."""
+    """The PNG's title, wrapped, the figure made taller by its lines so the plots keep their size below
+    it (a long title ran off the picture)."""
     lines = title_lines(title, 110)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + 0.16 * len(lines))
     fig.suptitle("\n".join(lines), fontsize=9)
-    fig._lopa_title_lines = len(lines)
+
+
+def _problem_axis(ax, problems) -> None:
+    """Problem numbers on the x axis, at most about 25 of them (more overlapped)."""
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 10**9) if len(problems) / s <= 25)
+    ax.set_xticks(range(0, len(problems), step), [str(p) for p in problems][::step], fontsize=7)
+    ax.set_xlabel("problem")
+
+
+def _legend_above(ax) -> None:
+    """The legend in a row above the plot: inside it, it covered the points."""
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=4, frameon=False, borderaxespad=0)
 
 
 def _save(fig, path) -> None:
-    lines = getattr(fig, "_lopa_title_lines", 0)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.05 * lines) if lines else None)
+    # Constrained layout places the title and the legends above the plots (tight_layout left a second
+    # title line on the subplots).
+    fig.set_layout_engine("constrained")
     fig.savefig(path)
     fig.get_figure().clf()
     import matplotlib.pyplot as plt
