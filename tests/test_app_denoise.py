@@ -182,6 +182,39 @@ def test_a_hostile_trace_is_refused_or_shown_escaped(allowed, tmp_path, monkeypa
     assert "no canvas trace file given" in denoise.load_canvas_trace(denoise.CanvasView(), {"path": 1})[0]
 
 
+def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(allowed):
+    """Through HTTP, raw JSON (NaN, a list, 100 KB) in every input of the panel's endpoints: a message
+    naming the input, never a server error, never the value echoed in full."""
+    import httpx
+
+    from app import build_demo
+    big = "9" * 200_000
+    demo, port = build_demo(), free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    base = f"http://127.0.0.1:{port}/gradio_api/call/"
+
+    def call(api: str, data: list) -> str:
+        event = httpx.post(base + api, content=json.dumps({"data": data}), headers={"content-type": "application/json"},
+                           timeout=60)
+        text = httpx.get(f"{base}{api}/{event.json()['event_id']}", timeout=300).text
+        assert "data: {\"error" not in text and len(text) < 5000, text[:300]
+        first = json.loads([line[6:] for line in text.splitlines() if line.startswith("data: ")][-1])[0]
+        return str(first.get("value") if isinstance(first, dict) else first)
+
+    try:
+        good = [PROMPT, 16, 4, 0, 0]
+        for i, name in enumerate(("prompt", "max new tokens", "max denoising steps", "entropy bound", "seed")):
+            for bad in (float("nan"), [1, 2], big, {"a": 1}):
+                if i == 0 and isinstance(bad, float):
+                    continue
+                message = call("decode_canvas", [*good[:i], bad, *good[i + 1:]])
+                assert "⚠ Error" in message and name in message and big not in message, (name, message[:200])
+        assert "No DiffusionGemma checkpoint picked" in call("decode_canvas", good)     # this HTTP session picked none
+        assert call("show_canvas_step", [big]) is not None                             # nothing shown yet: no change
+    finally:
+        demo.close()
+
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
