@@ -1,0 +1,178 @@
+"""The page read by a newcomer, at a laptop's 1366x768 and a phone's 390x844 (Playwright + Debian's
+Chromium): Run with the prompt and the examples within a screen of the arrival comparison, the decode
+settings closed with a title that counts what differs, every Stop disabled while nothing runs, the
+glossary and the counters' gloss in visible text, study plots without a literal <br> or None, Escape
+closing the tour, and Next-then-Close at once leaving it closed. No timing assertions.
+"""
+
+from pathlib import Path
+
+import pytest
+from servers import free_port
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+              pytest.mark.browser, pytest.mark.timeout(300)]
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+WAIT_MS = 60_000
+STOPS = ("#stop", "#compare-stop", "#best-order-stop", "#study-stop")
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    from tiny import save_tiny_model_dir
+
+    from app import LAUNCH_KWARGS, build_demo
+    from app.models import MODELS
+    saved = MODELS.default
+    try:
+        MODELS.get()                                   # the bundled model
+    except Exception:                                  # (it may be mid re-export): a tiny random one
+        MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+    MODELS.default = saved
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(params=list(WIDTHS))
+def page(request, browser, url):
+    page = browser.new_page(viewport=WIDTHS[request.param])
+    page.set_default_timeout(WAIT_MS)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page.goto(url, timeout=WAIT_MS)
+    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok")
+    page.wait_for_selector("#tokens-chart .js-plotly-plot")            # the page has loaded
+    yield page
+    assert not page.errors
+    page.close()
+
+
+def box(page, selector: str) -> dict:
+    """The element's box in page coordinates (scroll included)."""
+    return page.evaluate("s => { const b = document.querySelector(s).getBoundingClientRect(); "
+                         "return {top: b.top + scrollY, bottom: b.bottom + scrollY, left: b.left, right: b.right}; }",
+                         selector)
+
+
+def test_run_sits_with_the_prompt_and_examples_within_a_screen_of_the_comparison(page):
+    screen = page.viewport_size["height"]
+    arrival, prompt, run = box(page, "#arrival"), box(page, "#prompt"), box(page, "#run")
+    example = box(page, "#inputs-column button.example, #inputs-column .gallery-item, #inputs-column table button")
+    assert run["bottom"] - arrival["bottom"] <= screen, (arrival, run)       # one screen below the comparison
+    assert prompt["bottom"] <= run["top"] and run["bottom"] <= example["top"] <= run["bottom"] + screen
+    assert page.evaluate("document.scrollingElement.scrollWidth <= innerWidth")
+    # both runs of the comparison are on the page's first screen and a half, the LoPA one included
+    assert box(page, "#arrival .lopa-story-side[data-run='lopa']")["top"] < 1.5 * screen
+
+
+def test_settings_are_closed_and_say_how_many_differ(page):
+    title = page.locator("#settings").inner_text().split("\n")[0]
+    assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "differ" in title)
+    assert not page.locator("#k").is_visible()                              # closed: k is inside
+    page.locator("#settings").get_by_text("Decoding settings").first.click()
+    page.locator("#k input[type=number]").fill("2")
+    page.locator("#k input[type=number]").press("Tab")
+    page.wait_for_function("document.querySelector('#settings').innerText.includes('differ from the defaults (')")
+    assert "k" in page.locator("#settings").inner_text().split("\n")[0]
+
+
+def test_stop_buttons_are_disabled_while_nothing_runs(page):
+    for stop in STOPS:
+        assert page.locator(stop).is_disabled(), stop
+    page.click("#step")                                                      # a paused decode: Stop can end it
+    page.wait_for_selector("#counters .lopa-counters[data-rounds='1']")
+    page.wait_for_function("!document.querySelector('#stop').disabled")
+    page.click("#stop")
+    page.wait_for_selector("#counters .lopa-counters[data-status='stopped']")
+    page.wait_for_function("document.querySelector('#stop').disabled")
+
+
+def test_every_term_is_spelled_out_in_visible_text(page):
+    glossary = page.locator("#glossary")
+    glossary.scroll_into_view_if_needed()
+    text = glossary.inner_text()
+    for term, words in (("TPF", "tokens per forward"), ("D2F", "Discrete Diffusion Forcing"),
+                        ("TFO", "token filling order"), ("EOS", "end-of-sequence"), ("τ_conf", "threshold"),
+                        ("Conf", "confidence"), ("AFP", "average finalization parallelism"),
+                        ("verified/forward", "positions the model checks")):
+        assert term in text and words in text, term
+    intro = page.locator("#all-controls").evaluate("e => document.body.innerText.slice(0, 2000)")
+    assert "Discrete Diffusion Forcing" in intro                              # where D2F first appears
+    assert "token filling order" in page.locator("#base-tfo").inner_text()   # the TFO maps' labels
+    # the counters carry their own gloss (the tour's first step fills them)
+    page.click("#tour-start")
+    page.wait_for_selector("#counters .lopa-counters-gloss")
+    gloss = page.locator("#counters .lopa-counters-gloss").inner_text()
+    assert "tokens per forward" in gloss and "end-of-sequence" in gloss
+    assert page.locator("#counters .lopa-counters-gloss a[href='#term-tpf']").count() == 1
+
+
+def test_study_plots_show_no_literal_br_or_none(page):
+    from app.studies import TITLES
+    page.locator("#studies-view").scroll_into_view_if_needed()
+    assert "--hardware-note" not in page.locator("#study-status").inner_text()
+    for title in TITLES.values():
+        page.locator("#study input").click()
+        page.get_by_role("option", name=title).click()
+        page.wait_for_function("t => document.querySelector('#study').innerText.includes(t) || "
+                               "document.querySelector('#study input').value === t", arg=title)
+        page.click("#study-interactive")
+        page.wait_for_function("t => document.querySelector('#study-plot .gtitle')?.textContent.length > 0 && "
+                               "document.querySelector('#study input').value === t", arg=title)
+        page.wait_for_function("document.querySelector('#study-status').innerText.includes('Shipped results') "
+                               "|| document.querySelector('#study-status').innerText.includes('No shipped')")
+        words = page.evaluate("[...document.querySelectorAll('#study-plot svg text')].map(t => t.textContent)")
+        assert words and not [w for w in words if "<br>" in w or "None" in w], title
+        assert "--hardware-note" not in page.locator("#study-status").inner_text()
+
+
+def test_escape_closes_the_tour(page):
+    page.click("#tour-start")
+    page.wait_for_selector("#tour-card .lopa-tour-card[data-step='0']")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#tour-dock", state="hidden")
+    page.wait_for_function("!document.querySelector('#tour-card .lopa-tour-card')")     # the server closed it too
+    page.wait_for_function("document.querySelectorAll('.lopa-tour-focus').length === 0")
+    # the tour's recorded runs left the visitor's run list
+    assert page.locator("#run-list label").filter(has_text="recorded for the tour").count() == 0
+
+
+def test_next_then_close_at_once_leaves_the_tour_closed(page):
+    page.click("#tour-start")
+    page.wait_for_selector("#tour-card .lopa-tour-card[data-step='0']")
+    page.evaluate("() => { document.querySelector('#tour-next').click(); document.querySelector('#tour-end').click(); }")
+    # Close queues behind the Next on the server: once the card is empty, both have answered.
+    page.wait_for_function("!document.querySelector('#tour-card .lopa-tour-card')")
+    assert not page.locator("#tour-dock").first.is_visible()
+    assert page.evaluate("document.querySelectorAll('.lopa-tour-focus').length") == 0
+    page.click("#tour-start")                                                # and it opens again, on step 1
+    page.wait_for_selector("#tour-card .lopa-tour-card[data-step='0']")
+    assert page.locator("#tour-dock").first.is_visible()
+
+
+def test_the_tour_step_with_the_branches_table_fits_the_width(page):
+    page.click("#tour-start")
+    page.wait_for_selector("#tour-card .lopa-tour-card[data-step='0']")
+    for step in (1, 2):
+        page.click("#tour-next")
+        page.wait_for_selector(f"#tour-card .lopa-tour-card[data-step='{step}']")
+    page.wait_for_function("document.querySelector('#branches').classList.contains('lopa-tour-focus')")
+    assert page.evaluate("document.scrollingElement.scrollWidth <= innerWidth")
+    branches = box(page, "#branches")
+    assert branches["right"] <= page.viewport_size["width"]                  # the outline encloses the table
