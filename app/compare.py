@@ -75,7 +75,7 @@ def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
     """COMPARE_OUTPUTS; the TFO maps (plots) are skipped unless `heavy`, and share one colour scale."""
     if heavy:
         top = max((len(s.run.records) for s in (base, lopa) if s.run is not None), default=1)
-        maps = [tfo_map(s.run, s.names, title=f"TFO — {s.title}", zmax=top) if s.run else gr.skip() for s in (base, lopa)]
+        maps = [tfo_map(s.run, s.names, title=f"Token filling order — {s.title}", zmax=top) if s.run else gr.skip() for s in (base, lopa)]
     else:
         maps = [gr.skip(), gr.skip()]
     text = [s.run.text if s.run is not None else "" for s in (base, lopa)]
@@ -90,7 +90,7 @@ def compare_outputs(status: str, a, b, title_a: str, title_b: str, names_a=None,
     position-by-position strip."""
     differs = run_diff(a, b)["differs"]
     top = max(len(a.records), len(b.records), 1)
-    maps = [tfo_map(run, names, title=f"TFO — {title}", zmax=top, highlight=differs)
+    maps = [tfo_map(run, names, title=f"Token filling order — {title}", zmax=top, highlight=differs)
             for run, names, title in ((a, names_a, title_a), (b, names_b, title_b))]
     counters = [counters_html(run, sum(r.round_seconds for r in run.records),
                               "stopped" if run.stopped else "done", title=title)

@@ -159,7 +159,8 @@ def build_trace_panel() -> dict:
 def build_compare_panel() -> dict:
     gr.Markdown("Compare **any two runs** of the run list (a run and its fork, two orders, a loaded trace), or "
                 "decode the same prompt and settings twice, live, with a baseline and LoPA, then compare them the "
-                "same way. Outlined positions are filled in a different round by the two runs.")
+                "same way. Each TFO map (token filling order) colours a position by the round that filled it; "
+                "outlined positions are filled in a different round by the two runs.")
     with gr.Row():
         compare_a = gr.Dropdown([], label="run A", scale=3, elem_id="compare-a")
         compare_b = gr.Dropdown([], label="run B", scale=3, elem_id="compare-b")
@@ -174,13 +175,13 @@ def build_compare_panel() -> dict:
         with gr.Column():
             base_counters = gr.HTML(elem_id="base-counters")
             base_answer = gr.Textbox(label="run A / baseline output", lines=3, interactive=False, elem_id="base-answer")
-            base_tfo = gr.Plot(label="TFO map A (token filling order: the round that filled each position)",
-                               elem_id="base-tfo")
+            # No floating label: on a phone it covered the figure's title, which names the map.
+            base_tfo = gr.Plot(label="TFO map A", show_label=False, elem_id="base-tfo")
         with gr.Column():
             lopa_counters = gr.HTML(elem_id="lopa-counters")
             lopa_answer = gr.Textbox(label="run B / LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
-            lopa_tfo = gr.Plot(label="TFO map B (token filling order: the round that filled each position)",
-                               elem_id="lopa-tfo")
+            # No floating label: on a phone it covered the figure's title, which names the map.
+            lopa_tfo = gr.Plot(label="TFO map B", show_label=False, elem_id="lopa-tfo")
     summary = gr.Markdown(elem_id="compare-summary")
     diff = gr.HTML(elem_id="compare-diff")
     return {"baseline": baseline, "compare": compare, "compare_stop": stop, "compare_status": status,

@@ -114,7 +114,7 @@ def test_every_term_is_spelled_out_in_visible_text(page):
         assert term in text and words in text, term
     intro = page.locator("#all-controls").evaluate("e => document.body.innerText.slice(0, 2000)")
     assert "Discrete Diffusion Forcing" in intro                              # where D2F first appears
-    assert "token filling order" in page.locator("#base-tfo").inner_text()   # the TFO maps' labels
+    assert "TFO map (token filling order)" in page.locator("#compare-view").inner_text()  # above the maps
     # the counters carry their own gloss (the tour's first step fills them)
     page.click("#tour-start")
     page.wait_for_selector("#counters .lopa-counters-gloss")
