@@ -64,6 +64,9 @@ NOT_LOPA = ("DiffusionGemma decodes on its own entropy-bound sampler, not by mas
             "controls (k, orders, thresholds, branch-parallel, forks, studies) do not apply to it: LoPA's lookahead "
             "is not defined on a sampler that re-noises every position it did not accept (docs/checkpoints.md, "
             "\"DiffusionGemma on its own sampler\").")
+STEP_CAPTION = ("This step's canvas: the token drawn at each position (hover: the token the forward saw, the "
+                "entropy); boxed draws were accepted and kept, faded ones re-noised for the next step.")
+SETTLED_CAPTION = "The answer: each token with the step of its canvas from which the sampler kept accepting it."
 NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model box above (a Hugging Face folder "
              "whose config says `diffusion_gemma`), or open a saved canvas trace.")
 
@@ -333,9 +336,10 @@ def render(view: CanvasView, index: int) -> tuple:
     record = records[index]
     slider = gr.update(minimum=0, maximum=max(len(records) - 1, 1), value=index, interactive=len(records) > 1,
                        label=f"denoising step (all canvases in order: {len(records)} steps)")
-    step = f'<div data-record="{index}">{denoise.denoise_step_html(run, index, names)}</div>'
-    return (denoise.denoise_counters_html(view.summary), slider, step,
-            denoise.denoise_settled_html(run, names), denoise.denoise_heatmap(run, record["canvas"], names))
+    step = (f'<div data-record="{index}"><div class="lopa-caption">{STEP_CAPTION}</div>'
+            f'{denoise.denoise_step_html(run, index, names)}</div>')
+    settled = f'<div class="lopa-caption">{SETTLED_CAPTION}</div>{denoise.denoise_settled_html(run, names)}'
+    return (denoise.denoise_counters_html(view.summary), slider, step, settled, denoise.denoise_heatmap(run, record["canvas"], names))
 
 
 def _unchanged() -> tuple:
