@@ -13,6 +13,7 @@ import math
 
 from lopa.rules import score_split
 
+from .glossary import term_link
 from .labels import token_label, token_repr
 from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
@@ -103,7 +104,8 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     legend = (f'<div style="font-size:12px;margin-top:4px">Bars: <span style="color:{ANCHOR_COLOUR}">■</span> anchor, '
               f'<span style="color:{LOOKAHEAD_COLOUR}">■</span> lookahead branch, '
               f'<span style="color:{WINNER_COLOUR}">■</span> ★ winner (highest C; ties go to lookahead branches in '
-              f'rank order). Conf = {esc(str(run.settings["confidence"]))}. '
+              f'rank order). {term_link("Conf")} = {esc(str(run.settings["confidence"]))} (a masked position\'s '
+              f'confidence score); {term_link("τ_conf")} = the threshold a commit needs. '
               'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '
               'itself (removal); only the change is the extra token raising the confidence of the others.</div>')
     return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
