@@ -395,7 +395,7 @@ def choose_study(page, title: str) -> None:
 def test_headroom_study_shows_its_shipped_results_and_runs_live(page):
     """The headroom study: the fixture's results appear at once, and a live run on one problem completes
     (vanilla, LoPA at k = 1 and 4, one random order, the search: 5 steps) with its plot."""
-    choose_study(page, "5. How far LoPA is from the best order found")
+    choose_study(page, "4. How far LoPA is from the best order found")
     page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
     assert "Shipped results" in page.locator("#study-status").inner_text()
     assert "headroom" in page.locator("#study-status").inner_text()
@@ -413,7 +413,7 @@ def test_headroom_study_shows_its_shipped_results_and_runs_live(page):
 def test_a_live_headroom_run_can_be_stopped(page):
     """Stop during a live headroom run ends it within a step (a decode, or one round of the search) with the
     problems done so far. Every status the page showed is recorded, for the message if it does not stop."""
-    choose_study(page, "5. How far LoPA is from the best order found")
+    choose_study(page, "4. How far LoPA is from the best order found")
     page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
     page.evaluate(OBSERVE_STUDY_STATUS)
     page.locator("#study-problems input").fill("4")
