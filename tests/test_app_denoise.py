@@ -224,7 +224,7 @@ WAIT_MS = 180_000          # hang guards only
 @pytest.mark.browser
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
-def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed):
+def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from app import LAUNCH_KWARGS, build_demo
     demo = build_demo()
@@ -262,6 +262,17 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
                 page.keyboard.press("ArrowRight")
                 page.wait_for_selector(f"#denoise-step [data-record='{i}']")
             assert "step 3" in page.locator("#denoise-step").inner_text()
+            # a saved canvas trace opens in the same panel
+            from lopa.models.diffusion_gemma import load_diffusion_gemma
+            model, tokenizer = load_diffusion_gemma(allowed, "cpu")
+            ids = tokenizer("Tom buys 3 apples", return_tensors="pt")["input_ids"]
+            saved = decode(model, ids, prompt="Tom buys 3 apples", seed=1, max_new_tokens=8, max_denoising_steps=3,
+                           name="diffusiongemma-tiny").save(tmp_path / "saved.json")
+            page.set_input_files("#denoise-upload input[type=file]", str(saved))
+            page.wait_for_function("document.querySelector('#denoise-status').innerText.includes('Opened a canvas trace')")
+            page.wait_for_function("document.querySelector('#denoise-counters [data-counter=\"forwards\"]')"
+                                   "?.dataset.value === '3'")
+            assert "Tom buys 3 apples" in page.locator("#denoise-status").inner_text()
             assert not errors, errors
             browser.close()
     finally:
