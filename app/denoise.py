@@ -56,7 +56,8 @@ ENTROPY_BOUND_MAX = 1000.0
 MAX_PROMPT_TOKENS = 4096
 # Wall clock a decode may take before its next forward is refused (seconds).
 DECODE_SECONDS = float(os.environ.get("LOPA_CANVAS_DECODE_S", "300"))
-# A saved canvas trace may be this large: a 1024-token decode at DiffusionGemma's defaults is ~3 MB.
+# A saved canvas trace may be this large: a 1024-token decode at DiffusionGemma's defaults (4 canvases x 48 steps
+# of 256 positions, a 262k vocabulary) is about 2.2 MB.
 MAX_UPLOAD_BYTES = 8 << 20
 # Token strings are looked up for at most this many distinct ids of a trace (the rest show as #id).
 MAX_NAMED = 20_000
@@ -267,18 +268,16 @@ def _decode(model, tokenizer, name: str, prompt: str, seed: int, generation: dic
 
 
 def _names(tokenizer, run: CanvasRun) -> dict:
-    """Token strings for the ids a trace shows (answer, draws, argmax, inputs), the answer's first where a
-    trace holds more than MAX_NAMED distinct ids."""
+    """Token strings for the ids a trace shows: the answer's, then each step's argmax, draws and inputs (the
+    random canvas: a real vocabulary's worth of ids), as many of these groups as fit in MAX_NAMED ids."""
     if tokenizer is None:
         return {}
     ids = set(run.tokens)
-    for r in run.records:
-        ids.update(r.argmax)
-        ids.update(r.sampled)
-        ids.update(r.tokens_in)
-        if len(ids) > MAX_NAMED:
-            ids = set(run.tokens)
+    for part in ("argmax", "sampled", "tokens_in"):
+        more = ids | {t for r in run.records for t in getattr(r, part)}
+        if len(more) > MAX_NAMED:
             break
+        ids = more
     return token_names(tokenizer, ids)
 
 

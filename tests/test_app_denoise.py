@@ -20,6 +20,7 @@ from app.budget import LEDGER
 from app.callbacks import pick_model
 from app.models import MODELS_DIR
 from app.session import Session
+from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
 from visualizations.denoise import denoise_step_html
 
@@ -277,3 +278,15 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
             browser.close()
     finally:
         demo.close()
+
+
+def test_token_strings_go_to_the_answer_first_when_a_trace_holds_too_many_ids(allowed, monkeypatch):
+    view, _ = decoded(allowed)
+    run = CanvasRun.from_json(json.dumps(view.run))
+    tokenizer = denoise.CANVAS_MODEL.tokenizer_named("diffusiongemma-tiny")
+    answer, argmax = set(run.tokens), {t for r in run.records for t in r.argmax}
+    assert set(denoise._names(tokenizer, run)) == answer | argmax | {t for r in run.records for t in r.sampled + r.tokens_in}
+    monkeypatch.setattr(denoise, "MAX_NAMED", len(answer | argmax))
+    assert set(denoise._names(tokenizer, run)) == answer | argmax
+    monkeypatch.setattr(denoise, "MAX_NAMED", len(answer))
+    assert set(denoise._names(tokenizer, run)) == answer
