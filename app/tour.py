@@ -44,12 +44,15 @@ TOUR_JS = """<script>
   const focus = () => {
     const card = closed() ? null : document.querySelector("#tour-card .lopa-tour-card");
     const key = card ? `${card.dataset.step}|${card.dataset.target}` : null;
-    if (key === shown) return;
-    shown = key;
-    document.querySelectorAll(".lopa-tour-focus").forEach((el) => el.classList.remove("lopa-tour-focus"));
+    const fresh = key !== shown;
+    if (fresh) document.querySelectorAll(".lopa-tour-focus").forEach((el) => el.classList.remove("lopa-tour-focus"));
     const targets = card && card.dataset.target ? [...document.querySelectorAll(card.dataset.target)] : [];
-    targets.forEach((el) => el.classList.add("lopa-tour-focus"));
-    if (targets.length) targets[0].scrollIntoView({block: "start"});
+    // Outlined again on every change: a panel drawn later (the what-if panel opens on a click) gets it too.
+    targets.forEach((el) => el.classList.contains("lopa-tour-focus") || el.classList.add("lopa-tour-focus"));
+    if (fresh) {
+      shown = key;
+      if (targets.length) targets[0].scrollIntoView({block: "start"});
+    }
   };
   new MutationObserver(focus).observe(document.documentElement, {subtree: true, childList: true});
   // Close hides the dock here at once, whatever answers the server still owes: a step requested just
