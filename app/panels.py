@@ -12,6 +12,7 @@ from .compare import BASELINES
 from .examples import example_groups
 from .models import MODELS, bundled_models, example_prompts
 from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
+from .viz import esc
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
@@ -26,9 +27,14 @@ def build_model_panel() -> dict:
     with gr.Group():
         info = gr.Markdown(MODELS.describe(), elem_id="model-info")
         # This session's model, used from the moment it is picked (app.callbacks.pick_model); other visitors keep theirs.
-        model_dir = gr.Dropdown(bundled_models(), value=str(MODELS.default), allow_custom_value=True,
+        # Short names in the list (a paragraph per option was cut under the arrow), what each shows below it.
+        offered = [(label.split(": ", 1)[0], folder) for label, folder in bundled_models()]
+        model_dir = gr.Dropdown(offered, value=str(MODELS.default), allow_custom_value=True,
                                 label="model of this session: a bundled one, or type a local Hugging Face folder "
                                       "(used from the next Run)", elem_id="model-dir")
+        gr.Markdown("\n".join(f"- **{esc(name)}**: {esc(shows)}" for name, shows in
+                              (label.split(": ", 1) for label, _ in bundled_models() if ": " in label)),
+                    elem_id="model-choices")
     return {"model_info": info, "model_dir": model_dir}
 
 

@@ -487,7 +487,8 @@ def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page)
     page.locator("#model-dir").scroll_into_view_if_needed()
     for label, folder in [*[p for p in offered if p != default], default]:
         page.locator("#model-dir input").click()
-        page.get_by_role("option", name=label).click()
+        page.get_by_role("option", name=Path(folder).name, exact=True).click()       # listed by name
+        assert label.split(": ", 1)[-1] in page.locator("#model-choices").inner_text()  # what it shows, below
         page.wait_for_function("n => { const t = document.querySelector('#model-info').innerText; "
                                "return t.includes('loaded from') && t.includes(n); }", arg=Path(folder).name)
         assert f"now decodes with {Path(folder).name}" in page.locator("#status").inner_text()
