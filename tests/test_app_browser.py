@@ -239,6 +239,8 @@ def test_export_then_load_a_trace(page, tmp_path):
 
 def test_bad_input_shows_a_message(page, tmp_path):
     box = page.locator("#max-new-tokens input")
+    if not box.is_visible():                                     # the decode settings start closed
+        page.locator("#settings > button, #settings .label-wrap").first.click()
     box.fill("100")
     box.press("Tab")
     page.click("#run")
