@@ -48,7 +48,7 @@ def build_input_panel() -> dict:
         run = gr.Button("▶ Run", variant="primary", min_width=70, elem_id="run")
         # Disabled until something runs (app/wiring.py enables it for the run and disables it after).
         stop = gr.Button("■ Stop", variant="stop", min_width=70, interactive=False, elem_id="stop")
-        step = gr.Button("Step one round", min_width=70, elem_id="step")
+        step = gr.Button("Step", min_width=70, elem_id="step")          # one round (the status line says so)
         reset = gr.Button("Reset", min_width=70, elem_id="reset")
     for label, prompts in example_groups():
         gr.Examples(examples=[[e] for e in prompts], inputs=[prompt], label=label, examples_per_page=8)

@@ -49,6 +49,9 @@ CSS = """
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}
+/* Run, Stop, Step and Reset on one line under the prompt, in the narrow column too. */
+#run-buttons {flex-wrap: nowrap; gap: 6px}
+#run-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px}
 /* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
 #study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
   border: none !important; margin: 0 !important; overflow: hidden}
@@ -57,8 +60,6 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #model-panel {order: 5}
   #settings-panel {order: 6}
   #arrival-actions {flex-direction: column; align-items: stretch}
-  #run-buttons {flex-wrap: nowrap; gap: 6px}
-  #run-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px; font-size: 14px}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
 }
