@@ -5,7 +5,7 @@ On ZeroGPU (the `spaces` package, 0.51: spaces/zero/wrappers.py) a decorated cal
 process forked from the server, on a pickled copy of its arguments; what it returns or yields is
 pickled back. So the functions given to `gpu` (app/boundary.py) take and return plain values, never
 a session, a generator or a model, and the model is loaded before the worker forks: at import time
-(`preload`, called by app.py), never inside a decorated call.
+(app.models.preload, called by app.py), never inside a decorated call.
 
 `spaces` is not in requirements.txt: Hugging Face installs it on every Gradio Space, and everywhere
 else the decorator would be the identity anyway (spaces.GPU returns the function unchanged unless
@@ -37,13 +37,3 @@ def gpu(fn):
     decorator = _decorator()
     return decorator(fn) if decorator is not None else fn
 
-
-def preload() -> None:
-    """On a ZeroGPU Space, load the bundled models into the cache now, at import: on the CPU, then
-    `.to("cuda")`, which `spaces` records and replays in each GPU worker (its documented pattern; the
-    server process itself has no GPU). They are the models a visitor may pick there (app.callbacks.
-    pick_model). Elsewhere a model loads on first use. Called by app.py before launch."""
-    if zero_gpu():  # pragma: no cover - only on a ZeroGPU Space
-        from .models import MODELS, bundled_models
-        for _, folder in bundled_models():
-            MODELS.get(folder).model.to("cuda")

@@ -162,7 +162,7 @@ class ModelCache:
 
     def servable(self, folder: str | Path) -> Path:
         """`folder`, or ValueError where this process cannot serve it: on ZeroGPU only the models loaded at
-        startup (app.gpu.preload), because GPU workers only see what was loaded before they fork and a
+        startup (preload, below), because GPU workers only see what was loaded before they fork and a
         model must never load inside a GPU call."""
         if zero_gpu() and self.peek(folder) is None:
             raise ValueError("this ZeroGPU Space serves the models it loaded at startup (the bundled ones); run "
@@ -410,3 +410,13 @@ def tokenizer_for_trace(spec: dict):
 def example_prompts(per_file: int = 4) -> list[str]:
     """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.examples)."""
     return [prompt for _, prompts in example_groups(per_file) for prompt in prompts]
+
+
+def preload() -> None:
+    """On a ZeroGPU Space, load the bundled models into the cache now, at import: on the CPU, then
+    `.to("cuda")`, which `spaces` records and replays in each GPU worker (its documented pattern; the
+    server process itself has no GPU). They are the models a visitor may pick there (app.callbacks.
+    pick_model). Elsewhere a model loads on first use. Called by app.py before launch."""
+    if zero_gpu():  # pragma: no cover - only on a ZeroGPU Space
+        for _, folder in bundled_models():
+            MODELS.get(folder).model.to("cuda")

@@ -73,7 +73,7 @@ def _serve(conn, stop, env: dict, setup: tuple) -> None:
                 _plain(result, f"the result of {name}")
                 reply = ("ok", result)
             if set(MODELS.held()) != models:
-                raise RuntimeError(f"{name} loaded a model: models load before any GPU call (app.gpu.preload)")
+                raise RuntimeError(f"{name} loaded a model: models load before any GPU call (app.models.preload)")
         except Exception as err:  # noqa: BLE001 - every error crosses back, like spaces' ExceptionResult
             reply = ("error", (type(err).__name__, traceback.format_exc()))
         conn.send_bytes(pickle.dumps(reply))

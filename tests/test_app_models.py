@@ -237,7 +237,7 @@ def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, 
     assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
     with pytest.raises(gr.Error, match="loaded at startup"):
         decode(PROMPT, model=str(folders[0]))
-    MODELS.get(folders[0])                                # what app.gpu.preload does at import
+    MODELS.get(folders[0])                                # what app.models.preload does at import
     assert "now decodes with `tiny-0`" in cb.pick_model(session, str(folders[0]))[1]
 
 
