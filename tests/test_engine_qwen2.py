@@ -147,7 +147,7 @@ def test_stream_can_be_stopped_after_one_round(model):
 
 def test_packed_branches_equal_the_reference_and_cache_the_winner():
     """Under block_causal, a branch whose extra token lies in a later block feeds only that block and
-    reads the anchor's K/V for the blocks before (forward.Packing): its predictions, and the cache after
+    reads the anchor's K/V for the blocks before (lopa.kv.Packing): its predictions, and the cache after
     it wins, equal the per-branch reference's, with each branch of a different length and start."""
     model = tiny_qwen2(seed=2)
     settings = DecodeSettings(k=3, attention="block_causal", **LIVELY)      # block 8
@@ -174,7 +174,7 @@ def test_packed_branches_equal_the_reference_and_cache_the_winner():
 
 
 def test_packing_plan_on_hand_made_windows():
-    from lopa.forward import Packing
+    from lopa.kv import Packing
     a = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])                          # block size 4, two blocks
     same, later, earlier, longer = a.clone(), a.clone(), a.clone(), torch.cat([a, torch.zeros(4, dtype=torch.long)])
     later[6], earlier[1] = 3, 3

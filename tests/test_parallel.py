@@ -321,7 +321,7 @@ def test_every_executor_speaks_one_protocol_and_distributed_uses_no_private_exec
 
 def test_prefix_commit_is_one_append_of_the_pending_slice():
     """PrefixKV.commit (local) and a broadcast slice (remote) go through the same append."""
-    from lopa.forward import PrefixKV
+    from lopa.kv import PrefixKV
     a, b = PrefixKV(16), PrefixKV(16)
     for kv in (a, b):
         kv.prefix(0, torch.zeros(1, 2, 1, 4))

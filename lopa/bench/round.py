@@ -35,7 +35,7 @@ def _sync(device: torch.device) -> None:
 def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, where: str = "first") -> list[Branch]:
     """An all-mask two-block anchor window and B - 1 lookahead branches, each the anchor plus one token
     in its first block (`where="first"`: every branch feeds its whole window) or its last block
-    (`"last"`: under block_causal attention a branch then feeds only that block, forward.Packing)."""
+    (`"last"`: under block_causal attention a branch then feeds only that block, lopa.kv.Packing)."""
     N = settings.block_size
     anchor = Branch(torch.full((2 * N,), mask), 0, N, mask)                  # [2N] all masked
     at = 0 if where == "first" else N

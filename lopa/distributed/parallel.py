@@ -56,7 +56,8 @@ import torch
 import torch.distributed as dist
 
 from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor, PrefixKV, Verified, boundary_rows, window_predictions
+from lopa.forward import BatchedExecutor, Verified, boundary_rows, window_predictions
+from lopa.kv import PrefixKV
 from lopa.settings import DecodeSettings, ModelSpec
 
 SEED_STRIDE = 1_000_003      # rank r samples with seed + r * SEED_STRIDE (rank 0: the seed itself)
