@@ -15,7 +15,6 @@ import argparse
 import ctypes
 import gc
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -76,7 +75,8 @@ def main(argv=None) -> int:
     def run(client):
         client.predict(PROMPT, *inputs, api_name="/run")
 
-    print(f"hardware: {platform.machine()} CPU, 1 torch thread; python {platform.python_version()}")
+    from lopa.tasks.hardware import hardware, software
+    print(f"hardware: {hardware('cpu')}; python {software()['python']}")
     client = Client(url, verbose=False)
     for _ in range(args.warmup):
         run(client)

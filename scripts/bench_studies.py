@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import sys
 import time
@@ -44,8 +43,8 @@ def main(argv=None) -> int:
     studies = args.studies.split(",") if args.studies else list(APP_STUDIES)
     session = SimpleNamespace(model=str(MODELS.folder(args.model or None)))
     MODELS.get(MODELS.folder(args.model or None))         # loaded before the clock starts, as on a warm server
-    print(f"{platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s); "
-          f"model {Path(session.model).name}; inputs {DEFAULT_LIVE}")
+    from lopa.tasks.hardware import hardware
+    print(f"{hardware('cpu')}; model {Path(session.model).name}; inputs {DEFAULT_LIVE}")
     print(f"{'study':>12} {'seconds':>8} {'progress':>9} {'load':>5}  final status")
     for study in studies:
         start = time.perf_counter()
