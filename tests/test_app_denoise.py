@@ -290,3 +290,18 @@ def test_token_strings_go_to_the_answer_first_when_a_trace_holds_too_many_ids(al
     assert set(denoise._names(tokenizer, run)) == answer | argmax
     monkeypatch.setattr(denoise, "MAX_NAMED", len(answer))
     assert set(denoise._names(tokenizer, run)) == answer
+
+
+def test_a_chat_checkpoint_s_prompt_goes_through_its_chat_template(folder, tmp_path, monkeypatch):
+    import shutil
+
+    from transformers import AutoTokenizer
+    chat = shutil.copytree(folder, tmp_path / "diffusiongemma-tiny-it")
+    tokenizer = AutoTokenizer.from_pretrained(chat)
+    tokenizer.chat_template = "{% for m in messages %}Question : {{ m['content'] }} Answer{% endfor %}"
+    tokenizer.save_pretrained(chat)
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
+    view = denoise.CanvasView()
+    assert "Decoded" in denoise.decode_canvas(Session(canvas_model=str(chat)), view, "how many apples", 8, 2, 0, 0)[0]
+    expected = tokenizer("Question : how many apples Answer", add_special_tokens=False)["input_ids"]
+    assert view.run["prompt_ids"] == expected and view.run["prompt"] == "how many apples"
