@@ -221,7 +221,7 @@ def build_studies_panel() -> dict:
     status = gr.Markdown(first["study_status"], elem_id="study-status")
     progress = gr.HTML(first["study_progress"], elem_id="study-progress")
     # Hidden by the page's CSS while it holds no figure: an empty plot box reads as a failed plot.
-    plot = gr.Plot(label="study (interactive)", elem_id="study-plot")
+    plot = gr.Plot(label="study (interactive)", show_label=False, elem_id="study-plot")     # its title names it
     # No label: Gradio draws it over the picture's top-left corner, where the PNG has its title.
     image = gr.Image(first["study_image"]["value"], label="study (shipped results)", show_label=False, type="filepath",
                      interactive=False, elem_id="study-image")

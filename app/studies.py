@@ -210,7 +210,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         summary, tables = STUDIES[study].load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
         summary.update(noted)
         stopped = f" (stopped: the {len(complete)} complete problems)" if state["stop"] else ""
-        make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problems")
+        make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problem{'s' * (len(complete) != 1)}")
         yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
                f"`python -m lopa.study {study} --n 40`."), _progress(done, total), make, _image(None), \
             report(study, summary)

@@ -40,7 +40,7 @@ def test_shipped_figures_read_as_words(study):
     assert not any("&lt;br&gt;" in t or "None" in t for t in shown), [t for t in shown if "None" in t or "&lt;br" in t]
     title = fig.layout.title.text
     assert "&lt;script&gt;" in title and "<script>" not in title            # escaped, line by line
-    assert all(len(line) <= 70 for line in title.split("<br>"))             # wrapped to the panel
+    assert all(len(line) <= 55 for line in title.split("<br>"))             # wrapped to the panel
     assert fig.layout.margin.t >= 50 + 18 * len(title.split("<br>"))         # room above the subplot titles
     for trace in fig.data:
         if trace.type == "bar" and trace.textposition == "outside":

@@ -43,8 +43,14 @@ def shipped_title(study: str, meta: dict) -> str:
 def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
     """Title lines escaped one by one and joined with <br> (escaping the joined text showed a literal <br>);
     room above the subplot titles for every title line, and the legend below the x axis title."""
-    lines = title_lines(title)
-    top = 50 + 18 * len(lines)
+    lines = title_lines(title, 55)
+    # Subplot titles wrapped too: side by side on a phone-width plot they ran into each other.
+    extra = 0
+    for note in fig.layout.annotations:
+        if note.text and "<br>" not in note.text and len(note.text) > 36:
+            wrapped = textwrap.wrap(note.text, 36, break_long_words=False)
+            note.text, extra = "<br>".join(wrapped), max(extra, len(wrapped) - 1)
+    top = 50 + 18 * len(lines) + 16 * extra
     fig.update_layout(title=dict(text="<br>".join(html.escape(line) for line in lines), font=dict(size=13),
                                  x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8, l=8)),
                       height=height + 18 * len(lines), template="plotly_white",
