@@ -209,7 +209,8 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         rows = [r for r in rows if r["problem"] in complete]
         summary, tables = STUDIES[study].load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
         summary.update(noted)
-        stopped = f" (stopped: the {len(complete)} complete problems)" if state["stop"] else ""
+        stopped = (f" (stopped: the {len(complete)} complete problem{'s' * (len(complete) != 1)})"
+                   if state["stop"] else "")
         make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problem{'s' * (len(complete) != 1)}")
         yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
                f"`python -m lopa.study {study} --n 40`."), _progress(done, total), make, _image(None), \

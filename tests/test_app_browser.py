@@ -448,7 +448,7 @@ def test_a_live_headroom_run_can_be_stopped(page):
         raise AssertionError(f"the run did not end after Stop; statuses shown: {seen[-8:]}") from err
     page.wait_for_timeout(1_000)              # nothing that arrives later (Stop's own answer) hides the end
     status = page.locator("#study-status").inner_text()
-    assert ("complete problems" in status if status.startswith("Done") else "nothing to summarize yet" in status), \
+    assert ("complete problem" in status if status.startswith("Done") else "nothing to summarize yet" in status), \
         page.evaluate("window.__studyStatus")[-8:]
     bar = page.locator("#study-progress progress")
     done, total = int(bar.get_attribute("value")), int(bar.get_attribute("max"))

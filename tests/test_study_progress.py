@@ -130,5 +130,6 @@ def test_a_stopped_run_summarizes_and_plots_its_complete_problems_only(app_studi
             app_studies.stop_study(state)
             break
     last = list(run)[-1]
-    assert "stopped: the 1 complete problems" in last[0]
-    assert "1 problems" in last[2].layout.title.text and "\n1 problems x 2 random orders" in "\n" + last[4].strip("`\n")
+    assert "stopped: the 1 complete problem)" in last[0]
+    assert "1 problem" in last[2].layout.title.text and "\n1 problem x 2 random orders" in "\n" + last[4].strip("`\n")
+    assert "2 problem" not in last[0] + last[2].layout.title.text + last[4]

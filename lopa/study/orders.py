@@ -130,7 +130,7 @@ def report(summary: dict) -> str:
     if not summary.get("problems"):
         return "no complete problem yet"
     lo, hi = summary["tpf_ratio_ci95"]
-    lines = [f"{summary['problems']} problems x {summary['random_orders']} random orders",
+    lines = [f"{summary['problems']} problem{'s' * (summary['problems'] != 1)} x {summary['random_orders']} random orders",
              f"mean TPF, LoPA / random: {summary['tpf_ratio_lopa_over_random']:.3f} (bootstrap 95% CI {lo:.3f}..{hi:.3f})",
              f"LoPA beats the median random order on {summary['share_lopa_beats_median_random'] * 100:.0f}% of problems "
              f"(ties {summary['share_lopa_ties_median_random'] * 100:.0f}%); median percentile of LoPA among random "
