@@ -16,17 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import free_port
+from servers import launch_chromium, needs_chromium, serve_app
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 SCREENSHOTS = ROOT / "assets" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take minutes, never fails a test
 ROUNDS_JS = "Number(document.querySelector('#counters .lopa-counters')?.dataset.rounds ?? -1)"
 # Records every value the round counter takes in the page, to check it keeps up with the server.
@@ -87,21 +84,7 @@ def shipped_studies(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    from tiny import save_tiny_model_dir
-
-    from app import LAUNCH_KWARGS, build_demo
-    from app.models import MODELS
-    saved = MODELS.default
-    try:
-        MODELS.get()          # the bundled model, if it loads right now
-    except Exception:                                       # (it may be mid re-export): a tiny random one
-        MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    demo = build_demo()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-    MODELS.default = saved
+    yield from serve_app(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +92,7 @@ def page(url):
     sync_api = pytest.importorskip("playwright.sync_api")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+        browser = launch_chromium(p, WAIT_MS)
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.set_default_timeout(WAIT_MS)
         # A plotly.js exception in one figure can stop the page applying other outputs: none allowed.

@@ -4,15 +4,12 @@ only the controls the visitor left alone. Skips when /usr/bin/chromium is absent
 
 import json
 import time
-from pathlib import Path
 
 import pytest
-from servers import free_port
+from servers import free_port, launch_chromium, needs_chromium
 from test_checkpoints import save_dream_dir
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
-              pytest.mark.browser, pytest.mark.timeout(600)]
+pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(600)]
 WAIT_MS = 180_000           # hang guards only
 SHOWN = """() => ({attention: document.querySelector('#attention input')?.value,
   block_size: document.querySelector('#block-size input[type=number]')?.value,
@@ -41,8 +38,7 @@ def test_the_controls_follow_the_session_s_model_and_keep_what_the_visitor_set(t
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
     try:
         with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox",
-                                                                             "--disable-gpu"], timeout=WAIT_MS)
+            browser = launch_chromium(p, WAIT_MS)
             page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}/?k=2", timeout=WAIT_MS)
             page.wait_for_selector("#settings", timeout=WAIT_MS, state="attached")

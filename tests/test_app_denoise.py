@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from servers import free_port
+from servers import free_port, launch_chromium, needs_chromium
 from tiny import tiny_tokenizer
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
@@ -216,15 +216,12 @@ def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(al
         demo.close()
 
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 WAIT_MS = 180_000          # hang guards only
 
 
 @pytest.mark.browser
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+@needs_chromium
 def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from app import LAUNCH_KWARGS, build_demo
@@ -233,7 +230,7 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
     try:
         with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+            browser = launch_chromium(p, WAIT_MS)
             page = browser.new_page(viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(WAIT_MS)
             errors = []

@@ -7,16 +7,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from servers import free_port
+from servers import free_port, launch_chromium, needs_chromium
 
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(300)]
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 WAIT_MS = 60_000
 
 
@@ -69,7 +66,7 @@ def served():
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+        browser = launch_chromium(p, WAIT_MS)
         yield browser
         browser.close()
 

@@ -5,17 +5,13 @@ glossary and the counters' gloss in visible text, study plots without a literal 
 closing the tour, and Next-then-Close at once leaving it closed. No timing assertions.
 """
 
-from pathlib import Path
 
 import pytest
-from servers import free_port
+from servers import launch_chromium, needs_chromium, serve_app
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(300)]
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 WAIT_MS = 60_000
 STOPS = ("#stop", "#compare-stop", "#best-order-stop", "#study-stop")
@@ -23,28 +19,14 @@ STOPS = ("#stop", "#compare-stop", "#best-order-stop", "#study-stop")
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    from tiny import save_tiny_model_dir
-
-    from app import LAUNCH_KWARGS, build_demo
-    from app.models import MODELS
-    saved = MODELS.default
-    try:
-        MODELS.get()                                   # the bundled model
-    except Exception:                                  # (it may be mid re-export): a tiny random one
-        MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
-    demo = build_demo()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-    MODELS.default = saved
+    yield from serve_app(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=WAIT_MS)
+        browser = launch_chromium(p, WAIT_MS)
         yield browser
         browser.close()
 
@@ -137,7 +119,9 @@ def test_study_plots_show_no_literal_br_or_none(page):
                                "document.querySelector('#study input').value === t", arg=title)
         page.wait_for_function("document.querySelector('#study-status').innerText.includes('Shipped results') "
                                "|| document.querySelector('#study-status').innerText.includes('No shipped')")
-        words = page.evaluate("[...document.querySelectorAll('#study-plot svg text')].map(t => t.textContent)")
+        # plotly.js may be between two drawings of the plot (no text at all): wait for the drawn one
+        words = page.wait_for_function("() => { const w = [...document.querySelectorAll('#study-plot svg text')]"
+                                       ".map(t => t.textContent); return w.length ? w : null; }").json_value()
         assert words and not [w for w in words if "<br>" in w or "None" in w], title
         assert "--hardware-note" not in page.locator("#study-status").inner_text()
 
