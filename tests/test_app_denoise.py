@@ -9,11 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from servers import free_port, launch_chromium, needs_chromium
+from test_diffusion_gemma import CANVAS, tiny_diffusion_gemma
 from tiny import tiny_tokenizer
-from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
-from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
 
 from app import denoise
 from app.budget import LEDGER
@@ -24,24 +22,12 @@ from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
 from visualizations.denoise import denoise_step_html
 
-VOCAB, CANVAS = 64, 8
 PROMPT = "how many apples does Tom have"
 
 
 def save_tiny_diffusion_gemma(folder: Path) -> Path:
-    """A two-layer DiffusionGemma (as tests/test_diffusion_gemma.py builds it) saved with a tokenizer."""
-    text = DiffusionGemmaTextConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, global_head_dim=16, max_position_embeddings=256, sliding_window=16,
-        layer_types=["sliding_attention", "full_attention"], num_experts=4, top_k_experts=2, moe_intermediate_size=16,
-        eos_token_id=1, pad_token_id=0)
-    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
-    torch.manual_seed(0)
-    model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(text_config=text, vision_config=vision,
-                                                                 canvas_length=CANVAS)).eval()
-    with torch.no_grad():       # sharper predictions than random weights give: several acceptances a step
-        model.model.decoder.norm.weight.mul_(30)
+    """The tiny DiffusionGemma of tests/test_diffusion_gemma.py, saved with a tokenizer."""
+    model = tiny_diffusion_gemma()
     model.save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return folder

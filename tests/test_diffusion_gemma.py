@@ -16,8 +16,7 @@ from lopa.models.diffusion_gemma import decode, entropy_bound_accept, linear_tem
 VOCAB, CANVAS = 64, 8
 
 
-@pytest.fixture(scope="module")
-def model():
+def tiny_diffusion_gemma():
     """A two-layer DiffusionGemma (one sliding, one full attention layer, 4 experts) with a
     two-layer vision tower: the stock classes at a size a CPU runs in milliseconds."""
     text = DiffusionGemmaTextConfig(
@@ -33,6 +32,11 @@ def model():
     with torch.no_grad():   # sharper predictions than random weights give: several acceptances a step
         model.model.decoder.norm.weight.mul_(30)
     return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_diffusion_gemma()
 
 
 PROMPT = torch.tensor([[2, 17, 33, 5, 40, 9]])
