@@ -44,6 +44,9 @@ OBSERVE_STUDY_STATUS = """() => {
   )).observe(box, {subtree: true, childList: true, characterData: true});
 }"""
 
+# The test's own steps, in the same record.
+NOTE_IN_STUDY_STATUS = "note => window.__studyStatus.push(`${(performance.now() / 1000).toFixed(1)}s (test) ${note}`)"
+
 
 @pytest.fixture(scope="module", autouse=True)
 def shipped_studies(tmp_path_factory):
@@ -415,20 +418,25 @@ def test_a_live_headroom_run_can_be_stopped(page):
     choose_study(page, "4. How far LoPA is from the best order found")
     page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
     page.evaluate(OBSERVE_STUDY_STATUS)
-    page.locator("#study-problems input").fill("4")
-    page.locator("#study-random input").fill("4")
+    # The largest live run (10 problems, 10 random orders): on a fast machine a small one can end in the few
+    # seconds a click takes on a busy one, and then Stop has nothing to stop.
+    page.locator("#study-problems input").fill("10")
+    page.locator("#study-random input").fill("10")
     page.click("#study-run")
     # The bar still shows the previous run's count until this run's first yield resets it with "Running":
     # wait for that, then for this run's first decode, so Stop reaches a run in progress.
     page.wait_for_function("document.querySelector('#study-status').innerText.includes('Running')")
     page.wait_for_function("Number(document.querySelector('#study-progress progress')?.value) >= 1")
+    page.evaluate(NOTE_IN_STUDY_STATUS, "pressing Stop")
     page.click("#study-stop")
+    page.evaluate(NOTE_IN_STUDY_STATUS, "Stop pressed")
     ended = "['Done', 'Stopped'].some(w => document.querySelector('#study-status').innerText.startsWith(w))"
     try:
         page.wait_for_function(ended, timeout=300_000)
     except Exception as err:
         seen = page.evaluate("window.__studyStatus")
-        raise AssertionError(f"the run did not end after Stop; statuses shown: {seen[-8:]}") from err
+        raise AssertionError(f"the run did not end after Stop; the test's steps: {[x for x in seen if '(test)' in x]}; "
+                             f"the last statuses shown: {seen[-8:]}") from err
     page.wait_for_timeout(1_000)              # nothing that arrives later (Stop's own answer) hides the end
     status = page.locator("#study-status").inner_text()
     assert ("complete problem" in status if status.startswith("Done") else "nothing to summarize yet" in status), \
