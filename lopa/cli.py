@@ -26,7 +26,7 @@ from lopa.settings import DecodeSettings, add_settings_arguments, choice_type, s
 def _read_script(args) -> None:
     """--script: a script file or a recorded trace. A trace also supplies its settings (flags still
     override them) and, when --prompt is absent, its prompt ids: `--script run.json` replays run.json."""
-    from lopa.order import load_script
+    from lopa.script import load_script
     args.script_rounds, args.script_settings, args.prompt_ids = None, None, None
     if args.script:
         args.script_rounds, trace = load_script(args.script)

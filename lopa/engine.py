@@ -21,18 +21,9 @@ import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.forward import Executor, Verified, make_executor
-from lopa.order import (
-    Commits,
-    Forced,
-    OrderPolicy,
-    RoundView,
-    ScriptedOrder,
-    make_order,
-    recorded_order,
-    script_from_trace,
-    trace_order,
-)
+from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, trace_order
 from lopa.rules import branch_scores, select_winner
+from lopa.script import Forced, ScriptedOrder, script_from_trace
 from lopa.settings import DecodeSettings, ModelSpec
 from lopa.trace import RoundRecord, RunResult
 
@@ -50,7 +41,7 @@ class Decoder:
     one forward per branch, each on its own cache copy) or "uncached" (recompute everything).
     Any object speaking the Executor protocol is accepted too (the branch-parallel backends pass theirs).
     order: the token filling order policy (default: the one settings.order names).
-    script: {round: lopa.order.Forced} decisions forced on top of the policy.
+    script: {round: lopa.script.Forced} decisions forced on top of the policy.
     keep_states: save a resumable state after every round, so forks of this run start at their
     round instead of replaying the run (a copy of the prefix cache per round: small models only).
     """

@@ -43,7 +43,7 @@ class RoundRecord:
     forward_seconds: float
     round_seconds: float
     extra: dict = field(default_factory=dict)   # executor timings (gather, commit, bytes), free-form
-    # Decisions a script or a fork forced this round (lopa/order.py), e.g. {"action": "commit",
+    # Decisions a script or a fork forced this round (lopa/script.py), e.g. {"action": "commit",
     # "position": 12, "token": 7}, {"action": "hold", "position": 14}; empty for the policy's own.
     forced: list = field(default_factory=list)
 

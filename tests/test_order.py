@@ -1,4 +1,5 @@
-"""Token filling order policies, scripts, replay fidelity and forks (lopa/order.py, Decoder.stream_fork)."""
+"""Token filling order policies, scripts, replay fidelity and forks (lopa/order.py, lopa/script.py,
+Decoder.stream_fork)."""
 
 import json
 
@@ -10,18 +11,14 @@ from tiny import tiny_qwen2, tiny_spec
 from lopa import Decoder, DecodeSettings, ModelSpec, RunResult, decoder_settings
 from lopa.engine import fork
 from lopa.order import (
-    Forced,
     HighestEntropyOrder,
     LeastConfidentOrder,
     LeftToRightOrder,
     MixedOrder,
     RandomOrder,
     RoundView,
-    load_script,
-    script_from_json,
-    script_from_trace,
-    script_to_json,
 )
+from lopa.script import Forced, load_script, script_from_json, script_from_trace, script_to_json
 
 PROMPT = torch.tensor([7, 8, 9])
 SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)

@@ -14,7 +14,7 @@ from tiny import LIVELY, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, ModelSpec
 from lopa.cli import main as lopa_main
-from lopa.order import script_from_trace
+from lopa.script import script_from_trace
 from lopa.study import headroom
 from lopa.trace import predictions
 

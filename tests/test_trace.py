@@ -39,7 +39,7 @@ def test_dataframe_round_trip(run):
 def test_a_version_1_trace_keeps_its_meaning_of_full_attention(tmp_path):
     """lopa-trace/1 called prompt-blind full attention "full"; it loads as full_prompt_blind, and a
     trace-scripted replay of it with those settings reproduces the run."""
-    from lopa.order import load_script
+    from lopa.script import load_script
     settings = SETTINGS.replace(attention="full_prompt_blind")
     model = tiny_qwen2(seed=1)
     run = Decoder(model, tiny_spec(attention="full_prompt_blind"), settings).run(PROMPT)
