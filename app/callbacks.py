@@ -3,41 +3,27 @@
 Each returns (or yields) values in the order of a module constant (LIVE_OUTPUTS, VIEW_OUTPUTS),
 which the wiring maps to components by name; tests call these directly, without a browser.
 Errors the user can cause (bad prompt, settings, files, model directory) become a message in
-the status panel and a toast; the app keeps serving.
+the status panel and a toast (error_message); the app keeps serving. Here: rendering, Run / Step /
+Stop / Reset and the replay controls; trace files are app/traces.py's, the model and the settings
+inputs app/model_and_settings.py's.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import closing
-from pathlib import Path
 
 import gradio as gr
 
-from lopa import PAPER_PRESETS, DecodeSettings, RunResult
+from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from . import disk
 from .boundary import stream_jobs
-from .budget import LEDGER
-from .denoise import canvas_folder, picked_message
 from .examples import check_answer
-from .gpu import zero_gpu
-from .inputs import choice, text, whole
-from .models import MODELS, token_names, tokenizer_for_trace, trace_ids
-from .session import (
-    SETTING_NAMES,
-    Backend,
-    Session,
-    backend_from_ui,
-    check_ui,
-    follow_model,
-    forkable,
-    parse_ui,
-    shown_settings,
-)
+from .inputs import text, whole
+from .models import MODELS
+from .session import SETTING_NAMES, Backend, Session, backend_from_ui, check_ui, forkable, parse_ui
 from .viz import (
     answer_mark,
     branches_table,
@@ -50,7 +36,6 @@ from .viz import (
     tokens_per_round_chart,
 )
 
-EXPORT_FORMATS = ("JSON", "Parquet")
 # A round number no trace reaches (lopa.schema bounds a trace's rounds far below it): the slider's bound.
 MAX_ROUND = 10**6
 # "ranks" last: API clients read the earlier outputs by position.
@@ -64,10 +49,6 @@ LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS +
 REFRESH_S = {"html": 0.25, "plots": 1.0}
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
               "explanation": "html"}
-# The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).
-OWN = "the model's own settings (k = 4)"
-PRESETS = {OWN: None,
-           **{f"paper: {name}": preset for name, preset in PAPER_PRESETS.items()}}
 
 
 def error_message(err: Exception | str) -> str:
@@ -163,7 +144,8 @@ def _backend_of(values) -> Backend:
         return Backend()
 
 
-def _describe(session: Session) -> str:
+def describe_run(session: Session) -> str:
+    """One line on the session's run: finished or stopped, rounds, tokens, TPF (and a budget warning)."""
     r = session.run
     if r is None:
         return ""
@@ -200,7 +182,7 @@ def drain(session: Session, begin, running: str, on_fault=None):
                     break
                 if record is not None:
                     yield live_outputs(session, f"{running} round {record.round}", final=False)
-        status = f"Done: {_describe(session)}"
+        status = f"Done: {describe_run(session)}"
     except ValueError as err:
         status = error_message(err)
     except RuntimeError as err:
@@ -230,7 +212,7 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
         return (_bp_fault(session, err, _backend_of(values)),) + live_outputs(session, "")[1:]
     session.stop_clock()
     if session.live is None:
-        return live_outputs(session, f"Done: {_describe(session)} Step again to start a new decode.")
+        return live_outputs(session, f"Done: {describe_run(session)} Step again to start a new decode.")
     return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
                                  "Run to continue to the end.")
 
@@ -250,7 +232,7 @@ def stop_run(session: Session) -> tuple:
         return stop_pending(), gr.skip()
     if session.live is not None:
         session.cancel()
-        return f"Stopped: {_describe(session)}", counters_html(session.run, session.elapsed, session.status())
+        return f"Stopped: {describe_run(session)}", counters_html(session.run, session.elapsed, session.status())
     return "Nothing is running.", gr.skip()
 
 
@@ -291,146 +273,3 @@ def play_tick(session: Session, playing: bool, r) -> tuple:
     controls = (gr.update(value=nxt), gr.Timer(active=False) if done else gr.skip(),
                 gr.update(value="▶ Play") if done else gr.skip(), not done)
     return controls + view(session, nxt)
-
-
-# -- traces -------------------------------------------------------------------------------------
-def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tuple:
-    """(file, status): the current trace written as JSON or Parquet for download, into Gradio's cache
-    and charged to the session's disk budget (app/disk.py: its oldest exports go to make room)."""
-    try:
-        fmt = choice("format", fmt, EXPORT_FORMATS)
-    except ValueError as err:
-        return gr.update(value=None), error_message(err)
-    if session.run is None:
-        return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
-    suffix = ".parquet" if fmt == "Parquet" else ".json"
-    key = disk.session_key(request)
-    folder = disk.EXPORTS.folder(key)
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(session.run.spec.get("name") or "model"))[:64]   # a file name, from a trace
-    path = folder / f"lopa-trace-{model}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
-    try:
-        session.run.save(path)
-        removed = disk.EXPORTS.add(key, path)
-    except (OSError, ValueError) as err:
-        disk.discard_export(path)
-        return gr.update(value=None), error_message(f"could not export the trace: {err}")
-    older = f" ({removed} older export(s) removed to make room)" if removed else ""
-    return (gr.update(value=str(path), visible=True),
-            f"Exported {session.n_rounds} rounds to `{esc(path.name)}`{older}.")
-
-
-def load_trace(session: Session, file) -> tuple:
-    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load),
-    and the read is charged to the app's memory budget while it runs (app/budget.py)."""
-    path = getattr(file, "name", file)
-    if not path:
-        return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
-    with LEDGER.reading_trace() as read:
-        try:
-            run = RunResult.load(path, reserve=read.reserve)
-        except (ValueError, OSError, UnicodeDecodeError) as err:
-            return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
-        finally:
-            disk.discard_upload(path)            # read or refused, the upload is not kept on disk
-        if not run.records:
-            return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
-        tokenizer = tokenizer_for_trace(run.spec)
-        names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
-        try:
-            session.replay(run, names, read=read)
-        except ValueError as err:                # over the memory budget (app/budget.py): nothing changed
-            return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
-    where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
-    k = run.settings.get("k", "?")
-    return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {_describe(session)}) "
-                                 f"with {where}. Prompt: “{esc(run.prompt[:120])}”")
-
-
-def clear_upload():
-    """Empty the upload box after a trace was read, ready for the next file."""
-    return None
-
-
-# -- model and settings -------------------------------------------------------------------------
-def warm_model(session: Session) -> str:
-    """Load the session's model on first page view so the first Run starts at once (locally: on a ZeroGPU
-    Space the models were loaded at import and only a GPU worker can run them, so this only describes it)."""
-    folder = session.model if isinstance(session, Session) else None
-    if zero_gpu():
-        return MODELS.describe(folder)
-    try:
-        warm = MODELS.warm_up(folder)
-        if warm is not None:         # plotly builds its validators on first use: a second, once
-            view(Session(run=warm))
-    except ValueError as err:
-        return MODELS.describe(folder) + f"\n\n**⚠ Error:** {esc(err)}"
-    return MODELS.describe(folder)
-
-
-def pick_model(session: Session, choice) -> tuple:
-    """(model info, status, model box): make the model in `choice` (a bundled model's folder or name, or
-    a typed local folder) this session's model, for every later Run, Step, Compare, fork and study of
-    this session; other sessions keep theirs. It is loaded into the shared cache (app/models.py) now, in
-    the server process, so that a folder that does not load says so at once; then the session keeps its
-    model and the box shows that model again. A paused decode of the previous model is stopped."""
-    current = session.model or str(MODELS.default)
-    try:
-        if not isinstance(choice, str):
-            raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
-        folder = MODELS.servable(MODELS.folder(choice))
-        if canvas_folder(folder) is not None:     # not a LoPA model: its own panel takes it (app/denoise.py)
-            session.canvas_model, kept = str(folder), MODELS.peek(current)
-            return (MODELS.describe(current), picked_message(folder, kept.spec.name if kept else Path(current).name),
-                    gr.update(value=current))
-        loaded = MODELS.get(folder)
-        if not zero_gpu():
-            MODELS.warm_up(folder)
-    except ValueError as err:
-        kept = MODELS.peek(current)
-        kept = kept.spec.name if kept is not None else Path(current).name
-        return (MODELS.describe(current), error_message(f"{err} — this session still uses `{kept}`."),
-                gr.update(value=current))
-    if MODELS.key(folder) == MODELS.key(current):
-        # The same model (the box shown again after an error, or picked twice): the status keeps its message.
-        session.model = str(folder)
-        return MODELS.describe(folder), gr.skip(), gr.skip()
-    session.cancel()                # a paused decode of the previous model: stopped, kept in the run list
-    session.close()
-    session.model = str(folder)
-    return (MODELS.describe(folder), f"This session now decodes with `{esc(loaded.spec.name)}` (other visitors "
-                                     "keep their own model).", gr.skip())
-
-
-def apply_preset(name: str, touched=(), session: Session | None = None) -> tuple:
-    """Values for the settings inputs (SETTING_NAMES order), then the touched names: a paper row's
-    settings count as the visitor's; OWN shows the session's model's own values (as if untouched).
-    Every preset keeps max new tokens; settings a preset leaves open are skipped."""
-    preset = PRESETS.get(name, {}) if isinstance(name, str) else {}
-    if preset is None:
-        loaded = MODELS.peek(MODELS.folder(getattr(session, "model", None)))   # loaded by the page's warm-up
-        own = shown_settings(loaded.spec if loaded is not None else None)
-        preset = {n: getattr(own, n) for n in SETTING_NAMES if n != "max_new_tokens"}
-        touched = set(touched or ()) - set(preset)
-    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES) \
-        + (sorted(set(touched or ()) | (set(preset) if name != OWN else set())),)
-
-
-def toucher(name: str):
-    """The callback of setting `name`'s input event (the visitor changed it): (touched names,) with it added."""
-    def touch(touched):
-        return sorted(set(touched or ()) | {name})
-    touch.__name__ = f"touch_{name}"
-    return touch
-
-
-def follow_session_model(session: Session, touched, *values) -> tuple:
-    """The settings inputs (SETTING_NAMES order) once the session's model is known (page load, a model
-    picked): the inputs the visitor has not touched show the model's own values, as Run resolves them
-    (app.session.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
-    ones are kept."""
-    try:
-        spec = MODELS.get(MODELS.folder(getattr(session, "model", None))).spec
-    except ValueError:
-        return tuple(gr.skip() for _ in SETTING_NAMES)       # the model panel says why
-    follow = follow_model(spec, touched, *values)
-    return tuple(gr.skip() if new == old else gr.update(value=new) for new, old in zip(follow, values))

@@ -7,9 +7,10 @@ import gradio as gr
 
 from lopa.settings import SETTINGS
 
-from .callbacks import PRESETS, VIEW_OUTPUTS, view
+from .callbacks import VIEW_OUTPUTS, view
 from .compare import BASELINES
 from .examples import example_groups
+from .model_and_settings import PRESETS
 from .models import MODELS, bundled_models, example_prompts
 from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
 from .viz import esc
@@ -26,7 +27,7 @@ GLOSSARY_INTRO = "## Terms used on this page"
 def build_model_panel() -> dict:
     with gr.Group():
         info = gr.Markdown(MODELS.describe(), elem_id="model-info")
-        # This session's model, used from the moment it is picked (app.callbacks.pick_model); other visitors keep theirs.
+        # This session's model, used from the moment it is picked (app.model_and_settings.pick_model); other visitors keep theirs.
         # Short names in the list (a paragraph per option was cut under the arrow), what each shows below it.
         offered = [(label.split(": ", 1)[0], folder) for label, folder in bundled_models()]
         model_dir = gr.Dropdown(offered, value=str(MODELS.default), allow_custom_value=True,
@@ -94,7 +95,7 @@ def build_settings_panel() -> dict:
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
     # The settings inputs the visitor changed (by hand, a preset, a link): those keep their values when
-    # the session's model changes; the others show the model's own (app.callbacks.follow_session_model).
+    # the session's model changes; the others show the model's own (app.model_and_settings.follow_session_model).
     touched = gr.State([])
     return {"settings_accordion": accordion, "share_link": share_link, "command": command, "preset": preset, **inputs,
             "backend": backend,

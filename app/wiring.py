@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 
 from lopa.schema import MAX_TRACE_BYTES
 
-from . import api, best_order, denoise, disk, forks, layout, share, studies, tour
+from . import api, best_order, denoise, disk, forks, layout, model_and_settings, share, studies, tour, traces
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .inputs import shown
@@ -220,9 +220,9 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        [session, *shared], [c["share_link"], c["command"]], api_visibility="private", queue=False)
     # The settings inputs show the session's model's own values until the visitor touches them.
     for name in SETTING_NAMES:
-        on(c[name].input, cb.toucher(name), [touched], [touched], api_visibility="private", queue=False)
+        on(c[name].input, model_and_settings.toucher(name), [touched], [touched], api_visibility="private", queue=False)
     for event in (demo.load, c["model_info"].change):
-        on(event, cb.follow_session_model, [session, touched, *settings], settings, api_visibility="private",
+        on(event, model_and_settings.follow_session_model, [session, touched, *settings], settings, api_visibility="private",
            show_progress="hidden", **MODEL)
     on(c["step"].click, cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
@@ -244,9 +244,9 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)
     # The session's model: applied when picked (a typed folder when the box loses focus or Enter is pressed).
-    picked = on(c["model_dir"].change, cb.pick_model, [session, c["model_dir"]],
+    picked = on(c["model_dir"].change, model_and_settings.pick_model, [session, c["model_dir"]],
                 [c["model_info"], c["status"], c["model_dir"]], api_name="pick_model", **MODEL)
-    on(demo.load, cb.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
+    on(demo.load, model_and_settings.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
 
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
     on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
@@ -265,12 +265,12 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                     show_progress="hidden", **VIEW)
 
     # Traces and settings.
-    on(c["export"].click, cb.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
+    on(c["export"].click, traces.export_trace, [session, c["export_format"]], [c["export_file"], c["status"]],
                       api_name="export_trace", **VIEW)
-    on(c["trace_upload"].upload, cb.load_trace, [session, c["trace_upload"]], live, api_name="load_trace",
+    on(c["trace_upload"].upload, traces.load_trace, [session, c["trace_upload"]], live, api_name="load_trace",
        preprocess=True, **VIEW).then(
-        as_updates(cb.clear_upload, [c["trace_upload"]]), None, [c["trace_upload"]], api_visibility="private", **VIEW)
-    on(c["preset"].change, cb.apply_preset, [c["preset"], touched, session], [*settings, touched],
+        as_updates(traces.clear_upload, [c["trace_upload"]]), None, [c["trace_upload"]], api_visibility="private", **VIEW)
+    on(c["preset"].change, model_and_settings.apply_preset, [c["preset"], touched, session], [*settings, touched],
        api_visibility="private", **VIEW)
 
     # Studies: shipped results (instant), or a live run with progress and Stop.

@@ -112,7 +112,7 @@ def uploads(n: int) -> None:
 
     from big_trace import largest_trace
 
-    from app import callbacks
+    from app import traces
     from app.budget import APP_BUDGET_BYTES, HOLD_BYTES, LEDGER, SESSION_BUDGET_BYTES, held_bytes
     from app.session import Session, end_session
     from lopa import RunResult
@@ -131,7 +131,7 @@ def uploads(n: int) -> None:
     reset_peak()
     t0 = time.monotonic()
     for i in range(1, n + 1):
-        status = callbacks.load_trace(session, str(path))[0]
+        status = traces.load_trace(session, str(path))[0]
         if i % 4 == 0 or "could not" in str(status):
             print(f"  {i} uploads: RSS {rss_mb():.0f} MB ({rss_mb() - before:+.0f}); session holds "
                   f"{session.runs.held / 2**20:.0f} MB in {len(session.runs.entries)} runs; {str(status)[:90]}")

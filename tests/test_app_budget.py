@@ -75,12 +75,12 @@ def test_the_app_budget_holds_across_sessions_and_evicted_runs_give_bytes_back(m
 
 
 def test_the_upload_callback_says_why_a_trace_was_refused(tmp_path, monkeypatch):
-    from app import callbacks
+    from app import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(5, blocks=16, per_round=50))
     session = Session()
     monkeypatch.setattr(session.runs, "budget", 1000)
-    status = callbacks.load_trace(session, str(path))[0]
+    status = traces.load_trace(session, str(path))[0]
     assert "could not load trace.json" in status and "a session may hold" in status and not session.runs.entries
 
 
@@ -104,7 +104,7 @@ def test_a_trace_that_would_cost_too_much_to_read_is_refused_before_parsing(monk
 def _ledger(monkeypatch, budget: int) -> Ledger:
     """A fresh app budget for the upload callback and the run lists."""
     ledger = Ledger(budget)
-    monkeypatch.setattr("app.callbacks.LEDGER", ledger)
+    monkeypatch.setattr("app.traces.LEDGER", ledger)
     monkeypatch.setattr("app.runs.LEDGER", ledger)
     return ledger
 
@@ -117,7 +117,7 @@ def _read_bound(path) -> int:
 
 
 def test_a_read_is_charged_to_the_app_while_it_runs_and_gives_it_back_after(tmp_path, monkeypatch):
-    from app import callbacks
+    from app import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(40, blocks=16, per_round=50))
     bound = _read_bound(path)
@@ -125,17 +125,17 @@ def test_a_read_is_charged_to_the_app_while_it_runs_and_gives_it_back_after(tmp_
     session = Session()
     with ledger.reading_trace() as other:              # another session's read, under way
         other.reserve(bound // 2)
-        status = callbacks.load_trace(session, str(path))[0]
+        status = traces.load_trace(session, str(path))[0]
         assert re.search(r"reading this trace may take \d+ KB; the app holds 0 KB of loaded traces and \d+ KB for "
                          r"other reads in progress, for all visitors, and may hold \d+ KB", status), status
         assert not session.runs.entries and ledger.reading == bound // 2
     assert ledger.reading == 0
-    callbacks.load_trace(session, str(path))
+    traces.load_trace(session, str(path))
     assert len(session.runs.entries) == 1 and ledger.reading == 0 and ledger.held == session.runs.held > 0
 
 
 def test_a_read_that_fails_gives_its_charge_back(tmp_path, monkeypatch):
-    from app import callbacks
+    from app import traces
     ledger = _ledger(monkeypatch, 1 << 30)
     data = json.loads(trace_json(5, blocks=16, per_round=50))
     data["records"][2]["winner"] = 99
@@ -144,14 +144,14 @@ def test_a_read_that_fails_gives_its_charge_back(tmp_path, monkeypatch):
     RunResult._from_parts(data, data["records"]).save(bad_parquet)
     session = Session()
     for path in (bad_json, bad_parquet):
-        assert "invalid trace: records.2" in callbacks.load_trace(session, str(path))[0]
+        assert "invalid trace: records.2" in traces.load_trace(session, str(path))[0]
         assert ledger.reading == 0 and ledger.held == 0 and not session.runs.entries
 
 
 def test_two_sessions_reading_at_once_cannot_overrun_the_app(tmp_path, monkeypatch):
     """Session A's read is paused while it parses; session B's read, which the app cannot cover beside
     it, is refused; A's goes on and is kept."""
-    from app import callbacks
+    from app import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(40, blocks=16, per_round=50))
     ledger = _ledger(monkeypatch, _read_bound(path) * 3 // 2)
@@ -165,10 +165,10 @@ def test_two_sessions_reading_at_once_cannot_overrun_the_app(tmp_path, monkeypat
 
     monkeypatch.setattr("lopa.trace.json.loads", paused_loads)
     first, second, statuses = Session(), Session(), {}
-    reader = threading.Thread(target=lambda: statuses.update(first=callbacks.load_trace(first, str(path))[0]))
+    reader = threading.Thread(target=lambda: statuses.update(first=traces.load_trace(first, str(path))[0]))
     reader.start()
     assert parsing.wait(30)
-    statuses["second"] = callbacks.load_trace(second, str(path))[0]
+    statuses["second"] = traces.load_trace(second, str(path))[0]
     assert ledger.reading > 0
     go_on.set()
     reader.join(30)

@@ -8,6 +8,7 @@ import pytest
 from tiny import app_model, save_tiny_model_dir
 
 from app import callbacks as cb
+from app import model_and_settings, traces
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.models import MODELS, example_prompts, safetensors_param_count
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
@@ -162,19 +163,19 @@ def test_scrub_play_and_reset():
 @pytest.mark.parametrize("fmt", ["JSON", "Parquet"])
 def test_export_then_load_replays_the_same_trace(fmt, monkeypatch):
     session = Session()
-    assert "nothing to export" in cb.export_trace(session, fmt)[1]
+    assert "nothing to export" in traces.export_trace(session, fmt)[1]
     drain(cb.run_stream(session, PROMPT, *values()))
-    update, status = cb.export_trace(session, fmt)
+    update, status = traces.export_trace(session, fmt)
     assert update["value"].endswith(".parquet" if fmt == "Parquet" else ".json") and "Exported" in status
     replay = Session()
-    out = named(cb.load_trace(replay, update["value"]))
+    out = named(traces.load_trace(replay, update["value"]))
     assert replay.source == "replay" and replay.run.records == session.run.records
     assert out["status"].startswith("Replaying") and replay.status() == "replay"
     assert replay.names                                               # the trace's model is the loaded one
     assert cb.show_round(replay, 1)[0] == cb.show_round(Session(run=session.run, names=session.names), 1)[0]
     MODELS.clear()                                                    # its tokenizer is nowhere: show ids
     without = Session()
-    cb.load_trace(without, update["value"])
+    traces.load_trace(without, update["value"])
     assert not without.names and "#" in cb.show_round(without, 1)[0]
 
 
@@ -185,23 +186,23 @@ def test_corrupt_foreign_or_misnamed_trace_files_are_refused(tmp_path):
     (tmp_path / "trace.txt").write_text("{}")
     session = Session()
     for name in ("bad.json", "foreign.json", "bad.parquet", "trace.txt"):
-        out = named(cb.load_trace(session, str(tmp_path / name)))
+        out = named(traces.load_trace(session, str(tmp_path / name)))
         assert "Error" in out["status"] and name in out["status"]
     assert session.run is None
 
 
 def test_model_directory_errors_keep_the_session_model(tiny_model, tmp_path):
     session = Session()
-    info, status, box = cb.pick_model(session, str(tmp_path / "nowhere"))
+    info, status, box = model_and_settings.pick_model(session, str(tmp_path / "nowhere"))
     assert "Error" in status and "still uses" in status and session.model is None
     assert box["value"] == str(MODELS.default)                        # the box shows the model Run uses again
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{broken")
-    assert "Error" in cb.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
-    assert "Error" in cb.pick_model(session, None)[1] and session.model is None
-    assert is_skip(cb.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
+    assert "Error" in model_and_settings.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
+    assert "Error" in model_and_settings.pick_model(session, None)[1] and session.model is None
+    assert is_skip(model_and_settings.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
     other = save_tiny_model_dir(tmp_path / "other", seed=1)
-    info, status, box = cb.pick_model(session, str(other))
+    info, status, box = model_and_settings.pick_model(session, str(other))
     assert "now decodes with `other`" in status and "M parameters" in info and session.model == str(other)
     assert safetensors_param_count(other) == MODELS.get(other).n_params
 
@@ -211,7 +212,7 @@ def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
     monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
     session = Session()
-    info, status, box = cb.pick_model(session, str(tiny_model))
+    info, status, box = model_and_settings.pick_model(session, str(tiny_model))
     assert "only loads models from `assets/models`" in status and session.model is None
     check_model_dir(MODELS_DIR / "sure-gsm-dllm")  # the bundled model stays loadable
     with pytest.raises(ValueError):
@@ -246,7 +247,7 @@ def test_comparison_stops_on_request():
 
 
 def test_presets_and_examples():
-    updates = cb.apply_preset("paper: gsm8k")
+    updates = model_and_settings.apply_preset("paper: gsm8k")
     by_name = dict(zip(SETTING_NAMES, updates))
     assert by_name["k"]["value"] == 14 and by_name["tau_conf"]["value"] == 0.9 and is_skip(by_name["max_new_tokens"])
     prompts = example_prompts()
@@ -256,4 +257,4 @@ def test_presets_and_examples():
 def test_warm_model_loads_lazily_and_describes_it():
     MODELS.clear()
     assert "not loaded yet" in MODELS.describe()
-    assert "M parameters" in cb.warm_model(Session()) and MODELS.peek() is not None
+    assert "M parameters" in model_and_settings.warm_model(Session()) and MODELS.peek() is not None

@@ -15,7 +15,7 @@ from tiny import tiny_tokenizer
 
 from app import denoise
 from app.budget import LEDGER
-from app.callbacks import pick_model
+from app.model_and_settings import pick_model
 from app.models import MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun

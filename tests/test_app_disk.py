@@ -12,7 +12,7 @@ import pytest
 from tiny import LIVELY, PROMPT, app_model
 
 from app import callbacks as cb
-from app import disk
+from app import disk, traces
 from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -37,7 +37,7 @@ def files(root: Path) -> list[Path]:
 
 
 def export(session, key: str, fmt: str = "JSON"):
-    update, status = cb.export_trace(session, fmt, visitor(key))
+    update, status = traces.export_trace(session, fmt, visitor(key))
     return (Path(update["value"]) if update.get("value") else None), status
 
 
@@ -110,11 +110,11 @@ def test_an_upload_is_deleted_once_read(session, tmp_path, monkeypatch):
         upload.parent.mkdir(parents=True)
         upload.write_bytes(data)
         other = Session()
-        status = cb.load_trace(other, str(upload))[0]
+        status = traces.load_trace(other, str(upload))[0]
         assert ("Replaying a trace" in status) == (name == "good.json"), status
         assert not upload.exists() and not upload.parent.exists()
     other = Session()
-    assert "Replaying a trace" in cb.load_trace(other, str(trace))[0]
+    assert "Replaying a trace" in traces.load_trace(other, str(trace))[0]
     assert trace.exists()                                              # a path outside Gradio's uploads stays
 
 

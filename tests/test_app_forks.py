@@ -9,7 +9,7 @@ import pytest
 from tiny import app_model
 
 from app import callbacks as cb
-from app import forks
+from app import forks, traces
 from app.compare import COMPARE_OUTPUTS, compare_runs
 from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, parse_ui
 from visualizations.timeline import fills
@@ -124,7 +124,7 @@ def test_a_loaded_trace_is_viewed_and_compared_and_forks_say_they_need_its_model
     data["spec"]["name"] = "some-7b-model"
     path = tmp_path / "foreign.json"
     path.write_text(json.dumps(data))
-    out = live(cb.load_trace(session, str(path)))
+    out = live(traces.load_trace(session, str(path)))
     assert "Replaying" in out["status"] and session.current == "2"
     compared = dict(zip(COMPARE_OUTPUTS, compare_runs(session, "1", "2")))
     assert "same decisions in every round" in compared["compare_summary"]
@@ -141,7 +141,7 @@ def test_a_loaded_trace_of_the_loaded_model_forks_by_replaying_it(tmp_path):
     session = Session()
     decoded(session, *values())
     original = session.run
-    live(cb.load_trace(session, str(original.save(tmp_path / "run.json"))))
+    live(traces.load_trace(session, str(original.save(tmp_path / "run.json"))))
     assert session.run.decoder is None                      # no saved states: the fork replays rounds 0..r
     r = 1
     p = late_filled_cell(original, r)

@@ -11,7 +11,7 @@ import pytest
 from servers import free_port
 from tiny import LIVELY, app_model
 
-from app import build_demo, forks, studies
+from app import build_demo, forks, studies, traces
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
 from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
@@ -72,7 +72,7 @@ def test_studies_rounds_formats_runs_and_tokens_name_every_bad_input(model, kind
     with pytest.raises(Exception) as err:                        # gr.Error: the slider's endpoint has no status
         cb.show_round(session, bad)
     assert "round must be a whole number" in str(err.value) and len(str(err.value)) < MAX_MESSAGE
-    assert refused(cb.export_trace(session, bad)[1], "format")
+    assert refused(traces.export_trace(session, bad)[1], "format")
     assert len(forks.select_run(session, bad)[0]) < MAX_MESSAGE
     if kind != "none":                                           # None is "no token chosen yet"
         assert refused(list(forks.fill_first(session, {"run": "1", "round": 0, "position": 3}, bad))[-1][0], "token")

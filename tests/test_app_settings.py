@@ -10,8 +10,7 @@ import gradio as gr
 import pytest
 from tiny import app_model, tiny_spec
 
-from app import LAUNCH_KWARGS, api, share
-from app import callbacks as cb
+from app import LAUNCH_KWARGS, api, model_and_settings, share
 from app.panels import build_settings_panel
 from app.session import APP_DEFAULTS, SETTING_NAMES, parse_ui, settings_from_ui
 from lopa.cli import build_parser
@@ -55,7 +54,7 @@ def test_a_link_restores_every_setting_it_was_made_from():
 def test_the_app_s_paper_preset_is_the_cli_s():
     """The preset's values over the app's inputs decode what `--preset gsm8k` decodes (the app keeps
     its length: the preset leaves max_new_tokens to the caller, like the CLI)."""
-    updates = dict(zip(SETTING_NAMES, cb.apply_preset("paper: gsm8k")))
+    updates = dict(zip(SETTING_NAMES, model_and_settings.apply_preset("paper: gsm8k")))
     values = [u["value"] if isinstance(u, dict) and "value" in u else APP_DEFAULTS[n]
               for n, u in updates.items()]
     app_settings, _ = parse_ui(*values)

@@ -12,7 +12,7 @@ import pytest
 from fake_spaces import FakeZeroGPU, WorkerError
 from tiny import app_model
 
-from app import boundary, forks, gpu
+from app import boundary, forks, gpu, traces
 from app import callbacks as cb
 from app.api import decode
 from app.models import MODELS
@@ -129,7 +129,7 @@ def test_scrub_and_export_after_a_run_through_the_boundary(zerogpu):
         calls = zerogpu.calls
         assert cb.show_round(through, r)[0] == cb.show_round(here, r)[0]       # the canvas
         assert zerogpu.calls == calls
-    update, status = cb.export_trace(through, "JSON")
+    update, status = traces.export_trace(through, "JSON")
     assert "Exported" in status
     loaded = RunResult.load(update["value"])
     assert loaded.tokens == here.run.tokens and decisions(loaded) == decisions(here.run)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_checkpoints import save_dream_dir
 
-from app import api, share
+from app import api, model_and_settings, share, traces
 from app import callbacks as cb
 from app.models import MODELS
 from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, follow_model, shown_settings
@@ -63,7 +63,7 @@ def test_every_surface_decodes_the_same_tokens_with_the_model_s_settings(dream_d
     assert [values[SETTING_NAMES.index(n)] for n in OWN] == list(OWN.values())   # the inputs show the model's own
     outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values, SINGLE, 2)]
     assert outs[-1]["status"].startswith("Done"), outs[-1]["status"]
-    exported = cb.export_trace(session, "JSON")[0]["value"]
+    exported = traces.export_trace(session, "JSON")[0]["value"]
     runs["app"] = RunResult.load(exported)
 
     runs["decode"] = RunResult.from_json(json.dumps(api.decode(prompt=PROMPT, model=str(dream_dir), **REQUEST)["trace"]))
@@ -120,6 +120,6 @@ def test_the_inputs_follow_the_session_s_model_where_the_visitor_did_not_touch_t
     assert dict(zip(SETTING_NAMES, follow_model(spec, ["block_size"], *before)))["max_new_tokens"] == 72
     # The callback on the page: the session's model's values for untouched inputs, gr.skip() elsewhere.
     session = Session(model=str(dream_dir))
-    updates = dict(zip(SETTING_NAMES, cb.follow_session_model(session, ["k"], *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
+    updates = dict(zip(SETTING_NAMES, model_and_settings.follow_session_model(session, ["k"], *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
     assert updates["attention"]["value"] == "full" and updates["block_size"]["value"] == 16
     assert updates["k"].get("__type__") == "update" and "value" not in updates["k"]     # touched: skipped

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from big_trace import trace_json
 
-from app import callbacks
+from app import traces
 from app.budget import Ledger
 from app.session import Session
 from lopa import RunResult
@@ -162,12 +162,12 @@ def test_a_hostile_parquet_file_is_refused_before_it_is_read(tmp_path, monkeypat
     else:
         monkeypatch.setattr("lopa.parquet_trace._rows", lambda table: pytest.fail("built rows of a file over budget"))
     ledger = Ledger(1 << 40)
-    monkeypatch.setattr("app.callbacks.LEDGER", ledger)
+    monkeypatch.setattr("app.traces.LEDGER", ledger)
     monkeypatch.setattr("app.runs.LEDGER", ledger)
     session = Session()
     session.replay(RunResult.from_json(trace_json(3, blocks=16, per_round=4)), {})
     before = (dict(session.runs.entries), session.current, session.run, session.runs.held)
-    status = html.unescape(callbacks.load_trace(session, str(path))[0])
+    status = html.unescape(traces.load_trace(session, str(path))[0])
     assert "could not read hostile.parquet: " in status and re.search(says, status), status
     assert (dict(session.runs.entries), session.current, session.run, session.runs.held) == before
     assert ledger.reading == 0 and ledger.held == session.runs.held

@@ -252,12 +252,12 @@ def test_the_api_and_the_page_say_when_the_adaptive_budget_can_never_branch():
     from types import SimpleNamespace
 
     from app.api import decode
-    from app.callbacks import _describe
+    from app.callbacks import describe_run
     runs = {m: decode("Tom has 3 apples. How many apples does Tom have?", model=m, order="adaptive",
                       max_new_tokens=32) for m in ("sure-gsm-dllm", "open-gsm-dllm")}
     assert "vanilla D2F" in runs["sure-gsm-dllm"]["warnings"][0] and runs["open-gsm-dllm"]["warnings"] == []
     for name, result in runs.items():
         branched = any(r["lookahead_positions"] for r in result["trace"]["records"])
         assert branched == (name == "open-gsm-dllm")
-        status = _describe(SimpleNamespace(run=RunResult.from_json(json.dumps(result["trace"]))))
+        status = describe_run(SimpleNamespace(run=RunResult.from_json(json.dumps(result["trace"]))))
         assert ("Note: order=adaptive verifies no branch" in status) == (name == "sure-gsm-dllm")

@@ -1,0 +1,82 @@
+"""Trace files in the round-by-round view: export the current run as JSON or Parquet, replay an uploaded one.
+
+Plain callbacks like app/callbacks.py's (the wiring connects them): export_trace returns (file, status);
+load_trace returns LIVE_OUTPUTS, the view of the replayed run.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from lopa import RunResult
+
+from . import disk
+from .budget import LEDGER
+from .callbacks import describe_run, error_message, live_outputs
+from .inputs import choice
+from .models import token_names, tokenizer_for_trace, trace_ids
+from .session import Session
+from .viz import esc
+
+EXPORT_FORMATS = ("JSON", "Parquet")
+
+
+def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tuple:
+    """(file, status): the current trace written as JSON or Parquet for download, into Gradio's cache
+    and charged to the session's disk budget (app/disk.py: its oldest exports go to make room)."""
+    try:
+        fmt = choice("format", fmt, EXPORT_FORMATS)
+    except ValueError as err:
+        return gr.update(value=None), error_message(err)
+    if session.run is None:
+        return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
+    suffix = ".parquet" if fmt == "Parquet" else ".json"
+    key = disk.session_key(request)
+    folder = disk.EXPORTS.folder(key)
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(session.run.spec.get("name") or "model"))[:64]   # a file name, from a trace
+    path = folder / f"lopa-trace-{model}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+    try:
+        session.run.save(path)
+        removed = disk.EXPORTS.add(key, path)
+    except (OSError, ValueError) as err:
+        disk.discard_export(path)
+        return gr.update(value=None), error_message(f"could not export the trace: {err}")
+    older = f" ({removed} older export(s) removed to make room)" if removed else ""
+    return (gr.update(value=str(path), visible=True),
+            f"Exported {session.n_rounds} rounds to `{esc(path.name)}`{older}.")
+
+
+def load_trace(session: Session, file) -> tuple:
+    """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load),
+    and the read is charged to the app's memory budget while it runs (app/budget.py)."""
+    path = getattr(file, "name", file)
+    if not path:
+        return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
+    with LEDGER.reading_trace() as read:
+        try:
+            run = RunResult.load(path, reserve=read.reserve)
+        except (ValueError, OSError, UnicodeDecodeError) as err:
+            return (error_message(f"could not read {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+        finally:
+            disk.discard_upload(path)            # read or refused, the upload is not kept on disk
+        if not run.records:
+            return (error_message("the trace has no rounds to replay"),) + live_outputs(session, "")[1:]
+        tokenizer = tokenizer_for_trace(run.spec)
+        names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
+        try:
+            session.replay(run, names, read=read)
+        except ValueError as err:                # over the memory budget (app/budget.py): nothing changed
+            return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
+    where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
+    k = run.settings.get("k", "?")
+    return live_outputs(session, f"Replaying a trace of {session.n_rounds} rounds (k={k}, {describe_run(session)}) "
+                                 f"with {where}. Prompt: “{esc(run.prompt[:120])}”")
+
+
+def clear_upload():
+    """Empty the upload box after a trace was read, ready for the next file."""
+    return None
