@@ -19,7 +19,8 @@ from contextlib import closing
 import gradio as gr
 
 from lopa.order import budget_warning
-from lopa.settings import SETTINGS, check_settings, resolve
+from lopa.resolution import resolve
+from lopa.settings import SETTINGS, check_settings
 
 from .boundary import stream_jobs
 from .models import MODELS

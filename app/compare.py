@@ -14,7 +14,7 @@ from contextlib import closing
 
 import gradio as gr
 
-from lopa.settings import resolve
+from lopa.resolution import resolve
 
 from .boundary import stream_jobs
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending

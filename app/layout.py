@@ -7,7 +7,7 @@ import math
 
 import gradio as gr
 
-from lopa.settings import resolve
+from lopa.resolution import resolve
 
 from .models import MODELS
 from .session import APP_DEFAULTS, SETTING_NAMES

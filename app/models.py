@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lopa.models import ASSETS, DEFAULT_MODEL, load
 from lopa.models.loading import ROOT, load_tokenizer
-from lopa.settings import resolve
+from lopa.resolution import resolve
 
 from .examples import example_groups
 from .gpu import zero_gpu

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from lopa import DecodeSettings, RunResult
-from lopa.settings import SETTINGS, ModelSpec, check_settings, resolve
+from lopa.resolution import resolve
+from lopa.settings import SETTINGS, ModelSpec, check_settings
 from lopa.trace import RoundRecord
 
 from .boundary import trace_of
@@ -87,7 +88,7 @@ def check_ui(*values) -> None:
 
 def shown_settings(spec: ModelSpec | None = None) -> DecodeSettings:
     """What the settings inputs show for the model with `spec` before the visitor touches them: the
-    one resolution (lopa.settings.resolve) of an empty request over the model's own values and the
+    one resolution (lopa.resolution.resolve) of an empty request over the model's own values and the
     app's defaults (APP_DEFAULTS). A Dream-format checkpoint that asks for full attention shows full."""
     return resolve({}, spec, defaults=APP_DEFAULTS)
 

@@ -18,7 +18,8 @@ from urllib.parse import parse_qsl, urlencode
 import gradio as gr
 
 from lopa import DecodeSettings
-from lopa.settings import DEFAULT_K, SETTINGS, ModelSpec, resolve, settings_diff
+from lopa.resolution import DEFAULT_K, resolve, settings_diff
+from lopa.settings import SETTINGS, ModelSpec
 
 from .models import MODELS, MODELS_DIR, _short
 from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings

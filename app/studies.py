@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from lopa.models.loading import ROOT
-from lopa.settings import resolve
+from lopa.resolution import resolve
 from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 from lopa.study.figures import shipped_title

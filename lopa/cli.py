@@ -20,7 +20,8 @@ import torch
 
 from lopa.engine import DecodeStalled
 from lopa.order import budget_warning
-from lopa.settings import DecodeSettings, add_settings_arguments, choice_type, settings_from_args
+from lopa.resolution import add_settings_arguments, choice_type, settings_from_args
+from lopa.settings import DecodeSettings
 
 
 def _read_script(args) -> None:

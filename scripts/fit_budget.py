@@ -10,7 +10,7 @@ with `--seed`, never a shipped file) decoded at k = 0 and k = 1 under each looka
 (lopa.study.adaptive.calibrate, lopa.rules.fit_gain). The ranking whose k = 1 calibration decodes
 reach the higher TPF is the model's: its gain model (adaptive_win, adaptive_release, adaptive_lift)
 and adaptive_rank go in config.json as "lopa": {"decode": {...}}, which lopa.models.loading reads
-into ModelSpec.decode, under whatever the user sets (lopa.settings.resolve). Without --write it
+into ModelSpec.decode, under whatever the user sets (lopa.resolution.resolve). Without --write it
 prints what it would write. Untimed: a fit counts forwards, so a busy machine gives the same numbers.
 """
 
@@ -27,7 +27,7 @@ from lopa.models import load  # noqa: E402
 from lopa.models.loading import ASSETS  # noqa: E402
 from lopa.order import budget_warning  # noqa: E402
 from lopa.problems import family_problems  # noqa: E402
-from lopa.settings import settings_for_model  # noqa: E402
+from lopa.resolution import settings_for_model  # noqa: E402
 from lopa.study.adaptive import GAIN, calibrate  # noqa: E402
 
 

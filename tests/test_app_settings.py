@@ -14,7 +14,8 @@ from app import LAUNCH_KWARGS, api, model_and_settings, share
 from app.panels import build_settings_panel
 from app.session import APP_DEFAULTS, SETTING_NAMES, parse_ui, settings_from_ui
 from lopa.cli import build_parser
-from lopa.settings import SETTINGS, settings_from_args
+from lopa.resolution import settings_from_args
+from lopa.settings import SETTINGS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")      # gr.Warning outside a request
 

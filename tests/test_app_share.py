@@ -6,7 +6,7 @@ import shlex
 from app.session import APP_DEFAULTS, SETTING_NAMES
 from app.share import command_line, restore, share_query
 from lopa.cli import build_parser
-from lopa.settings import settings_from_args
+from lopa.resolution import settings_from_args
 
 PROMPT = "Tom has 23 apples & 7 pears. How many?"
 CURRENT = ["", *[APP_DEFAULTS[n] for n in SETTING_NAMES]]

@@ -135,7 +135,8 @@ def test_row_names_and_settings_flags_reach_every_row():
 
     import pytest
 
-    from lopa.settings import DecodeSettings, add_settings_arguments, flag_settings
+    from lopa.resolution import add_settings_arguments, flag_settings
+    from lopa.settings import DecodeSettings
 
     base = DecodeSettings()
     assert bench.row_settings("lopa-k14-floor0.3", base).replace(lookahead_min_prob=0.0) == \

@@ -16,7 +16,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3Moe
 
 from lopa.models import load
 from lopa.models.sdar_llada_moe import LLADA_DECODE, SDAR_DECODE
-from lopa.settings import resolution, resolve
+from lopa.resolution import resolution, resolve
 
 QWEN3 = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              head_dim=8, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,

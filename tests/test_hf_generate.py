@@ -19,7 +19,7 @@ from lopa import DecodeSettings, ModelSpec
 from lopa.cli import main
 from lopa.hf import GUARD_MESSAGE, LopaGenerationConfig, RoundStreamer, add_transformers_support
 from lopa.models import DEFAULT_MODEL, load
-from lopa.settings import settings_for_model
+from lopa.resolution import settings_for_model
 from lopa.trace import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent

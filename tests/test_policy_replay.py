@@ -199,7 +199,7 @@ def _with_decode(tmp_path, decode):
 
 def test_config_decode_values_reach_the_spec_and_sit_under_the_user(tmp_path):
     from lopa.models import load
-    from lopa.settings import resolve
+    from lopa.resolution import resolve
     loaded = load(str(_with_decode(tmp_path, {"adaptive_win": 0.9, "adaptive_release": 2.3})), device="cpu")
     assert loaded.spec.decode == {"adaptive_win": 0.9, "adaptive_release": 2.3}
     settings = resolve({"order": "adaptive", "adaptive_release": 0.5}, loaded.spec)
@@ -222,7 +222,7 @@ def test_the_bundled_models_ship_their_fitted_budget():
     sure-gsm-dllm's never does there, and says so."""
     from lopa.models import load
     from lopa.models.loading import ASSETS
-    from lopa.settings import settings_for_model
+    from lopa.resolution import settings_for_model
     warnings = {}
     for name in ("open-gsm-dllm", "sure-gsm-dllm"):
         spec = load(str(ASSETS / "models" / name), device="cpu").spec

@@ -1,17 +1,9 @@
-"""The one resolution of settings (lopa.settings.resolution): precedence, unset, sources."""
+"""The one resolution of settings (lopa.resolution.resolution): precedence, unset, sources."""
 
 import pytest
 
-from lopa.settings import (
-    DEFAULT_K,
-    PAPER_PRESETS,
-    SETTINGS,
-    DecodeSettings,
-    ModelSpec,
-    resolution,
-    resolve,
-    settings_diff,
-)
+from lopa.resolution import DEFAULT_K, resolution, resolve, settings_diff
+from lopa.settings import PAPER_PRESETS, SETTINGS, DecodeSettings, ModelSpec
 
 SPEC = ModelSpec(mask_token_id=1, eos_token_ids=(0,), logit_shift=True, block_size=16, attention="full",
                  decode={"tau_conf": 0.8})

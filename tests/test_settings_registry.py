@@ -15,10 +15,11 @@ from lopa.cli import build_parser
 from lopa.cli import main as lopa_main
 from lopa.hf.config import LOPA_FIELDS, LopaGenerationConfig
 from lopa.order import ORDERS, AdaptiveOrder, LeastConfidentOrder, RoundView, make_order
+from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.rules import BRANCH_SCORES, COMMIT_RULES
 from lopa.schema import Settings
 from lopa.script import script_from_trace
-from lopa.settings import NOT_IN_PRESETS, PAPER_PRESETS, SETTINGS, add_settings_arguments, settings_from_args
+from lopa.settings import NOT_IN_PRESETS, PAPER_PRESETS, SETTINGS
 from lopa.study import common as study_common
 from lopa.trace import RunResult
 

@@ -317,7 +317,7 @@ def test_add_estimate_counts_only_the_rounds_where_a_second_branch_pays():
 
 def test_budget_flags_fit_the_cost_curve_as_a_line_and_parse_back_into_settings():
     from lopa.cli import build_parser
-    from lopa.settings import settings_from_args
+    from lopa.resolution import settings_from_args
     gain = {"adaptive_win": 0.9, "adaptive_release": 1.25, "adaptive_lift": 0.5}
     flags = adaptive.budget_flags([2.0, 3.0, 4.0, 5.0], gain, "least_confident", 3)    # 1 + 0.5 (B - 1) exactly
     settings = settings_from_args(build_parser().parse_args(["generate", "--prompt", "x", *flags.split()]))

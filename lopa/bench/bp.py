@@ -30,7 +30,8 @@ import torch
 
 from lopa.engine import Decoder
 from lopa.models.loading import DEFAULT_MODEL
-from lopa.settings import ATTENTION_MODES, add_settings_arguments, settings_from_args
+from lopa.resolution import add_settings_arguments, settings_from_args
+from lopa.settings import ATTENTION_MODES
 from lopa.tasks.hardware import hardware
 from lopa.tasks.problems import heldout_questions
 from lopa.trace import pooled

@@ -35,14 +35,8 @@ from lopa.blocks import min_forwards
 from lopa.eval.sandbox import describe as describe_sandbox
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
-from lopa.settings import (
-    ORDERS,
-    DecodeSettings,
-    add_settings_arguments,
-    decoder_settings,
-    flag_settings,
-    settings_from_args,
-)
+from lopa.resolution import add_settings_arguments, flag_settings, settings_from_args
+from lopa.settings import ORDERS, DecodeSettings, decoder_settings
 from lopa.tasks import humaneval as humaneval_task
 from lopa.tasks.grading import answer_text, score_answer
 from lopa.tasks.hardware import hardware
@@ -52,7 +46,7 @@ from lopa.tasks.results import MATPLOTLIB_HINT, save_plot, write_csv
 from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
-DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under the model's values (lopa.settings)
+DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under the model's values (lopa.resolution)
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
                 "lopa-k4-random", "lopa-k4-left_to_right"]
 

@@ -17,7 +17,8 @@ import torch
 
 from lopa.engine import fork_decoder
 from lopa.models import DEFAULT_MODEL, load
-from lopa.settings import add_settings_arguments, decoder_settings, settings_from_args
+from lopa.resolution import add_settings_arguments, settings_from_args
+from lopa.settings import decoder_settings
 from lopa.tasks.hardware import hardware
 from lopa.tasks.problems import heldout_questions
 from lopa.trace import RunResult

@@ -36,7 +36,8 @@ from lopa.bench.decoders import DEFAULTS, row_settings, run_decoder, summarize_r
 from lopa.bench.round import BRANCH_COUNTS, forward_times
 from lopa.models import ASSETS, load
 from lopa.models.loading import LoadedModel
-from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec, resolve
+from lopa.resolution import resolve
+from lopa.settings import ATTENTION_MODES, DecodeSettings, ModelSpec
 from lopa.tasks import hardware
 from lopa.tasks.problems import HELDOUT, heldout_questions, read_rows
 from lopa.trace import pooled

@@ -19,7 +19,8 @@ import torch
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
 from lopa.models import DEFAULT_MODEL, load
-from lopa.settings import DecodeSettings, add_settings_arguments, settings_from_args
+from lopa.resolution import add_settings_arguments, settings_from_args
+from lopa.settings import DecodeSettings
 from lopa.tasks.hardware import hardware
 from lopa.tasks.problems import heldout_questions
 

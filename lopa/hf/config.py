@@ -5,14 +5,15 @@ Two settings already have a transformers name and keep it: `max_new_tokens` (a m
 block size: LoPA appends whole blocks) and `temperature`, which counts only with `do_sample=True`
 (transformers' convention; greedy is DecodeSettings' temperature 0). Every other DecodeSettings
 field is carried under its own name. A field left unset (None) is filled the way `lopa generate`
-fills it (lopa.settings.settings_for_model), so the same choices decode the same tokens.
+fills it (lopa.resolution.settings_for_model), so the same choices decode the same tokens.
 """
 
 from __future__ import annotations
 
 from transformers import GenerationConfig
 
-from lopa.settings import SETTINGS, DecodeSettings, ModelSpec, settings_for_model
+from lopa.resolution import settings_for_model
+from lopa.settings import SETTINGS, DecodeSettings, ModelSpec
 
 # Registry settings with no transformers counterpart, carried as they are.
 LOPA_FIELDS = tuple(name for name in SETTINGS if name not in ("max_new_tokens", "temperature"))

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from lopa.models.loading import ASSETS
-from lopa.settings import DecodeSettings, settings_from_args
+from lopa.resolution import settings_from_args
+from lopa.settings import DecodeSettings
 from lopa.study.stats import afp, order_tau
 from lopa.tasks import results
 from lopa.tasks.grading import answer_text, exact_match
@@ -23,7 +24,7 @@ from lopa.trace import fill_rounds
 # Names the studies and the app read from here (one definition each, in lopa.tasks).
 __all__ = ["DEFAULT_SEED", "hardware", "load_problems", "prompt_ids", "weights_digest", "write_results"]
 STUDIES_DIR = ASSETS / "studies"             # results shipped with the app (docs/studies.md)
-DEFAULTS = {"max_new_tokens": 128}           # a study's own defaults, under the model's values (lopa.settings)
+DEFAULTS = {"max_new_tokens": 128}           # a study's own defaults, under the model's values (lopa.resolution)
 
 
 def add_common_arguments(parser, n: int, per_row=(), k: int = 4) -> None:
@@ -32,7 +33,7 @@ def add_common_arguments(parser, n: int, per_row=(), k: int = 4) -> None:
     `k` the study's default lookahead."""
     from lopa.models import add_model_arguments
     from lopa.models.loading import DEFAULT_MODEL
-    from lopa.settings import add_settings_arguments
+    from lopa.resolution import add_settings_arguments
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory or D2F preset name")
     parser.add_argument("--data", default="synthetic",
                         help="synthetic (fresh held-out problems drawn with --problem-seed, default), heldout (the shipped "
@@ -53,7 +54,7 @@ def add_common_arguments(parser, n: int, per_row=(), k: int = 4) -> None:
 
 
 def base_settings(args, spec) -> DecodeSettings:
-    """The settings a study's flags resolve to on the model (lopa.settings.settings_from_args): every
+    """The settings a study's flags resolve to on the model (lopa.resolution.settings_from_args): every
     flag given, over the model's own values, over the study's defaults (128 new tokens, its k) and the
     paper's GSM8K row (Table 5)."""
     return settings_from_args(args, spec, defaults=getattr(args, "settings_defaults", None) or DEFAULTS)

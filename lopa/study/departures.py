@@ -23,7 +23,7 @@ import time
 import torch
 
 from lopa.engine import DecodeStalled
-from lopa.settings import add_settings_arguments, settings_from_args
+from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.study.common import hardware, load_problems, write_results
 
 DEFAULTS = {"max_new_tokens": 128}       # and the paper's GSM8K row (Table 5); the model's own values come first

@@ -30,8 +30,9 @@ from lopa.engine import Decoder
 from lopa.exact import exact_distribution, reading_table
 from lopa.forward import Verified
 from lopa.problems import PHRASINGS, grammatical_lines, phrasings, split
+from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.rules import summarize
-from lopa.settings import DecodeSettings, add_settings_arguments, decoder_settings, settings_from_args
+from lopa.settings import DecodeSettings, decoder_settings
 from lopa.tasks.grading import exact_match
 from lopa.tasks.problems import DEFAULT_SEED
 from lopa.trace import pooled
