@@ -4,10 +4,11 @@ Every decode setting is declared once, as a DecodeSettings field whose metadata 
 choices, help, the paper's value and whether the app shows it (`setting(...)` below). SETTINGS, the
 registry read from those fields, is what every surface is generated from: the command-line flags
 (lopa.resolution.add_settings_arguments), the trace schema (lopa.schema), transformers' generation
-config (lopa.hf), the paper presets, the app's inputs, its share links and its /decode endpoint. `check_value` and
-`parse_value` are the one range check all of them apply; tests/test_settings_registry.py fails when
-a surface disagrees with the registry. Turning a request into the settings that run (what the user
-set over a preset over the model's own values) is lopa.resolution's.
+config (lopa.hf), the paper presets, the app's inputs, its share links and its /decode endpoint.
+`check_value` and `parse_value` are the one range check all of them apply;
+tests/test_settings_registry.py fails when a surface disagrees with the registry. Turning a request
+into the settings that run (what the user set over a preset over the model's own values) is
+lopa.resolution's.
 """
 
 from __future__ import annotations
