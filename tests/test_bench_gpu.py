@@ -14,7 +14,7 @@ import torch
 from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings
-from lopa.bench import gpu
+from lopa.bench import gpu, gpu_plan
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
 from lopa.settings import ATTENTION_MODES
@@ -122,11 +122,11 @@ def test_committed_reports_follow_the_schema(path):
 
 
 def test_a_toy_shape_keeps_the_architecture_at_a_cpu_size():
-    assert gpu.toy_shape(gpu.DREAM_7B) == dict(gpu.DREAM_7B, num_hidden_layers=2, hidden_size=224, intermediate_size=608,
+    assert gpu_plan.toy_shape(gpu_plan.DREAM_7B) == dict(gpu_plan.DREAM_7B, num_hidden_layers=2, hidden_size=224, intermediate_size=608,
                                                 num_attention_heads=7, num_key_value_heads=1, vocab_size=4096)
-    moe = dict(gpu.DREAM_7B, num_attention_heads=16, num_key_value_heads=4, head_dim=128, num_experts=64,
+    moe = dict(gpu_plan.DREAM_7B, num_attention_heads=16, num_key_value_heads=4, head_dim=128, num_experts=64,
                num_experts_per_tok=8, moe_intermediate_size=1024)
-    toy = gpu.toy_shape(moe)
+    toy = gpu_plan.toy_shape(moe)
     assert toy["num_attention_heads"] // toy["num_key_value_heads"] == 4 and toy["head_dim"] == 32
     assert (toy["num_experts"], toy["num_experts_per_tok"], toy["moe_intermediate_size"]) == (4, 2, 64)
     assert moe["num_experts"] == 64                   # the shape it was given is left as it was
@@ -140,7 +140,7 @@ def test_kv_bytes_per_token_is_what_the_prefix_cache_stores():
     ex.start(prompt)
     ex.verify([Branch.start(settings, spec)])
     ex.commit(0, 0)
-    assert ex.kv.nbytes() == gpu.kv_bytes_per_token(model) * (prompt.numel() + settings.max_new_tokens)
+    assert ex.kv.nbytes() == gpu_plan.kv_bytes_per_token(model) * (prompt.numel() + settings.max_new_tokens)
 
 
 def test_projection_is_tpf_over_forward_plus_bookkeeping():
