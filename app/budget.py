@@ -2,8 +2,8 @@
 
 Each trace a visitor loads is charged the bytes its RunResult holds (`held_bytes`, measured on the
 objects themselves, not estimated from counts). A session's budget, SESSION_BUDGET_BYTES, is two
-halves: HOLD_BYTES for the loaded traces it keeps, and lopa.schema.READ_BYTES for reading the next
-one, whose peak is bounded before each step that spends it (lopa.schema.check_read: read_cost for
+halves: HOLD_BYTES for the loaded traces it keeps, and lopa.read_budget.READ_BYTES for reading the next
+one, whose peak is bounded before each step that spends it (lopa.read_budget.check_read: read_cost for
 JSON, lopa.parquet_trace for Parquet). So a read never needs the kept runs gone first (a file that
 fails to load costs none of them), and the session's peak stays within its budget. Its loaded
 traces stay within HOLD_BYTES: a new one first evicts the session's oldest loaded runs that it needs
@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 
-from lopa.schema import READ_BYTES, TRACE_MEMORY_BYTES
+from lopa.read_budget import READ_BYTES, TRACE_MEMORY_BYTES
 
 SESSION_BUDGET_BYTES = TRACE_MEMORY_BYTES
 HOLD_BYTES = SESSION_BUDGET_BYTES - READ_BYTES

@@ -34,7 +34,7 @@ import gradio as gr
 
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.families import checkpoint_family
-from lopa.schema import check_read, read_cost
+from lopa.read_budget import check_read, read_cost
 
 from . import disk
 from .budget import HOLD_BYTES, LEDGER, held_bytes, mb

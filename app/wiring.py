@@ -10,7 +10,7 @@ import inspect
 import gradio as gr
 from starlette.middleware import Middleware
 
-from lopa.schema import MAX_TRACE_BYTES
+from lopa.read_budget import MAX_TRACE_BYTES
 
 from . import api, best_order, denoise, disk, forks, layout, model_and_settings, share, studies, tour, traces
 from . import callbacks as cb

@@ -1,4 +1,4 @@
-"""Reading a Parquet trace within the read budget (lopa.schema.READ_BYTES).
+"""Reading a Parquet trace within the read budget (lopa.read_budget.READ_BYTES).
 
 Parquet compresses, and a string kept once in a column's dictionary may stand for every row, so a
 file of a few hundred bytes can unpack to gigabytes: its size says nothing of its data's. The read
@@ -10,9 +10,9 @@ peak from there on (the footer, the Arrow table, and the Python objects that bec
    any page is read: the Arrow arrays they make;
 3. the Arrow table, strings kept as dictionaries (a repeated string is held once), before any Python
    object is built: the rows, lists, values and string bytes the Python rows will hold, and
-   lopa.schema.read_cost of every JSON text they carry (the header, `extra`, `forced`).
+   lopa.read_budget.read_cost of every JSON text they carry (the header, `extra`, `forced`).
 
-Over READ_BYTES the file is refused with the bound and the limit; `reserve` (lopa.schema.check_read)
+Over READ_BYTES the file is refused with the bound and the limit; `reserve` (lopa.read_budget.check_read)
 lets a caller charge each bound to a budget of its own. The weights are measured on hostile files
 (tests/test_parquet_budget.py).
 """
@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from lopa.schema import Record, check_read, read_cost, text_cost
+from lopa.read_budget import check_read, read_cost, text_cost
+from lopa.schema import Record
 
 # What reading costs, in bytes. FOOTER_COST: a fixed part (the reader's own set-up, and up to
 # MAX_FOOTER_ITEMS schema elements, which cost ~2 KB each however deeply nested), then per byte of

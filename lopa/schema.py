@@ -6,13 +6,14 @@ touches it: types are strict (no "4" for 4), ranges hold (positions inside the s
 ids inside the vocabulary, probabilities in [0, 1]), the run agrees with its own settings (block
 counts, window starts, one entry per branch) and sizes are bounded, so a small file cannot make
 a replay allocate gigabytes. A failure is one ValueError that names the field, e.g.
-`invalid trace: records.3.anchor_positions.0: must be < 64 (the sequence length)`.
+`invalid trace: records.3.anchor_positions.0: must be < 64 (the sequence length)`. What a read
+may cost in memory, checked before the file is parsed, is lopa.read_budget's; the canvas sampler's
+trace format is lopa.canvas_schema's.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -35,17 +36,6 @@ TRACE_FORMAT = "lopa-trace/2"
 # Version 1 called prompt-blind full attention "full"; version 2 calls it "full_prompt_blind" and
 # gives "full" the authors' meaning. A version-1 trace is read as version 2 with that name changed.
 OLD_FORMATS = {"lopa-trace/1": {"full": "full_prompt_blind"}}
-# Memory first. A session may use TRACE_MEMORY_BYTES (LOPA_SESSION_MEMORY_MB) for traces: half to
-# hold the ones it keeps (app/budget.py charges each what it holds), half, READ_BYTES, to read the
-# next one beside them, so the peak stays within the budget before the oldest are evicted and a
-# file that fails to load costs no kept run. A read's peak (the text, what json.loads builds, the
-# validated copy) is bounded before parsing by read_cost, from counts of the characters that make
-# Python objects: READ_COST is the most bytes one occurrence becomes, measured on hostile shapes
-# (nested empty lists, one-key dicts, unique keys, short strings; tests/test_app_budget.py).
-TRACE_MEMORY_BYTES = int(os.environ.get("LOPA_SESSION_MEMORY_MB", "192")) << 20
-READ_BYTES = TRACE_MEMORY_BYTES // 2
-READ_COST = {"[": 120, "{": 320, ",": 52, ":": 130, '"': 22}
-MAX_TRACE_BYTES = READ_BYTES // 2    # the file: its text and its strings already cost 2 bytes a character
 MAX_POSITIONS = MAX_NEW_TOKENS         # generated positions (the registry's bound on max_new_tokens)
 MAX_ROUNDS = MAX_POSITIONS + 2         # every round commits at least one token
 MAX_PROMPT_TOKENS = 32768
@@ -70,36 +60,14 @@ Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Name = Annotated[str, Field(max_length=MAX_NAME)]
 
 
-def read_cost(text: str) -> int:
-    """An upper bound on the bytes reading `text` takes at its peak (RunResult.from_json): the text
-    and its strings (1 byte a character each when ASCII; up to 4 each otherwise, and a \\u escape
-    can widen a whole string), plus READ_COST per structural character. Counts only, no parse."""
-    return text_cost(len(text), not text.isascii() or "\\u" in text, text.count)
-
-
-def text_cost(length, wide, count):
-    """read_cost from a text's length in characters, whether it is wide, and `count(char)`, how often
-    a character occurs in it: on one text (ints) or on many at once (numpy arrays, lopa.parquet_trace)."""
-    return (2 + 6 * wide) * length + sum(cost * count(char) for char, cost in READ_COST.items())
-
-
-def check_read(cost: int, reserve=None) -> None:
-    """Go on with a read whose peak from here on is at most `cost` bytes: ValueError over READ_BYTES.
-    `reserve(cost)`, the caller's own account (the app's budget, app/budget.py), may refuse it too."""
-    if cost > READ_BYTES:
-        raise ValueError(f"reading this trace would take up to {cost / 2**20:.0f} MB of memory; a trace may take "
-                         f"{READ_BYTES >> 20} MB to read (LOPA_SESSION_MEMORY_MB / 2): load a shorter run")
-    if reserve is not None:
-        reserve(cost)
-
-
 def _positions(n: int):
     return Field(max_length=n, fail_fast=True)
 
 
 # Every list stops at its first bad item (fail_fast), and a strict model at its first unknown key
-# (_Strict): pydantic would otherwise make an error object of about 1 KB for each, far more than
-# the item or key costs to read (read_cost), so a hostile file of bad items could outgrow its read.
+# (StrictModel): pydantic would otherwise make an error object of about 1 KB for each, far more than
+# the item or key costs to read (lopa.read_budget.read_cost), so a hostile file of bad items could
+# outgrow its read.
 def _branches(item):
     """One entry per branch, each a list of `item` that stops at its first bad entry too."""
     return Annotated[list[Annotated[list[item], Field(fail_fast=True)]],
@@ -168,7 +136,7 @@ class Extra(BaseModel):
     commit_broadcast: bool | None = None
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     """Strict types and no unknown keys: the first unknown key is the one error (see _branches)."""
     model_config = Strict
 
@@ -182,13 +150,13 @@ class _Strict(BaseModel):
         return data
 
 
-class Forced(_Strict):
+class Forced(StrictModel):
     action: Literal["commit", "hold", "lookahead"]
     position: Pos
     token: Id | None = None
 
 
-class Policy(_Strict):
+class Policy(StrictModel):
     """A trace's `order`: the policy that ran where its settings do not name it, with its parameters."""
     name: Literal[POLICY_NAMES]
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
@@ -221,7 +189,7 @@ class ForkedFrom(BaseModel):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
 
 
-class Record(_Strict):
+class Record(StrictModel):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
     kind: Literal["prefill", "round", "final"]
     window_start: Pos
@@ -348,80 +316,4 @@ def validate_trace(data: Any) -> dict:
         where = ".".join(str(part) for part in first["loc"]) or "trace"
         more = f" (and {err.error_count() - 1} more problems)" if err.error_count() > 1 else ""
         raise ValueError(f"invalid trace: {where}: {first['msg']}{more}") from None
-    return data
-
-
-# -- the canvas-sampler trace (lopa.models.canvas_trace, format lopa-canvas-trace/1) ------------
-CANVAS_TRACE_FORMAT = "lopa-canvas-trace/1"
-MAX_CANVAS = MAX_BLOCK_SIZE
-MAX_DENOISE_STEPS = 1024
-Entropy = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-
-
-def _canvas_list(item):
-    return Annotated[list[item], Field(max_length=MAX_CANVAS, fail_fast=True)]
-
-
-class DenoiseRecordModel(_Strict):
-    canvas: Annotated[int, Field(ge=0, lt=MAX_POSITIONS)]
-    step: Annotated[int, Field(ge=0, lt=MAX_DENOISE_STEPS)]
-    steps_left: Annotated[int, Field(ge=1, le=MAX_DENOISE_STEPS)]
-    temperature: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
-    tokens_in: _canvas_list(Id)
-    sampled: _canvas_list(Id)
-    argmax: _canvas_list(Id)
-    entropy: _canvas_list(Entropy)
-    accepted: _canvas_list(Annotated[int, Field(ge=0, lt=MAX_CANVAS)])
-    renoised: _canvas_list(Annotated[int, Field(ge=0, lt=MAX_CANVAS)])
-    stopped: bool = False
-
-
-class CanvasSettings(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-    canvas_length: Annotated[int, Field(ge=1, le=MAX_CANVAS)]
-    max_denoising_steps: Annotated[int, Field(ge=1, le=MAX_DENOISE_STEPS)]
-
-
-class CanvasTrace(_Strict):
-    format: Literal["lopa-canvas-trace/1"]
-    model: Name
-    prompt: Annotated[str, Field(max_length=MAX_TEXT)]
-    prompt_ids: Annotated[list[Id], Field(max_length=MAX_PROMPT_TOKENS, fail_fast=True)]
-    tokens: Annotated[list[Id], Field(max_length=MAX_POSITIONS, fail_fast=True)]
-    answer: Annotated[str, Field(max_length=MAX_TEXT)]
-    settings: dict
-    pad_token_id: Id | None = None
-    records: Annotated[list[DenoiseRecordModel], Field(max_length=MAX_ROUNDS, fail_fast=True)]
-    settled: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_DENOISE_STEPS)] | None],
-                       Field(max_length=MAX_POSITIONS, fail_fast=True)] = []
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        settings = CanvasSettings.model_validate(self.settings)
-        n = settings.canvas_length
-        for i, r in enumerate(self.records):
-            if not (len(r.tokens_in) == len(r.sampled) == len(r.argmax) == len(r.entropy) == n):
-                raise ValueError(f"records.{i}: every per-position list must hold canvas_length ({n}) entries")
-            if sorted(r.accepted + r.renoised) != list(range(n)):
-                raise ValueError(f"records.{i}: accepted and renoised must split the canvas's positions")
-            if r.step >= settings.max_denoising_steps:
-                raise ValueError(f"records.{i}.step: must be < max_denoising_steps ({settings.max_denoising_steps})")
-        if -(-len(self.tokens) // n) < len({r.canvas for r in self.records}):
-            raise ValueError("more canvases were denoised than the answer holds")
-        if self.settled and len(self.settled) != len(self.tokens):
-            raise ValueError("settled must hold one entry per answer token")
-        return self
-
-
-def validate_canvas_trace(data: Any) -> dict:
-    """Check a parsed canvas-sampler trace and return it as plain data; ValueError naming the first
-    bad field otherwise."""
-    if not isinstance(data, dict) or data.get("format") != CANVAS_TRACE_FORMAT:
-        raise ValueError(f"not a canvas-sampler trace (expected format {CANVAS_TRACE_FORMAT!r})")
-    try:
-        CanvasTrace.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "trace"
-        raise ValueError(f"invalid canvas trace: {where}: {first['msg']}") from None
     return data

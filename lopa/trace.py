@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lopa.parquet_trace import read_parquet
-from lopa.schema import MAX_TRACE_BYTES, TRACE_FORMAT, check_read, read_cost, validate_trace
+from lopa.read_budget import MAX_TRACE_BYTES, check_read, read_cost
+from lopa.schema import TRACE_FORMAT, validate_trace
 
 
 @dataclass
@@ -264,7 +265,7 @@ class RunResult:
     @classmethod
     def from_json(cls, text: str, reserve=None) -> RunResult:
         """Parse and validate (lopa.schema) a JSON trace; ValueError naming the bad field. Its read_cost
-        is checked before json.loads builds anything (lopa.schema.check_read, `reserve` as there)."""
+        is checked before json.loads builds anything (lopa.read_budget.check_read, `reserve` as there)."""
         if len(text) > MAX_TRACE_BYTES:
             raise ValueError(f"the trace is over {MAX_TRACE_BYTES >> 20} MB")
         check_read(read_cost(text), reserve)
@@ -340,7 +341,7 @@ class RunResult:
     def load(cls, path: str | Path, reserve=None) -> RunResult:
         """Read a trace written by `save`. Only parses data, never executes or unpickles anything;
         every field is validated (lopa.schema) before the run is built. ValueError otherwise. The
-        read's peak is bounded before each step that spends it (lopa.schema.check_read; Parquet:
+        read's peak is bounded before each step that spends it (lopa.read_budget.check_read; Parquet:
         lopa.parquet_trace); `reserve(nbytes)`, called with each bound, may refuse it too."""
         path = Path(path)
         if path.suffix not in (".json", ".parquet"):

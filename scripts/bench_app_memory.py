@@ -116,7 +116,7 @@ def uploads(n: int) -> None:
     from app.budget import APP_BUDGET_BYTES, HOLD_BYTES, LEDGER, SESSION_BUDGET_BYTES, held_bytes
     from app.session import Session, end_session
     from lopa import RunResult
-    from lopa.schema import READ_BYTES, read_cost
+    from lopa.read_budget import READ_BYTES, read_cost
 
     path = Path(tempfile.mkdtemp(prefix="lopa-bench-")) / "largest.json"
     path.write_text(text := largest_trace())

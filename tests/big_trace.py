@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from lopa import DecodeSettings
-from lopa.schema import MAX_ROUNDS, READ_BYTES, read_cost
+from lopa.read_budget import READ_BYTES, read_cost
+from lopa.schema import MAX_ROUNDS
 
 SPEC = {"mask_token_id": 3, "eos_token_ids": [2], "logit_shift": False, "vocab_size": 50_000, "name": "synthetic"}
 

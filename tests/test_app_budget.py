@@ -21,7 +21,7 @@ from app.budget import Ledger, held_bytes
 from app.runs import RunTree
 from app.session import Session
 from lopa import RunResult
-from lopa.schema import MAX_TRACE_BYTES, READ_BYTES, TRACE_MEMORY_BYTES, read_cost
+from lopa.read_budget import MAX_TRACE_BYTES, READ_BYTES, TRACE_MEMORY_BYTES, read_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,7 +87,7 @@ def test_the_upload_callback_says_why_a_trace_was_refused(tmp_path, monkeypatch)
 def test_the_limits_derive_from_the_budget():
     assert budget.SESSION_BUDGET_BYTES == TRACE_MEMORY_BYTES == budget.HOLD_BYTES + READ_BYTES
     assert MAX_TRACE_BYTES == READ_BYTES // 2 and Session().runs.budget == budget.HOLD_BYTES
-    code = "import lopa.schema as s; print(s.TRACE_MEMORY_BYTES, s.READ_BYTES, s.MAX_TRACE_BYTES)"
+    code = "import lopa.read_budget as s; print(s.TRACE_MEMORY_BYTES, s.READ_BYTES, s.MAX_TRACE_BYTES)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "LOPA_SESSION_MEMORY_MB": "40"}).stdout.split()
     assert [int(v) for v in out] == [40 << 20, 20 << 20, 10 << 20]
@@ -95,7 +95,7 @@ def test_the_limits_derive_from_the_budget():
 
 def test_a_trace_that_would_cost_too_much_to_read_is_refused_before_parsing(monkeypatch):
     text = trace_json(5, blocks=16, per_round=50)
-    monkeypatch.setattr("lopa.schema.READ_BYTES", read_cost(text) - 1)
+    monkeypatch.setattr("lopa.read_budget.READ_BYTES", read_cost(text) - 1)
     monkeypatch.setattr("lopa.trace.json.loads", lambda *a, **k: pytest.fail("parsed a trace over its read budget"))
     with pytest.raises(ValueError, match=r"reading this trace would take up to \d+ MB of memory; a trace may take \d+ MB"):
         RunResult.from_json(text)

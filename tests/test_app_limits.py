@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from app import LAUNCH_KWARGS
 from app.runs import MAX_RUNS, RunTree
 from app.session import Session, end_session
-from lopa.schema import MAX_TRACE_BYTES
+from lopa.read_budget import MAX_TRACE_BYTES
 
 
 def fake_run():

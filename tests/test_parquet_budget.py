@@ -22,7 +22,7 @@ from app import traces
 from app.budget import Ledger
 from app.session import Session
 from lopa import RunResult
-from lopa.schema import READ_BYTES
+from lopa.read_budget import READ_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = rf"would take up to \d+ MB of memory; a trace may take {READ_BYTES >> 20} MB to read"

@@ -1,6 +1,6 @@
 """The trace of a canvas sampler (DiffusionGemma's entropy-bound sampler): one DenoiseRecord per
 denoising step, and the CanvasRun that collects them. The format is `lopa-canvas-trace/1`,
-checked by lopa.schema.validate_canvas_trace before anything reads a file.
+checked by lopa.canvas_schema.validate_canvas_trace before anything reads a file.
 
 A canvas sampler is not masked diffusion, so this is not a lopa-trace RoundRecord: every step
 predicts every position of the canvas, keeps the sampled token where the prediction's entropy is
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lopa.schema import CANVAS_TRACE_FORMAT, validate_canvas_trace
+from lopa.canvas_schema import CANVAS_TRACE_FORMAT, validate_canvas_trace
 
 
 @dataclass
