@@ -7,7 +7,7 @@
 For each model: `--n` fresh held-out problems of the model's own family (config.lopa.problems, drawn
 with `--seed`, never a shipped file) decoded at k = 0 and k = 1 under each lookahead ranking in
 --ranks, as `lopa generate --order adaptive` resolves its settings for that model
-(lopa.study.adaptive.calibrate, lopa.rules.fit_gain). The ranking whose k = 1 calibration decodes
+(lopa.study.adaptive_fit.calibrate, lopa.rules.fit_gain). The ranking whose k = 1 calibration decodes
 reach the higher TPF is the model's: its gain model (adaptive_win, adaptive_release, adaptive_lift)
 and adaptive_rank go in config.json as "lopa": {"decode": {...}}, which lopa.models.loading reads
 into ModelSpec.decode, under whatever the user sets (lopa.resolution.resolve). Without --write it
@@ -28,7 +28,7 @@ from lopa.models.loading import ASSETS  # noqa: E402
 from lopa.order import budget_warning  # noqa: E402
 from lopa.problems import family_problems  # noqa: E402
 from lopa.resolution import settings_for_model  # noqa: E402
-from lopa.study.adaptive import GAIN, calibrate  # noqa: E402
+from lopa.study.adaptive_fit import GAIN, calibrate  # noqa: E402
 
 
 def folder_of(name: str) -> Path:

@@ -15,7 +15,7 @@ from lopa import Decoder, DecodeSettings
 from lopa.cli import main as lopa_main
 from lopa.order import AdaptiveOrder, make_order
 from lopa.rules import score_split
-from lopa.study import adaptive, calibration, orders
+from lopa.study import adaptive, adaptive_fit, calibration, orders
 from lopa.study.stats import (
     afp,
     aup,
@@ -63,9 +63,9 @@ def test_order_metrics_afp_and_kendall_tau_of_the_fill_order():
 
 
 def test_the_cost_curve_never_falls_with_more_branches():
-    assert adaptive.monotone([2.0, 4.0, 6.0]) == [2.0, 4.0, 6.0]
-    assert adaptive.monotone([3.0, 1.0, 2.0]) == [2.0, 2.0, 2.0]            # never cheaper with more branches
-    assert adaptive.monotone([1.0, 5.0, 3.0, 4.0]) == [1.0, 4.0, 4.0, 4.0]  # a spike averaged with what follows
+    assert adaptive_fit.monotone([2.0, 4.0, 6.0]) == [2.0, 4.0, 6.0]
+    assert adaptive_fit.monotone([3.0, 1.0, 2.0]) == [2.0, 2.0, 2.0]            # never cheaper with more branches
+    assert adaptive_fit.monotone([1.0, 5.0, 3.0, 4.0]) == [1.0, 4.0, 4.0, 4.0]  # a spike averaged with what follows
 
 
 def test_aup_and_the_pareto_front():
@@ -130,7 +130,7 @@ def test_branch_rounds_count_what_adaptive_order_sees_on_hand_made_records():
         Record(kind="final", winner=0, lookahead_positions=[], anchor_positions=[], branch_positions=[[]],
                branch_max_prob=[[]]),
     ]
-    assert adaptive.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2, "near_won": 2}
+    assert adaptive_fit.branch_rounds(records, tau) == {"rounds": 2, "wins": 1, "near": 2, "near_won": 2}
     assert adaptive.lost_rounds(records) == 1                   # the round whose branch the anchor beat
 
 
@@ -319,7 +319,7 @@ def test_budget_flags_fit_the_cost_curve_as_a_line_and_parse_back_into_settings(
     from lopa.cli import build_parser
     from lopa.resolution import settings_from_args
     gain = {"adaptive_win": 0.9, "adaptive_release": 1.25, "adaptive_lift": 0.5}
-    flags = adaptive.budget_flags([2.0, 3.0, 4.0, 5.0], gain, "least_confident", 3)    # 1 + 0.5 (B - 1) exactly
+    flags = adaptive_fit.budget_flags([2.0, 3.0, 4.0, 5.0], gain, "least_confident", 3)    # 1 + 0.5 (B - 1) exactly
     settings = settings_from_args(build_parser().parse_args(["generate", "--prompt", "x", *flags.split()]))
     assert (settings.order, settings.adaptive_rank, settings.k, settings.branch_cost) == ("adaptive", "least_confident", 3, 0.5)
     assert (settings.adaptive_win, settings.adaptive_release, settings.adaptive_lift) == (0.9, 1.25, 0.5)

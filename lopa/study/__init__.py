@@ -4,7 +4,8 @@ of what ran where) and, where plotly / matplotlib are installed, its plots.
 
     python -m lopa.study orders          LoPA's orders against random and left-to-right orders (orders.py)
     python -m lopa.study calibration     does the branch score predict the next round; other scores (calibration.py)
-    python -m lopa.study adaptive        an adaptive branch budget against fixed k (adaptive.py)
+    python -m lopa.study adaptive        an adaptive branch budget against fixed k (adaptive.py; its cost
+                                         curve and gain model: adaptive_fit.py)
     python -m lopa.study headroom        LoPA against the best filling order a search finds (headroom.py)
     python -m lopa.study errors          where answers go wrong, line by line, and who wrote each wrong name (errors.py)
     python -m lopa.study teacher-forced  what the model predicts with only some answer slots masked (teacher_forced.py)
