@@ -1,5 +1,4 @@
-"""DiffusionGemma on its own sampler, step by step: the panel, its callbacks and the one DiffusionGemma
-model this process holds.
+"""DiffusionGemma on its own sampler, step by step: the panel, its callbacks and how its model is held.
 
 DiffusionGemma is not a masked diffusion LM, so the LoPA engine (and every control of the round view)
 does not decode it (docs/checkpoints.md, "DiffusionGemma on its own sampler"). When a visitor picks a
@@ -8,14 +7,16 @@ DiffusionGemma folder in the model box, the session keeps its LoPA model and thi
 and shows the lopa-canvas-trace/1 it records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
 entropy of every position at every step, the step each final token settled, counters. A saved canvas
 trace can be opened too (bounded in size, read within the app's memory budget, validated by
-lopa.schema before use; every string it holds reaches the page through `esc`).
+lopa.schema before use; every string it holds reaches the page through `esc`), and the trace shown saved
+for download (the same file, within the app's disk budgets: app/disk.py).
 
 A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
 time, like Run), its canvases x steps are at most MAX_FORWARDS, and a forward that starts after
-DECODE_SECONDS (LOPA_CANVAS_DECODE_S) ends it with a message. One DiffusionGemma model is held at a time,
-outside the LoPA models' cache (app/models.py), whose loaders refuse it; it is replaced when another
-DiffusionGemma folder is decoded. On ZeroGPU the panel decodes nothing (a GPU worker only sees the
-models loaded before it forks: app/gpu.py), and replays saved traces only.
+DECODE_SECONDS (LOPA_CANVAS_DECODE_S) ends it with a message. The DiffusionGemma models live in the app's
+one models' cache (app/models.py, `load=load_canvas_model`): counted in its byte bound beside the LoPA
+models, least recently used first out, never while a decode holds one (a lease). On ZeroGPU the panel
+decodes nothing (a GPU worker only sees the models loaded before it forks: app/gpu.py), and replays saved
+traces only.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 import time
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,11 @@ from .inputs import shown, text, whole
 from .models import MODELS, token_names, tokenizer_for_trace
 from .viz import denoise, esc
 
+# The panel's settings in the order of its inputs, each by the name its messages (and share links) use.
+# All but the seed are 0 when unset: the checkpoint's own generation config.
+PANEL_SETTINGS = {"max_new_tokens": "max new tokens", "max_denoising_steps": "max denoising steps",
+                  "entropy_bound": "entropy bound", "seed": "seed"}
+PANEL_INPUTS = ("denoise_max_new_tokens", "denoise_steps", "denoise_bound", "denoise_seed")   # their components
 DENOISE_OUTPUTS = ("denoise_status", "denoise_counters", "denoise_slider", "denoise_step", "denoise_settled",
                    "denoise_heatmap")
 # Denoising forwards one decode may take (canvases x max denoising steps): DiffusionGemma's own defaults
@@ -72,37 +76,25 @@ NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model 
              "whose config says `diffusion_gemma`), or open a saved canvas trace.")
 
 
-# -- the model: one at a time, loaded and decoded under one lock --------------------------------------
+# -- the model: in the app's models' cache, under its own loader -------------------------------------
+@dataclass(frozen=True)
 class CanvasModel:
-    """The DiffusionGemma model this process holds (at most one): `decoding(folder)` loads it if needed
-    and holds the lock for the decode, so a load never swaps the model under a running decode."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.key: str | None = None
-        self.model = self.tokenizer = None
-
-    def tokenizer_named(self, name: str):
-        """The held model's tokenizer if its folder is called `name`, else None (a trace's tokens)."""
-        return self.tokenizer if self.key is not None and Path(self.key).name == name else None
-
-    @contextmanager
-    def decoding(self, folder: Path):
-        with self._lock:
-            self._ensure(folder)
-            yield self.model, self.tokenizer
-
-    def _ensure(self, folder: Path) -> None:
-        from lopa.models.diffusion_gemma import load_diffusion_gemma
-        key = MODELS.key(folder)
-        if key == self.key:
-            return
-        self.key = self.model = self.tokenizer = None        # the old one goes before the new one loads
-        self.model, self.tokenizer = load_diffusion_gemma(folder)
-        self.key = key
+    """A loaded DiffusionGemma checkpoint as the models' cache holds it (app/models.py counts `model`'s bytes
+    and finds `tokenizer` for a saved trace whose model is called like `path`'s folder)."""
+    model: object
+    tokenizer: object
+    path: Path
 
 
-CANVAS_MODEL = CanvasModel()
+def load_canvas_model(folder: Path) -> CanvasModel:
+    """The cache's loader of a DiffusionGemma folder (`MODELS.lease(folder, load=load_canvas_model)`); ValueError
+    when it does not load."""
+    from lopa.models.diffusion_gemma import load_diffusion_gemma
+    try:
+        model, tokenizer = load_diffusion_gemma(folder)
+    except (OSError, RuntimeError, KeyError) as err:        # a missing tokenizer, a half-written file
+        raise ValueError(f"could not load DiffusionGemma from {Path(folder).name}: {err}") from None
+    return CanvasModel(model, tokenizer, Path(folder))
 
 
 def canvas_folder(choice) -> Path | None:
@@ -185,8 +177,8 @@ def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_de
         prompt = text("prompt", prompt).strip()
         if not prompt:
             raise ValueError("the prompt is empty: type one above")
-        generation = _generation(max_new_tokens, max_denoising_steps, entropy_bound)
-        seed = whole("seed", seed, *SEED_RANGE)
+        settings = panel_settings(max_new_tokens, max_denoising_steps, entropy_bound, seed)
+        generation, seed = _generation(settings), settings["seed"]
         folder = getattr(session, "canvas_model", None)
         if not folder:
             raise ValueError(NO_FOLDER)
@@ -194,9 +186,9 @@ def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_de
             raise ValueError("this ZeroGPU Space does not decode DiffusionGemma (its GPU workers only see the models "
                              "loaded at startup); run the app locally, or open a saved canvas trace")
         folder = Path(folder)
-        with CANVAS_MODEL.decoding(folder) as (model, tokenizer):
-            run = _decode(model, tokenizer, folder.name, prompt, seed, generation)
-            names = _names(tokenizer, run)
+        with MODELS.lease(folder, load=load_canvas_model) as held:     # never evicted mid-decode
+            run = _decode(held.model, held.tokenizer, folder.name, prompt, seed, generation)
+            names = _names(held.tokenizer, run)
         view.hold(run, names)
     except (ValueError, OSError) as err:
         return (_error(err),) + _unchanged()
@@ -205,25 +197,37 @@ def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_de
     return (status,) + render(view, 0)
 
 
-def _generation(max_new_tokens, max_denoising_steps, entropy_bound) -> dict:
-    """generate()'s arguments the visitor set, each read by app.inputs. Unset (None, empty, or 0, which a
-    cleared number box sends and no setting takes) is the checkpoint's own."""
-    out = {}
-    if not _unset(max_new_tokens):
-        out["max_new_tokens"] = whole("max new tokens", max_new_tokens, *TOKEN_RANGE)
-    if not _unset(max_denoising_steps):
-        out["max_denoising_steps"] = whole("max denoising steps", max_denoising_steps, *STEP_RANGE)
-    if not _unset(entropy_bound):
-        try:
-            bound = float(entropy_bound) if not isinstance(entropy_bound, bool) and len(str(entropy_bound)) <= 40 \
-                else math.nan
-        except (TypeError, ValueError):
-            bound = math.nan
-        if not (math.isfinite(bound) and 0 < bound <= ENTROPY_BOUND_MAX):
-            raise ValueError(f"entropy bound must be a number above 0 and at most {ENTROPY_BOUND_MAX:g}, "
-                             f"got {shown(entropy_bound)}")
+def panel_settings(*values) -> dict:
+    """{PANEL_SETTINGS name: value} from the panel's raw input values in that order (read_setting)."""
+    return {name: read_setting(name, value) for name, value in zip(PANEL_SETTINGS, values)}
+
+
+def read_setting(name: str, value) -> int | float:
+    """The panel's setting `name` (a PANEL_SETTINGS key) from a raw value, read by app.inputs: ValueError
+    naming it. Unset (None, empty, or 0, which a cleared number box sends and no setting takes) is 0, the
+    checkpoint's own; the seed is always a number."""
+    label = PANEL_SETTINGS[name]
+    if name == "seed":
+        return whole(label, value, *SEED_RANGE)
+    if _unset(value):
+        return 0
+    if name != "entropy_bound":
+        return whole(label, value, *(TOKEN_RANGE if name == "max_new_tokens" else STEP_RANGE))
+    try:
+        bound = float(value) if not isinstance(value, bool) and len(str(value)) <= 40 else math.nan
+    except (TypeError, ValueError):
+        bound = math.nan
+    if not (math.isfinite(bound) and 0 < bound <= ENTROPY_BOUND_MAX):
+        raise ValueError(f"{label} must be a number above 0 and at most {ENTROPY_BOUND_MAX:g}, got {shown(value)}")
+    return bound
+
+
+def _generation(settings: dict) -> dict:
+    """generate()'s arguments from panel_settings: those the visitor set (the rest are the checkpoint's own)."""
+    out = {name: settings[name] for name in ("max_new_tokens", "max_denoising_steps") if settings[name]}
+    if settings["entropy_bound"]:
         from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
-        out["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=bound)
+        out["sampler_config"] = EntropyBoundSamplerConfig(entropy_bound=settings["entropy_bound"])
     return out
 
 
@@ -300,7 +304,7 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
             del body
             if not run.records:
                 raise ValueError("the trace has no denoising steps to show")
-            tokenizer = CANVAS_MODEL.tokenizer_named(run.model) or tokenizer_for_trace({"name": run.model})
+            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/models.py)
             view.hold(run, _names(tokenizer, run), read=read)
     except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         return (_error(f"could not open {shown_name}: {err}"),) + _unchanged()
@@ -314,6 +318,26 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
 
 def clear_upload():
     return None
+
+
+def export_canvas_trace(view: CanvasView, request: gr.Request = None) -> tuple:
+    """(file, status): the trace shown, as the lopa-canvas-trace/1 JSON that load_canvas_trace opens, written
+    for download into Gradio's cache within the app's disk budgets (app/disk.export, as the round view's export)."""
+    if view.run is None:
+        return gr.update(value=None), _error("nothing to save yet: decode the prompt or open a saved canvas trace first")
+    body = json.dumps(view.run)                 # CanvasRun.to_json of the trace shown
+    if len(body) > MAX_UPLOAD_BYTES:            # ASCII: characters are bytes
+        return gr.update(value=None), _error(f"this trace takes {mb(len(body))} as a file and this panel opens "
+                                             f"canvas traces up to {mb(MAX_UPLOAD_BYTES)}: decode fewer steps")
+    try:
+        path, removed = disk.export(request, "lopa-canvas-trace", view.run.get("model"), ".json",
+                                    lambda path: path.write_text(body, encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return gr.update(value=None), _error(f"could not save the canvas trace: {err}")
+    older = f" ({removed} older export(s) removed to make room)" if removed else ""
+    return (gr.update(value=str(path), visible=True),
+            f"Saved {len(view.run['records'])} denoising steps to `{esc(path.name)}`{older}: open it here again "
+            "with the upload box.")
 
 
 def show_step(view: CanvasView, index) -> tuple:
@@ -366,6 +390,9 @@ def build_denoise_panel() -> dict:
                                   elem_id="denoise-decode")
         upload = gr.File(label="open a saved canvas trace (lopa-canvas-trace/1, .json)", file_types=[".json"],
                          elem_id="denoise-upload")
+    with gr.Row():
+        export = gr.Button("Save the canvas trace shown (.json)", elem_id="denoise-export")
+        export_file = gr.File(label="download", interactive=False, elem_id="denoise-export-file")
     status = gr.Markdown("", elem_id="denoise-status")
     counters = gr.HTML(elem_id="denoise-counters")
     slider = gr.Slider(0, 1, value=0, step=1, label="denoising step", interactive=False, elem_id="denoise-slider")
@@ -375,5 +402,6 @@ def build_denoise_panel() -> dict:
                             "settled)", elem_id="denoise-heatmap")
     return {"denoise_folder": folder, "denoise_max_new_tokens": tokens, "denoise_steps": steps,
             "denoise_bound": bound, "denoise_seed": seed, "denoise_decode": decode_button, "denoise_upload": upload,
-            "denoise_status": status, "denoise_counters": counters, "denoise_slider": slider, "denoise_step": step,
-            "denoise_settled": settled, "denoise_heatmap": heatmap}
+            "denoise_export": export, "denoise_export_file": export_file, "denoise_status": status,
+            "denoise_counters": counters, "denoise_slider": slider, "denoise_step": step, "denoise_settled": settled,
+            "denoise_heatmap": heatmap}

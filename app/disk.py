@@ -108,6 +108,22 @@ class Exports:
         shutil.rmtree(self.root / key, ignore_errors=True)
 
 
+def export(request, stem: str, model, suffix: str, write) -> tuple[Path, int]:
+    """One export of `request`'s session (a gr.Request, or None): `write(path)` at a fresh path called
+    `<stem>-<model>-<time><suffix>` (`model` made a file name: it may come from an uploaded trace), then
+    charged to the disk budgets (Exports.add). Returns (path, how many older exports were removed to make
+    room); on OSError or ValueError (over a session's budget) the file is removed and the error raised."""
+    key = session_key(request)
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(model or "model"))[:64]
+    path = EXPORTS.folder(key) / f"{stem}-{model}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+    try:
+        write(path)
+        return path, EXPORTS.add(key, path)
+    except (OSError, ValueError):
+        discard_export(path)
+        raise
+
+
 def discard_export(path: Path) -> None:
     """An export that failed before it was charged, and the folder made for it."""
     _remove(Path(path))

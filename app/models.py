@@ -5,9 +5,12 @@ folder and the decoding side takes the model from MODELS, a cache shared by ever
 by the models' bytes (LOPA_MODEL_CACHE_BYTES). A model is only read, never changed, so sessions share
 it safely. The least recently used model goes first when the bound is passed, never one that a decode
 still holds (a lease: `MODELS.lease(folder)`). Loads are serialised by a lock so two first clicks do
-not load one model twice; a failed load changes nothing. The branch-parallel backend is one persistent
-lopa.distributed.group.BPGroup beside the cache, over the model of the job that asks for it, started
-on first use, restarted when the worker count or the model changes, closed at exit.
+not load one model twice; a failed load changes nothing. A model the LoPA engine does not decode (a
+DiffusionGemma checkpoint, app/denoise.py) lives in the same cache, in the same bound, under its own
+loader (`MODELS.lease(folder, load=...)`): an entry is only ever served to the loader that made it.
+The branch-parallel backend is one persistent lopa.distributed.group.BPGroup beside the cache, over
+the model of the job that asks for it, started on first use, restarted when the worker count or the
+model changes, closed at exit.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ class _Entry:
     nbytes: int
     leases: int = 0             # decodes holding it right now: never evicted while > 0
     warmed: bool = False
+    load: object = None         # the loader of a model of another kind (app/denoise.py); None: a LoPA model (_load)
 
 
 class ModelCache:
@@ -131,7 +135,9 @@ class ModelCache:
 
     `get(folder)` loads (or finds) a model; `lease(folder)` holds it for the length of a decode;
     `folder(choice)` turns a model box value, a bundled name or "" (the default) into the folder
-    that names a model in jobs and runs."""
+    that names a model in jobs and runs. `load` (get, peek, lease, acquire) names the loader of a
+    model of another kind, `load(folder)` -> an object with `.model` and `.tokenizer` (None: a LoPA
+    model, lopa.models.load); the folder keys the entry either way."""
 
     def __init__(self, default: Path = DEFAULT_MODEL, max_bytes: int | None = None):
         self.default = Path(default)
@@ -174,29 +180,29 @@ class ModelCache:
         return str(Path(folder).expanduser().resolve())
 
     # -- the cache -----------------------------------------------------------------------------
-    def get(self, folder: str | Path | None = None):
+    def get(self, folder: str | Path | None = None, load=None):
         """The model in `folder` (default: the default model), loading it if it is not cached, and
         marking it most recently used. Raises ValueError if it does not load (nothing changes)."""
-        return self._find_or_load(folder, lease=False).loaded
+        return self._find_or_load(folder, lease=False, load=load).loaded
 
-    def peek(self, folder: str | Path | None = None):
-        """The model in `folder` if it is cached right now, else None; loads nothing, uses nothing."""
+    def peek(self, folder: str | Path | None = None, load=None):
+        """The model in `folder` if it is cached right now (by `load`), else None; loads nothing, uses nothing."""
         with self._lock:
             entry = self._entries.get(self.key(folder if folder is not None else self.default))
-            return entry.loaded if entry is not None else None
+            return entry.loaded if entry is not None and entry.load is load else None
 
     @contextmanager
-    def lease(self, folder: str | Path | None = None):
+    def lease(self, folder: str | Path | None = None, load=None):
         """The model in `folder`, held (not evicted) until the block ends."""
-        loaded = self.acquire(folder)
+        loaded = self.acquire(folder, load=load)
         try:
             yield loaded
         finally:
             self.release(folder if folder is not None else self.default)
 
-    def acquire(self, folder: str | Path | None = None):
+    def acquire(self, folder: str | Path | None = None, load=None):
         """get(), and hold the model until release(folder): for a decode that outlives one block."""
-        return self._find_or_load(folder, lease=True).loaded
+        return self._find_or_load(folder, lease=True, load=load).loaded
 
     def release(self, folder: str | Path) -> None:
         """Give back one acquire() of the model in `folder`; the cache then trims to its bound."""
@@ -207,25 +213,30 @@ class ModelCache:
             evicted = self._trim()
         self._evicted(evicted)
 
-    def _find_or_load(self, folder, lease: bool) -> _Entry:
+    def _find_or_load(self, folder, lease: bool, load=None) -> _Entry:
         key = self.key(folder if folder is not None else self.default)
-        entry = self._use(key, lease)
+        entry = self._use(key, lease, load)
         if entry is not None:
             return entry
         with self._loading:
-            entry = self._use(key, lease)            # loaded by another session while we waited
+            entry = self._use(key, lease, load)      # loaded by another session while we waited
             if entry is not None:
                 return entry
-            loaded = _load(Path(folder if folder is not None else self.default))
+            loaded = (load or _load)(Path(folder if folder is not None else self.default))
             with self._lock:
-                entry = self._entries[key] = _Entry(loaded, model_bytes(loaded), leases=int(lease))
+                entry = self._entries[key] = _Entry(loaded, model_bytes(loaded), leases=int(lease), load=load)
                 evicted = self._trim(keep=key)
         self._evicted(evicted)
         return entry
 
-    def _use(self, key: str, lease: bool) -> _Entry | None:
+    def _use(self, key: str, lease: bool, load=None) -> _Entry | None:
         with self._lock:
             entry = self._entries.get(key)
+            if entry is not None and entry.load is not load:
+                # One folder holds one kind of checkpoint, whose loader refuses the other kind's folders:
+                # an entry of the other kind here is never handed to a caller that cannot use it.
+                raise ValueError(f"the model in `{Path(key).name}` is loaded here as another kind of model "
+                                 "(a DiffusionGemma checkpoint decodes in its own panel, not by LoPA)")
             if entry is not None:
                 self._entries.move_to_end(key)
                 entry.leases += int(lease)
@@ -266,10 +277,12 @@ class ModelCache:
         self._evicted(evicted)
 
     def cached_tokenizer(self, name: str):
-        """The tokenizer of a cached model whose spec is called `name`, else None; loads nothing."""
+        """The tokenizer of a cached model whose spec (another kind: its folder) is called `name`, else None;
+        loads nothing."""
         with self._lock:
             for entry in reversed(self._entries.values()):
-                if entry.loaded.spec.name == name:
+                own = entry.loaded.spec.name if entry.load is None else Path(entry.loaded.path).name
+                if own == name:
                     return entry.loaded.tokenizer
         return None
 

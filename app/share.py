@@ -5,9 +5,15 @@ what the model shows), and the `lopa generate --model ...` command line that dec
 settings inputs (app.session.SETTING_NAMES), plus the thin callbacks the wiring uses and the bound on
 a link's length (BoundLinkLength).
 
+A DiffusionGemma folder picked for its own panel (app/denoise.py) rides along: `canvas=<folder>` and
+the panel's settings that differ from their defaults (`canvas_seed=3`); the link reopens that folder in
+the panel (canvas_query, read_canvas_link, open_canvas_link). The `lopa generate` command has no
+DiffusionGemma counterpart (`python -m lopa.models.diffusion_gemma` decodes one), so it leaves them out.
+
 A link comes from anyone, so it is read the way every other surface reads a setting: each value
-through the registry (lopa.settings.Setting.parse), the prompt cut to MAX_PROMPT_CHARS, and a link
-that cannot be read whole keeps what it can and says what it dropped."""
+through the registry (lopa.settings.Setting.parse, or the panel's denoise.read_setting), the prompt
+cut to MAX_PROMPT_CHARS, a folder only where any model box value could name it (LOPA_MODEL_DIRS), and
+a link that cannot be read whole keeps what it can and says what it dropped."""
 
 from __future__ import annotations
 
@@ -21,8 +27,11 @@ from lopa import DecodeSettings
 from lopa.resolution import DEFAULT_K, resolve, settings_diff
 from lopa.settings import SETTINGS, ModelSpec
 
+from . import denoise
+from .inputs import shown
 from .models import MODELS, MODELS_DIR, _short
 from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings
+from .viz import esc
 
 FIELDS = ("prompt", *SETTING_NAMES)
 MODEL_FIELD = "model"                        # the query field naming the model (a bundled name or a folder)
@@ -32,6 +41,8 @@ MAX_PROMPT_CHARS = 4000                      # a link longer than this is not a 
 # longest prompt and every setting stays far below it.
 MAX_QUERY_BYTES = 16_384
 CUT_MARK = "cut"                             # the query field that says which fields the cut dropped
+CANVAS_FIELD = "canvas"                      # the DiffusionGemma folder the session picked (app/denoise.py)
+CANVAS_PREFIX = "canvas_"                    # + a panel setting's name (denoise.PANEL_SETTINGS): its value
 
 
 def settings_of(values, spec: ModelSpec | None = None) -> DecodeSettings:
@@ -57,14 +68,49 @@ def model_field(folder: Path) -> str:
     return folder.name if folder.resolve().parent == MODELS_DIR.resolve() else str(folder)
 
 
-def share_query(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None) -> str:
+def share_query(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None,
+                canvas: dict | None = None) -> str:
     """`?prompt=...&model=...&k=...`: the prompt, the model (unless it is the default) and the settings
     that differ from what the inputs show for that model (app.session.shown_settings), so the link
-    opens on the same run."""
+    opens on the same run; then `canvas`, the DiffusionGemma panel's fields (canvas_query)."""
     query = {"prompt": (prompt or "")[:MAX_PROMPT_CHARS]}
     if folder is not None and MODELS.key(folder) != MODELS.key(MODELS.default):
         query[MODEL_FIELD] = model_field(folder)
-    return "?" + urlencode({**query, **settings_diff(settings_of(values, spec), shown_settings(spec))})
+    return "?" + urlencode({**query, **settings_diff(settings_of(values, spec), shown_settings(spec)), **(canvas or {})})
+
+
+def canvas_query(session, *panel) -> dict:
+    """A link's DiffusionGemma fields: the folder the session picked for the panel and the panel's settings
+    (its raw input values in denoise.PANEL_SETTINGS order) that differ from their defaults (0); {} when no
+    folder is picked. ValueError naming a setting that does not read."""
+    folder = getattr(session, "canvas_model", None)
+    if not folder:
+        return {}
+    settings = denoise.panel_settings(*panel)
+    return {CANVAS_FIELD: model_field(Path(folder)), **{CANVAS_PREFIX + n: v for n, v in settings.items() if v}}
+
+
+def read_canvas_link(query: dict) -> tuple[Path | None, dict, list[str]]:
+    """(folder, {panel setting: value}, what was dropped) from a link's DiffusionGemma fields: the folder
+    only where the server may load it and it holds a DiffusionGemma checkpoint (denoise.canvas_folder), each
+    setting read by denoise.read_setting. Without a folder the settings are not read (nothing to decode)."""
+    text = query.get(CANVAS_FIELD)
+    if CANVAS_FIELD in str(query.get(CUT_MARK) or "").split(","):
+        return None, {}, [f"{CANVAS_FIELD}: the link was too long and was cut"]
+    if not text:
+        return None, {}, []
+    folder = denoise.canvas_folder(str(text)[:MAX_PROMPT_CHARS])
+    if folder is None:
+        return None, {}, [f"{CANVAS_FIELD}={shown(str(text))} dropped: not a DiffusionGemma folder this server may "
+                          "load (LOPA_MODEL_DIRS)"]
+    settings, notes = {}, []
+    for name in denoise.PANEL_SETTINGS:
+        if CANVAS_PREFIX + name in query:
+            try:
+                settings[name] = denoise.read_setting(name, str(query[CANVAS_PREFIX + name]))
+            except ValueError as err:
+                notes.append(str(err))
+    return folder, settings, notes
 
 
 def read_link(query: dict, current: list) -> tuple[list, list[str]]:
@@ -144,6 +190,19 @@ def on_load(request: gr.Request, touched, *current):
     return (*values, given, model, message)
 
 
+def open_canvas_link(request: gr.Request, session) -> tuple:
+    """Apply the URL's DiffusionGemma fields when the page opens: the session's picked folder (as picking
+    it in the model box would) and the panel's settings. Outputs: the panel's folder line, its settings
+    inputs (denoise.PANEL_SETTINGS order) and its status, which says what the link could not give."""
+    query = dict(request.query_params) if request is not None else {}
+    folder, settings, notes = read_canvas_link(query)
+    if folder is not None:
+        session.canvas_model = str(folder)
+    inputs = tuple(gr.update(value=settings[n]) if n in settings else gr.skip() for n in denoise.PANEL_SETTINGS)
+    status = f"**⚠ The shared link was read in part.** Dropped: {esc('; '.join(notes))}" if notes else gr.skip()
+    return (denoise.folder_line(session) if folder is not None else gr.skip(), *inputs, status)
+
+
 def _read(name: str, text):
     """The link's value of setting `name`, or None where the registry refuses it."""
     try:
@@ -153,13 +212,16 @@ def _read(name: str, text):
 
 
 def links(session, prompt: str, *values) -> tuple[str, str]:
-    """(share query, command line) for the current inputs on the session's model."""
+    """(share query, command line) for the current inputs on the session's model: `values` are the settings
+    inputs (SETTING_NAMES), then the DiffusionGemma panel's (denoise.PANEL_SETTINGS), which the link
+    carries with the folder picked for it."""
+    settings, panel = values[:len(SETTING_NAMES)], values[len(SETTING_NAMES):]
     folder, spec = session_model(session)
     try:
-        query = share_query(prompt, *values, spec=spec, folder=folder)
+        query = share_query(prompt, *settings, spec=spec, folder=folder, canvas=canvas_query(session, *panel))
     except ValueError as err:
         query = f"(fix the settings first: {err})"
-    return query, command_line(prompt, *values, spec=spec, folder=folder)
+    return query, command_line(prompt, *settings, spec=spec, folder=folder)
 
 
 # -- the length bound, before Gradio ------------------------------------------------------------------

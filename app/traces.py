@@ -6,8 +6,6 @@ load_trace returns LIVE_OUTPUTS, the view of the replayed run.
 
 from __future__ import annotations
 
-import re
-import time
 from pathlib import Path
 
 import gradio as gr
@@ -35,15 +33,9 @@ def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tupl
     if session.run is None:
         return gr.update(value=None), error_message("nothing to export yet: run a decode or load a trace first")
     suffix = ".parquet" if fmt == "Parquet" else ".json"
-    key = disk.session_key(request)
-    folder = disk.EXPORTS.folder(key)
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(session.run.spec.get("name") or "model"))[:64]   # a file name, from a trace
-    path = folder / f"lopa-trace-{model}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
     try:
-        session.run.save(path)
-        removed = disk.EXPORTS.add(key, path)
+        path, removed = disk.export(request, "lopa-trace", session.run.spec.get("name"), suffix, session.run.save)
     except (OSError, ValueError) as err:
-        disk.discard_export(path)
         return gr.update(value=None), error_message(f"could not export the trace: {err}")
     older = f" ({removed} older export(s) removed to make room)" if removed else ""
     return (gr.update(value=str(path), visible=True),

@@ -216,8 +216,12 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     demo.unload(disk.end_session)        # the closed page's exports leave the disk (app/disk.py)
     on(demo.load, share.on_load, [touched, *shared], [*shared, touched, c["model_dir"], c["status"]],
        api_visibility="private", queue=False)
-    on(functools.partial(gr.on, [x.change for x in shared] + [c["model_info"].change]), share.links,
-       [session, *shared], [c["share_link"], c["command"]], api_visibility="private", queue=False)
+    # A DiffusionGemma folder picked for its panel rides along in the link with the panel's settings.
+    panel = pick(*denoise.PANEL_INPUTS)
+    on(demo.load, share.open_canvas_link, [session], [c["denoise_folder"], *panel, c["denoise_status"]],
+       api_visibility="private", queue=False)
+    on(functools.partial(gr.on, [x.change for x in [*shared, *panel, c["denoise_folder"]]] + [c["model_info"].change]),
+       share.links, [session, *shared, *panel], [c["share_link"], c["command"]], api_visibility="private", queue=False)
     # The settings inputs show the session's model's own values until the visitor touches them.
     for name in SETTING_NAMES:
         on(c[name].input, model_and_settings.toucher(name), [touched], [touched], api_visibility="private", queue=False)
@@ -311,6 +315,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        canvas_out, api_name="decode_canvas", **MODEL)
     on(c["denoise_slider"].input, denoise.show_step, [canvas, c["denoise_slider"]], canvas_out[1:],
        api_name="show_canvas_step", trigger_mode="always_last", show_progress="hidden", **VIEW)
+    on(c["denoise_export"].click, denoise.export_canvas_trace, [canvas], [c["denoise_export_file"], c["denoise_status"]],
+       api_name="export_canvas_trace", **VIEW)
     on(c["denoise_upload"].upload, denoise.load_canvas_trace, [canvas, c["denoise_upload"]], canvas_out,
        api_name="load_canvas_trace", preprocess=True, **VIEW).then(
         as_updates(denoise.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],

@@ -16,7 +16,7 @@ from tiny import tiny_tokenizer
 from app import denoise
 from app.budget import LEDGER
 from app.model_and_settings import pick_model
-from app.models import MODELS_DIR
+from app.models import MODELS, MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
@@ -43,6 +43,34 @@ def allowed(folder, monkeypatch):
     """The DiffusionGemma folder, where this server may load models from (beside the bundled ones)."""
     monkeypatch.setenv("LOPA_MODEL_DIRS", os.pathsep.join([str(folder.parent), str(MODELS_DIR)]))
     return folder
+
+
+@pytest.fixture(scope="module")
+def other(folder):
+    """A second DiffusionGemma folder beside the first, with other weights (it decodes other tokens)."""
+    import torch
+    model = tiny_diffusion_gemma()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(0.5 * torch.randn_like(weight))
+    target = folder.parent / "diffusiongemma-other"
+    model.save_pretrained(target)
+    tiny_tokenizer().save_pretrained(target)
+    return target
+
+
+def alone(folder, prompt=PROMPT, seed=3, tokens=16, steps=4) -> list[int]:
+    """The tokens the engine's decode gives on a fresh load of `folder` (no app, no cache)."""
+    from lopa.models.diffusion_gemma import load_diffusion_gemma
+    model, tokenizer = load_diffusion_gemma(folder, "cpu")
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    return decode(model, ids, seed=seed, max_new_tokens=tokens, max_denoising_steps=steps).tokens
+
+
+def visitor(key: str):
+    from types import SimpleNamespace
+    return SimpleNamespace(session_hash=key)
 
 
 def decoded(folder, **numbers):
@@ -202,6 +230,114 @@ def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(al
         demo.close()
 
 
+def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_decode(allowed, other, monkeypatch):
+    from app.models import model_bytes
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(allowed.parent))
+    monkeypatch.setattr(MODELS, "max_bytes", 1)                 # less than one model: the least recently used goes
+    MODELS.clear()
+    key = {f: MODELS.key(f) for f in (allowed, other)}
+    # Two sessions, two DiffusionGemma folders: each decodes its own (the same tokens as its folder alone).
+    one, two = Session(), Session()
+    pick_model(one, str(allowed)), pick_model(two, str(other))
+    runs = {}
+    for session, folder in ((one, allowed), (two, other)):
+        view = denoise.CanvasView()
+        assert "Decoded" in denoise.decode_canvas(session, view, PROMPT, 16, 4, None, 3)[0]
+        runs[folder] = view.run["tokens"]
+        assert runs[folder] == alone(folder)
+        held = MODELS.peek(folder, load=denoise.load_canvas_model)
+        assert MODELS.held() == {key[folder]: (model_bytes(held), 0)}   # counted in the bound; the other went
+    assert runs[allowed] != runs[other]
+    # Held as a DiffusionGemma model, the folder is never handed to a LoPA caller.
+    assert MODELS.peek(other) is None
+    with pytest.raises(ValueError, match="another kind of model"):
+        MODELS.get(other)
+    # While a decode holds its model, loading another one does not evict it; it goes once released.
+    seen, decode_in_cache = [], denoise._decode
+
+    def decode_after_a_lopa_load(*args, **kwargs):
+        MODELS.get(MODELS.default)
+        seen.append(MODELS.held())
+        return decode_in_cache(*args, **kwargs)
+    monkeypatch.setattr(denoise, "_decode", decode_after_a_lopa_load)
+    assert "Decoded" in denoise.decode_canvas(one, denoise.CanvasView(), PROMPT, 16, 4, None, 3)[0]
+    assert seen[0][key[allowed]][1] == 1 and MODELS.key(MODELS.default) in seen[0]
+    assert list(MODELS.held()) == [MODELS.key(MODELS.default)]
+    MODELS.clear()
+
+
+def test_the_trace_shown_saves_to_a_file_that_opens_as_the_same_view(allowed, tmp_path, monkeypatch):
+    from app import disk
+    exports = disk.Exports(1 << 30, 1 << 30, root=tmp_path / "cache")
+    monkeypatch.setattr(disk, "EXPORTS", exports)
+    empty = denoise.export_canvas_trace(denoise.CanvasView(), visitor("a"))
+    assert empty[0]["value"] is None and "nothing to save yet" in empty[1]
+    view, _ = decoded(allowed)
+    update, status = denoise.export_canvas_trace(view, visitor("a"))
+    path = Path(update["value"])
+    assert "Saved" in status and path.name.startswith("lopa-canvas-trace-diffusiongemma-tiny-") and path.suffix == ".json"
+    assert exports.held("a") == path.stat().st_size and exports.root / "a" in path.parents
+    opened = denoise.CanvasView()
+    assert "Opened a canvas trace" in denoise.load_canvas_trace(opened, str(path))[0]
+    assert path.is_file()                                          # an export is not an upload: it stays for download
+    assert opened.run == view.run and opened.names == view.names and opened.summary == view.summary
+    for i in range(len(view.run["records"])):                      # the same view, step by step
+        shown, again = denoise.render(view, i), denoise.render(opened, i)
+        assert shown[:4] == again[:4] and shown[4].to_json() == again[4].to_json()
+    # Within the disk budgets: a session's own older export makes room; one over its budget is refused.
+    monkeypatch.setattr(disk, "EXPORTS", disk.Exports(int(1.5 * path.stat().st_size), 1 << 30, root=tmp_path / "b"))
+    first, _ = denoise.export_canvas_trace(view, visitor("b"))
+    second, status = denoise.export_canvas_trace(view, visitor("b"))
+    assert "1 older export(s) removed" in status and not Path(first["value"]).exists() and Path(second["value"]).exists()
+    monkeypatch.setattr(disk, "EXPORTS", disk.Exports(100, 1 << 30, root=tmp_path / "c"))
+    refused = denoise.export_canvas_trace(view, visitor("c"))
+    assert refused[0]["value"] is None and "could not save the canvas trace" in refused[1] and "exports may take" in refused[1]
+    assert not any(p.is_file() for p in (tmp_path / "c").rglob("*"))
+    # A file the panel could not open again is not written.
+    monkeypatch.setattr(denoise, "MAX_UPLOAD_BYTES", 1000)
+    assert "opens canvas traces up to" in denoise.export_canvas_trace(view, visitor("a"))[1]
+
+
+class Link:
+    """A page request whose address carries `query` (what share.open_canvas_link reads)."""
+    def __init__(self, query: dict):
+        self.query_params = query
+
+
+def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_settings(allowed, tmp_path, monkeypatch):
+    from urllib.parse import parse_qsl
+
+    from app import share
+    from app.session import APP_DEFAULTS, SETTING_NAMES
+    session = Session()
+    pick_model(session, str(allowed))
+    values = [APP_DEFAULTS[n] for n in SETTING_NAMES]
+    query, command = share.links(session, PROMPT, *values, 16, 0, "0.5", 0)
+    fields = dict(parse_qsl(query[1:]))
+    assert fields["canvas"] == str(allowed) and fields["canvas_max_new_tokens"] == "16"
+    assert fields["canvas_entropy_bound"] == "0.5" and "canvas_seed" not in fields       # defaults stay out
+    assert "canvas" not in command                                 # `lopa generate` does not decode DiffusionGemma
+    assert "canvas" not in share.links(Session(), PROMPT, *values, 16, 0, 0, 0)[0]       # nothing picked
+    assert "fix the settings first: seed" in share.links(session, PROMPT, *values, 16, 0, 0, "x")[0]
+    # Opened: a fresh session has the folder in its panel, and the panel's inputs the link's values.
+    fresh = Session()
+    line, tokens, steps, bound, seed, status = share.open_canvas_link(Link(fields), fresh)
+    assert fresh.canvas_model == str(allowed) and "diffusiongemma-tiny" in line
+    assert tokens["value"] == 16 and bound["value"] == 0.5 and steps.get("__type__") == seed.get("__type__") == "update"
+    assert "value" not in steps and "value" not in seed and "value" not in status
+    assert share.links(fresh, PROMPT, *values, 16, 0, 0.5, 0)[0] == query      # the same link again
+    # A bad setting is dropped and named; a folder outside LOPA_MODEL_DIRS is not opened at all.
+    fresh = Session()
+    out = share.open_canvas_link(Link({**fields, "canvas_max_denoising_steps": "999"}), fresh)
+    assert fresh.canvas_model == str(allowed) and "max denoising steps must be a whole number" in out[-1]
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
+    fresh = Session()
+    out = share.open_canvas_link(Link({"canvas": str(allowed), "canvas_seed": "4"}), fresh)
+    assert fresh.canvas_model is None and "not a DiffusionGemma folder this server may load" in out[-1]
+    assert all(x.get("__type__") == "update" and "value" not in x for x in out[:-1])
+    assert all(x.get("__type__") == "update" and "value" not in x for x in share.open_canvas_link(Link({}), Session()))
+
+
 WAIT_MS = 180_000          # hang guards only
 
 
@@ -246,6 +382,25 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
                 page.keyboard.press("ArrowRight")
                 page.wait_for_selector(f"#denoise-step [data-record='{i}']")
             assert "step 3" in page.locator("#denoise-step").inner_text()
+            # the trace shown saves as a file offered for download
+            page.click("#denoise-export")
+            page.wait_for_function("document.querySelector('#denoise-export-file')?.innerText"
+                                   ".includes('lopa-canvas-trace-diffusiongemma-tiny')")
+            assert "Saved" in page.locator("#denoise-status").inner_text()
+            # the share link carries the picked folder and the panel's settings, and reopens them on a new page
+            page.get_by_text("share this run").first.click()
+            page.wait_for_function("(document.querySelector('#share-link textarea')?.value || '')"
+                                   ".includes('canvas_max_denoising_steps=4')")
+            link = page.locator("#share-link textarea").input_value()
+            assert "canvas=" in link and "canvas_max_new_tokens=16" in link
+            shared = browser.new_page(viewport={"width": 1440, "height": 1000})
+            shared.set_default_timeout(WAIT_MS)
+            shared.goto(f"http://127.0.0.1:{port}/{link}", timeout=WAIT_MS)
+            shared.wait_for_function("(document.querySelector('#denoise-model')?.innerText || '')"
+                                     ".includes('diffusiongemma-tiny')")
+            shared.wait_for_function("document.querySelector('#denoise-steps input')?.value === '4'")
+            assert shared.locator("#denoise-max-new-tokens input").input_value() == "16"
+            shared.close()
             # a saved canvas trace opens in the same panel
             from lopa.models.diffusion_gemma import load_diffusion_gemma
             model, tokenizer = load_diffusion_gemma(allowed, "cpu")
@@ -266,7 +421,7 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
 def test_token_strings_go_to_the_answer_first_when_a_trace_holds_too_many_ids(allowed, monkeypatch):
     view, _ = decoded(allowed)
     run = CanvasRun.from_json(json.dumps(view.run))
-    tokenizer = denoise.CANVAS_MODEL.tokenizer_named("diffusiongemma-tiny")
+    tokenizer = MODELS.peek(allowed, load=denoise.load_canvas_model).tokenizer
     answer, argmax = set(run.tokens), {t for r in run.records for t in r.argmax}
     assert set(denoise._names(tokenizer, run)) == answer | argmax | {t for r in run.records for t in r.sampled + r.tokens_in}
     monkeypatch.setattr(denoise, "MAX_NAMED", len(answer | argmax))
