@@ -82,6 +82,46 @@ def test_a_model_is_never_evicted_while_a_decode_holds_it(folders):
     assert cache.held() == {}
 
 
+def test_a_model_of_another_kind_shares_the_bound_under_its_own_loader(folders):
+    """A model the LoPA engine does not decode (a DiffusionGemma checkpoint, app/denoise.py) is held by the
+    same cache under its own loader: in the same bound, least recently used first out, leased; never handed
+    to a LoPA caller (nor a LoPA model to it); its tokenizer found by its folder's name."""
+    from types import SimpleNamespace
+
+    import torch
+    a, b, c = folders
+    loads = []
+
+    def other_kind(folder):
+        loads.append(Path(folder))
+        return SimpleNamespace(model=torch.nn.Linear(8, 8), tokenizer=f"tokenizer of {Path(folder).name}", path=folder)
+    other = 8 * 8 * 4 + 8 * 4                                  # its parameters' bytes (float32)
+    cache = ModelCache(default=a, max_bytes=2 * model_bytes(load(a)))      # two LoPA models, or one and the other kind
+    gone = []
+    cache.on_evict.append(gone.append)
+    held = cache.get(c, load=other_kind)
+    assert cache.get(c, load=other_kind) is held and loads == [c]        # cached: loaded once
+    assert cache.held() == {key(c): (other, 0)}
+    cache.get(a)                                                         # both fit
+    assert list(cache.held()) == [key(c), key(a)]
+    cache.get(b)                                                         # over the bound: the other kind's, oldest, goes
+    assert list(cache.held()) == [key(a), key(b)] and gone == [key(c)]
+    # Each kind only ever gets its own.
+    assert cache.peek(b, load=other_kind) is None
+    with pytest.raises(ValueError, match="another kind of model"):
+        cache.get(b, load=other_kind)
+    cache.get(c, load=other_kind)
+    assert cache.peek(c) is None and cache.cached_tokenizer("tiny-2") == "tokenizer of tiny-2"
+    with pytest.raises(ValueError, match="another kind of model"):
+        cache.get(c)
+    # Leased, it stays past the bound until its decode ends.
+    small = ModelCache(default=a, max_bytes=1)
+    with small.lease(c, load=other_kind):
+        small.get(a)
+        assert small.held() == {key(c): (other, 1), key(a): (model_bytes(small.peek(a)), 0)}
+    assert list(small.held()) == [key(a)]
+
+
 def test_the_bound_is_one_setting(monkeypatch):
     monkeypatch.delenv(CACHE_ENV, raising=False)
     assert cache_bytes() == DEFAULT_CACHE_BYTES
