@@ -3,8 +3,9 @@
 DiffusionGemma is not a masked diffusion LM, so the LoPA engine (and every control of the round view)
 does not decode it (docs/checkpoints.md, "DiffusionGemma on its own sampler"). When a visitor picks a
 DiffusionGemma folder in the model box, the session keeps its LoPA model and this panel takes the folder
-(`Session.canvas_model`, set by app.callbacks.pick_model); Decode runs lopa.models.diffusion_gemma.decode on the page's prompt
-and shows the lopa-canvas-trace/1 it records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
+(`Session.canvas_model`, set by app.model_and_settings.pick_model, or by a share link: app/share.py);
+Decode runs lopa.models.diffusion_gemma.decode on the page's prompt and shows the lopa-canvas-trace/1 it
+records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
 entropy of every position at every step, the step each final token settled, counters. A saved canvas
 trace can be opened too (bounded in size, read within the app's memory budget, validated by
 lopa.schema before use; every string it holds reaches the page through `esc`), and the trace shown saved
