@@ -8,7 +8,7 @@ Decode runs lopa.models.diffusion_gemma.decode on the page's prompt and shows th
 records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
 entropy of every position at every step, the step each final token settled, counters. A saved canvas
 trace can be opened too (bounded in size, read within the app's memory budget, validated by
-lopa.schema before use; every string it holds reaches the page through `esc`), and the trace shown saved
+lopa.canvas_schema before use; every string it holds reaches the page through `esc`), and the trace shown saved
 for download (the same file, within the app's disk budgets: app/disk.py).
 
 A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
@@ -289,7 +289,7 @@ def _names(tokenizer, run: CanvasRun) -> dict:
 def load_canvas_trace(view: CanvasView, file) -> tuple:
     """DENOISE_OUTPUTS after opening a saved lopa-canvas-trace/1 (JSON). The file is bounded in size
     (MAX_UPLOAD_BYTES), its read charged to the app's memory budget and bounded before parsing
-    (lopa.schema.read_cost), and validated by lopa.schema before anything reads it; refused, nothing changes."""
+    (lopa.read_budget.read_cost), and validated by lopa.canvas_schema before anything reads it; refused, nothing changes."""
     path = getattr(file, "name", file)
     if not path or not isinstance(path, (str, Path)):
         return (_error("no canvas trace file given"),) + _unchanged()
@@ -301,7 +301,7 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
                 raise ValueError(f"it is {mb(size)}; a canvas trace may be {mb(MAX_UPLOAD_BYTES)}")
             body = Path(path).read_bytes().decode("utf-8")
             check_read(read_cost(body), reserve=read.reserve)
-            run = CanvasRun.from_json(body)          # lopa.schema.validate_canvas_trace first
+            run = CanvasRun.from_json(body)          # lopa.canvas_schema.validate_canvas_trace first
             del body
             if not run.records:
                 raise ValueError("the trace has no denoising steps to show")
