@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from contextlib import closing
 from functools import cache
 from pathlib import Path
@@ -42,6 +43,10 @@ REPORT_TERMS = ("TPF = tokens per forward; AFP = average finalization parallelis
                 "to right); AUP = accuracy under parallelism. [All terms](#glossary)")
 LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
 LIVE_K = 4
+# A status alone (the headroom search reports every rollout, tens a second on a fast machine) reaches the
+# page at most this often; one that waits goes with the next decode's progress. Every status re-renders
+# the section, and a page redrawing that often answers a click (Stop) late on a busy or small device.
+STATUS_EVERY_S = 0.25
 
 
 def new_study_state() -> dict:
@@ -173,6 +178,7 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
         loaded = MODELS.get(folder)     # its spec, in the server process
         rows, rounds, total, noted, where = [], [], 0, {}, "fresh problems"
         done, complete = 0, set()       # units of work done (the study's count: every decode it runs); complete problems
+        shown, waiting = 0.0, gr.skip()     # when a status alone last reached the page; the status held back since
         with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict(),
                                                         str(folder))) as steps:
             # Stop is read after every step (a decode, or a status between them: a long search reports
@@ -184,7 +190,11 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                         gr.skip()
                 elif "status" in step:
                     done, total = step.get("done", done), step.get("total", total)
-                    yield step["status"], _progress(done, max(total, 1), _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                    waiting = step["status"]
+                    if time.monotonic() - shown >= STATUS_EVERY_S:
+                        shown = time.monotonic()
+                        yield waiting, _progress(done, max(total, 1), _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                        waiting = gr.skip()
                 elif "summary" in step:
                     noted.update(step["summary"])
                 else:
@@ -193,7 +203,8 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                     rounds += step["rounds"]
                     done = step.get("done", len(rows))
                     complete.update([step["complete"]] if "complete" in step else [])
-                    yield gr.skip(), _progress(done, total, _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                    yield waiting, _progress(done, total, _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                    shown, waiting = 0.0, gr.skip()       # the first status after a decode shows at once
                 if state["stop"]:
                     break
         if not rows:

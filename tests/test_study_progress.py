@@ -82,6 +82,7 @@ def app_studies(loaded, monkeypatch, tmp_path_factory):
 
     from app import studies
     monkeypatch.setattr(studies, "_base", lambda model: SETTINGS)
+    monkeypatch.setattr(studies, "STATUS_EVERY_S", 0)      # every status reaches the page: the counts are checked
     with app_model(tmp_path_factory):
         yield studies
 
@@ -102,6 +103,20 @@ def test_the_progress_bar_moves_a_decode_at_a_time_to_its_end(app_studies, study
     assert bars[-1][0] == bars[-1][1] and "Done" in outs[-1][0] and "2 problems" in outs[-1][2].layout.title.text
     estimated = ["the total is an estimate" in str(out[1]) for out in outs[1:-1]]
     assert any(estimated) == (study == "headroom") and "estimate" not in str(outs[-1][1])   # said while it is one
+
+
+def test_statuses_alone_are_held_back_to_the_interval_and_the_count_still_ends_at_its_total(app_studies,
+                                                                                           monkeypatch):
+    """The search reports every rollout; with an interval no run reaches, only the first status after each
+    decode shows on its own, a held-back one goes with the next decode's bar, and the run ends as before."""
+    every = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, 15))
+    monkeypatch.setattr(app_studies, "STATUS_EVERY_S", 1e9)
+    held = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, 15))
+    texts = [str(out[0]) for out in held if isinstance(out[0], str)]
+    assert len(held) < len(every) and set(texts) <= {str(out[0]) for out in every}
+    assert progress(held[-1]) == progress(every[-1]) and held[-1][0] == every[-1][0]
+    searched = [t for t in texts if t.startswith("Searching")]
+    assert searched and len(searched) < sum(str(out[0]).startswith("Searching") for out in every)
 
 
 def test_stop_inside_the_headroom_search_starts_no_decode_after_it(app_studies, decodes):
