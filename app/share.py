@@ -172,8 +172,8 @@ def command_line(prompt: str, *values, spec: ModelSpec | None = None, folder: Pa
 def on_load(request: gr.Request, touched, *current):
     """Apply the URL's query to the inputs when the page opens (a shared link). Outputs: the inputs
     (prompt, then SETTING_NAMES), the names of the settings the link set (they count as touched:
-    app.callbacks.follow_session_model keeps them when the model is applied), the model box (the
-    link's model: picking it applies it, app.callbacks.pick_model) and the status, which says what
+    app.model_and_settings.follow_session_model keeps them when the model is applied), the model box (the
+    link's model: picking it applies it, app.model_and_settings.pick_model) and the status, which says what
     the link could not give."""
     query = dict(request.query_params) if request is not None else {}
     if not query:

@@ -168,7 +168,7 @@ class MixedOrder(ConfidenceOrder):
 
 
 # "Just under tau_conf" for the adaptive gain model: within this of it (AdaptiveOrder's n_near; the
-# calibration that fits the model counts the same, lopa.study.adaptive.branch_rounds).
+# calibration that fits the model counts the same, lopa.study.adaptive_fit.branch_rounds).
 ADAPTIVE_NEAR = 0.2
 
 
@@ -177,7 +177,7 @@ class AdaptiveOrder:
     top settings.k candidates as pay for themselves in seconds saved (lopa.rules.choose_k),
     given `cost`, the seconds of a round with B = 1 .. K + 1 branches: by default the cost model of the
     settings (branch_cost, make_order), or a curve measured on the running device
-    (lopa.study.adaptive.measure_cost). Returns fewer than k positions, often none, which the engine
+    (lopa.study.adaptive_fit.measure_cost). Returns fewer than k positions, often none, which the engine
     verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
     near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
     win, release, lift: the gain model of lopa.rules.choose_k (make_order passes the settings'

@@ -5,7 +5,7 @@ choices, help, the paper's value and whether the app shows it (`setting(...)` be
 registry read from those fields, is what every surface is generated from: the command-line flags
 (lopa.resolution.add_settings_arguments), the trace schema (lopa.schema), transformers' generation
 config (lopa.hf), the paper presets, the app's inputs, its share links and its /decode endpoint.
-`check_value` and `parse_value` are the one range check all of them apply;
+`Setting.check` and `Setting.parse` (and `check_settings` over a dict) are the one range check all of them apply;
 tests/test_settings_registry.py fails when a surface disagrees with the registry. Turning a request
 into the settings that run (what the user set over a preset over the model's own values) is
 lopa.resolution's.
@@ -206,7 +206,7 @@ class DecodeSettings:
         "model, docs/studies.md)", choices=ADAPTIVE_RANKS)
     # The adaptive order's gain model (lopa.rules.choose_k): a won round saves release + lift * n_near
     # forwards later. A model's own values come from a short calibration decode
-    # (lopa.study.adaptive.calibrate); the defaults, as measured on sure-gsm-dllm. Not app inputs: a
+    # (lopa.study.adaptive_fit.calibrate); the defaults, as measured on sure-gsm-dllm. Not app inputs: a
     # study fits them, nobody picks them by hand.
     adaptive_win: float = setting(
         0.35, "order=adaptive only: the chance one lookahead branch wins a round (k branches: 1 - (1 - win)^k)",
