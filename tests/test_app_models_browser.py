@@ -25,8 +25,8 @@ class Together:
         self.models, self.acquire = models, models.acquire
         self.barrier, self.armed, self.most = threading.Barrier(2), False, 0
 
-    def __call__(self, folder=None):
-        loaded = self.acquire(folder)
+    def __call__(self, folder=None, **kwargs):
+        loaded = self.acquire(folder, **kwargs)
         if self.armed:
             self.most = max(self.most, sum(1 for _, leases in self.models.held().values() if leases))
             self.barrier.wait(timeout=WAIT_MS / 1000)
