@@ -243,7 +243,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     on(c["best_order"].click, best_order.compare_with_best, [session], pick(*best_order.BEST_OUTPUTS),
        api_name="best_order", show_progress="hidden", **MODEL)
     on(c["best_order_stop"].click, best_order.stop_search, [session], [c["best_status"]], queue=False,
-       api_visibility="private")
+       api_visibility="private", show_progress="hidden")
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
     on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
                         show_progress="hidden", **MODEL)
@@ -252,9 +252,12 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                 [c["model_info"], c["status"], c["model_dir"]], api_name="pick_model", **MODEL)
     on(demo.load, model_and_settings.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
 
-    # Stop bypasses the queue: it only sets a flag the running decode checks after each round.
-    on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop")
-    on(c["compare_stop"].click, stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private")
+    # Stop bypasses the queue: it only sets a flag the running decode checks after each round. It answers at
+    # once, so it draws no progress over the status it answers in (nor its timer before the status's text).
+    on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop",
+       show_progress="hidden")
+    on(c["compare_stop"].click, stop_compare, [session], [c["compare_status"]], queue=False, api_visibility="private",
+       show_progress="hidden")
     on(c["reset"].click, cb.reset_session, [session], live, api_name="reset", **VIEW)
     on(c["compare_runs"].click, compare_runs, [session, c["compare_a"], c["compare_b"]], pick(*COMPARE_OUTPUTS),
                             api_name="compare_runs", show_progress="hidden", **VIEW)
@@ -286,7 +289,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                                                c["study_seed"], session], study_out, api_name="run_study",
                    show_progress="hidden", **MODEL)
     events["study_run"] = [study_dep]
-    on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study")
+    on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study",
+       show_progress="hidden")
     # The session's model (picked, or warmed at page load) shows its own shipped results.
     for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
         on(event, studies.show_shipped, [c["study"], session], study_out, api_visibility="private",
