@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lopa.schema import MAX_POSITIONS, MAX_PROMPT_TOKENS, MAX_ROUNDS, MAX_TEXT, Id, Name, StrictModel
+from lopa.schema import MAX_POSITIONS, MAX_PROMPT_TOKENS, MAX_ROUNDS, MAX_TEXT, Id, Name, StrictModel, check_model
 from lopa.settings import MAX_BLOCK_SIZE
 
 CANVAS_TRACE_FORMAT = "lopa-canvas-trace/1"
@@ -81,10 +81,5 @@ def validate_canvas_trace(data: Any) -> dict:
     bad field otherwise."""
     if not isinstance(data, dict) or data.get("format") != CANVAS_TRACE_FORMAT:
         raise ValueError(f"not a canvas-sampler trace (expected format {CANVAS_TRACE_FORMAT!r})")
-    try:
-        CanvasTrace.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "trace"
-        raise ValueError(f"invalid canvas trace: {where}: {first['msg']}") from None
+    check_model(CanvasTrace, data, "canvas trace")
     return data

@@ -309,11 +309,17 @@ def validate_trace(data: Any) -> dict:
     data = upgrade_trace(data)
     if data.get("format") != TRACE_FORMAT:
         raise ValueError(f"not a LoPA trace (expected format {TRACE_FORMAT!r})")
+    check_model(Trace, data, "trace")
+    return data
+
+
+def check_model(model: type[BaseModel], data: dict, what: str) -> None:
+    """Validate `data` against `model`; one ValueError naming the first bad field (and how many others
+    there are) otherwise: the message every trace format gives."""
     try:
-        Trace.model_validate(data)
+        model.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "trace"
         more = f" (and {err.error_count() - 1} more problems)" if err.error_count() > 1 else ""
-        raise ValueError(f"invalid trace: {where}: {first['msg']}{more}") from None
-    return data
+        raise ValueError(f"invalid {what}: {where}: {first['msg']}{more}") from None
