@@ -1,6 +1,6 @@
 """LoPA Explorer, the Gradio app: panels (app/panels.py), callbacks (app/callbacks.py,
-app/traces.py, app/model_and_settings.py, app/compare.py), per-user session state (app/session.py), the shared lazily loaded model
-(app/models.py) and the one wiring site (app/wiring.py)."""
+app/traces.py, app/model_and_settings.py, app/compare.py), per-user session state (app/session.py), the shared lazily loaded models
+(app/model_cache.py) and the one wiring site (app/wiring.py)."""
 
 import os
 

@@ -23,7 +23,7 @@ from lopa.resolution import resolve
 from lopa.settings import SETTINGS, check_settings
 
 from .boundary import stream_jobs
-from .models import MODELS
+from .model_cache import MODELS
 from .session import APP_DEFAULTS, LiveRun
 
 # A prompt longer than this is refused before it is tokenized (the model's context is checked after).

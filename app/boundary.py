@@ -4,7 +4,7 @@ On a ZeroGPU Space these functions run in a worker process on a pickled copy of 
 and what they yield or return is pickled back (app/gpu.py); locally they run in this process. Either
 way they take JSON-able values (a prompt, a settings dict, the model's folder, a trace as a dict) and
 give JSON-able values (trace chunks), and the session is updated outside them (app/session.py). Each
-call takes the model its arguments name from the shared cache (app/models.py) and holds it (a lease)
+call takes the model its arguments name from the shared cache (app/model_cache.py) and holds it (a lease)
 while it runs, so the cache never evicts a model under a decode.
 
     decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
@@ -39,7 +39,8 @@ from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
 from .gpu import gpu
-from .models import MODELS, token_names, trace_ids
+from .model_cache import MODELS
+from .models import token_names, trace_ids
 
 HEADER = ("prompt", "prompt_ids", "settings", "spec", "run_id", "forked_from")
 # Paused decodes (and finished ones with saved states, for forks) this process keeps, all sessions

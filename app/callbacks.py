@@ -22,7 +22,7 @@ from lopa.trace import metrics
 from .boundary import stream_jobs
 from .examples import check_answer
 from .inputs import text, whole
-from .models import MODELS
+from .model_cache import MODELS
 from .session import SETTING_NAMES, Backend, Session, backend_from_ui, check_ui, forkable, parse_ui
 from .viz import (
     answer_mark,

@@ -20,7 +20,7 @@ from .boundary import stream_jobs
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending
 from .examples import check_answer
 from .inputs import choice, text
-from .models import MODELS
+from .model_cache import MODELS
 from .session import Backend, LiveRun, Session, check_ui, forkable, parse_ui
 from .viz import answer_mark, comparison_summary, counters_html, esc, run_diff, tfo_diff_html, tfo_map
 

@@ -14,7 +14,7 @@ for download (the same file, within the app's disk budgets: app/disk.py).
 A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
 time, like Run), its canvases x steps are at most MAX_FORWARDS, and a forward that starts after
 DECODE_SECONDS (LOPA_CANVAS_DECODE_S) ends it with a message. The DiffusionGemma models live in the app's
-one models' cache (app/models.py, `load=load_canvas_model`): counted in its byte bound beside the LoPA
+one models' cache (app/model_cache.py, `load=load_canvas_model`): counted in its byte bound beside the LoPA
 models, least recently used first out, never while a decode holds one (a lease). On ZeroGPU the panel
 decodes nothing (a GPU worker only sees the models loaded before it forks: app/gpu.py), and replays saved
 traces only.
@@ -40,7 +40,8 @@ from . import disk
 from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
 from .gpu import zero_gpu
 from .inputs import shown, text, whole
-from .models import MODELS, token_names, tokenizer_for_trace
+from .model_cache import MODELS, tokenizer_for_trace
+from .models import token_names
 from .viz import denoise, esc
 
 # The panel's settings in the order of its inputs, each by the name its messages (and share links) use.
@@ -80,7 +81,7 @@ NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model 
 # -- the model: in the app's models' cache, under its own loader -------------------------------------
 @dataclass(frozen=True)
 class CanvasModel:
-    """A loaded DiffusionGemma checkpoint as the models' cache holds it (app/models.py counts `model`'s bytes
+    """A loaded DiffusionGemma checkpoint as the models' cache holds it (app/model_cache.py counts `model`'s bytes
     and finds `tokenizer` for a saved trace whose model is called like `path`'s folder)."""
     model: object
     tokenizer: object
@@ -305,7 +306,7 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
             del body
             if not run.records:
                 raise ValueError("the trace has no denoising steps to show")
-            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/models.py)
+            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/model_cache.py)
             view.hold(run, _names(tokenizer, run), read=read)
     except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         return (_error(f"could not open {shown_name}: {err}"),) + _unchanged()

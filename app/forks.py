@@ -17,7 +17,8 @@ import gradio as gr
 from . import boundary
 from .callbacks import drain, error_message, live_outputs
 from .inputs import whole
-from .models import MODELS, bundled_folder
+from .model_cache import MODELS
+from .models import bundled_folder
 from .session import Backend, Session, forkable
 from .viz import esc, fills, predictions, token_label, token_repr
 

@@ -9,7 +9,7 @@ import gradio as gr
 
 from lopa.resolution import resolve
 
-from .models import MODELS
+from .model_cache import MODELS
 from .session import APP_DEFAULTS, SETTING_NAMES
 
 SETTINGS_TITLE = "Decoding settings"

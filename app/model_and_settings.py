@@ -16,7 +16,7 @@ from lopa import PAPER_PRESETS
 from .callbacks import error_message, view
 from .denoise import canvas_folder, picked_message
 from .gpu import zero_gpu
-from .models import MODELS
+from .model_cache import MODELS
 from .session import SETTING_NAMES, Session, follow_model, shown_settings
 from .viz import esc
 
@@ -44,7 +44,7 @@ def warm_model(session: Session) -> str:
 def pick_model(session: Session, choice) -> tuple:
     """(model info, status, model box): make the model in `choice` (a bundled model's folder or name, or
     a typed local folder) this session's model, for every later Run, Step, Compare, fork and study of
-    this session; other sessions keep theirs. It is loaded into the shared cache (app/models.py) now, in
+    this session; other sessions keep theirs. It is loaded into the shared cache (app/model_cache.py) now, in
     the server process, so that a folder that does not load says so at once; then the session keeps its
     model and the box shows that model again. A paused decode of the previous model is stopped."""
     current = session.model or str(MODELS.default)

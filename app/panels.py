@@ -11,7 +11,8 @@ from .callbacks import VIEW_OUTPUTS, view
 from .compare import BASELINES
 from .examples import example_groups
 from .model_and_settings import PRESETS
-from .models import MODELS, bundled_models, example_prompts
+from .model_cache import MODELS
+from .models import bundled_models, example_prompts
 from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
 from .viz import esc
 
@@ -80,7 +81,7 @@ def build_settings_panel() -> dict:
                              elem_id="preset")
         inputs = {name: setting_input(name, APP_DEFAULTS[name]) for name in SETTING_NAMES}
     # ---- BACKEND SLOT --------------------------------------------------------------------------
-    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.models.ModelCache.bp_group.
+    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.model_cache.ModelCache.bp_group.
     with gr.Group(elem_id="backend-slot"):
         with gr.Row():
             backend = gr.Radio([SINGLE, BRANCH_PARALLEL], value=SINGLE, label="backend", scale=3, elem_id="backend")

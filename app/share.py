@@ -29,7 +29,8 @@ from lopa.settings import SETTINGS, ModelSpec
 
 from . import denoise
 from .inputs import shown
-from .models import MODELS, MODELS_DIR, _short
+from .model_cache import MODELS
+from .models import MODELS_DIR, _short
 from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings
 from .viz import esc
 

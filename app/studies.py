@@ -23,7 +23,7 @@ from lopa.study.figures import shipped_title
 from . import boundary
 from .callbacks import error_message, stop_pending
 from .inputs import choice, whole
-from .models import MODELS
+from .model_cache import MODELS
 from .viz import esc
 
 # Shipped results live per model: STUDIES_ROOT/<model folder name>/<study>.*, written by

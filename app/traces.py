@@ -16,7 +16,8 @@ from . import disk
 from .budget import LEDGER
 from .callbacks import describe_run, error_message, live_outputs
 from .inputs import choice
-from .models import token_names, tokenizer_for_trace, trace_ids
+from .model_cache import tokenizer_for_trace
+from .models import token_names, trace_ids
 from .session import Session
 from .viz import esc
 

@@ -38,7 +38,7 @@ def serve() -> tuple[str, object]:
     import socket
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.models import MODELS
+    from app.model_cache import MODELS
     MODELS.get()
     demo = build_demo()
     with socket.socket() as s:

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from types import SimpleNamespace
 
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from app.studies import new_study_state, run_study
     from lopa.study import APP_STUDIES
     studies = args.studies.split(",") if args.studies else list(APP_STUDIES)

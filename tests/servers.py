@@ -24,7 +24,7 @@ def serve_app(tmp_path_factory, note: str = ""):
     from tiny import save_tiny_model_dir
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.models import MODELS
+    from app.model_cache import MODELS
     saved = MODELS.default
     try:
         MODELS.get()

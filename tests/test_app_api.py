@@ -165,7 +165,7 @@ def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serv
 
 
 def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from lopa.cli import main
     result = client.predict(prompt=PROMPT, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8,
                             max_new_tokens=32, confidence="max_prob", api_name="/decode")

@@ -67,7 +67,7 @@ def test_the_best_order_found_joins_the_run_list_and_is_compared_with_the_run():
 
 def _with_states(run):
     """`run` replayed with saved states (as the boundary does), so search() can fork it."""
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from lopa.engine import fork_decoder
     decoder = fork_decoder(run, model=MODELS.get())
     for _ in decoder.stream_fork(run, max(r.round for r in run.records if r.kind != "final")):

@@ -11,7 +11,7 @@ from tiny import app_model
 
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
-from app.models import MODELS
+from app.model_cache import MODELS
 from app.session import (
     APP_DEFAULTS,
     BRANCH_PARALLEL,
@@ -170,7 +170,7 @@ def test_compare_runs_the_lopa_side_on_the_branch_parallel_backend(tiny_model_di
 def test_the_group_follows_the_model_of_the_job(tiny_model_dir, tmp_path):
     from tiny import save_tiny_model_dir
 
-    from app.models import ModelCache
+    from app.model_cache import ModelCache
     from lopa.models import load
     other = save_tiny_model_dir(tmp_path / "tiny-other", seed=1)
     session = Session(model=str(other))                 # this session's own model, not the default

@@ -56,7 +56,7 @@ def shipped_studies(tmp_path_factory):
     from tiny import save_tiny_model_dir
 
     from app import studies
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from lopa.study import APP_STUDIES
     from lopa.study import headroom as headroom_study
     from lopa.study.common import STUDIES_DIR
@@ -340,7 +340,7 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
     Chromium, no script runs and no injected element appears."""
     from test_hostile_traces import hostile
 
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from lopa import DecodeSettings
     run = MODELS.get().decoder(DecodeSettings(k=2, max_new_tokens=64)).run("Tom has 3 apples. He buys 4 more.")
     path = hostile(run).save(tmp_path / "hostile.json")
@@ -510,7 +510,8 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
 def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page):
     """The model choice lists both bundled models, labelled by what they show; each loads when picked
     (no other press) and decodes a run; the page ends on the default model again."""
-    from app.models import MODELS, bundled_models
+    from app.model_cache import MODELS
+    from app.models import bundled_models
     offered = bundled_models()
     assert {Path(folder).name for _, folder in offered} >= {"open-gsm-dllm", "sure-gsm-dllm"}
     default = next((pair for pair in offered if Path(pair[1]) == Path(MODELS.default)), offered[0])

@@ -10,7 +10,8 @@ from tiny import app_model, save_tiny_model_dir
 from app import callbacks as cb
 from app import model_and_settings, traces
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
-from app.models import MODELS, example_prompts, safetensors_param_count
+from app.model_cache import MODELS
+from app.models import example_prompts, safetensors_param_count
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.

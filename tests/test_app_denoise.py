@@ -16,7 +16,8 @@ from tiny import tiny_tokenizer
 from app import denoise
 from app.budget import LEDGER
 from app.model_and_settings import pick_model
-from app.models import MODELS, MODELS_DIR
+from app.model_cache import MODELS
+from app.models import MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
@@ -231,7 +232,7 @@ def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(al
 
 
 def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_decode(allowed, other, monkeypatch):
-    from app.models import model_bytes
+    from app.model_cache import model_bytes
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(allowed.parent))
     monkeypatch.setattr(MODELS, "max_bytes", 1)                 # less than one model: the least recently used goes
     MODELS.clear()

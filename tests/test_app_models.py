@@ -1,4 +1,4 @@
-"""Each session's own model, from one cache (app/models.py): the cache's bound in bytes, least recently
+"""Each session's own model, from one cache (app/model_cache.py): the cache's bound in bytes, least recently
 used first and never a model a decode holds; two sessions decoding two models at once, each getting
 its own model's tokens; a session's pick that no other session sees, through gradio_client; /decode's
 `model`."""
@@ -14,7 +14,8 @@ from tiny import LIVELY, PROMPT, save_tiny_model_dir
 
 from app import boundary, model_and_settings
 from app import callbacks as cb
-from app.models import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, MODELS_DIR, ModelCache, cache_bytes, model_bytes
+from app.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
+from app.models import MODELS_DIR
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
@@ -277,7 +278,7 @@ def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, 
     assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
     with pytest.raises(gr.Error, match="loaded at startup"):
         decode(PROMPT, model=str(folders[0]))
-    MODELS.get(folders[0])                                # what app.models.preload does at import
+    MODELS.get(folders[0])                                # what app.model_cache.preload does at import
     assert "now decodes with `tiny-0`" in model_and_settings.pick_model(session, str(folders[0]))[1]
 
 

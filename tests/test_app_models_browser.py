@@ -37,7 +37,7 @@ class Together:
 @pytest.fixture(scope="module")
 def served():
     from app import LAUNCH_KWARGS, build_demo, wiring
-    from app.models import MODELS
+    from app.model_cache import MODELS
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
     try:

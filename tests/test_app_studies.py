@@ -8,7 +8,8 @@ from tiny import app_model
 
 from app import studies
 from app.callbacks import stop_pending
-from app.models import MODELS, MODELS_DIR
+from app.model_cache import MODELS
+from app.models import MODELS_DIR
 from app.session import Session
 from lopa import DecodeSettings
 from lopa.study import APP_STUDIES as STUDIES

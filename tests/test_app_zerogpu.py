@@ -15,7 +15,7 @@ from tiny import app_model
 from app import boundary, forks, gpu, traces
 from app import callbacks as cb
 from app.api import decode
-from app.models import MODELS
+from app.model_cache import MODELS
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 

@@ -65,7 +65,7 @@ def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
     from tiny import save_tiny_model_dir
 
     from app.compare import COMPARE_OUTPUTS, compare_stream
-    from app.models import MODELS
+    from app.model_cache import MODELS
     from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 
     settings = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,

@@ -14,7 +14,7 @@ from test_checkpoints import save_dream_dir
 
 from app import api, model_and_settings, share, traces
 from app import callbacks as cb
-from app.models import MODELS
+from app.model_cache import MODELS
 from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, follow_model, shown_settings
 from lopa.cli import main
 from lopa.hf.generation import generate
