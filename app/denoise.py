@@ -7,9 +7,7 @@ DiffusionGemma folder in the model box, the session keeps its LoPA model and thi
 Decode runs lopa.models.diffusion_gemma.decode on the page's prompt and shows the lopa-canvas-trace/1 it
 records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
 entropy of every position at every step, the step each final token settled, counters. A saved canvas
-trace can be opened too (bounded in size, read within the app's memory budget, validated by
-lopa.canvas_schema before use; every string it holds reaches the page through `esc`), and the trace shown saved
-for download (the same file, within the app's disk budgets: app/disk.py).
+trace can be opened too, and the trace shown saved for download (app/canvas_traces.py).
 
 A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
 time, like Run), its canvases x steps are at most MAX_FORWARDS, and a forward that starts after
@@ -22,7 +20,6 @@ traces only.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -34,13 +31,11 @@ import gradio as gr
 
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.families import checkpoint_family
-from lopa.read_budget import check_read, read_cost
 
-from . import disk
 from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
 from .gpu import zero_gpu
 from .inputs import shown, text, whole
-from .model_cache import MODELS, tokenizer_for_trace
+from .model_cache import MODELS
 from .models import token_names
 from .viz import denoise, esc
 
@@ -62,9 +57,6 @@ ENTROPY_BOUND_MAX = 1000.0
 MAX_PROMPT_TOKENS = 4096
 # Wall clock a decode may take before its next forward is refused (seconds).
 DECODE_SECONDS = float(os.environ.get("LOPA_CANVAS_DECODE_S", "300"))
-# A saved canvas trace may be this large: a 1024-token decode at DiffusionGemma's defaults (4 canvases x 48 steps
-# of 256 positions, a 262k vocabulary) is about 2.2 MB.
-MAX_UPLOAD_BYTES = 8 << 20
 # Token strings are looked up for at most this many distinct ids of a trace (the rest show as #id).
 MAX_NAMED = 20_000
 NOT_LOPA = ("DiffusionGemma decodes on its own entropy-bound sampler, not by masked diffusion, so the LoPA "
@@ -285,61 +277,6 @@ def _names(tokenizer, run: CanvasRun) -> dict:
             break
         ids = more
     return token_names(tokenizer, ids)
-
-
-def load_canvas_trace(view: CanvasView, file) -> tuple:
-    """DENOISE_OUTPUTS after opening a saved lopa-canvas-trace/1 (JSON). The file is bounded in size
-    (MAX_UPLOAD_BYTES), its read charged to the app's memory budget and bounded before parsing
-    (lopa.read_budget.read_cost), and validated by lopa.canvas_schema before anything reads it; refused, nothing changes."""
-    path = getattr(file, "name", file)
-    if not path or not isinstance(path, (str, Path)):
-        return (_error("no canvas trace file given"),) + _unchanged()
-    shown_name = esc(Path(str(path)).name[:80])
-    try:
-        with LEDGER.reading_trace() as read:
-            size = Path(path).stat().st_size
-            if size > MAX_UPLOAD_BYTES:
-                raise ValueError(f"it is {mb(size)}; a canvas trace may be {mb(MAX_UPLOAD_BYTES)}")
-            body = Path(path).read_bytes().decode("utf-8")
-            check_read(read_cost(body), reserve=read.reserve)
-            run = CanvasRun.from_json(body)          # lopa.canvas_schema.validate_canvas_trace first
-            del body
-            if not run.records:
-                raise ValueError("the trace has no denoising steps to show")
-            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/model_cache.py)
-            view.hold(run, _names(tokenizer, run), read=read)
-    except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
-        return (_error(f"could not open {shown_name}: {err}"),) + _unchanged()
-    finally:
-        disk.discard_upload(path)             # read or refused, the upload is not kept on disk
-    where = "token strings from the local tokenizer" if view.names else "token ids (its tokenizer is not available here)"
-    status = (f"Opened a canvas trace of `{esc(run.model[:80])}`: {run.forwards} denoising steps, shown with {where}. "
-              f"Prompt: “{esc(run.prompt[:120])}”")
-    return (status,) + render(view, 0)
-
-
-def clear_upload():
-    return None
-
-
-def export_canvas_trace(view: CanvasView, request: gr.Request = None) -> tuple:
-    """(file, status): the trace shown, as the lopa-canvas-trace/1 JSON that load_canvas_trace opens, written
-    for download into Gradio's cache within the app's disk budgets (app/disk.export, as the round view's export)."""
-    if view.run is None:
-        return gr.update(value=None), _error("nothing to save yet: decode the prompt or open a saved canvas trace first")
-    body = json.dumps(view.run)                 # CanvasRun.to_json of the trace shown
-    if len(body) > MAX_UPLOAD_BYTES:            # ASCII: characters are bytes
-        return gr.update(value=None), _error(f"this trace takes {mb(len(body))} as a file and this panel opens "
-                                             f"canvas traces up to {mb(MAX_UPLOAD_BYTES)}: decode fewer steps")
-    try:
-        path, removed = disk.export(request, "lopa-canvas-trace", view.run.get("model"), ".json",
-                                    lambda path: path.write_text(body, encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        return gr.update(value=None), _error(f"could not save the canvas trace: {err}")
-    older = f" ({removed} older export(s) removed to make room)" if removed else ""
-    return (gr.update(value=str(path), visible=True),
-            f"Saved {len(view.run['records'])} denoising steps to `{esc(path.name)}`{older}: open it here again "
-            "with the upload box.")
 
 
 def show_step(view: CanvasView, index) -> tuple:

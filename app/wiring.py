@@ -12,7 +12,20 @@ from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
 
-from . import api, best_order, denoise, disk, forks, layout, model_and_settings, share, studies, tour, traces
+from . import (
+    api,
+    best_order,
+    canvas_traces,
+    denoise,
+    disk,
+    forks,
+    layout,
+    model_and_settings,
+    share,
+    studies,
+    tour,
+    traces,
+)
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .inputs import shown
@@ -310,7 +323,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        show_progress="hidden", **MODEL)
 
     # DiffusionGemma on its own sampler (app/denoise.py): a DiffusionGemma folder named in the model box opens
-    # there; its decode takes the model slot like Run; its steps and saved traces are views.
+    # there; its decode takes the model slot like Run; its steps and saved traces (app/canvas_traces.py) are views.
     canvas, canvas_out = c["denoise_view"], pick(*denoise.DENOISE_OUTPUTS)
     picked.then(as_updates(denoise.folder_line, [c["denoise_folder"]]), [session], [c["denoise_folder"]],
                 api_visibility="private", queue=False, show_progress="hidden")
@@ -319,11 +332,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        canvas_out, api_name="decode_canvas", **MODEL)
     on(c["denoise_slider"].input, denoise.show_step, [canvas, c["denoise_slider"]], canvas_out[1:],
        api_name="show_canvas_step", trigger_mode="always_last", show_progress="hidden", **VIEW)
-    on(c["denoise_export"].click, denoise.export_canvas_trace, [canvas], [c["denoise_export_file"], c["denoise_status"]],
+    on(c["denoise_export"].click, canvas_traces.export_canvas_trace, [canvas], [c["denoise_export_file"], c["denoise_status"]],
        api_name="export_canvas_trace", **VIEW)
-    on(c["denoise_upload"].upload, denoise.load_canvas_trace, [canvas, c["denoise_upload"]], canvas_out,
+    on(c["denoise_upload"].upload, canvas_traces.load_canvas_trace, [canvas, c["denoise_upload"]], canvas_out,
        api_name="load_canvas_trace", preprocess=True, **VIEW).then(
-        as_updates(denoise.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],
+        as_updates(canvas_traces.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],
         api_visibility="private", **VIEW)
 
     # The decode settings' title counts the settings that differ from what Run uses untouched.

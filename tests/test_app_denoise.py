@@ -1,7 +1,8 @@
-"""The DiffusionGemma panel (app/denoise.py) on a tiny random DiffusionGemma folder (the stock config
-classes, the word-level test tokenizer): picking the folder in the model box opens it there, Decode
-records the sampler's steps and the slider shows each one, a saved canvas trace opens (and a hostile
-one is refused or shown escaped), the decode's bounds; then the same in a real browser."""
+"""The DiffusionGemma panel (app/denoise.py, its saved traces: app/canvas_traces.py) on a tiny random
+DiffusionGemma folder (the stock config classes, the word-level test tokenizer): picking the folder in
+the model box opens it there, Decode records the sampler's steps and the slider shows each one, a saved
+canvas trace opens (and a hostile one is refused or shown escaped), the decode's bounds; then the same
+in a real browser."""
 
 import json
 import os
@@ -13,7 +14,7 @@ from servers import free_port, launch_chromium, needs_chromium
 from test_diffusion_gemma import CANVAS, tiny_diffusion_gemma
 from tiny import tiny_tokenizer
 
-from app import denoise
+from app import canvas_traces, denoise
 from app.budget import LEDGER
 from app.model_and_settings import pick_model
 from app.model_cache import MODELS
@@ -151,7 +152,7 @@ def test_a_saved_trace_opens_and_its_bytes_are_given_back(allowed, tmp_path):
     path.write_text(json.dumps(view.run))
     before = LEDGER.held
     opened = denoise.CanvasView()
-    out = dict(zip(denoise.DENOISE_OUTPUTS, denoise.load_canvas_trace(opened, str(path))))
+    out = dict(zip(denoise.DENOISE_OUTPUTS, canvas_traces.load_canvas_trace(opened, str(path))))
     assert "Opened a canvas trace of `diffusiongemma-tiny`" in out["denoise_status"]
     assert opened.run == view.run and opened.names == view.names      # the held model's tokenizer names its tokens
     assert LEDGER.held > before
@@ -167,7 +168,7 @@ def test_a_hostile_trace_is_refused_or_shown_escaped(allowed, tmp_path, monkeypa
         target = denoise.CanvasView()
         path = tmp_path / name
         path.write_text(data if isinstance(data, str) else json.dumps(data))
-        return target, dict(zip(denoise.DENOISE_OUTPUTS, denoise.load_canvas_trace(target, str(path))))
+        return target, dict(zip(denoise.DENOISE_OUTPUTS, canvas_traces.load_canvas_trace(target, str(path))))
 
     # Strings from the file reach the page escaped.
     evil = {**good, "model": "<img src=x onerror=alert(1)>", "prompt": "<script>alert(1)</script>",
@@ -193,9 +194,9 @@ def test_a_hostile_trace_is_refused_or_shown_escaped(allowed, tmp_path, monkeypa
         assert "⚠ Error" in out["denoise_status"], out["denoise_status"][:300]
         assert re.search(expected, out["denoise_status"]), (expected, out["denoise_status"][:300])
         assert "<script" not in out["denoise_status"]
-    monkeypatch.setattr(denoise, "MAX_UPLOAD_BYTES", 1000)
+    monkeypatch.setattr(canvas_traces, "MAX_UPLOAD_BYTES", 1000)
     assert "a canvas trace may be" in opened(good)[1]["denoise_status"]
-    assert "no canvas trace file given" in denoise.load_canvas_trace(denoise.CanvasView(), {"path": 1})[0]
+    assert "no canvas trace file given" in canvas_traces.load_canvas_trace(denoise.CanvasView(), {"path": 1})[0]
 
 
 def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(allowed):
@@ -271,15 +272,15 @@ def test_the_trace_shown_saves_to_a_file_that_opens_as_the_same_view(allowed, tm
     from app import disk
     exports = disk.Exports(1 << 30, 1 << 30, root=tmp_path / "cache")
     monkeypatch.setattr(disk, "EXPORTS", exports)
-    empty = denoise.export_canvas_trace(denoise.CanvasView(), visitor("a"))
+    empty = canvas_traces.export_canvas_trace(denoise.CanvasView(), visitor("a"))
     assert empty[0]["value"] is None and "nothing to save yet" in empty[1]
     view, _ = decoded(allowed)
-    update, status = denoise.export_canvas_trace(view, visitor("a"))
+    update, status = canvas_traces.export_canvas_trace(view, visitor("a"))
     path = Path(update["value"])
     assert "Saved" in status and path.name.startswith("lopa-canvas-trace-diffusiongemma-tiny-") and path.suffix == ".json"
     assert exports.held("a") == path.stat().st_size and exports.root / "a" in path.parents
     opened = denoise.CanvasView()
-    assert "Opened a canvas trace" in denoise.load_canvas_trace(opened, str(path))[0]
+    assert "Opened a canvas trace" in canvas_traces.load_canvas_trace(opened, str(path))[0]
     assert path.is_file()                                          # an export is not an upload: it stays for download
     assert opened.run == view.run and opened.names == view.names and opened.summary == view.summary
     for i in range(len(view.run["records"])):                      # the same view, step by step
@@ -287,16 +288,16 @@ def test_the_trace_shown_saves_to_a_file_that_opens_as_the_same_view(allowed, tm
         assert shown[:4] == again[:4] and shown[4].to_json() == again[4].to_json()
     # Within the disk budgets: a session's own older export makes room; one over its budget is refused.
     monkeypatch.setattr(disk, "EXPORTS", disk.Exports(int(1.5 * path.stat().st_size), 1 << 30, root=tmp_path / "b"))
-    first, _ = denoise.export_canvas_trace(view, visitor("b"))
-    second, status = denoise.export_canvas_trace(view, visitor("b"))
+    first, _ = canvas_traces.export_canvas_trace(view, visitor("b"))
+    second, status = canvas_traces.export_canvas_trace(view, visitor("b"))
     assert "1 older export(s) removed" in status and not Path(first["value"]).exists() and Path(second["value"]).exists()
     monkeypatch.setattr(disk, "EXPORTS", disk.Exports(100, 1 << 30, root=tmp_path / "c"))
-    refused = denoise.export_canvas_trace(view, visitor("c"))
+    refused = canvas_traces.export_canvas_trace(view, visitor("c"))
     assert refused[0]["value"] is None and "could not save the canvas trace" in refused[1] and "exports may take" in refused[1]
     assert not any(p.is_file() for p in (tmp_path / "c").rglob("*"))
     # A file the panel could not open again is not written.
-    monkeypatch.setattr(denoise, "MAX_UPLOAD_BYTES", 1000)
-    assert "opens canvas traces up to" in denoise.export_canvas_trace(view, visitor("a"))[1]
+    monkeypatch.setattr(canvas_traces, "MAX_UPLOAD_BYTES", 1000)
+    assert "opens canvas traces up to" in canvas_traces.export_canvas_trace(view, visitor("a"))[1]
 
 
 class Link:
