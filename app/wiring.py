@@ -48,6 +48,7 @@ from .viz import GLOSSARY_CSS
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
+STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
 QUEUE = dict(max_size=32, default_concurrency_limit=1)
 CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
@@ -305,11 +306,13 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study",
        show_progress="hidden")
     # The session's model (picked, or warmed at page load) shows its own shipped results.
+    # One at a time, in the order asked (STUDY_VIEW): in the shared view slot a study's picture, asked first,
+    # could land after the interactive plot asked next and replace it.
     for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
         on(event, studies.show_shipped, [c["study"], session], study_out, api_visibility="private",
-           show_progress="hidden", **VIEW)
+           show_progress="hidden", **STUDY_VIEW)
     on(c["study_interactive"].click, studies.show_interactive, [c["study"], session], study_out, api_visibility="private",
-                                 show_progress="hidden", **VIEW)
+       show_progress="hidden", **STUDY_VIEW)
 
     # Arrival and the guided tour (app/tour.py): recorded runs, no model. A step selects a run of the
     # session's list, so it waits for a running decode like select_run (same slot) instead of racing it.

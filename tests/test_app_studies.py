@@ -163,3 +163,14 @@ def test_results_from_other_weights_say_so(tiny_model):
     assert studies.stale_note({"weights_sha256": weights_digest(tiny_model)}, tiny_model) == ""
     assert "not tiny-dllm's current weights" in studies.stale_note({"weights_sha256": "000000000000"}, tiny_model)
     assert "not tiny-dllm's current weights" in studies.stale_note({}, tiny_model)
+
+
+def test_the_shipped_picture_and_the_interactive_plot_are_shown_in_the_order_asked():
+    """Both write the section's outputs. In one queue slot of their own, the picture asked first (picking a
+    study) cannot land after the interactive plot asked next and replace it, however busy the server."""
+    from app import build_demo
+    fns = list(build_demo().fns.values())
+    views = [fn for fn in fns if fn.api_name and fn.api_name.startswith(("show_shipped", "show_interactive"))]
+    (slot,) = {(fn.concurrency_id, fn.concurrency_limit) for fn in views}
+    assert len(views) == 4 and slot[1] == 1
+    assert [fn for fn in fns if fn.concurrency_id == slot[0]] == views
