@@ -59,10 +59,6 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
     return (status,) + render(view, 0)
 
 
-def clear_upload():
-    return None
-
-
 def export_canvas_trace(view: CanvasView, request: gr.Request = None) -> tuple:
     """(file, status): the trace shown, as the lopa-canvas-trace/1 JSON that load_canvas_trace opens, written
     for download into Gradio's cache within the app's disk budgets (app/disk.export, as the round view's export)."""

@@ -71,5 +71,6 @@ def load_trace(session: Session, file) -> tuple:
 
 
 def clear_upload():
-    """Empty the upload box after a trace was read, ready for the next file."""
+    """Empty an upload box after its trace was read, ready for the next file (the round view's and the
+    DiffusionGemma panel's)."""
     return None

@@ -339,7 +339,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        api_name="export_canvas_trace", **VIEW)
     on(c["denoise_upload"].upload, canvas_traces.load_canvas_trace, [canvas, c["denoise_upload"]], canvas_out,
        api_name="load_canvas_trace", preprocess=True, **VIEW).then(
-        as_updates(canvas_traces.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],
+        as_updates(traces.clear_upload, [c["denoise_upload"]]), None, [c["denoise_upload"]],
         api_visibility="private", **VIEW)
 
     # The decode settings' title counts the settings that differ from what Run uses untouched.
