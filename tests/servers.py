@@ -1,6 +1,7 @@
 """Helpers for tests that launch the app on a local port and drive it in Debian's Chromium."""
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+SETTLE_MS = 500            # what a freshly opened accordion's inputs get to mount (open_accordion)
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
 
@@ -43,3 +45,39 @@ def serve_app(tmp_path_factory, note: str = ""):
 def launch_chromium(playwright, timeout_ms: int):
     """Debian's Chromium through Playwright (`playwright install` cannot download browsers here)."""
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=timeout_ms)
+
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:                  # the browser tests skip without Playwright
+    PlaywrightTimeout = TimeoutError
+
+
+def open_accordion(page, selector: str, inside: str, timeout_s: float = 180) -> None:
+    """Open the accordion `selector` until `inside` (an element in it) shows, then let its inputs settle.
+    A click while the page still mounts can be lost, so it is repeated (only while `inside` is hidden:
+    a second click on an open accordion would close it). Gradio mounts a closed accordion's inputs when
+    it opens; a value typed into a slider in the same instant can be put back by the mount (Gradio 6.31:
+    the slider then re-sends its old value on every update), so the inputs get SETTLE_MS first."""
+    deadline = time.monotonic() + timeout_s
+    while not page.locator(inside).first.is_visible():
+        page.locator(f"{selector} > button, {selector} .label-wrap").first.click()
+        try:
+            page.locator(inside).first.wait_for(timeout=30_000)
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
+    page.wait_for_timeout(SETTLE_MS)
+
+
+def type_value(page, selector: str, text: str, timeout_s: float = 180) -> None:
+    """Type `text` into the number box of the input `selector` (a slider's or a number's) and leave it,
+    again until the box still reads `text` a moment later (see open_accordion: a mount can put a value back)."""
+    box = page.locator(f"{selector} input[type=number]").first
+    deadline = time.monotonic() + timeout_s
+    while True:
+        box.fill(text)
+        box.press("Tab")
+        page.wait_for_timeout(SETTLE_MS)
+        if box.input_value() == text or time.monotonic() > deadline:
+            return

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import launch_chromium, needs_chromium, serve_app
+from servers import launch_chromium, needs_chromium, open_accordion, serve_app, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
@@ -128,14 +128,6 @@ def shot(page, name: str, selector: str | None = None, readme: bool = False) -> 
     return path
 
 
-def open_panel(page, selector: str, inside: str) -> None:
-    """Open the accordion `selector` unless `inside` (an element in it) shows: the trace panel and the
-    decode settings start closed."""
-    if not page.locator(inside).first.is_visible():
-        page.locator(f"{selector} > button, {selector} .label-wrap").first.click()
-        page.locator(inside).first.wait_for()
-
-
 def test_run_an_example_live(page):
     from app.models import example_prompts
     example = example_prompts()[0][:24]                                  # the first example prompt
@@ -215,7 +207,7 @@ def test_export_then_load_a_trace(page, tmp_path):
     page.click("#run")                                           # the stepped decode is stopped: a fresh run
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
     n = rounds(page)
-    open_panel(page, "#trace-panel", "#export")
+    open_accordion(page, "#trace-panel", "#export")
     page.click("#export")
     link = page.locator("#export-file a").first
     link.wait_for()
@@ -233,19 +225,16 @@ def test_export_then_load_a_trace(page, tmp_path):
 
 
 def test_bad_input_shows_a_message(page, tmp_path):
-    box = page.locator("#max-new-tokens input")
-    open_panel(page, "#settings", "#max-new-tokens")              # the decode settings start closed
-    box.fill("100")
-    box.press("Tab")
+    open_accordion(page, "#settings", "#max-new-tokens")          # the decode settings start closed
+    type_value(page, "#max-new-tokens", "100")
     page.click("#run")
     page.wait_for_function("document.querySelector('#status').innerText.includes('Error')")
     assert re.search(r"multiple of block_size", page.locator("#status").inner_text())
     shot(page, "bad_input")
-    box.fill("64")
-    box.press("Tab")
+    type_value(page, "#max-new-tokens", "64")
     bad = tmp_path / "foreign.json"
     bad.write_text('{"hello": 1}')
-    open_panel(page, "#trace-panel", "#export")
+    open_accordion(page, "#trace-panel", "#export")
     page.set_input_files("#trace-upload input[type=file]", str(bad))
     page.wait_for_function("document.querySelector('#status').innerText.includes('not a LoPA trace')")
 
@@ -344,7 +333,7 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
     from lopa import DecodeSettings
     run = MODELS.get().decoder(DecodeSettings(k=2, max_new_tokens=64)).run("Tom has 3 apples. He buys 4 more.")
     path = hostile(run).save(tmp_path / "hostile.json")
-    open_panel(page, "#trace-panel", "#export")
+    open_accordion(page, "#trace-panel", "#export")
     page.set_input_files("#trace-upload input[type=file]", str(path))
     page.wait_for_function("document.querySelector('#status').innerText.includes('Replaying')")
     slider = page.locator("#round-slider input[type=range]")
@@ -498,8 +487,7 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
     """Last in this file: it reloads the page."""
     page.goto(url + "?prompt=Ann+has+5+pens.+She+buys+3+more.&k=2&order=random&order_seed=7", timeout=WAIT_MS)
     page.wait_for_function("document.querySelector('#prompt textarea')?.value?.startsWith('Ann has 5 pens')")
-    page.wait_for_selector("#settings", state="attached")
-    page.locator("#settings > button, #settings .label-wrap").first.click()     # the decode settings start closed
+    open_accordion(page, "#settings", "#k")                       # the decode settings start closed
     page.wait_for_function("document.querySelector('#k input[type=number]')?.value === '2'")
     assert "random" in page.locator("#order input").input_value()
     page.locator("#prompt textarea").press("Enter")                       # and it runs with them

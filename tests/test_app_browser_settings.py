@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from servers import free_port, launch_chromium, needs_chromium
+from servers import free_port, launch_chromium, needs_chromium, open_accordion
 from test_checkpoints import save_dream_dir
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(600)]
@@ -42,8 +42,7 @@ def test_the_controls_follow_the_session_s_model_and_keep_what_the_visitor_set(t
             page = browser.new_page()
             page.goto(f"http://127.0.0.1:{port}/?k=2", timeout=WAIT_MS)
             page.wait_for_selector("#settings", timeout=WAIT_MS, state="attached")
-            page.locator("#settings > button, #settings .label-wrap").first.click()     # the settings accordion
-            page.wait_for_selector("#attention", timeout=WAIT_MS, state="attached")
+            open_accordion(page, "#settings", "#attention", timeout_s=WAIT_MS / 1000)      # the settings accordion
             want = {"attention": "full", "block_size": "16", "k": "2"}          # the model's own; the link's k
             assert wait_for(page, want) == want
             box = page.locator("#model-dir input")

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from servers import free_port, launch_chromium, needs_chromium
+from servers import free_port, launch_chromium, needs_chromium, open_accordion
 
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
@@ -84,8 +84,7 @@ def open_page(browser, url):
 
 
 def export(page, tmp_path, name) -> tuple[str, RunResult]:
-    if not page.locator("#export").is_visible():
-        page.get_by_text("Save / replay a trace").click()          # the accordion starts closed
+    open_accordion(page, "#trace-panel", "#export")                # the accordion starts closed
     page.click("#export")
     link = page.locator("#export-file a").first
     link.wait_for()

@@ -7,7 +7,7 @@ closing the tour, and Next-then-Close at once leaving it closed. No timing asser
 
 
 import pytest
-from servers import launch_chromium, needs_chromium, serve_app
+from servers import launch_chromium, needs_chromium, open_accordion, serve_app, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]
@@ -67,9 +67,8 @@ def test_settings_are_closed_and_say_how_many_differ(page):
     title = page.locator("#settings").inner_text().split("\n")[0]
     assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "differ" in title)
     assert not page.locator("#k").is_visible()                              # closed: k is inside
-    page.locator("#settings").get_by_text("Decoding settings").first.click()
-    page.locator("#k input[type=number]").fill("2")
-    page.locator("#k input[type=number]").press("Tab")
+    open_accordion(page, "#settings", "#k")
+    type_value(page, "#k", "2")
     page.wait_for_function("document.querySelector('#settings').innerText.includes('differ from the defaults (')")
     assert "k" in page.locator("#settings").inner_text().split("\n")[0]
 
