@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:                  # the browser tests skip without Playwright
+    PlaywrightTimeout = TimeoutError
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -47,18 +52,12 @@ def launch_chromium(playwright, timeout_ms: int):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=timeout_ms)
 
 
-try:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-except ImportError:                  # the browser tests skip without Playwright
-    PlaywrightTimeout = TimeoutError
-
-
 def open_accordion(page, selector: str, inside: str, timeout_s: float = 180) -> None:
     """Open the accordion `selector` until `inside` (an element in it) shows, then let its inputs settle.
     A click while the page still mounts can be lost, so it is repeated (only while `inside` is hidden:
     a second click on an open accordion would close it). Gradio mounts a closed accordion's inputs when
     it opens; a value typed into a slider in the same instant can be put back by the mount (Gradio 6.31:
-    the slider then re-sends its old value on every update), so the inputs get SETTLE_MS first."""
+    the slider then sends its old value to the server again and again), so the inputs get SETTLE_MS first."""
     deadline = time.monotonic() + timeout_s
     while not page.locator(inside).first.is_visible():
         page.locator(f"{selector} > button, {selector} .label-wrap").first.click()
@@ -71,8 +70,8 @@ def open_accordion(page, selector: str, inside: str, timeout_s: float = 180) -> 
 
 
 def type_value(page, selector: str, text: str, timeout_s: float = 180) -> None:
-    """Type `text` into the number box of the input `selector` (a slider's or a number's) and leave it,
-    again until the box still reads `text` a moment later (see open_accordion: a mount can put a value back)."""
+    """Type `text` into the number box of the input `selector` (a slider's or a number's) and tab out; type it
+    again while the box does not read `text` a moment later (see open_accordion: a mount can put a value back)."""
     box = page.locator(f"{selector} input[type=number]").first
     deadline = time.monotonic() + timeout_s
     while True:
