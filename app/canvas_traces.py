@@ -19,7 +19,7 @@ from lopa.read_budget import check_read, read_cost
 
 from . import disk
 from .budget import LEDGER, mb
-from .denoise import CanvasView, _error, _names, _unchanged, render
+from .denoise import CanvasView, error_status, render, trace_names, unchanged
 from .model_cache import tokenizer_for_trace
 from .viz import esc
 
@@ -34,7 +34,7 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
     (lopa.read_budget.read_cost), and validated by lopa.canvas_schema before anything reads it; refused, nothing changes."""
     path = getattr(file, "name", file)
     if not path or not isinstance(path, (str, Path)):
-        return (_error("no canvas trace file given"),) + _unchanged()
+        return (error_status("no canvas trace file given"),) + unchanged()
     shown_name = esc(Path(str(path)).name[:80])
     try:
         with LEDGER.reading_trace() as read:
@@ -48,9 +48,9 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
             if not run.records:
                 raise ValueError("the trace has no denoising steps to show")
             tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/model_cache.py)
-            view.hold(run, _names(tokenizer, run), read=read)
+            view.hold(run, trace_names(tokenizer, run), read=read)
     except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
-        return (_error(f"could not open {shown_name}: {err}"),) + _unchanged()
+        return (error_status(f"could not open {shown_name}: {err}"),) + unchanged()
     finally:
         disk.discard_upload(path)             # read or refused, the upload is not kept on disk
     where = "token strings from the local tokenizer" if view.names else "token ids (its tokenizer is not available here)"
@@ -63,16 +63,16 @@ def export_canvas_trace(view: CanvasView, request: gr.Request = None) -> tuple:
     """(file, status): the trace shown, as the lopa-canvas-trace/1 JSON that load_canvas_trace opens, written
     for download into Gradio's cache within the app's disk budgets (app/disk.export, as the round view's export)."""
     if view.run is None:
-        return gr.update(value=None), _error("nothing to save yet: decode the prompt or open a saved canvas trace first")
+        return gr.update(value=None), error_status("nothing to save yet: decode the prompt or open a saved canvas trace first")
     body = json.dumps(view.run)                 # CanvasRun.to_json of the trace shown
     if len(body) > MAX_UPLOAD_BYTES:            # ASCII: characters are bytes
-        return gr.update(value=None), _error(f"this trace takes {mb(len(body))} as a file and this panel opens "
-                                             f"canvas traces up to {mb(MAX_UPLOAD_BYTES)}: decode fewer steps")
+        return gr.update(value=None), error_status(f"this trace takes {mb(len(body))} as a file and this panel "
+                                                   f"opens canvas traces up to {mb(MAX_UPLOAD_BYTES)}: decode fewer steps")
     try:
         path, removed = disk.export(request, "lopa-canvas-trace", view.run.get("model"), ".json",
                                     lambda path: path.write_text(body, encoding="utf-8"))
     except (OSError, ValueError) as err:
-        return gr.update(value=None), _error(f"could not save the canvas trace: {err}")
+        return gr.update(value=None), error_status(f"could not save the canvas trace: {err}")
     older = f" ({removed} older export(s) removed to make room)" if removed else ""
     return (gr.update(value=str(path), visible=True),
             f"Saved {len(view.run['records'])} denoising steps to `{esc(path.name)}`{older}: open it here again "

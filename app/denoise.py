@@ -182,10 +182,10 @@ def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_de
         folder = Path(folder)
         with MODELS.lease(folder, load=load_canvas_model) as held:     # never evicted mid-decode
             run = _decode(held.model, held.tokenizer, folder.name, prompt, seed, generation)
-            names = _names(held.tokenizer, run)
+            names = trace_names(held.tokenizer, run)
         view.hold(run, names)
     except (ValueError, OSError) as err:
-        return (_error(err),) + _unchanged()
+        return (error_status(err),) + unchanged()
     status = (f"Decoded on DiffusionGemma's sampler (seed {seed}): {run.forwards} denoising forwards over "
               f"{view.summary['canvases']} canvas(es). Drag the step slider to see each step's canvas.")
     return (status,) + render(view, 0)
@@ -265,7 +265,7 @@ def _decode(model, tokenizer, name: str, prompt: str, seed: int, generation: dic
         hook.remove()
 
 
-def _names(tokenizer, run: CanvasRun) -> dict:
+def trace_names(tokenizer, run: CanvasRun) -> dict:
     """Token strings for the ids a trace shows: the answer's, then each step's argmax, draws and inputs (the
     random canvas: a real vocabulary's worth of ids), as many of these groups as fit in MAX_NAMED ids."""
     if tokenizer is None:
@@ -282,12 +282,12 @@ def _names(tokenizer, run: CanvasRun) -> dict:
 def show_step(view: CanvasView, index) -> tuple:
     """DENOISE_OUTPUTS without the status: the trace at denoising record `index` (the slider)."""
     if view.run is None:
-        return _unchanged()
+        return unchanged()
     try:
         index = whole("step", index, 0, len(view.run["records"]) - 1)
     except ValueError as err:
         gr.Warning(str(err))
-        return _unchanged()
+        return unchanged()
     return render(view, index)
 
 
@@ -304,11 +304,13 @@ def render(view: CanvasView, index: int) -> tuple:
     return (denoise.denoise_counters_html(view.summary), slider, step, settled, denoise.denoise_heatmap(run, record["canvas"], names))
 
 
-def _unchanged() -> tuple:
+def unchanged() -> tuple:
+    """DENOISE_OUTPUTS after the status, left as they are (a refused action changes nothing shown)."""
     return tuple(gr.skip() for _ in DENOISE_OUTPUTS[1:])
 
 
-def _error(err) -> str:
+def error_status(err) -> str:
+    """The panel's status line for a problem the visitor can fix; the message is escaped (it can quote a file name)."""
     return f"**⚠ Error:** {esc(err)}"
 
 

@@ -425,11 +425,11 @@ def test_token_strings_go_to_the_answer_first_when_a_trace_holds_too_many_ids(al
     run = CanvasRun.from_json(json.dumps(view.run))
     tokenizer = MODELS.peek(allowed, load=denoise.load_canvas_model).tokenizer
     answer, argmax = set(run.tokens), {t for r in run.records for t in r.argmax}
-    assert set(denoise._names(tokenizer, run)) == answer | argmax | {t for r in run.records for t in r.sampled + r.tokens_in}
+    assert set(denoise.trace_names(tokenizer, run)) == answer | argmax | {t for r in run.records for t in r.sampled + r.tokens_in}
     monkeypatch.setattr(denoise, "MAX_NAMED", len(answer | argmax))
-    assert set(denoise._names(tokenizer, run)) == answer | argmax
+    assert set(denoise.trace_names(tokenizer, run)) == answer | argmax
     monkeypatch.setattr(denoise, "MAX_NAMED", len(answer))
-    assert set(denoise._names(tokenizer, run)) == answer
+    assert set(denoise.trace_names(tokenizer, run)) == answer
 
 
 def test_a_chat_checkpoint_s_prompt_goes_through_its_chat_template(folder, tmp_path, monkeypatch):
