@@ -34,11 +34,11 @@ from .gpu import zero_gpu
 from .models import (
     MODELS_DIR,
     RENAMED,
-    _short,
     bundled_folder,
     bundled_models,
     check_model_dir,
     safetensors_param_count,
+    short_path,
 )
 
 # The bytes the loaded models may hold together (parameters and buffers) unless LOPA_MODEL_CACHE_BYTES
@@ -293,7 +293,7 @@ class ModelCache:
             block = f", trained block size {m.spec.block_size}" if m.spec.block_size else ""
             return (f"**Model:** `{m.spec.name}` — {m.n_params / 1e6:.2f} M parameters, "
                     f"{next(m.model.parameters()).device}{block}, context {m.spec.max_context} tokens "
-                    f"(loaded from `{_short(m.path)}`)")
+                    f"(loaded from `{short_path(m.path)}`)")
         n = safetensors_param_count(folder)
         size = f"{n / 1e6:.2f} M parameters, " if n else ""
         return f"**Model:** `{folder.name}` — {size}not loaded yet (loads on first use)"

@@ -72,11 +72,12 @@ def check_model_dir(path: Path) -> None:
         return
     resolved = Path(path).resolve()
     if not any(resolved == r or r in resolved.parents for r in roots):
-        names = ", ".join(f"`{_short(r)}`" for r in roots)
+        names = ", ".join(f"`{short_path(r)}`" for r in roots)
         raise ValueError(f"this server only loads models from {names} (set LOPA_MODEL_DIRS to change that)")
 
 
-def _short(path: Path) -> str:
+def short_path(path: Path) -> str:
+    """`path` relative to the repository where it lies inside it (how the page and commands name a folder), else as given."""
     try:
         return str(Path(path).resolve().relative_to(ROOT))
     except ValueError:

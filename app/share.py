@@ -30,7 +30,7 @@ from lopa.settings import SETTINGS, ModelSpec
 from . import denoise
 from .inputs import shown
 from .model_cache import MODELS
-from .models import MODELS_DIR, _short
+from .models import MODELS_DIR, short_path
 from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings
 from .viz import esc
 
@@ -163,7 +163,7 @@ def command_line(prompt: str, *values, spec: ModelSpec | None = None, folder: Pa
     except ValueError as err:
         return f"# {err}"
     folder = Path(folder if folder is not None else MODELS.default)
-    parts = ["python", "-m", "lopa", "generate", "--model", _short(folder), "--prompt", prompt or ""]
+    parts = ["python", "-m", "lopa", "generate", "--model", short_path(folder), "--prompt", prompt or ""]
     for name, value in settings_diff(settings, resolve({}, spec, defaults={"k": DEFAULT_K})).items():
         parts += [SETTINGS[name].flag, str(value)]
     return shlex.join(parts)
