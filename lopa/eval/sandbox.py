@@ -40,18 +40,25 @@ separate test (`run_program(text)`), has no test process to answer to: it passes
 that it ran to its end, which is its own word.
 
 Where bubblewrap is not installed, or is installed but cannot start (`isolation()` says which, and
-why), a clearly labelled fallback runs the same two processes in host folders, each in its own
+why), grading refuses (`SandboxUnavailable`, naming bwrap, how to install it and how to opt in)
+unless the caller opts in to the fallback: `run_program(..., allow_fallback=True)` (the
+`--unsafe-fallback-sandbox` flag of `python -m lopa.bench`) or the environment variable
+LOPA_UNSAFE_FALLBACK_SANDBOX=1 (for a library, an app or a test). With the opt-in, a warning line
+(printed once a process, and in `ExecResult.warning`) says what the fallback does not protect. The
+fallback, clearly labelled, runs the same two processes in host folders, each in its own
 session and process group, dying with the grader (PR_SET_PDEATHSIG, and `setpriv --pdeathsig`
 for `unshare`) and, where `unshare` may create them, with its own user, PID (with its own /proc),
 mount and network namespaces.
 The verdict stays out of the candidate's reach there too: the test process reads its program and
 makes itself undumpable before the candidate starts; the candidate runs under an audit hook
 (sandbox_child.guard) that refuses new processes, signals, sockets, other processes' /proc
-entries and writes outside its own folder, and allows at most `FALLBACK_NAME_LIMIT` files of
-`FALLBACK_FILE_LIMIT_BYTES` each. A test process that is lost (killed, crashed) is a failure with
-its reason. The hook is Python's: a determined attacker with a native-code primitive (a bug in an
-extension module) goes around it, which bubblewrap's namespaces do not allow. `ExecResult.sandbox`
-says which ran and why.
+entries and writes outside its own folder, refuses the modules that write files from C where the
+hook cannot see the path (sqlite3, readline, Tcl, dbm, /dev/shm), and allows at most
+`FALLBACK_NAME_LIMIT` files of `FALLBACK_FILE_LIMIT_BYTES` each. A test process that is lost
+(killed, crashed) is a failure with its reason. The hook is Python's, so it cannot be complete:
+any native code (a C extension module the list misses, a bug in one) writes, reads and signals
+as the grader's user, around it, which bubblewrap's namespaces do not allow (`FALLBACK_RISKS`).
+`ExecResult.sandbox` says which ran and why.
 
 Layer: evaluation (lopa/eval/); the bench's HumanEval and lopa.eval's graders import it.
 """
@@ -80,6 +87,12 @@ SHM_FILE_COUNT_LIMIT = 64
 FALLBACK_FILE_LIMIT_BYTES = 1 << 20    # outside bubblewrap: one file (its stdout and stderr included) ...
 FALLBACK_NAME_LIMIT = 64               # ... and files written: 64 MiB in all, in its host folder
 MEMORY_LIMIT_MB = 2048
+UNSAFE_FALLBACK_ENV = "LOPA_UNSAFE_FALLBACK_SANDBOX"    # "1": grade in the fallback where bubblewrap cannot run
+UNSAFE_FALLBACK_FLAG = "--unsafe-fallback-sandbox"      # the same opt-in on the command lines that grade code
+FALLBACK_RISKS = ("the fallback is not isolation: the generated code runs as your user in host folders, held "
+                  "only by a Python audit hook and rlimits, and any native code (ctypes-like tricks, a C extension "
+                  "module, a bug in one) goes around the hook to your files, processes and, without a network "
+                  "namespace, the network")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc")
 # Runs in a user and mount namespace of its own, around bwrap: the tmpfs mounts bwrap cannot bound
 # by inodes, on host folders ($1, $2) that stay empty outside this namespace. Then bwrap.
@@ -100,6 +113,10 @@ class Program(str):
         return program
 
 
+class SandboxUnavailable(RuntimeError):
+    """Bubblewrap cannot run here and nobody opted in to the fallback: generated code is not run."""
+
+
 @dataclass
 class ExecResult:
     passed: bool
@@ -107,6 +124,7 @@ class ExecResult:
     seconds: float
     network_isolated: bool
     sandbox: str = ""        # "bubblewrap", or "fallback (...; why bubblewrap did not run)"
+    warning: str = ""        # in the fallback: what it does not protect (FALLBACK_RISKS), else ""
 
 
 @dataclass(frozen=True)
@@ -258,6 +276,36 @@ def describe() -> str:
     return f"generated code runs in the sandbox's {found.label} (lopa.eval.sandbox)"
 
 
+def fallback_opted_in(allow_fallback: bool = False) -> bool:
+    """Whether the fallback may grade: the caller's flag, or UNSAFE_FALLBACK_ENV set to 1 (either one)."""
+    return allow_fallback or os.environ.get(UNSAFE_FALLBACK_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+_warned: set[str] = set()        # the fallback labels this process has printed its warning for
+
+
+def require_sandbox(allow_fallback: bool = False) -> Isolation:
+    """The isolation that grades here; raise SandboxUnavailable where it would be the fallback and
+    nobody opted in (`fallback_opted_in`). The first time a process grades in the fallback, one
+    warning line on stderr says what it does not protect."""
+    found = isolation()
+    if found.ready:
+        return found
+    if not fallback_opted_in(allow_fallback):
+        why = ("is not installed" if found.bubblewrap == "not installed" else
+               f"is installed but cannot start ({found.reason or 'no reason given'}); it needs util-linux's "
+               "unshare and a kernel that allows unprivileged user namespaces")
+        raise SandboxUnavailable(
+            f"bubblewrap (bwrap) {why}, and generated code is graded only inside it. Install it (Debian/Ubuntu: "
+            f"apt-get install bubblewrap), or opt in to the unsafe fallback with {UNSAFE_FALLBACK_FLAG} or "
+            f"{UNSAFE_FALLBACK_ENV}=1: {FALLBACK_RISKS}.")
+    if found.label not in _warned:
+        _warned.add(found.label)
+        print(f"WARNING: generated code is graded in the sandbox's {found.label}, as opted in: {FALLBACK_RISKS}. "
+              "Install bubblewrap (apt-get install bubblewrap) to isolate it.", file=sys.stderr, flush=True)
+    return found
+
+
 def _tail(path: Path, limit: int = 2000) -> str:
     with open(path, "rb") as f:
         f.seek(max(0, path.stat().st_size - limit))
@@ -339,14 +387,15 @@ def _read_armed(fd: int, deadline: float) -> bool:
 
 
 def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIMIT_MB,
-                run_name: str = "__main__") -> ExecResult:
+                run_name: str = "__main__", allow_fallback: bool = False) -> ExecResult:
     """Run `program` in the sandbox (see the module docstring). A `Program` runs its test in a
     process of its own and passes when that test returns within `timeout` wall-clock seconds; plain
     text is a candidate with no test. `run_name`: the `__name__` of both parts ("builtins" is what
     `exec(program, {})` gives, as in HF code_eval, so that an `if __name__ == "__main__":` block in
-    a completion does not run; lopa.eval.code_eval)."""
+    a completion does not run; lopa.eval.code_eval). Without bubblewrap it raises SandboxUnavailable
+    unless `allow_fallback` or UNSAFE_FALLBACK_ENV opts in (`require_sandbox`)."""
     candidate, test = (program.candidate, program.test) if isinstance(program, Program) else (str(program), "")
-    found = isolation()
+    found = require_sandbox(allow_fallback)
     file_limit = FILE_LIMIT_BYTES if found.ready else FALLBACK_FILE_LIMIT_BYTES
     limits = [str(int(timeout) + 1), str(memory_mb << 20), str(file_limit)]
     requests_read, requests_write = os.pipe()    # test -> candidate
@@ -400,4 +449,5 @@ def run_program(program: str, timeout: float = 10.0, memory_mb: int = MEMORY_LIM
             status = f"failed: the test process ended without a verdict ({sides['test'].reason()})"
         if status.startswith("failed: CandidateGone") and codes["candidate"] not in (None, 0):
             status += f" ({_ended(codes['candidate'])})"
-    return ExecResult(status == "passed", status[:300], seconds, found.ready or "--net" in found.fallback, found.label)
+    return ExecResult(status == "passed", status[:300], seconds, found.ready or "--net" in found.fallback, found.label,
+                      "" if found.ready else FALLBACK_RISKS)

@@ -16,7 +16,8 @@ read or write its memory or open its descriptors through /proc) and writes ARMED
 pipe before the grader starts the candidate, so nothing the candidate does can change the test.
 Outside bubblewrap (GUARD_DIR not empty) the candidate also runs under `guard`, an audit hook that
 holds its writes to GUARD_DIR and at most MAX_NAMES files there, and refuses processes, signals,
-sockets, other processes' /proc entries and the modules that would go around the hook.
+sockets, other processes' /proc entries and the modules that would go around the hook or write files
+from C (sqlite3, readline, Tcl, dbm, /dev/shm), where it cannot see the path.
 """
 
 import builtins
@@ -156,12 +157,21 @@ _REFUSED_EVENTS = frozenset((
     "os.chflags", "os.lchflags", "os.chown", "os.lchown", "os.setxattr", "os.removexattr", "socket.__new__",
     "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "gc.get_objects", "gc.get_referrers",
     "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
-    "object.__getattr__", "sys.remote_exec", "pty.spawn", "ctypes.dlopen", "resource.prlimit"))
+    "object.__getattr__", "sys.remote_exec", "pty.spawn", "ctypes.dlopen", "resource.prlimit",
+    # sqlite opens its files in C (no "open" event) and ATTACH / VACUUM INTO name files in SQL: no
+    # connection at all, in case _sqlite3 is reached around the refused import below
+    "sqlite3.connect", "sqlite3.connect/handle", "sqlite3.enable_load_extension", "sqlite3.load_extension"))
 # Modules that would go around the hook: a process without an audit event, raw memory, or another
-# interpreter (refused where they are first imported; the hook is installed before the candidate's
-# code and these are not imported before it).
+# interpreter; and those that write files from C, where no "open" event lets the hook judge the path:
+# sqlite3 (databases, ATTACH, VACUUM INTO, file: URIs), readline's history files, Tcl's `open`, dbm's
+# files, /dev/shm (POSIX shared memory, named semaphores). Refused where they are first imported, by
+# their own name or as the last part of another one (an extension module loaded from its file as
+# "x._sqlite3" is the same code); the hook is installed before the candidate's code and none of them
+# is imported before it.
 _REFUSED_MODULES = frozenset(("_posixsubprocess", "subprocess", "ctypes", "_ctypes", "_testcapi",
-                              "_testinternalcapi", "_xxsubinterpreters", "_interpreters", "_xxinterpchannels"))
+                              "_testinternalcapi", "_xxsubinterpreters", "_interpreters", "_xxinterpchannels",
+                              "sqlite3", "_sqlite3", "readline", "_tkinter", "_dbm", "_gdbm", "_posixshmem",
+                              "_multiprocessing"))
 # Audit events on paths: (index of each path argument, index of its dir_fd or None, whether it names
 # a new file). Each path must lie inside the guarded folder.
 _PATH_EVENTS = {"os.remove": ((0, 1, False),), "os.rmdir": ((0, 1, False),), "os.mkdir": ((0, 2, True),),
@@ -176,7 +186,8 @@ def guard(folder: str, max_names: int) -> None:
     """Install an audit hook (it cannot be removed) that keeps the candidate's writes inside
     `folder` and at most `max_names` file and folder names there (created, renamed to or opened for
     writing; with the file-size limit, this bounds the bytes it can leave), refuses
-    _REFUSED_EVENTS, imports of _REFUSED_MODULES, reads of /proc entries of other processes and of
+    _REFUSED_EVENTS, imports of _REFUSED_MODULES (as ImportError: as if not installed, so code with an
+    optional import of one carries on without it), reads of /proc entries of other processes and of
     the sandbox's other folders (the test's), and directories outside `folder` opened as descriptors
     (a dir_fd would escape the path check).
 
@@ -201,8 +212,8 @@ def guard(folder: str, max_names: int) -> None:
                     delattr(owner, name)
     # Everything the hook uses is bound here, so that rebinding a module's or builtins' names cannot
     # reach it (the hook runs inside the candidate's interpreter).
-    stat, refused, type_of, len_of = posix.stat, PermissionError, type, len
-    str_type, bytes_type, int_type = str, bytes, int
+    stat, refused, unavailable, type_of, len_of = posix.stat, PermissionError, ImportError, type, len
+    str_type, bytes_type, int_type, last_part = str, bytes, int, str.rpartition
     refused_events, refused_modules, path_events = _REFUSED_EVENTS, _REFUSED_MODULES, dict(_PATH_EVENTS)
     write_flags, names, own, root = _WRITE_FLAGS, set(), f"/proc/{posix.getpid()}", folder.rstrip("/")
 
@@ -254,8 +265,9 @@ def guard(folder: str, max_names: int) -> None:
         if event in refused_events or event.startswith("ctypes."):
             raise refused(f"sandbox fallback: {event} is not allowed")
         if event == "import":
-            if args and (type_of(args[0]) is not str_type or args[0] in refused_modules):
-                raise refused(f"sandbox fallback: module {args[0]} is not allowed")
+            if args and (type_of(args[0]) is not str_type or args[0] in refused_modules
+                         or last_part(args[0], ".")[2] in refused_modules):
+                raise unavailable(f"sandbox fallback: module {args[0]} is not allowed")
         elif event == "open":
             path, mode, flags = args
             if type_of(path) is int_type:
