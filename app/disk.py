@@ -7,8 +7,11 @@ SESSION_DISK_BYTES (its own oldest exports go first to make room), all sessions 
 session's exports are removed when its page closes (`end_session`, wired to demo.unload). An uploaded trace
 is deleted as soon as it was read (`discard_upload`): the run lives in the session's memory, bounded by
 app/budget.py. An upload that no load ever read (a POST to /upload alone) stays in Gradio's cache until its
-delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps it; meanwhile `BoundUploads` holds them all within
-UPLOAD_DISK_BYTES, removing the oldest leftovers to make room for a new upload or refusing it.
+delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps it. `BoundUploads` holds those stored and those on their way
+in within UPLOAD_DISK_BYTES together, at every moment: each upload reserves its bytes (UPLOADS, under one lock)
+before Gradio writes them, its Content-Length up front or, without one, as the bytes arrive, removing the
+oldest leftovers to make room; one that does not fit is refused with HTTP 507, midway if need be, and leaves
+no file behind.
 
     LOPA_SESSION_DISK_MB   exports one session keeps (default 128)
     LOPA_APP_DISK_MB       exports all sessions keep together (default 1024)
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import gradio as gr
 from gradio.utils import get_upload_folder
+from starlette.formparsers import MultiPartException
 
 from .budget import mb
 
@@ -37,6 +41,7 @@ CACHE_SWEEP_S, CACHE_AGE_S = 600, 3600     # gr.Blocks(delete_cache=...): every 
 LOCAL = "local"                            # the session key of a call without a browser session (tests, scripts)
 UPLOAD_DISK_BYTES = int(os.environ.get("LOPA_UPLOAD_DISK_MB", "1024")) << 20
 STALE_UPLOAD_S = 120                       # a load reads its upload as it arrives: an older one is a leftover
+RESERVE_STEP = 1 << 20                     # a body of unknown length reserves this far ahead: one look at the folder a MB
 
 
 def session_key(request) -> str:
@@ -184,10 +189,51 @@ def make_room_for_upload(uploads: set, nbytes: int, budget: int | None = None, n
     return held + nbytes <= budget
 
 
+class UploadRefused(MultiPartException):
+    """Raised from an upload's `receive` to stop it midway. Gradio's multipart parser (gradio.route_utils.
+    GradioMultiPartParser.parse) removes the files it was writing on a MultiPartException and answers with its
+    message; any other exception there (Starlette's ClientDisconnect included) leaves them in its upload folder."""
+
+
+class UploadLedger:
+    """The bytes of the uploads on their way in, held with those stored and waiting in Gradio's cache within
+    UPLOAD_DISK_BYTES. The stored ones are read from disk at each reservation (make_room_for_upload), so a
+    load's discard_upload or Gradio's sweep gives their bytes back by deleting the file. One lock: no two
+    reservations see the same room."""
+
+    def __init__(self):
+        self.in_flight = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, uploads: set, nbytes: int) -> bool:
+        """Take `nbytes` more for an upload on its way in if they fit beside the stored files of `uploads`
+        (Gradio's set; its oldest leftovers are removed to make room) and the other uploads in flight;
+        False, and nothing taken, if not."""
+        with self._lock:
+            if not make_room_for_upload(uploads, nbytes, UPLOAD_DISK_BYTES - self.in_flight):
+                return False
+            self.in_flight += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        """An upload ended: stored, its file now counts from disk (counted twice for a moment, never not at
+        all), or refused and removed."""
+        with self._lock:
+            self.in_flight -= nbytes
+
+
+UPLOADS = UploadLedger()
+
+
 class BoundUploads:
-    """ASGI middleware: before Gradio stores an upload, the uploads waiting in its cache are held within
-    UPLOAD_DISK_BYTES (make_room_for_upload); when they cannot be, the upload is refused with HTTP 507 and
-    a message. The request's Content-Length is its size (the app's max_file_size bounds one without it)."""
+    """ASGI middleware: an upload's bytes are reserved in UPLOADS before Gradio may write them, so uploads
+    on their way in and those waiting in its cache stay within UPLOAD_DISK_BYTES together, however many
+    arrive at once and however they are sent. A declared Content-Length is reserved before the body is read;
+    the bytes that arrive are counted (`receive`), and a body without one, or longer than it said, reserves
+    as it streams (RESERVE_STEP ahead). An upload that does not fit is refused with HTTP 507 and a message:
+    before its body when its length is known, midway otherwise (UploadRefused: Gradio removes what it had
+    written). A client that goes away midway is stopped the same way, leaving no file behind. Gradio's
+    max_file_size still bounds each file."""
 
     def __init__(self, app):
         self.app = app
@@ -196,15 +242,57 @@ class BoundUploads:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not scope.get("path", "").endswith(
                 "/upload") or scope.get("app") is None or not hasattr(scope["app"], "get_blocks"):
             return await self.app(scope, receive, send)
+        uploads = scope["app"].get_blocks().upload_file_set
         headers = dict(scope.get("headers") or [])
         try:
-            nbytes = int(headers.get(b"content-length", b"0"))
+            declared = max(0, int(headers.get(b"content-length", b"0")))
         except ValueError:
-            nbytes = 0
-        if make_room_for_upload(scope["app"].get_blocks().upload_file_set, nbytes):
-            return await self.app(scope, receive, send)
-        body = (f"the server holds up to {mb(UPLOAD_DISK_BYTES)} of uploads waiting to be read, for all visitors: "
-                "try again in a few minutes").encode()
-        await send({"type": "http.response.start", "status": 507,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+            declared = 0
+        if not UPLOADS.reserve(uploads, declared):
+            return await _refuse_upload(send)
+        reserved, received, complete, refused, answered = declared, 0, False, False, False
+
+        async def counted_receive():
+            nonlocal reserved, received, complete, refused
+            message = await receive()
+            if message["type"] == "http.disconnect" and not complete:
+                raise UploadRefused("the upload was cut off before it arrived")
+            received += len(message.get("body", b""))
+            complete = complete or not message.get("more_body", False)
+            if received > reserved:
+                for more in (max(received - reserved, RESERVE_STEP), received - reserved):
+                    if UPLOADS.reserve(uploads, more):
+                        reserved += more
+                        break
+                else:
+                    refused = True
+                    raise UploadRefused(_upload_refusal())
+            return message
+
+        async def answer(message):
+            nonlocal answered
+            if not refused:
+                return await send(message)
+            if message["type"] == "http.response.start" and not answered:    # Gradio's 400: ours instead
+                answered = True
+                await _refuse_upload(send)
+
+        try:
+            await self.app(scope, counted_receive, answer)
+        except UploadRefused:        # it got past Gradio's parser (a client gone, or not Gradio's route)
+            if refused and not answered:
+                await _refuse_upload(send)
+        finally:
+            UPLOADS.release(reserved)
+
+
+def _upload_refusal() -> str:
+    return (f"the server holds up to {mb(UPLOAD_DISK_BYTES)} of uploads waiting to be read, for all visitors: "
+            "try again in a few minutes")
+
+
+async def _refuse_upload(send) -> None:
+    body = _upload_refusal().encode()
+    await send({"type": "http.response.start", "status": 507,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

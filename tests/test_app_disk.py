@@ -1,14 +1,18 @@
 """What the server keeps on disk for its visitors (app/disk.py): trace exports within a byte budget per
 session and for the app, oldest first out, gone when the page closes; uploads deleted once read;
 exports served from Gradio's cache without a copy of their own; uploads no load read held within a
-budget; the app wires it all."""
+budget, together with those still arriving, however they are sent; the app wires it all."""
 
 import os
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+import httpx
 import pytest
+from servers import free_port
 from tiny import LIVELY, PROMPT, app_model
 
 from app import callbacks as cb
@@ -169,3 +173,156 @@ def test_the_upload_route_is_refused_with_a_message_when_there_is_no_room(tmp_pa
     assert passed == ["/gradio_api/upload"]                                        # 900 + 100 fits, 900 + 101 not
     assert sent[0]["status"] == 507 and b"uploads waiting to be read" in sent[1]["body"]
     assert fresh.exists()
+
+
+# Uploads to the served app's /upload route, moving a few MB: files of FILE_BYTES against a bound of BOUND.
+FILE_BYTES, BOUND, MAX_FILE = 500_000, 1_600_000, 800_000
+BOUNDARY = "lopa-upload-test"
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A bare Blocks served on loopback with the app's launch settings (its middleware among them) and a
+    per-file cap of MAX_FILE; uploads go to tmp_path/gradio, bound to BOUND bytes."""
+    from app import LAUNCH_KWARGS
+    folder = tmp_path / "gradio"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(folder))
+    monkeypatch.setattr(disk, "UPLOAD_DISK_BYTES", BOUND)
+    with gr.Blocks() as demo:
+        gr.File()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                **dict(LAUNCH_KWARGS, max_file_size=MAX_FILE))
+    try:
+        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/gradio_api/upload", folder=folder, blocks=demo)
+    finally:
+        demo.close()
+
+
+def multipart(*contents: bytes) -> bytes:
+    """A body for Gradio's /upload: one part named `files` per content."""
+    parts = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="files"; filename="trace{i}.json"\r\n'
+             "Content-Type: application/json\r\n\r\n".encode() + content + b"\r\n" for i, content in enumerate(contents)]
+    return b"".join(parts) + f"--{BOUNDARY}--\r\n".encode()
+
+
+def post(url: str, body, length: int | None = None) -> httpx.Response:
+    """POST `body` (bytes, or an iterator of them: sent chunked unless `length` is given)."""
+    headers = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+    if length is not None:
+        headers["content-length"] = str(length)
+    return httpx.post(url, content=body, headers=headers, timeout=120)
+
+
+def disk_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:                  # removed while counted
+            pass
+    return total
+
+
+def settled() -> int:
+    """The bytes still reserved for uploads once the server has finished with those answered (it releases
+    them just after its answer goes out); a hang guard of 30 s."""
+    deadline = time.monotonic() + 30
+    while disk.UPLOADS.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return disk.UPLOADS.in_flight
+
+
+class Peak:
+    """The most bytes seen under `folder` while the block runs, looked at every few milliseconds."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.most, self._done = folder, 0, threading.Event()
+
+    def __enter__(self):
+        def watch():
+            while not self._done.wait(0.002):
+                self.most = max(self.most, disk_bytes(self.folder))
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.most = max(self.most, disk_bytes(self.folder))
+
+
+def test_parallel_uploads_stay_within_the_bound_together_and_the_rest_are_refused(served):
+    bodies = [multipart(os.urandom(FILE_BYTES)) for _ in range(6)]
+    halfway = threading.Barrier(len(bodies), timeout=120)    # every upload is under way before any ends
+    answers = [None] * len(bodies)
+
+    def upload(i: int) -> None:
+        body = bodies[i]
+
+        def halves():
+            yield body[:len(body) // 2]
+            halfway.wait()
+            yield body[len(body) // 2:]
+        answers[i] = post(served.url, halves(), length=len(body))
+
+    with Peak(served.folder) as peak:
+        threads = [threading.Thread(target=upload, args=(i,)) for i in range(len(bodies))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+    fits = BOUND // len(bodies[0])                                  # 3 of 6
+    assert sorted(a.status_code for a in answers) == [200] * fits + [507] * (len(bodies) - fits)
+    assert all("uploads waiting to be read" in a.text for a in answers if a.status_code == 507)
+    assert peak.most <= BOUND and disk_bytes(served.folder) == fits * FILE_BYTES
+    assert settled() == 0
+
+
+def test_a_chunked_upload_past_the_bound_is_refused_midway_and_leaves_nothing(served):
+    body = multipart(*[os.urandom(FILE_BYTES) for _ in range(5)])
+    with Peak(served.folder) as peak:
+        answer = post(served.url, (body[i:i + (64 << 10)] for i in range(0, len(body), 64 << 10)))
+    assert "content-length" not in answer.request.headers
+    assert answer.status_code == 507 and "uploads waiting to be read" in answer.text
+    assert peak.most <= BOUND and disk_bytes(served.folder) == 0      # Gradio's part-written files went
+    assert settled() == 0
+    assert post(served.url, multipart(os.urandom(FILE_BYTES))).status_code == 200    # the room came back
+
+
+def test_an_upload_cut_off_midway_leaves_no_file_behind(served):
+    body = multipart(os.urandom(FILE_BYTES))
+
+    def cut_off():
+        yield body[:len(body) // 2]
+        deadline = time.monotonic() + 60
+        while disk_bytes(served.folder) == 0 and time.monotonic() < deadline:    # Gradio is writing it
+            time.sleep(0.01)
+        raise ConnectionAbortedError("the visitor went away")
+    with pytest.raises(ConnectionAbortedError):
+        post(served.url, cut_off(), length=len(body))
+    assert settled() == 0 and disk_bytes(served.folder) == 0
+
+
+def test_a_file_over_the_per_file_cap_is_refused_within_the_bound(served):
+    answer = post(served.url, iter([multipart(os.urandom(MAX_FILE + 1))]))
+    assert answer.status_code == 413 and "maximum allowed size" in answer.text
+    assert settled() == 0 and disk_bytes(served.folder) == 0
+
+
+def test_uploads_read_or_swept_give_their_room_back(served):
+    stored = []
+    for _ in range(3):
+        answer = post(served.url, multipart(os.urandom(FILE_BYTES)))
+        assert answer.status_code == 200
+        stored += answer.json()
+    assert post(served.url, multipart(os.urandom(FILE_BYTES))).status_code == 507
+    disk.discard_upload(stored[0])                                     # a load read it
+    assert settled() == 0
+    assert post(served.url, multipart(os.urandom(FILE_BYTES))).status_code == 200
+    os.remove(stored[1])                                               # Gradio's delete_cache swept it
+    assert settled() == 0
+    assert post(served.url, multipart(os.urandom(FILE_BYTES))).status_code == 200
+    assert post(served.url, multipart(os.urandom(FILE_BYTES))).status_code == 507
+    assert disk_bytes(served.folder) <= BOUND
