@@ -214,6 +214,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 
     session, settings = c["session"], pick(*SETTING_NAMES)
     live, view = pick(*cb.LIVE_OUTPUTS), pick(*cb.VIEW_OUTPUTS)
+    # Before any job's own listener on the same buttons (why: enable_stops).
+    enable_stops(c)
     # After the settings: the callbacks' values are settings + backend (app.session.parse_ui).
     backend = pick(*BACKEND_NAMES)
 
@@ -232,16 +234,14 @@ def wire(demo: gr.Blocks, c: dict) -> None:
        api_visibility="private", queue=False)
     # A DiffusionGemma folder picked for its panel rides along in the link with the panel's settings.
     panel = pick(*denoise.PANEL_INPUTS)
-    on(demo.load, share.open_canvas_link, [session], [c["denoise_folder"], *panel, c["denoise_status"]],
-       api_visibility="private", queue=False)
-    on(functools.partial(gr.on, [x.change for x in [*shared, *panel, c["denoise_folder"]]] + [c["model_info"].change]),
+    canvas_link = on(demo.load, share.open_canvas_link, [session], [c["denoise_folder"], *panel, c["denoise_status"]],
+                     api_visibility="private", queue=False)
+    # The link follows the inputs here, and the session's model and DiffusionGemma folder in follow_model.
+    on(functools.partial(gr.on, [x.change for x in [*shared, *panel]]),
        share.links, [session, *shared, *panel], [c["share_link"], c["command"]], api_visibility="private", queue=False)
     # The settings inputs show the session's model's own values until the visitor touches them.
     for name in SETTING_NAMES:
         on(c[name].input, model_and_settings.toucher(name), [touched], [touched], api_visibility="private", queue=False)
-    for event in (demo.load, c["model_info"].change):
-        on(event, model_and_settings.follow_session_model, [session, touched, *settings], settings, api_visibility="private",
-           show_progress="hidden", **MODEL)
     on(c["step"].click, cb.step_once, [session, c["prompt"], *settings, *backend], live, api_name="step",
                     show_progress="hidden", **MODEL)
     on(c["compare"].click, compare_stream, [session, c["prompt"], c["baseline"], *settings, *backend],
@@ -264,7 +264,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # The session's model: applied when picked (a typed folder when the box loses focus or Enter is pressed).
     picked = on(c["model_dir"].change, model_and_settings.pick_model, [session, c["model_dir"]],
                 [c["model_info"], c["status"], c["model_dir"]], api_name="pick_model", **MODEL)
-    on(demo.load, model_and_settings.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
+    warmed = on(demo.load, model_and_settings.warm_model, [session], [c["model_info"]], api_visibility="private", **MODEL)
 
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round. It answers at
     # once, so it draws no progress over the status it answers in (nor its timer before the status's text).
@@ -305,10 +305,9 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     events["study_run"] = [study_dep]
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study",
        show_progress="hidden")
-    # The session's model (picked, or warmed at page load) shows its own shipped results.
     # One at a time, in the order asked (STUDY_VIEW): in the shared view slot a study's picture, asked first,
     # could land after the interactive plot asked next and replace it.
-    for event in (c["study"].input, c["study_shipped"].click, c["model_info"].change):
+    for event in (c["study"].input, c["study_shipped"].click):
         on(event, studies.show_shipped, [c["study"], session], study_out, api_visibility="private",
            show_progress="hidden", **STUDY_VIEW)
     on(c["study_interactive"].click, studies.show_interactive, [c["study"], session], study_out, api_visibility="private",
@@ -343,25 +342,73 @@ def wire(demo: gr.Blocks, c: dict) -> None:
         api_visibility="private", **VIEW)
 
     # The decode settings' title counts the settings that differ from what Run uses untouched.
-    on(functools.partial(gr.on, [x.change for x in settings] + [c["model_info"].change]), layout.settings_title,
+    on(functools.partial(gr.on, [x.change for x in settings]), layout.settings_title,
        [session, *settings], [c["settings_accordion"]], api_visibility="private", queue=False, show_progress="hidden")
+    follow_model(c, warmed, picked)
+    follow_link(c, canvas_link)
     # Stop buttons are enabled only while there is something to stop.
     stop_buttons(c)
 
 
+def follow_link(c: dict, *deps) -> None:
+    """The share link and the command, again after each of `deps` (they change what the link names)."""
+    out = [c["share_link"], c["command"]]
+    inputs = [c["session"], c["prompt"], *[c[n] for n in SETTING_NAMES], *[c[n] for n in denoise.PANEL_INPUTS]]
+    for dep in deps:
+        dep.then(as_updates(share.links, out), inputs, out, preprocess=False, queue=False, api_visibility="private",
+                 show_progress="hidden")
+
+
+def follow_model(c: dict, *model_set) -> None:
+    """What follows the session's model, chained after the events that set it (`model_set`: the page's
+    warm-up, a model picked): the settings inputs show the model's own values, the share link and the
+    command name it, the settings' title counts against its defaults, the studies show its shipped results.
+    Chained with .then, not on a Markdown's .change (the model panel's, the DiffusionGemma folder's): once a
+    Markdown's text had changed (on a just-started server, "not loaded yet" → the loaded model), Gradio 6.31's
+    page kept re-rendering it and firing its change with the same text, ~10 times a second for as long as
+    the page stayed open, each a queued model-slot job every other visitor waited behind
+    (tests/test_app_browser_crowd.py). A .then runs once per event that set the model."""
+    session, settings, touched = c["session"], [c[n] for n in SETTING_NAMES], c["touched"]
+    quiet = dict(api_visibility="private", show_progress="hidden")
+    follow_link(c, *model_set)
+    for dep in model_set:
+        dep.then(as_updates(model_and_settings.follow_session_model, settings), [session, touched, *settings], settings,
+                 preprocess=False, **quiet, **MODEL)
+        dep.then(as_updates(layout.settings_title, [c["settings_accordion"]]), [session, *settings], [c["settings_accordion"]],
+                 preprocess=False, queue=False, **quiet)
+        study_out = [c[n] for n in studies.STUDY_OUTPUTS]
+        dep.then(as_updates(studies.show_shipped, study_out), [c["study"], session], study_out, preprocess=False,
+                 **quiet, **STUDY_VIEW)
+
+
+# Each Stop and the buttons that start its job (the round view's: every decode that streams into it).
+STOP_STARTS = {"stop": ("run", "prompt", "step", "fill_first", "hold_back"), "compare_stop": ("compare",),
+               "best_order_stop": ("best_order",), "study_stop": ("study_run",)}
+QUIET = dict(api_visibility="private", queue=False, show_progress="hidden")
+
+
+def enable_stops(c: dict) -> None:
+    """Each Stop is enabled the moment a button that starts its job is pressed. Wired before the jobs'
+    own listeners on those buttons: Gradio 6.31's page runs the listeners of one event in the order they
+    were added and awaits each queued one to its end before it sends the next (Blocks.dispatch: `for await`
+    over the job's stream), so a Stop enabled by a listener added after Run's was enabled only once the
+    Run had ended. Outside the queue: they only touch buttons."""
+    for stop_name, starts in STOP_STARTS.items():
+        for name in starts:
+            trigger = c[name].submit if name == "prompt" else c[name].click
+            trigger(layout.stop_enabled, None, c[stop_name], **QUIET)
+
+
 def stop_buttons(c: dict) -> None:
-    """Each Stop is enabled when its run starts and disabled when it ends (the round view's: while the
-    session has a decode, streaming or paused after Step). Outside the queue: they only touch buttons."""
-    quiet = dict(api_visibility="private", queue=False, show_progress="hidden")
+    """Each Stop is disabled when its run ends (the round view's: while the session has a decode,
+    streaming or paused after Step, it stays enabled). enable_stops enables them."""
+    quiet = QUIET
     session, stop = c["session"], c["stop"]
-    for trigger in (c["run"].click, c["prompt"].submit, c["step"].click, c["fill_first"].click, c["hold_back"].click):
-        trigger(layout.stop_enabled, None, stop, **quiet)
     for name in ("run", "prompt", "step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
                  "tour_prev", "tour_end"):
         for dep in c["__events__"].get(name, ()):
             dep.then(layout.decode_stop, [session], stop, **quiet)
-    for start, stop_name in (("compare", "compare_stop"), ("best_order", "best_order_stop"),
-                             ("study_run", "study_stop")):
-        c[start].click(layout.stop_enabled, None, c[stop_name], **quiet)
-        for dep in c["__events__"].get(start, ()):
-            dep.then(layout.stop_disabled, None, c[stop_name], **quiet)
+    for stop_name in ("compare_stop", "best_order_stop", "study_stop"):
+        for start in STOP_STARTS[stop_name]:
+            for dep in c["__events__"].get(start, ()):
+                dep.then(layout.stop_disabled, None, c[stop_name], **quiet)

@@ -24,10 +24,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_app(tmp_path_factory, note: str = ""):
+def serve_app(tmp_path_factory, note: str = "", cold: bool = False):
     """Yield the URL of the app served in this process on a free port, on the bundled default model, or
     on a tiny random one where the bundled model does not load right now (it may be mid re-export);
-    close it and restore the default after. For a module-scoped fixture: `yield from serve_app(...)`."""
+    close it and restore the default after. For a module-scoped fixture: `yield from serve_app(...)`.
+    `cold`: the page is built with no model loaded, as on a server just started (the model panel says
+    "not loaded yet" until a page's warm-up loads it)."""
     from tiny import save_tiny_model_dir
 
     from app import LAUNCH_KWARGS, build_demo
@@ -37,6 +39,8 @@ def serve_app(tmp_path_factory, note: str = ""):
         MODELS.get()
     except Exception:
         MODELS.default = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    if cold:
+        MODELS.clear()
     demo = build_demo()
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)

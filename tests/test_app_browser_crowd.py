@@ -1,0 +1,178 @@
+"""A crowd in real browsers (Playwright + Debian's Chromium) on one served app: an idle page sends nothing
+whatever other visitors do, and every Stop is clickable while its job runs and ends it.
+
+The jobs are paced here (a sleep between the chunks a decode or a search streams) so that each is still
+running when the test looks at its Stop, however fast the machine. Skips when /usr/bin/chromium is absent.
+Every wait has a timeout; none is a speed assertion."""
+
+import time
+
+import pytest
+from servers import launch_chromium, needs_chromium, serve_app
+
+pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
+
+WAIT_MS = 180_000           # hang guards only
+QUIET_S = 3                 # an opened page has settled once it sent nothing for this long
+ROUNDS_JS = "Number(document.querySelector('#counters .lopa-counters')?.dataset.rounds ?? -1)"
+PROMPT = "Tom has 23 apples. He gives 7 to Ann. Then he buys 12 more and eats 3. How many apples does Tom have now?"
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    # Cold, as a Space just started: the model panel's text changes when the first page's warm-up loads the
+    # model, which is what set Gradio's page firing its change again and again (app/wiring.follow_model).
+    yield from serve_app(tmp_path_factory, cold=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = launch_chromium(p, WAIT_MS)
+        yield browser
+        browser.close()
+
+
+class Requests:
+    """Every request a page sends to the app's API, with the time it was sent."""
+
+    def __init__(self, page):
+        self.sent: list[tuple[float, str]] = []
+        page.on("request", self.record)
+
+    def record(self, request):
+        if "/gradio_api/" in request.url:
+            self.sent.append((time.monotonic(), request.method + " " + request.url.split("/gradio_api/")[-1][:40]))
+
+    def since(self, t: float) -> list[str]:
+        return [what for when, what in self.sent if when >= t]
+
+
+def open_page(browser, url: str):
+    """A new visitor (a browser context of its own: its own Gradio session) on a ready page."""
+    page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    requests = Requests(page)
+    page.goto(url, timeout=WAIT_MS)
+    page.wait_for_function("document.querySelector('#model-info')?.innerText.includes('loaded from')")
+    page.wait_for_selector("#tokens-chart .js-plotly-plot")
+    return page, requests
+
+
+def settle(page, requests: Requests, bound_s: float = 60) -> None:
+    """Wait until the page has sent nothing for QUIET_S (its page-load events are done), at most bound_s: a page
+    that never settles is counted from then on, and the test says what it kept sending."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(500)             # pumps Playwright's events: the requests are recorded meanwhile
+        last = requests.sent[-1][0] if requests.sent else 0.0
+        if time.monotonic() - last >= QUIET_S:
+            return
+
+
+def paced(stream, seconds: float):
+    """`stream` (a generator function) with `seconds` between its items: the job is still running when
+    the test looks."""
+    def slow(*args, **kwargs):
+        inner = stream(*args, **kwargs)
+        try:
+            for item in inner:
+                time.sleep(seconds)
+                yield item
+        finally:
+            inner.close()
+    return slow
+
+
+def run_to_the_end(page, prompt: str = PROMPT) -> None:
+    page.locator("#prompt textarea").fill(prompt)
+    page.click("#run")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+
+
+def enabled_within(page, selector: str, timeout_ms: int = 1_000) -> bool:
+    try:
+        page.wait_for_function(f"!document.querySelector('{selector}').disabled", timeout=timeout_ms)
+        return True
+    except Exception:
+        return False
+
+
+def test_an_idle_page_sends_nothing_while_other_visitors_work(browser, url):
+    """Gradio 6.31 fired the model panel's change again whenever the page re-rendered it, and four jobs
+    hung on that change (app/wiring.follow_model): idle pages looped, some from their own page load, some
+    after another visitor's Runs, each loop a queued model-slot job every visitor waited behind."""
+    idle = [open_page(browser, url) for _ in range(2)]
+    for page, requests in idle:
+        settle(page, requests)
+    start = time.monotonic()
+    active, _ = open_page(browser, url)
+    for _ in range(2):
+        run_to_the_end(active)
+    active.click("#step")
+    active.wait_for_function("document.querySelector('#status').innerText.length > 0")
+    idle[0][0].wait_for_timeout(10_000)        # the watch after the work (the crowd benchmark watches 60 s)
+    for page, requests in idle:
+        page.wait_for_timeout(100)
+        sent = requests.since(start)
+        assert sent == [], f"an idle page sent {len(sent)} requests after another visitor's work: {sent[:12]}"
+        assert not page.errors
+    active.context.close()
+    for page, _ in idle:
+        page.context.close()
+
+
+def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(browser, url, monkeypatch):
+    from app import callbacks
+    monkeypatch.setattr(callbacks, "stream_jobs", paced(callbacks.stream_jobs, 0.5))
+    page, _ = open_page(browser, url)
+    assert page.locator("#stop").is_disabled()                  # nothing to stop yet
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.click("#run")
+    assert enabled_within(page, "#stop"), "Stop was still disabled a second after Run was pressed"
+    page.wait_for_function(f"{ROUNDS_JS} >= 1")
+    assert "running" == page.locator("#counters .lopa-counters").get_attribute("data-status")
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('stopped')")
+    assert page.locator("#counters .lopa-counters").get_attribute("data-status") != "done"
+    page.wait_for_function("document.querySelector('#stop').disabled")       # nothing left to stop
+    assert not page.errors
+    page.context.close()
+
+
+def test_the_best_order_searchs_stop_is_clickable_while_it_searches_and_ends_it(browser, url, monkeypatch):
+    from app import boundary
+    page, _ = open_page(browser, url)
+    run_to_the_end(page)
+    monkeypatch.setattr(boundary, "best_order_steps_on_gpu", paced(boundary.best_order_steps_on_gpu, 0.5))
+    assert page.locator("#best-order-stop").is_disabled()
+    page.click("#best-order")
+    assert enabled_within(page, "#best-order-stop"), "the search's Stop was still disabled a second after it started"
+    page.wait_for_function("document.querySelector('#best-order-status').innerText.includes('rollout')")
+    page.click("#best-order-stop")
+    stopped = "['Stopped before the first round', '(stopped'].some(t => document.querySelector('#best-order-status')" \
+              ".innerText.includes(t))"
+    page.wait_for_function(stopped)
+    page.wait_for_function("document.querySelector('#best-order-stop').disabled")
+    assert not page.errors
+    page.context.close()
+
+
+def test_the_comparisons_stop_is_clickable_while_it_streams_and_ends_it(browser, url, monkeypatch):
+    from app import compare
+    monkeypatch.setattr(compare, "stream_jobs", paced(compare.stream_jobs, 0.5))
+    page, _ = open_page(browser, url)
+    page.locator("#prompt textarea").fill(PROMPT)
+    assert page.locator("#compare-stop").is_disabled()
+    page.click("#compare")
+    assert enabled_within(page, "#compare-stop"), "the comparison's Stop was still disabled a second after it started"
+    page.wait_for_function("document.querySelector('#lopa-counters .lopa-counters')?.dataset.status === 'running'")
+    page.click("#compare-stop")
+    page.wait_for_function("document.querySelector('#compare-status').innerText.includes('stopped early') || "
+                           "document.querySelector('#compare-status').innerText.includes('Stopped before')")
+    page.wait_for_function("document.querySelector('#compare-stop').disabled")
+    assert not page.errors
+    page.context.close()
