@@ -13,6 +13,8 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
+import gradio as gr
+
 from lopa import DecodeSettings, RunResult
 from lopa.resolution import resolve
 from lopa.settings import SETTINGS, ModelSpec, check_settings
@@ -333,7 +335,7 @@ def forkable(loaded, backend: Backend) -> bool:
 
 
 # A session lives this long after its last change, then Gradio drops it and end_session frees
-# what it holds (a closed tab is dropped sooner, by Gradio itself).
+# what it holds (a closed page sooner: end_page).
 SESSION_TTL_S = 30 * 60
 
 
@@ -347,3 +349,16 @@ def end_session(session: Session) -> None:
         session.close()
         session.runs, session.run, session.compare, session.names = RunTree(), None, None, {}
         return_freed_memory()                    # the runs just freed: back to the system, not kept by malloc
+
+
+def end_page(request: gr.Request = None) -> None:
+    """demo.unload: the closed page's States are ended now, each by its own delete callback (end_session,
+    app.denoise.end_canvas_view), so a crowd's closed tabs give their runs back at once. Gradio 6.31 would
+    keep a closed page's States an hour (SessionState.STATE_TTL_WHEN_CLOSED: 3600 s, longer than
+    SESSION_TTL_S) in case the page comes back; a reloaded page is a new session here, and one whose
+    connection dropped and came back starts with a fresh session (its run list empty). `request`: the
+    gr.Request Gradio passes an unload handler (its app holds the pages' States)."""
+    holder = getattr(getattr(getattr(request, "request", None), "app", None), "state_holder", None)
+    key = getattr(request, "session_hash", None)
+    if holder is not None and key:
+        holder.delete_state(key)

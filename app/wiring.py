@@ -43,7 +43,7 @@ from .panels import (
     build_tour_dock,
     build_trace_panel,
 )
-from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_session, new_session
+from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_page, end_session, new_session
 from .viz import GLOSSARY_CSS
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
@@ -230,6 +230,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # the command line follow the inputs.
     shared, touched = [c["prompt"], *settings], c["touched"]
     demo.unload(disk.end_session)        # the closed page's exports leave the disk (app/disk.py)
+    demo.unload(end_page)                # and its runs the memory (app/session.py)
     on(demo.load, share.on_load, [touched, *shared], [*shared, touched, c["model_dir"], c["status"]],
        api_visibility="private", queue=False)
     # A DiffusionGemma folder picked for its panel rides along in the link with the panel's settings.

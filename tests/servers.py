@@ -18,6 +18,9 @@ SETTLE_MS = 500            # what a freshly opened accordion's inputs get to mou
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
 
+SERVED: dict = {}          # url -> the gr.Blocks serve_app serves there (a test may look at its sessions)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,9 +47,12 @@ def serve_app(tmp_path_factory, note: str = "", cold: bool = False):
     demo = build_demo()
     port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **LAUNCH_KWARGS)
+    url = f"http://127.0.0.1:{port}/"
+    SERVED[url] = demo
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield url
     finally:
+        SERVED.pop(url, None)
         demo.close()
         MODELS.default = saved
 

@@ -8,7 +8,7 @@ Every wait has a timeout; none is a speed assertion."""
 import time
 
 import pytest
-from servers import launch_chromium, needs_chromium, serve_app
+from servers import SERVED, launch_chromium, needs_chromium, serve_app
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
@@ -176,3 +176,24 @@ def test_the_comparisons_stop_is_clickable_while_it_streams_and_ends_it(browser,
     page.wait_for_function("document.querySelector('#compare-stop').disabled")
     assert not page.errors
     page.context.close()
+
+
+def sessions_with_runs(url) -> set:
+    from app.session import Session
+    holder = SERVED[url].state_holder
+    return {id(v): v for state in list(holder.session_data.values()) for _, v, _ in state.state_components
+            if isinstance(v, Session) and v.runs.entries}
+
+
+def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
+    """Gradio would keep a closed page's session an hour (app.session.end_page)."""
+    before = sessions_with_runs(url)
+    page, _ = open_page(browser, url)
+    run_to_the_end(page)
+    mine = [s for key, s in sessions_with_runs(url).items() if key not in before]
+    assert len(mine) == 1 and mine[0].run is not None
+    page.context.close()
+    deadline = time.monotonic() + 60                       # the server sees the page's heartbeat end
+    while mine[0].runs.entries and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not mine[0].runs.entries and mine[0].run is None, "the closed page's runs were still held after 60 s"
