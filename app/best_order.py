@@ -51,10 +51,11 @@ def _where(choice: dict) -> str:
 def compare_with_best(session: Session):
     """BEST_OUTPUTS: search the best order for the shown run (progress after every searched round), then the
     order found joins the run list under it and both are compared like any two runs."""
-    session.stop_requested = False
     run, run_id = session.run, session.current
     try:
-        if run is None or run_id is None or session.live is not None or session.streaming:
+        if session.streaming:         # this session's Run, fork or comparison (the model slot, beside this one)
+            raise ValueError("something of this session is still running: wait for it or press its Stop")
+        if run is None or run_id is None or session.live is not None:
             raise ValueError("run a decode to the end first (or select a finished run): the search starts from it")
         if run.stopped:
             raise ValueError("this run was stopped before its end: the search compares whole decodes, run it to the end")
@@ -69,7 +70,7 @@ def compare_with_best(session: Session):
     start = run.metrics()["forwards"]
     yield (_progress(0, 1, f"Searching the best order for run {esc(run_id)} ({start} forwards)…"),) + _skip()
     step, names = None, dict(session.names)
-    session.streaming = True
+    session.stop_requested, session.streaming, session.searching = False, True, True
     try:
         with closing(boundary.best_order_steps_on_gpu(folder, boundary.trace_of(run), MAX_CANDIDATES,
                                                       SEARCH_SECONDS)) as steps:
@@ -92,7 +93,7 @@ def compare_with_best(session: Session):
                 if session.stop_requested:
                     break
     finally:
-        session.streaming = False
+        session.streaming = session.searching = False
     if step is None:
         yield ("Stopped before the first round was searched.",) + _skip()
         return

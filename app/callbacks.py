@@ -168,11 +168,15 @@ def drain(session: Session, begin, running: str, on_fault=None):
     """Begin a live decode (`begin()` returns its job), then yield LIVE_OUTPUTS after every round
     the boundary sends back until it ends or Stop is pressed; the last yield is the final state.
     Shared by Run and the what-if forks."""
-    session.stop_requested = False
+    try:
+        session.check_free()
+    except ValueError as err:
+        yield live_outputs(session, error_message(err))
+        return
     session.start_clock()
     try:
         job = begin()
-        session.streaming = True
+        session.stop_requested, session.streaming = False, True
         yield live_outputs(session, running, final=False)
         with closing(stream_jobs([job])) as chunks:     # closed: the decode stops (and can be resumed)
             for (chunk,) in chunks:
@@ -197,6 +201,10 @@ def drain(session: Session, begin, running: str, on_fault=None):
 
 def step_once(session: Session, prompt: str, *values) -> tuple:
     """Advance exactly one round (starting a decode if none is live for this prompt and settings)."""
+    try:
+        session.check_free()
+    except ValueError as err:
+        return (error_message(err),) + live_outputs(session, "")[1:]
     session.start_clock()
     record = None
     try:

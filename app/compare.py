@@ -116,6 +116,11 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
     """Yield COMPARE_OUTPUTS after every pair of rounds; the summary once both finish. `values`: the
     settings inputs, optionally followed by the backend inputs; the backend runs the LoPA side only.
     Both decodes run in one call to the GPU boundary, taking turns round by round."""
+    try:
+        session.check_free()          # before the try below, whose end clears the search's streaming flag
+    except ValueError as err:
+        yield (error_message(err),) + tuple(gr.skip() for _ in COMPARE_OUTPUTS[1:])
+        return
     session.stop_requested = False
     backend = base = lopa = None
     try:

@@ -4,7 +4,7 @@ Exports are written straight into Gradio's cache folder (lopa-exports/<session>/
 serves as they are, without a copy of its own. Each is charged its bytes: one session keeps at most
 SESSION_DISK_BYTES (its own oldest exports go first to make room), all sessions together DISK_BUDGET_BYTES
 (then the oldest exports of any session go first), and one bigger than a session's budget is refused. A
-session's exports are removed when its page closes (`end_session`, wired to demo.unload). An uploaded trace
+session's exports are removed when its page closes (`end_session`, called by app.session.end_page on demo.unload). An uploaded trace
 is deleted as soon as it was read (`discard_upload`): the run lives in the session's memory, bounded by
 app/budget.py. An upload that no load ever read (a POST to /upload alone) stays in Gradio's cache until its
 delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps it. `BoundUploads` holds those stored and those on their way

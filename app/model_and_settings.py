@@ -49,6 +49,7 @@ def pick_model(session: Session, choice) -> tuple:
     model and the box shows that model again. A paused decode of the previous model is stopped."""
     current = session.model or str(MODELS.default)
     try:
+        session.check_free()
         if not isinstance(choice, str):
             raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
         folder = MODELS.servable(MODELS.folder(choice))

@@ -20,6 +20,7 @@ from lopa.resolution import resolve
 from lopa.settings import SETTINGS, ModelSpec, check_settings
 from lopa.trace import RoundRecord
 
+from . import disk
 from .boundary import trace_of
 from .budget import Read, return_freed_memory
 from .inputs import choice, shown, whole
@@ -172,6 +173,7 @@ class Session:
     live: LiveRun | None = None           # the unfinished decode (paused, or streaming right now)
     key: tuple | None = None              # (prompt, settings, backend) the live decode decodes
     streaming: bool = False               # a Run callback is draining the decode right now
+    searching: bool = False               # the best-order search (app/best_order.py) runs from this session's run
     stop_requested: bool = False
     elapsed_before: float = 0.0           # wall clock spent in earlier Run/Step calls of this decode
     active_since: float | None = None
@@ -263,8 +265,16 @@ class Session:
             self.live, self.runs_changed = None, True
         return record
 
+    def check_free(self) -> None:
+        """ValueError while this session's best-order search runs. The search runs beside the model slot
+        (app/wiring.py, LONG), so this session's Run, Step, forks, Compare and model choice could start
+        meanwhile; they would share its stop flag and run list."""
+        if self.searching:
+            raise ValueError("this session's best-order search is still running: wait for it or press its Stop")
+
     def select(self, run_id: str) -> None:
         """Show another run of the list (a paused decode is stopped first; it stays in the list)."""
+        self.check_free()
         if not isinstance(run_id, str) or run_id not in self.runs or self.runs[run_id].run is None:
             raise ValueError(f"no run {shown(run_id)} in the run list")
         self.cancel()
@@ -352,13 +362,21 @@ def end_session(session: Session) -> None:
 
 
 def end_page(request: gr.Request = None) -> None:
-    """demo.unload: the closed page's States are ended now, each by its own delete callback (end_session,
+    """demo.unload: the closed page's exports leave the disk (app.disk.end_session), and its States are ended now, each by its own delete callback (end_session,
     app.denoise.end_canvas_view), so a crowd's closed tabs give their runs back at once. Gradio 6.31 would
     keep a closed page's States an hour (SessionState.STATE_TTL_WHEN_CLOSED: 3600 s, longer than
     SESSION_TTL_S) in case the page comes back; a reloaded page is a new session here, and one whose
     connection dropped and came back starts with a fresh session (its run list empty). `request`: the
     gr.Request Gradio passes an unload handler (its app holds the pages' States)."""
+    disk.end_session(request)
     holder = getattr(getattr(getattr(request, "request", None), "app", None), "state_holder", None)
     key = getattr(request, "session_hash", None)
-    if holder is not None and key:
-        holder.delete_state(key)
+    if holder is None or not key:
+        return
+    holder.delete_state(key)
+    # Gradio's own record of the page (a copy of its config with the last output of every component: the
+    # figures, the canvas) goes too; it would stay until state_session_capacity newer pages pushed it out.
+    with holder.lock:
+        holder.session_data.pop(key, None)
+        holder.time_last_used.pop(key, None)
+    return_freed_memory()

@@ -182,7 +182,9 @@ def show_step(session: Session, state: dict, index: int) -> tuple:
     state = {**state, "step": index}
     try:
         ids = _ensure_runs(session, state, data)
-    except ValueError as err:                  # the session's memory budget (app/budget.py) is full
+        if step.run is not None:
+            session.select(ids[step.run])
+    except ValueError as err:       # the session's memory budget (app/budget.py) is full, or its search runs
         card = f'<div class="lopa-tour-card"><b>⚠</b> {esc(err)}</div>'
         return (gr.update(visible=True), card, state) + _skips(2 + n_live + n_compare)
     card = tour_card(index, len(steps), step.title, step.text, step.target)
@@ -190,7 +192,6 @@ def show_step(session: Session, state: dict, index: int) -> tuple:
             gr.update(interactive=index < len(steps) - 1))
     status = f"Tour, step {index + 1} of {len(steps)}: {esc(step.title)}."
     if step.run is not None:
-        session.select(ids[step.run])
         r = step.round
         live = (status, counters_html(session.run, 0.0, session.status(), title=session.runs[ids[step.run]].note),
                 gr.update(maximum=max(session.n_rounds - 1, 1), value=r), session.run.text) \

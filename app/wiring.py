@@ -1,6 +1,7 @@
 """The one place where components meet callbacks: build_demo() lays out the panels, wire() connects
 every event. Model events share one concurrency group of size 1 (the cached models are shared by
-all sessions and a CPU runs one forward well at a time); view-only events run beside them."""
+all sessions and a CPU runs one forward well at a time); the long jobs (a search, a study) run in one
+beside it (LONG), and view-only events beside both."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ from .session import BACKEND_NAMES, SESSION_TTL_S, SETTING_NAMES, end_page, end_
 from .viz import GLOSSARY_CSS
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
+# The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
+# MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended; beside it,
+# a Run shares the CPU with it for its second or two instead. One at a time among themselves.
+LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
 STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
 QUEUE = dict(max_size=32, default_concurrency_limit=1)
@@ -229,8 +234,9 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # A shared link restores the inputs (and says in the status what it could not read); the link and
     # the command line follow the inputs.
     shared, touched = [c["prompt"], *settings], c["touched"]
-    demo.unload(disk.end_session)        # the closed page's exports leave the disk (app/disk.py)
-    demo.unload(end_page)                # and its runs the memory (app/session.py)
+    # One handler: Gradio runs each unload handler on the page's state, and would make that state afresh for a
+    # second handler after the first dropped it.
+    demo.unload(end_page)                # the closed page's exports leave the disk, its runs the memory
     on(demo.load, share.on_load, [touched, *shared], [*shared, touched, c["model_dir"], c["status"]],
        api_visibility="private", queue=False)
     # A DiffusionGemma folder picked for its panel rides along in the link with the panel's settings.
@@ -256,7 +262,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
                          show_progress="hidden", **MODEL)
     # The best order found for the shown run (the headroom search), compared with it.
     on(c["best_order"].click, best_order.compare_with_best, [session], pick(*best_order.BEST_OUTPUTS),
-       api_name="best_order", show_progress="hidden", **MODEL)
+       api_name="best_order", show_progress="hidden", **LONG)
     on(c["best_order_stop"].click, best_order.stop_search, [session], [c["best_status"]], queue=False,
        api_visibility="private", show_progress="hidden")
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
@@ -302,7 +308,7 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     armed = c["study_run"].click(studies.arm_study, [c["study_state"]], None, queue=False, api_visibility="private")
     study_dep = on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
                                                c["study_seed"], session], study_out, api_name="run_study",
-                   show_progress="hidden", **MODEL)
+                   show_progress="hidden", **LONG)
     events["study_run"] = [study_dep]
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study",
        show_progress="hidden")

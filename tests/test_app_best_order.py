@@ -124,3 +124,35 @@ def test_the_search_says_why_it_cannot_start(changes, message):
     assert message in last["best_status"] and "Error" in last["best_status"]
     last = named(list(best_order.compare_with_best(Session()))[-1])
     assert "run a decode to the end first" in last["best_status"]
+
+
+def test_while_the_search_runs_its_session_starts_nothing_else_and_keeps_its_stop():
+    """The search runs beside the model slot (app/wiring.py LONG): the session's Run, Step, forks, Compare, run
+    choice and model choice are refused meanwhile, and none of them clears the search's Stop or its flags."""
+    from app import forks
+    from app.compare import compare_stream
+    from app.model_and_settings import pick_model
+    session = decoded()
+    gen = best_order.compare_with_best(session)
+    while "rollout" not in named(next(gen))["best_status"]:
+        pass
+    assert session.searching and session.streaming
+    best_order.stop_search(session)                          # pressed; the search reads it after its rollout
+    busy = "best-order search is still running"
+    assert busy in list(cb.run_stream(session, PROMPT, *values()))[-1][0]
+    assert busy in cb.step_once(session, PROMPT, *values())[0]
+    assert busy in list(compare_stream(session, PROMPT, "D2F vanilla (k = 0)", *values()))[-1][0]
+    assert busy in forks.select_run(session, "1")[0]
+    assert busy in list(forks.hold_back(session, {"run": "1", "round": 0, "position": 20}))[-1][0]
+    assert busy in pick_model(session, "sure-gsm-dllm")[1]
+    assert session.stop_requested and session.streaming and session.searching
+    last = named(list(gen)[-1])
+    assert "Stopped" in last["best_status"] or "(stopped" in last["best_status"]
+    assert not session.searching and not session.streaming
+
+
+def test_the_search_does_not_start_while_its_sessions_decode_streams():
+    session = decoded()
+    session.streaming = True                                 # this session's Run, in the model slot beside it
+    last = named(list(best_order.compare_with_best(session))[-1])
+    assert "still running" in last["best_status"] and session.streaming and not session.searching

@@ -197,3 +197,26 @@ def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
     while mine[0].runs.entries and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not mine[0].runs.entries and mine[0].run is None, "the closed page's runs were still held after 60 s"
+    holder = SERVED[url].state_holder                      # and Gradio's record of the page (its last outputs)
+    assert not [s for state in list(holder.session_data.values()) for _, s, _ in state.state_components if s is mine[0]]
+
+
+def test_a_run_does_not_wait_for_another_visitors_search(browser, url, monkeypatch):
+    """The search and the studies run beside the model slot (app/wiring.py LONG): a Run pressed while another
+    visitor's search runs ends while that search is still running (in the model slot it waited for the end)."""
+    from app import boundary
+    searcher, _ = open_page(browser, url)
+    run_to_the_end(searcher)
+    monkeypatch.setattr(boundary, "best_order_steps_on_gpu", paced(boundary.best_order_steps_on_gpu, 1.0))
+    searcher.click("#best-order")
+    searcher.wait_for_function("document.querySelector('#best-order-status').innerText.includes('rollout')")
+    runner, _ = open_page(browser, url)
+    run_to_the_end(runner)
+    assert "Done" in runner.locator("#status").inner_text()
+    searching = searcher.locator("#best-order-status").inner_text()
+    assert "Searching" in searching or "Searched round" in searching, searching
+    searcher.click("#best-order-stop")
+    searcher.wait_for_function("document.querySelector('#best-order-stop').disabled")
+    assert not searcher.errors and not runner.errors
+    searcher.context.close()
+    runner.context.close()

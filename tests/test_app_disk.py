@@ -80,7 +80,8 @@ def test_a_closed_page_takes_its_exports_with_it(session, tmp_path, monkeypatch)
     monkeypatch.setattr(disk, "EXPORTS", exports)
     export(session, "a"), export(session, "a", "Parquet")
     kept, _ = export(session, "b")
-    disk.end_session(visitor("a"))
+    from app.session import end_page
+    end_page(visitor("a"))                           # demo.unload
     assert files(exports.root) == [kept] and not (exports.root / "a").exists()
     assert exports.held("a") == 0 and exports.held() == kept.stat().st_size
 
@@ -124,10 +125,11 @@ def test_an_upload_is_deleted_once_read(session, tmp_path, monkeypatch):
 
 def test_the_app_removes_exports_at_page_close_and_sweeps_gradios_cache():
     from app import build_demo
+    from app.session import end_page
     demo = build_demo()
     assert demo.delete_cache == (disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)
     unloads = [f.fn for f in demo.fns.values() if any(t[1] == "unload" for t in f.targets)]
-    assert disk.end_session in unloads
+    assert end_page in unloads                          # which ends the page's exports (disk.end_session) first
     from app import LAUNCH_KWARGS
     assert disk.BoundUploads in [m.cls for m in LAUNCH_KWARGS["app_kwargs"]["middleware"]]
 
