@@ -30,6 +30,7 @@ from pathlib import Path
 import gradio as gr
 
 from lopa.models.canvas_trace import CanvasRun
+from lopa.models.diffusion_gemma import check_diffusion_gemma
 from lopa.models.families import checkpoint_family
 
 from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
@@ -92,13 +93,18 @@ def load_canvas_model(folder: Path) -> CanvasModel:
 
 
 def canvas_folder(choice) -> Path | None:
-    """The folder a model box value names when it holds a DiffusionGemma checkpoint the server may load
-    (app.models: LOPA_MODEL_DIRS), else None."""
-    try:
-        folder = MODELS.folder(choice if isinstance(choice, (str, Path)) else "")
-        return folder if checkpoint_family(folder) == "diffusion_gemma" else None
-    except (ValueError, OSError):       # not allowed here, no config.json, unreadable JSON
+    """The folder a model box value names when it holds a DiffusionGemma checkpoint, else None (another kind
+    of model, or no value). ValueError naming the problem when the value names no folder the server may load
+    (MODELS.folder: LOPA_MODEL_DIRS, a folder a loader may read) or a config that says DiffusionGemma over
+    another model's weights (lopa.models.diffusion_gemma.check_diffusion_gemma): the kind is decided here,
+    once, and a folder the panel takes is one its Decode loads. Reads headers only: nothing here blocks."""
+    if not isinstance(choice, (str, Path)) or not str(choice).strip():
         return None
+    folder = MODELS.folder(choice)
+    if checkpoint_family(folder) != "diffusion_gemma":
+        return None
+    check_diffusion_gemma(folder)
+    return folder
 
 
 def picked_message(folder: Path, kept: str) -> str:

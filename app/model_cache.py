@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lopa.models import DEFAULT_MODEL, load
+from lopa.models.folder import check_folder, check_name
 from lopa.models.loading import load_tokenizer
 from lopa.resolution import resolve
 
@@ -104,19 +105,20 @@ class ModelCache:
     # -- naming a model ------------------------------------------------------------------------
     def folder(self, choice: str | Path | None = None) -> Path:
         """The folder a model choice names: "" or None is the default model, a bundled model's name is
-        its folder under assets/models, anything else a folder path. Raises ValueError when the server
-        may not load it (check_model_dir) or it holds no model config."""
+        its folder under assets/models, anything else a folder path. Raises ValueError naming the choice
+        when its name fits no file system, the server may not load it (check_model_dir), or it is no
+        folder a loader may read (lopa.models.folder.check_folder: no config.json, a file that is not a
+        regular one or is too large). Looks at names and `stat` only: nothing here can block."""
         text = str(choice if choice is not None else "").strip()
         if not text:
             return self.default
         bundled = bundled_folder(text)
         if bundled is not None:
             return bundled
-        path = Path(text).expanduser()
-        check_model_dir(path)
-        if not (path / "config.json").is_file():
-            raise ValueError(f"no model in `{text[:60]}`: type a bundled model's name or a local Hugging Face "
-                             "folder (one with config.json)")
+        check_name(text)                            # before any lookup: ENAMETOOLONG would be an OSError
+        path = Path(os.path.expanduser(text))       # (Path.expanduser raises for an unknown ~user)
+        check_model_dir(path)                       # then nothing outside the allowed folders is looked at
+        check_folder(path)
         return path
 
     def servable(self, folder: str | Path) -> Path:

@@ -8,13 +8,13 @@ LOPA_MODEL_DIRS allows, any local Hugging Face folder. Loading and holding the m
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from pathlib import Path
 
 from lopa.models import ASSETS, DEFAULT_MODEL
+from lopa.models.folder import check_folder, quoted, read_config, stored_shapes
 from lopa.models.loading import ROOT
 
 from .examples import example_groups
@@ -52,25 +52,33 @@ def bundled_folder(name: str) -> Path | None:
 def allowed_model_roots() -> list[Path] | None:
     """Folders the model box may load from; None means anywhere.
 
-    `LOPA_MODEL_DIRS` (paths joined by os.pathsep, or `*`) decides when set. Otherwise a local run
-    may load any folder (it is the user's machine), while a Hugging Face Space (which sets
-    SPACE_ID) only loads the bundled models: a public page must not let visitors read the
+    `LOPA_MODEL_DIRS` (paths joined by os.pathsep, or `*`) decides when set, beside the bundled models,
+    which every server serves (a server set to one checkpoint's folder still opens on its default model).
+    Otherwise a local run may load any folder (it is the user's machine), while a Hugging Face Space
+    (which sets SPACE_ID) only loads the bundled models: a public page must not let visitors read the
     server's disk or fill its memory with whatever checkpoint happens to be there.
     """
     env = os.environ.get("LOPA_MODEL_DIRS", "").strip()
     if env == "*":
         return None
+    bundled = MODELS_DIR.resolve()
     if env:
-        return [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p.strip()]
-    return [MODELS_DIR.resolve()] if os.environ.get("SPACE_ID") else None
+        roots = [Path(os.path.expanduser(p)).resolve() for p in env.split(os.pathsep) if p.strip()]
+        return [bundled, *(r for r in roots if r != bundled)]
+    return [bundled] if os.environ.get("SPACE_ID") else None
 
 
 def check_model_dir(path: Path) -> None:
-    """Raise ValueError when `path` is outside the folders this server may load models from."""
+    """Raise ValueError when `path` is outside the folders this server may load models from, or cannot be
+    followed to a folder (a looping link), naming it."""
     roots = allowed_model_roots()
     if roots is None:
         return
-    resolved = Path(path).resolve()
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError) as err:       # Python 3.11 raises RuntimeError for a looping link
+        why = "a link in it loops" if isinstance(err, RuntimeError) else err.strerror
+        raise ValueError(f"{quoted(path)} cannot be followed ({why}): check the path") from None
     if not any(resolved == r or r in resolved.parents for r in roots):
         names = ", ".join(f"`{short_path(r)}`" for r in roots)
         raise ValueError(f"this server only loads models from {names} (set LOPA_MODEL_DIRS to change that)")
@@ -86,18 +94,15 @@ def short_path(path: Path) -> str:
 
 def safetensors_param_count(model_dir: Path) -> int:
     """Parameters stored in a directory's *.safetensors files, read from their headers only (no
-    tensor is loaded); 0 if any file is unreadable."""
-    from safetensors import SafetensorError, safe_open
-    total = 0
+    tensor is loaded); 0 if the folder or any file is unreadable (lopa.models.folder's checks)."""
     try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-        skip = {"lm_head.weight"} if config.get("tie_word_embeddings") else set()   # stored, but shared
-        for file in Path(model_dir).glob("*.safetensors"):
-            with safe_open(file, framework="pt") as f:
-                total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys() if name not in skip)
-    except (OSError, ValueError, KeyError, SafetensorError):
+        check_folder(model_dir)         # first: only regular files of bounded size are opened
+        config = read_config(model_dir)
+        shapes = stored_shapes(model_dir)
+    except ValueError:
         return 0
-    return total
+    skip = {"lm_head.weight"} if config.get("tie_word_embeddings") else set()    # stored, but shared
+    return sum(math.prod(shape) for name, shape in shapes.items() if name not in skip)
 
 
 # -- token names ---------------------------------------------------------------------------------

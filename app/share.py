@@ -93,17 +93,20 @@ def canvas_query(session, *panel) -> dict:
 
 def read_canvas_link(query: dict) -> tuple[Path | None, dict, list[str]]:
     """(folder, {panel setting: value}, what was dropped) from a link's DiffusionGemma fields: the folder
-    only where the server may load it and it holds a DiffusionGemma checkpoint (denoise.canvas_folder), each
-    setting read by denoise.read_setting. Without a folder the settings are not read (nothing to decode)."""
+    only where the server may load it and it holds a DiffusionGemma checkpoint (denoise.canvas_folder, which
+    says why not), each setting read by denoise.read_setting. Without a folder the settings are not read
+    (nothing to decode)."""
     text = query.get(CANVAS_FIELD)
     if CANVAS_FIELD in str(query.get(CUT_MARK) or "").split(","):
         return None, {}, [f"{CANVAS_FIELD}: the link was too long and was cut"]
     if not text:
         return None, {}, []
-    folder = denoise.canvas_folder(str(text)[:MAX_PROMPT_CHARS])
+    try:
+        folder = denoise.canvas_folder(str(text)[:MAX_PROMPT_CHARS])
+    except ValueError as err:               # not allowed here, unreadable, not what its config says
+        return None, {}, [f"{CANVAS_FIELD}={shown(str(text))} dropped: {err}"]
     if folder is None:
-        return None, {}, [f"{CANVAS_FIELD}={shown(str(text))} dropped: not a DiffusionGemma folder this server may "
-                          "load (LOPA_MODEL_DIRS)"]
+        return None, {}, [f"{CANVAS_FIELD}={shown(str(text))} dropped: not a DiffusionGemma checkpoint"]
     settings, notes = {}, []
     for name in denoise.PANEL_SETTINGS:
         if CANVAS_PREFIX + name in query:

@@ -94,7 +94,8 @@ def test_a_diffusion_gemma_folder_picked_in_the_model_box_opens_in_its_panel(all
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
     fresh = Session()
     assert "only loads models from" in pick_model(fresh, str(allowed))[1] and fresh.canvas_model is None
-    assert denoise.canvas_folder(str(allowed)) is None
+    with pytest.raises(ValueError, match="only loads models from"):
+        denoise.canvas_folder(str(allowed))
     monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
     assert denoise.canvas_folder("") is None and denoise.canvas_folder(["x"]) is None
 
@@ -335,7 +336,7 @@ def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_setting
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
     fresh = Session()
     out = share.open_canvas_link(Link({"canvas": str(allowed), "canvas_seed": "4"}), fresh)
-    assert fresh.canvas_model is None and "not a DiffusionGemma folder this server may load" in out[-1]
+    assert fresh.canvas_model is None and "dropped: this server only loads models from" in out[-1]
     assert all(x.get("__type__") == "update" and "value" not in x for x in out[:-1])
     assert all(x.get("__type__") == "update" and "value" not in x for x in share.open_canvas_link(Link({}), Session()))
 

@@ -163,20 +163,48 @@ def _stable_and_confident(history: list, argmax: torch.Tensor, entropy: torch.Te
 
 
 # -- a folder on disk: load it, decode a prompt, save the trace ------------------------------------
+def check_diffusion_gemma(path) -> None:
+    """ValueError unless the folder `path` is DiffusionGemma's in its config and in its weights, which
+    cover what the config describes: a config saying `diffusion_gemma` over another model's weights (a
+    Qwen2's `model.layers.*`) would be taken for one and only fail when decoded. Reads config.json and the
+    safetensors headers, no tensor (call lopa.models.folder.check_folder first: it refuses files that
+    could block)."""
+    from lopa.models.folder import check_fits, quoted, read_config, stored_shapes
+    raw, where = read_config(path), quoted(path)
+    if raw.get("model_type") != "diffusion_gemma":
+        raise ValueError(f"{where} is not a DiffusionGemma checkpoint (config.json: model_type "
+                         f"{str(raw.get('model_type'))[:30]!r})")
+    architectures = raw.get("architectures") or ["DiffusionGemmaForBlockDiffusion"]
+    names = stored_shapes(path)
+    ours = any(n.startswith("model.encoder.") for n in names) and any(n.startswith("model.decoder.") for n in names)
+    if not isinstance(raw.get("text_config"), dict) or "DiffusionGemmaForBlockDiffusion" not in architectures \
+            or not ours:
+        found = next(iter(sorted(names)), "none")
+        raise ValueError(f"`config.json` in {where} says diffusion_gemma over another model's weights "
+                         f"(`{found[:40]}`): fix its model_type")
+    check_fits(path, raw)
+
+
 def load_diffusion_gemma(path, device: str | None = None):
-    """(model, tokenizer) of a DiffusionGemma folder, through the loaders' checks (safetensors only,
-    local files, the device and dtype every loader picks)."""
+    """(model, tokenizer) of a DiffusionGemma folder, through the loaders' checks (the folder's files and
+    sizes, safetensors only, a config and weights that are both DiffusionGemma's, local files, the device
+    and dtype every loader picks)."""
     from pathlib import Path
 
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import DiffusionGemmaForBlockDiffusion
 
+    from lopa.models.folder import quoted
     from lopa.models.loading import check_weights, from_pretrained_kwargs, load_tokenizer, pick_device
     path, dev = Path(path), pick_device(device)
     check_weights(path)
+    check_diffusion_gemma(path)
     try:
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **from_pretrained_kwargs(dev))
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load DiffusionGemma from {path}: {err}") from err
+    except StrictDataclassError as err:         # transformers' own checks of a config's fields
+        raise ValueError(f"`config.json` in {quoted(path)}: {str(err).splitlines()[-1].strip()[:120]}") from None
     return model.to(dev).eval(), load_tokenizer(path)
 
 

@@ -26,11 +26,12 @@ prompt template for instruct models. Nothing is downloaded unless the caller all
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
+from lopa.models.diffusion_gemma import check_diffusion_gemma
+from lopa.models.folder import read_config, read_json
 from lopa.models.loading import (
     LoadedModel,
     check_weights,
@@ -67,13 +68,10 @@ SPEC_IN_CONFIG = ("mask_token_id", "eos_token_ids", "logit_shift", "pad_token_id
 
 
 # -- which checkpoint family ------------------------------------------------------------------------
-def read_config(path: Path) -> dict:
-    return json.loads((Path(path) / "config.json").read_text())
-
-
 def checkpoint_family(path: Path) -> str:
     """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada" (LLaDA-8B, LLaDA 1.5), "llada_moe",
-    "sdar" (dense and MoE), "diffusion_gemma", or "hf" (a stock transformers directory)."""
+    "sdar" (dense and MoE), "diffusion_gemma", or "hf" (a stock transformers directory). Reads
+    config.json within its bounds (lopa.models.folder.read_config: ValueError naming what is wrong)."""
     raw = read_config(path)
     model_type = str(raw.get("model_type", "")).lower()
     if is_llada_moe(raw):
@@ -189,7 +187,8 @@ def family_spec(path: Path, raw: dict, tokenizer, *, logit_shift: bool, attentio
     if tok_mask is not None and int(tok_mask) != int(mask):
         raise ValueError(f"{path}: config mask_token_id {mask} != the tokenizer's mask token id {tok_mask}")
     generation = path / "generation_config.json"
-    gen = json.loads(generation.read_text()) if generation.is_file() else {}
+    gen = read_json(generation) if generation.is_file() else {}
+    gen = gen if isinstance(gen, dict) else {}
     eos = _ids(raw.get("eos_token_id")) + _ids(gen.get("eos_token_id")) + _ids(getattr(tokenizer, "eos_token_id", None))
     if chat:
         vocab = tokenizer.get_vocab()
@@ -247,7 +246,8 @@ def merge_lora(model, adapter: Path):
     config_file = adapter / "adapter_config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"no LoRA adapter at {adapter}: expected adapter_config.json and adapter weights")
-    peft_type = json.loads(config_file.read_text()).get("peft_type", "LORA")
+    adapter_config = read_json(config_file)
+    peft_type = adapter_config.get("peft_type", "LORA") if isinstance(adapter_config, dict) else None
     if peft_type != "LORA":
         raise ValueError(f"{adapter} is a {peft_type} adapter; only LoRA adapters can be merged")
     try:
@@ -293,10 +293,12 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
     (see below).
     """
     path = Path(path)
+    check_weights(path)         # first: the tokenizer below opens files too (a named pipe would block it)
     family, raw, dev = checkpoint_family(path), read_config(path), pick_device(device)
     if family == "hf":
         raise ValueError(f"{path} is a stock transformers directory, not a Dream, LLaDA or SDAR checkpoint")
     if family == "diffusion_gemma":
+        check_diffusion_gemma(path)         # a config that only says so is refused as what it is
         raise ValueError(f"{path} is a DiffusionGemma checkpoint: it is not a masked diffusion LM (it denoises a "
                          "random-token canvas with its own sampler), so the LoPA engine cannot decode it; "
                          "decode it with lopa.models.diffusion_gemma.decode (docs/checkpoints.md)")

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from lopa.models.families import checkpoint_family, load_family, merge_lora
+from lopa.models.folder import check_name
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel, load_hf
 from lopa.models.presets import CHECKPOINTS_DIR, PRESETS, resolve_preset
 
@@ -29,6 +30,7 @@ def load(model: str | Path | None = None, device: str | None = None, trust_remot
         raise ValueError("--base-path/--lora-path go with a preset name (--model d2f-dream-base); "
                          "for a directory use --model DIR [--lora ADAPTER_DIR]")
     path = Path(model)
+    check_name(path)                # a name no file system holds fails every lookup below with an OSError
     if not (path / "config.json").is_file():
         if (path / "adapter_config.json").is_file():
             raise ValueError(f"{path} is a LoRA adapter, not a model: pass the base model and the adapter "

@@ -17,12 +17,12 @@ which makes the same choice per forward (FlashAttention for full-attention round
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from lopa.models.folder import check_fits, check_folder, quoted, read_config, read_json
 from lopa.settings import DecodeSettings, ModelSpec, check_settings
 
 PACKAGE = Path(__file__).resolve().parents[1]            # the lopa/ folder
@@ -104,7 +104,8 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     config_file = path / "tokenizer_config.json"
-    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    declared = read_json(config_file) if config_file.is_file() else None
+    declared = declared.get("tokenizer_class") if isinstance(declared, dict) else None
     if declared in ("TokenizersBackend", "PreTrainedTokenizerFast") and (path / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
@@ -184,10 +185,12 @@ def register_flash_or_sdpa() -> str:
 
 
 def check_weights(path: Path) -> None:
-    """Every weights file of `path` must be safetensors with a header that tells the truth (read by
-    safe_open without loading a tensor). Pickled weights (pytorch_model.bin, *.pt) are refused, never
-    unpickled. ValueError naming the file otherwise."""
+    """`path` must be a folder a loader may read (lopa.models.folder: regular files of bounded size, a
+    config of sane sizes), and every weights file safetensors with a header that tells the truth (read by
+    safe_open without loading a tensor), holding at least what the config describes. Pickled weights
+    (pytorch_model.bin, *.pt) are refused, never unpickled. ValueError naming the file otherwise."""
     from safetensors import SafetensorError, safe_open
+    check_folder(path)                  # first: safe_open would wait forever on a named pipe
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
         pickled = sorted(f.name for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for f in Path(path).glob(pattern))
@@ -201,6 +204,7 @@ def check_weights(path: Path) -> None:
         except (SafetensorError, OSError) as err:
             raise ValueError(f"{file} is not a valid safetensors file (corrupt, truncated, or its header does not "
                              f"match its size): {err}") from None
+    check_fits(path, read_config(path))
 
 
 def from_pretrained_kwargs(device: torch.device) -> dict:
@@ -216,6 +220,7 @@ def from_pretrained_kwargs(device: torch.device) -> dict:
 def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
     """A stock transformers directory (config.json + weights) with its spec. No dispatch: callers
     go through lopa.models.load, which sends Dream / LLaDA directories and presets elsewhere."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path, dev = Path(path), pick_device(device)
@@ -231,5 +236,7 @@ def load_hf(path: Path, device: str | None = None, trust_remote_code: bool = Fal
             **from_pretrained_kwargs(dev))
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load the model in {path}: {err}") from err
+    except StrictDataclassError as err:         # transformers' own checks of a config's fields
+        raise ValueError(f"`config.json` in {quoted(path)}: {str(err).splitlines()[-1].strip()[:120]}") from None
     spec = spec_from_pretrained(config, tokenizer, path.name)
     return LoadedModel(model.to(dev).eval(), tokenizer, spec, path)
