@@ -217,13 +217,18 @@ def post(url: str, body, length: int | None = None) -> httpx.Response:
 
 
 def disk_bytes(folder: Path) -> int:
-    total = 0
+    """The bytes of the files under `folder`, each file once: Gradio renames an upload from its temporary
+    name into a folder of its own while a walk may be under way, and a walk that met it under both names
+    counted it twice (seen on a busy machine: 4 files' bytes with 3 on disk); a renamed file keeps its inode."""
+    sizes = {}
     for path in folder.rglob("*"):
         try:
-            total += path.stat().st_size if path.is_file() else 0
+            stat = path.stat()
         except OSError:                  # removed while counted
-            pass
-    return total
+            continue
+        if path.is_file():
+            sizes[stat.st_ino] = stat.st_size
+    return sum(sizes.values())
 
 
 def settled() -> int:
