@@ -81,6 +81,38 @@ BEST_DONE = ("['Best order found', \"LoPA's order is the best found\", 'Stopped'
 STUDY_DONE = "/(^|\\n)(Done|Stopped)/.test(document.querySelector('#study-status').innerText)"
 
 
+# -- the pages' share of the CPU ------------------------------------------------------------------------
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:                       # ended while listed
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found += children.get(todo.pop(), [])
+        todo += children.get(found[-1], []) if found else []
+    return sorted(set(found))
+
+
+def lower_browsers(server_pid: int, nice: int) -> int:
+    """Give the benchmark's own processes (Playwright's driver, Chromium and its zygotes; renderers opened
+    later inherit it) the niceness `nice`, the server and its children left as they are: on a Space the
+    visitors' browsers run on their own machines, here they share the server's two cores. Returns how many."""
+    spare = {server_pid, *descendants(server_pid)}
+    lowered = 0
+    for pid in [p for p in descendants(os.getpid()) if p not in spare]:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            lowered += 1
+        except OSError:                       # ended meanwhile
+            pass
+    return lowered
+
+
 # -- the server: a child process ----------------------------------------------------------------------
 def serve_child(port: int, model: str) -> None:
     """What the child runs: the app on 127.0.0.1:`port`, `model` (a bundled name or a folder; "" the
@@ -348,6 +380,8 @@ async def phases(server: Server, args, result: dict) -> None:
     names = server.event_names()
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=wait_ms)
+        if args.browser_nice:
+            log(f"{lower_browsers(server.proc.pid, args.browser_nice)} browser processes at nice {args.browser_nice}")
         try:
             # The warm-up does a visitor's whole work, so what loads once per process (modules, problem
             # sets) is in the baseline and RSS after the crowd shows what the pages themselves leave.
@@ -467,6 +501,9 @@ def main(argv=None) -> int:
     ap.add_argument("--action-s", type=float, default=180.0, help="a study or best-order search longer than this is stopped")
     ap.add_argument("--wait-s", type=float, default=180.0, help="bound on any one wait in a page")
     ap.add_argument("--settle-s", type=float, default=20.0, help="seconds of RSS samples after every page closed")
+    ap.add_argument("--browser-nice", type=int, default=0, choices=range(0, 20), metavar="0..19",
+                    help="niceness of the benchmark's browsers and driver (default 0: the server and the pages share "
+                         "the cores as they come; 19: the server first, as on a Space whose visitors' browsers run elsewhere)")
     ap.add_argument("--json", type=Path, help="also write the JSON result here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
     ap.add_argument("--serve-port", type=int, help=argparse.SUPPRESS)          # the child's own mode
@@ -481,7 +518,8 @@ def main(argv=None) -> int:
         return 2
     began = time.monotonic()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    result = {"config": {k: getattr(args, k) for k in ("idle", "active", "watch_s", "model", "prompt", "alone", "actions")},
+    result = {"config": {k: getattr(args, k) for k in ("idle", "active", "watch_s", "model", "prompt", "alone", "actions",
+                                                       "browser_nice")},
               "machine": f"{os.cpu_count()} cores, load average {load} at the start", "alone": [], "crowd": [],
               "idle": [], "server": {"cpu_s": {}, "rss_mb": {}}, "complete": False, "error": None}
     print(result["machine"], flush=True)
