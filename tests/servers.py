@@ -57,6 +57,33 @@ def serve_app(tmp_path_factory, note: str = "", cold: bool = False):
         MODELS.default = saved
 
 
+def serve_demo():
+    """Yield the URL of a fresh build_demo() served in this process on a free port (no launch settings: the
+    bare app, as an API client sees it); close it after. For a module-scoped fixture: `yield from`."""
+    from app import build_demo
+    demo = build_demo()
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def plain(out):
+    """A UI endpoint's answer through gradio_client with Gradio's update dicts read as their values
+    (app/wiring.as_updates wraps every value in one)."""
+    one = (lambda v: v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v)
+    return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
+
+
+def open_browser(timeout_ms: int):
+    """Yield Debian's Chromium for a module-scoped fixture (`yield from`); skips without Playwright."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = launch_chromium(p, timeout_ms)
+        yield browser
+        browser.close()
+
+
 def launch_chromium(playwright, timeout_ms: int):
     """Debian's Chromium through Playwright (`playwright install` cannot download browsers here)."""
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=timeout_ms)

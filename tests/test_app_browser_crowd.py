@@ -8,7 +8,7 @@ Every wait has a timeout; none is a speed assertion."""
 import time
 
 import pytest
-from servers import SERVED, launch_chromium, needs_chromium, serve_app
+from servers import SERVED, needs_chromium, open_browser, serve_app
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
@@ -27,11 +27,7 @@ def url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = launch_chromium(p, WAIT_MS)
-        yield browser
-        browser.close()
+    yield from open_browser(WAIT_MS)
 
 
 class Requests:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
-from servers import free_port
+from servers import plain, serve_demo
 from test_checkpoints import save_dream_dir
 from tiny import LIVELY, PROMPT, save_tiny_model_dir
 
@@ -220,23 +220,13 @@ def test_a_pick_leaves_other_sessions_alone_and_stops_a_paused_decode(folders):
 # -- through the server --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def url():
-    from app import build_demo
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
     try:
         MODELS.get()
     except ValueError as err:
         pytest.skip(f"the bundled model does not load right now: {err}")
-    demo = build_demo()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-
-
-def plain(out):
-    one = (lambda v: v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v)
-    return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
+    yield from serve_demo()
 
 
 def exported(client) -> tuple[str, RunResult]:

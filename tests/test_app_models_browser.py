@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from servers import free_port, launch_chromium, needs_chromium, open_accordion
+from servers import free_port, needs_chromium, open_accordion, open_browser
 
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
@@ -64,11 +64,7 @@ def served():
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = launch_chromium(p, WAIT_MS)
-        yield browser
-        browser.close()
+    yield from open_browser(WAIT_MS)
 
 
 def open_page(browser, url):

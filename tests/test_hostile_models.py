@@ -20,7 +20,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 from gradio_client import Client
-from servers import free_port
+from servers import plain, serve_demo
 from test_app_denoise import save_tiny_diffusion_gemma
 from tiny import PROMPT, save_tiny_model_dir
 
@@ -304,19 +304,9 @@ def test_the_bundled_models_are_served_whatever_lopa_model_dirs_says(tmp_path, m
 # -- through the server --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def url():
-    from app import build_demo
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
-    demo = build_demo()
-    port = free_port()
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-
-
-def plain(out):
-    one = (lambda v: v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v)
-    return tuple(one(v) for v in out)
+    yield from serve_demo()
 
 
 def test_through_the_server_each_is_named_and_no_one_waits(url, hostile, capfd, caplog):

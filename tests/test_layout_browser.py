@@ -7,7 +7,7 @@ closing the tour, and Next-then-Close at once leaving it closed. No timing asser
 
 
 import pytest
-from servers import launch_chromium, needs_chromium, open_accordion, serve_app, type_value
+from servers import needs_chromium, open_accordion, open_browser, serve_app, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]
@@ -24,11 +24,7 @@ def url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = launch_chromium(p, WAIT_MS)
-        yield browser
-        browser.close()
+    yield from open_browser(WAIT_MS)
 
 
 @pytest.fixture(params=list(WIDTHS))
