@@ -103,6 +103,17 @@ def forget_model(key: str) -> None:
         _drop(value)
 
 
+def forget_runs(run_ids) -> None:
+    """Drop what is kept of the decodes `run_ids` (a closed page's runs: its paused decode, the states its
+    forks would resume from), so that they do not hold MAX_KEPT's places, nor their memory, for others."""
+    run_ids = set(run_ids) - {""}
+    with _lock:
+        gone = [k for k in _kept if (k[1] if k[0] == "states" else k[0]) in run_ids]
+        values = [_kept.pop(k)[1] for k in gone]
+    for value in values:
+        _drop(value)
+
+
 MODELS.on_evict.append(forget_model)
 
 

@@ -21,7 +21,7 @@ from lopa.settings import SETTINGS, ModelSpec, check_settings
 from lopa.trace import RoundRecord
 
 from . import disk
-from .boundary import trace_of
+from .boundary import forget_runs, trace_of
 from .budget import Read, return_freed_memory
 from .inputs import choice, shown, whole
 from .runs import RunTree
@@ -356,6 +356,8 @@ def new_session() -> Session:
 def end_session(session: Session) -> None:
     """Gradio's delete callback for an expired or closed session: stop its decode, drop its runs."""
     if isinstance(session, Session):
+        runs = [entry.run for entry in session.runs.entries.values()] + [getattr(session.live, "run", None)]
+        forget_runs({getattr(run, "run_id", "") for run in runs if run is not None})
         session.close()
         session.runs, session.run, session.compare, session.names = RunTree(), None, None, {}
         return_freed_memory()                    # the runs just freed: back to the system, not kept by malloc
