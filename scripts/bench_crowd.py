@@ -131,7 +131,7 @@ def serve_child(port: int, model: str) -> None:
 class Server:
     """The app in a child process (its own process group, killed with it) and its /proc figures."""
 
-    def __init__(self, model: str, log: Path):
+    def __init__(self, model: str, log: Path, cpus: set[int] | None = None):
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -143,7 +143,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve-port", str(self.port),
                                       "--model", model], stdout=log.open("w"), stderr=subprocess.STDOUT,
                                      env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
-                                     start_new_session=True, preexec_fn=_die_with_parent, cwd=ROOT)
+                                     start_new_session=True, preexec_fn=lambda: _die_with_parent(cpus), cwd=ROOT)
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def wait_ready(self, bound_s: float) -> None:
@@ -218,9 +218,12 @@ class Server:
         return names
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(cpus: set[int] | None = None) -> None:
+    """In the server child before it runs: it dies with this process (PR_SET_PDEATHSIG), on `cpus` if given."""
     import ctypes
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 # -- pages ------------------------------------------------------------------------------------------------
@@ -359,9 +362,10 @@ ACTIONS = {"best_order": lambda page, args: best_order(page, args.action_s),
            "study": lambda page, args: study(page, args.action_s)}
 
 
-async def visitor(page, args) -> dict:
-    """One active visitor's work: the timed Run, then `args.actions` in order, each timed; an action that
-    fails is noted and the next goes on."""
+async def visitor(page, args, delay_s: float = 0.0) -> dict:
+    """One active visitor's work, `delay_s` after the crowd starts: the timed Run, then `args.actions` in order,
+    each timed; an action that fails is noted and the next goes on."""
+    await asyncio.sleep(delay_s)
     out = {"run": await timed_run(page, args.prompt), "actions": {}}
     for name in args.actions:
         start = time.monotonic()
@@ -413,7 +417,8 @@ async def phases(server: Server, args, result: dict) -> None:
 
             start, cpu = time.monotonic(), server.cpu_s()
             log("active visitors start")
-            result["crowd"] = list(await asyncio.gather(*(visitor(pg, args) for pg in active), return_exceptions=True))
+            result["crowd"] = list(await asyncio.gather(*(visitor(pg, args, delay_s=i * args.stagger_s)
+                                                          for i, pg in enumerate(active)), return_exceptions=True))
             result["crowd"] = [r if isinstance(r, dict) else {"error": f"{type(r).__name__}: {str(r)[:200]}"}
                                for r in result["crowd"]]
             ended = time.monotonic()
@@ -495,6 +500,9 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, default=1200.0, help="hard bound on the whole run; the server is killed at it")
     ap.add_argument("--model", default="", help="a bundled model's name or a folder (default: the app's default model)")
     ap.add_argument("--prompt", default="", help="type this prompt (default: Run the first example the page opens with)")
+    ap.add_argument("--stagger-s", type=float, default=0.0,
+                    help="visitor i starts i times this many seconds after the first (default 0: all press Run at "
+                         "once; a few seconds: a visitor's Run meets the one before it at its search)")
     ap.add_argument("--alone", type=int, default=3, help="fresh pages, one at a time, timing Run alone (median)")
     ap.add_argument("--actions", type=lambda text: [a for a in text.split(",") if a], default=list(ACTIONS),
                     help=f"what each visitor does after its Run, in order (default {','.join(ACTIONS)})")
@@ -504,6 +512,9 @@ def main(argv=None) -> int:
     ap.add_argument("--browser-nice", type=int, default=0, choices=range(0, 20), metavar="0..19",
                     help="niceness of the benchmark's browsers and driver (default 0: the server and the pages share "
                          "the cores as they come; 19: the server first, as on a Space whose visitors' browsers run elsewhere)")
+    ap.add_argument("--split-cores", action="store_true",
+                    help="the server on the first half of this machine's cores, the browsers on the rest: neither "
+                         "slows the other, as on a Space whose visitors' browsers run on their own machines")
     ap.add_argument("--json", type=Path, help="also write the JSON result here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
     ap.add_argument("--serve-port", type=int, help=argparse.SUPPRESS)          # the child's own mode
@@ -519,12 +530,17 @@ def main(argv=None) -> int:
     began = time.monotonic()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     result = {"config": {k: getattr(args, k) for k in ("idle", "active", "watch_s", "model", "prompt", "alone", "actions",
-                                                       "browser_nice")},
+                                                       "browser_nice", "split_cores", "stagger_s")},
               "machine": f"{os.cpu_count()} cores, load average {load} at the start", "alone": [], "crowd": [],
               "idle": [], "server": {"cpu_s": {}, "rss_mb": {}}, "complete": False, "error": None}
     print(result["machine"], flush=True)
     log_dir = Path(tempfile.mkdtemp(prefix="lopa-crowd-"))
-    server = Server(args.model, log_dir / "server.log")
+    cores = sorted(os.sched_getaffinity(0))
+    split = (set(cores[:len(cores) // 2]), set(cores[len(cores) // 2:])) if args.split_cores and len(cores) > 1 else None
+    server = Server(args.model, log_dir / "server.log", cpus=split[0] if split else None)
+    if split:                 # this process, and the Playwright driver and Chromium it starts, on the other cores
+        os.sched_setaffinity(0, split[1])
+        print(f"server on cores {sorted(split[0])}, browsers on {sorted(split[1])}", flush=True)
     # Past the deadline (plus time to clean up), whatever hangs: kill the server and leave.
     guard = threading.Timer(args.deadline_s + 30, lambda: (server.stop(), print("hard deadline: killed", flush=True),
                                                            os._exit(3)))
