@@ -255,6 +255,18 @@ class Requests:
         return Counter(p for t, p in zip(self.times, self.paths) if since <= t < until)
 
 
+async def until(page, js: str, timeout=None):
+    """Wait until `js` is true in `page`, looked at every 100 ms: Playwright's default looks at every animation
+    frame, and the pages' polling then takes CPU from the server it measures (the times are stamped in the
+    page by a MutationObserver, so the interval costs them no accuracy)."""
+    await page.wait_for_function(js, polling=100, **({"timeout": timeout} if timeout is not None else {}))
+
+
+async def shown(page, selector: str, timeout=None):
+    """Wait until an element matches `selector` (as `until`)."""
+    await until(page, f"document.querySelector({json.dumps(selector)}) !== null", timeout)
+
+
 async def open_page(browser, url: str, wait_ms: int, names: dict[int, str]):
     context = await browser.new_context(viewport={"width": 1440, "height": 1000})
     context.set_default_timeout(wait_ms)
@@ -264,8 +276,8 @@ async def open_page(browser, url: str, wait_ms: int, names: dict[int, str]):
     page.on("pageerror", lambda err: page.errors.append(str(err)[:200]))
     await page.goto(url, timeout=wait_ms)
     for selector in READY:
-        await page.wait_for_selector(selector)
-    await page.wait_for_function(LOADED)
+        await shown(page, selector)
+    await until(page, LOADED)
     return page
 
 
@@ -287,7 +299,7 @@ async def timed_run(page, prompt: str | None) -> dict:
         await page.locator("#prompt textarea").fill(prompt)
     await page.evaluate(OBSERVE_RUN)
     await page.click("#run")
-    await page.wait_for_function("window.__run.done !== null")
+    await until(page, "window.__run.done !== null")
     t = await page.evaluate("window.__run")
     server = await page.locator("#counters [data-counter='elapsed']").get_attribute("data-value")
     return {"first_round_s": round((t["first"] - t["click"]) / 1000, 3), "final_s": round((t["done"] - t["click"]) / 1000, 3),
@@ -297,11 +309,11 @@ async def timed_run(page, prompt: str | None) -> dict:
 async def until_or_stop(page, done_js: str, stop: str, bound_s: float) -> str:
     """Wait for `done_js` up to `bound_s`; past that, press `stop` and wait for it again."""
     try:
-        await page.wait_for_function(done_js, timeout=bound_s * 1000)
+        await until(page, done_js, timeout=bound_s * 1000)
         return "ended"
     except Exception:
         await page.locator(stop).click(timeout=30_000)
-        await page.wait_for_function(done_js, timeout=120_000)
+        await until(page, done_js, timeout=120_000)
         return f"stopped after {bound_s:.0f} s"
 
 
@@ -318,28 +330,28 @@ async def fork(page, bound_s: float) -> str:
     await slider.focus()
     await page.keyboard.press("Home")
     await page.keyboard.press("ArrowRight")
-    await page.wait_for_selector("#canvas .lopa-canvas[data-round='1']")
+    await shown(page, "#canvas .lopa-canvas[data-round='1']")
     cell = page.locator("#canvas .lopa-cell[data-state='masked']").last
     position = await cell.get_attribute("data-position")
     await cell.click()
-    await page.wait_for_function(f"document.querySelector('#whatif-info')?.innerText.includes('position {position}')")
+    await until(page, f"document.querySelector('#whatif-info')?.innerText.includes('position {position}')")
     await page.locator("#whatif-token label").nth(1).click()
     await page.click("#fill-first")
-    await page.wait_for_function("document.querySelector('#status').innerText.includes('Fork of run') || "
+    await until(page, "document.querySelector('#status').innerText.includes('Fork of run') || "
                                  "document.querySelector('#status').innerText.startsWith('Done')")
-    await page.wait_for_selector("#counters .lopa-counters[data-status='done']", timeout=bound_s * 1000)
+    await shown(page, "#counters .lopa-counters[data-status='done']", timeout=bound_s * 1000)
     return f"forked at position {position}"
 
 
 async def steps(page, n: int = 3) -> str:
     await page.click("#reset")
-    await page.wait_for_selector("#counters .lopa-counters[data-rounds='0']")
+    await shown(page, "#counters .lopa-counters[data-rounds='0']")
     for expected in range(1, n + 1):
         await page.click("#step")
-        await page.wait_for_selector(f"#counters .lopa-counters[data-rounds='{expected}']")
-    await page.wait_for_function("!document.querySelector('#stop').disabled", timeout=30_000)
+        await shown(page, f"#counters .lopa-counters[data-rounds='{expected}']")
+    await until(page, "!document.querySelector('#stop').disabled", timeout=30_000)
     await page.click("#stop")
-    await page.wait_for_selector("#counters .lopa-counters[data-status='stopped']")
+    await shown(page, "#counters .lopa-counters[data-status='stopped']")
     return f"{n} steps, stopped"
 
 
@@ -347,7 +359,7 @@ async def study(page, bound_s: float) -> str:
     await page.locator("#studies-view").scroll_into_view_if_needed()
     await page.locator("#study input").click()
     await page.get_by_role("option", name=STUDY).click()
-    await page.wait_for_function("document.querySelector('#study-summary').innerText.includes('random orders')")
+    await until(page, "document.querySelector('#study-summary').innerText.includes('random orders')")
     await page.locator("#study-problems input").fill("1")
     await page.locator("#study-random input").fill("1")
     await page.click("#study-run")
