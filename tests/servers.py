@@ -75,6 +75,20 @@ def plain(out):
     return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
 
 
+def paced(stream, seconds: float):
+    """`stream` (a generator function: a decode's or a search's) with `seconds` between its items, so that
+    the job is still running when a test looks, or the page draws each item however fast the machine."""
+    def slow(*args, **kwargs):
+        inner = stream(*args, **kwargs)
+        try:
+            for item in inner:
+                time.sleep(seconds)
+                yield item
+        finally:
+            inner.close()
+    return slow
+
+
 def open_browser(timeout_ms: int):
     """Yield Debian's Chromium for a module-scoped fixture (`yield from`); skips without Playwright."""
     sync_api = pytest.importorskip("playwright.sync_api")

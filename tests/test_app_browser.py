@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import launch_chromium, needs_chromium, open_accordion, serve_app, type_value
+from servers import launch_chromium, needs_chromium, open_accordion, paced, serve_app, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
@@ -128,23 +128,10 @@ def shot(page, name: str, selector: str | None = None, readme: bool = False) -> 
     return path
 
 
-def paced(stream_jobs, seconds: float):
-    """The decode's chunks (app.boundary.stream_jobs) `seconds` apart: the page then draws every round,
-    where a fast decode's rounds can reach a busy browser together and show as one update."""
-    def one_at_a_time(*args, **kwargs):
-        inner = stream_jobs(*args, **kwargs)
-        try:
-            for chunk in inner:
-                time.sleep(seconds)
-                yield chunk
-        finally:
-            inner.close()
-    return one_at_a_time
-
-
 def test_run_an_example_live(page, monkeypatch):
     from app import callbacks
     from app.models import example_prompts
+    # Paced: the page then draws every round, where a fast decode's rounds can reach a busy browser together.
     monkeypatch.setattr(callbacks, "stream_jobs", paced(callbacks.stream_jobs, 0.2))
     example = example_prompts()[0][:24]                                  # the first example prompt
     page.locator("#prompt textarea").fill("")

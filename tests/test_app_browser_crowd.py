@@ -8,7 +8,7 @@ Every wait has a timeout; none is a speed assertion."""
 import time
 
 import pytest
-from servers import SERVED, needs_chromium, open_browser, serve_app
+from servers import SERVED, needs_chromium, open_browser, paced, serve_app
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
@@ -67,20 +67,6 @@ def settle(page, requests: Requests, bound_s: float = 60) -> None:
         last = requests.sent[-1][0] if requests.sent else 0.0
         if time.monotonic() - last >= QUIET_S:
             return
-
-
-def paced(stream, seconds: float):
-    """`stream` (a generator function) with `seconds` between its items: the job is still running when
-    the test looks."""
-    def slow(*args, **kwargs):
-        inner = stream(*args, **kwargs)
-        try:
-            for item in inner:
-                time.sleep(seconds)
-                yield item
-        finally:
-            inner.close()
-    return slow
 
 
 def run_to_the_end(page, prompt: str = PROMPT) -> None:
