@@ -147,7 +147,7 @@ EXPORTS = Exports(SESSION_DISK_BYTES, DISK_BUDGET_BYTES)
 
 
 def end_session(request: gr.Request = None) -> None:
-    """demo.unload: the closed page's exports go (Gradio passes the ending session's request)."""
+    """The closed page's exports go (app.session.end_page, on demo.unload, passes the ending session's request)."""
     EXPORTS.end_session(session_key(request))
 
 

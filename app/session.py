@@ -364,8 +364,9 @@ def end_session(session: Session) -> None:
 
 
 def end_page(request: gr.Request = None) -> None:
-    """demo.unload: the closed page's exports leave the disk (app.disk.end_session), and its States are ended now, each by its own delete callback (end_session,
-    app.denoise.end_canvas_view), so a crowd's closed tabs give their runs back at once. Gradio 6.31 would
+    """demo.unload: the closed page's exports leave the disk (app.disk.end_session), and its States are
+    ended now, each by its own delete callback (end_session, app.denoise.end_canvas_view), so a crowd's
+    closed tabs give their runs back at once. Gradio 6.31 would
     keep a closed page's States an hour (SessionState.STATE_TTL_WHEN_CLOSED: 3600 s, longer than
     SESSION_TTL_S) in case the page comes back; a reloaded page is a new session here, and one whose
     connection dropped and came back starts with a fresh session (its run list empty). `request`: the

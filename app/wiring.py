@@ -409,13 +409,12 @@ def enable_stops(c: dict) -> None:
 def stop_buttons(c: dict) -> None:
     """Each Stop is disabled when its run ends (the round view's: while the session has a decode,
     streaming or paused after Step, it stays enabled). enable_stops enables them."""
-    quiet = QUIET
     session, stop = c["session"], c["stop"]
     for name in ("run", "prompt", "step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
                  "tour_prev", "tour_end"):
         for dep in c["__events__"].get(name, ()):
-            dep.then(layout.decode_stop, [session], stop, **quiet)
+            dep.then(layout.decode_stop, [session], stop, **QUIET)
     for stop_name in ("compare_stop", "best_order_stop", "study_stop"):
         for start in STOP_STARTS[stop_name]:
             for dep in c["__events__"].get(start, ()):
-                dep.then(layout.stop_disabled, None, c[stop_name], **quiet)
+                dep.then(layout.stop_disabled, None, c[stop_name], **QUIET)
