@@ -57,6 +57,7 @@ class Decoder:
         self.states: dict[int, Saved] = {}
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None
+        self.previous = None          # (window start, token, max_prob) the last round decided on
         self.finished = False
         self.run_id, self.forked_from = "", None
         config = getattr(getattr(self.executor, "model", None), "config", None)
@@ -185,7 +186,7 @@ class Decoder:
     def _prefill(self, prompt_ids: torch.Tensor):
         """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
         start = time.perf_counter()
-        self.state = Branch.start(self.settings, self.spec)
+        self.state, self.previous = Branch.start(self.settings, self.spec), None
         self.executor.start(prompt_ids)
         verified = self.executor.verify([self.state])
         self.executor.commit(0, 0)                                # caches the prompt
@@ -212,9 +213,11 @@ class Decoder:
         """What the order policy sees: the state's window and the previous winner's predictions."""
         state = self.state
         token, max_prob, conf = predictions
+        prev_token, prev_max_prob = previous_predictions(self.previous, state.window_start, token.numel())
+        self.previous = (state.window_start, token, max_prob)
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
                          state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
-                         self.settings, self.spec.mask_token_id, self.vocab_size)
+                         self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob)
 
     def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
         """The winner becomes the state and its complete leading blocks join the prefix cache
@@ -229,10 +232,11 @@ class Decoder:
     def _save(self, r: int, predictions: Predictions) -> None:
         snapshot = self.executor.snapshot() if self.keep_states else None
         if snapshot is not None:              # None: an executor whose state lives elsewhere (forks replay)
-            self.states[r] = Saved(r, self.state, predictions, snapshot)
+            self.states[r] = Saved(r, self.state, predictions, snapshot, self.previous)
 
     def _restore(self, saved: Saved) -> Predictions:
         self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
+        self.previous = saved.previous
         return saved.predictions
 
 
@@ -243,6 +247,20 @@ def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
     free = anchor.window() == anchor.mask_id                       # a new tensor: the anchor is untouched
     free[anchor_pos] = False
     return free
+
+
+def previous_predictions(previous, window_start: int, width: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The round before's (token, max_prob) at this window's positions. previous: (its window start,
+    token [W0], max_prob [W0]) or None -> [width] each, token -1 and max prob nan where it predicted
+    nothing (a block added since); (None, None) when there was no round before."""
+    if previous is None:
+        return None, None
+    start0, token0, max_prob0 = previous
+    index = torch.arange(width) + (window_start - start0)         # [width] index into the earlier window
+    known = index < token0.numel()                                # the window only moves forward: index >= 0
+    index = index.clamp(max=max(token0.numel() - 1, 0))
+    return (torch.where(known, token0[index], -1) if token0.numel() else torch.full((width,), -1),
+            torch.where(known, max_prob0[index], float("nan")) if token0.numel() else torch.full((width,), float("nan")))
 
 
 def lookahead_branches(anchor: Branch, look_pos: torch.Tensor, tokens: torch.Tensor) -> list[Branch]:
@@ -333,6 +351,7 @@ class Saved:
     state: Branch
     predictions: Predictions
     executor: Executor
+    previous: tuple | None = None      # the predictions round `round` decided on (Decoder.previous)
 
 
 def fork_decoder(run: RunResult, model=None) -> Decoder:

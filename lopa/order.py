@@ -37,7 +37,7 @@ from typing import Protocol
 
 import torch
 
-from lopa.rules import COMMIT_RULES, choose_k, lookahead_positions
+from lopa.rules import COMMIT_RULES, BlockPredictions, choose_k, lookahead_positions
 from lopa.settings import DecodeSettings
 
 
@@ -56,6 +56,10 @@ class RoundView:
     settings: DecodeSettings
     mask_id: int
     vocab_size: int | None = None
+    # What the round before predicted at the same generated positions (the commit rule "stable" reads
+    # them): [W] token, -1 where it predicted none, and its max prob. None: no round before.
+    prev_token: torch.Tensor | None = None
+    prev_max_prob: torch.Tensor | None = None
 
     @property
     def block_size(self) -> int:
@@ -89,14 +93,20 @@ class ConfidenceOrder:
         return view.conf
 
     def anchor(self, view: RoundView) -> Commits:
-        """D2F step 4 block by block: commit every max_prob > tau_conf; else the best by rank."""
+        """D2F step 4 block by block under the settings' commit rule (the paper's: commit every
+        max_prob > tau_conf; else the best by rank)."""
         rule, N = COMMIT_RULES[view.settings.commit], view.block_size
         rank = self.fallback_rank(view)
+        W = view.token.numel()
+        prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)
+        prev_max_prob = view.prev_max_prob if view.prev_max_prob is not None else torch.full((W,), float("nan"))
         chosen = []
         for b, full in enumerate(view.fully_activated):
             idx = view.masked[b * N:(b + 1) * N].nonzero().flatten() + b * N     # [M] masked positions of block b
             if idx.numel():
-                chosen.append(idx[rule(view.max_prob[idx], rank[idx], view.settings.tau_conf, full)])
+                block = BlockPredictions(view.token[idx], view.max_prob[idx], view.conf[idx], rank[idx],
+                                         prev_token[idx], prev_max_prob[idx])
+                chosen.append(idx[rule(block, view.settings, full)])
         positions = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long)
         return Commits(positions, view.token[positions])
 

@@ -6,9 +6,13 @@ hand-made values in tests/test_rules.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from lopa import peers
 from lopa.settings import BRANCH_SCORE_RULES, MAX_ADAPTIVE_LIFT, MAX_ADAPTIVE_RELEASE
+from lopa.settings import COMMIT_RULES as COMMIT_RULE_NAMES
 
 
 def confidence(probs: torch.Tensor, metric: str) -> torch.Tensor:
@@ -86,7 +90,34 @@ def top1_commit(max_prob: torch.Tensor, conf: torch.Tensor, tau: float,
     return chosen
 
 
-COMMIT_RULES = {"threshold": threshold_commit, "top1": top1_commit}
+@dataclass(frozen=True)
+class BlockPredictions:
+    """What one block's still-masked positions predict, as a commit rule reads them ([M] each, window
+    order): the token and its max prob, Conf, the order policy's fallback ranking (Conf under the
+    paper's order), and the token and max prob the round before predicted there (prev_token -1 where
+    it predicted none: round 1, or a block added since)."""
+    token: torch.Tensor
+    max_prob: torch.Tensor
+    conf: torch.Tensor
+    rank: torch.Tensor
+    prev_token: torch.Tensor
+    prev_max_prob: torch.Tensor
+
+
+# The commit rules by name (DecodeSettings.commit): each maps one block's BlockPredictions, the settings
+# and whether the block is fully activated to the positions it commits, bool [M]. The peers' are
+# lopa.peers'; eb reads the entropy as -Conf (DecodeSettings requires confidence=neg_entropy with it).
+COMMIT_RULES = {
+    "threshold": lambda b, s, full: threshold_commit(b.max_prob, b.rank, s.tau_conf, full),
+    "top1": lambda b, s, full: top1_commit(b.max_prob, b.rank, s.tau_conf, full),
+    "eb": lambda b, s, full: peers.eb_commit(-b.conf, s.eb_gamma, full),
+    "factor": lambda b, s, full: peers.factor_commit(b.max_prob, s.factor_f, full),
+    "frechet": lambda b, s, full: peers.frechet_commit(b.max_prob, s.frechet_margin, full),
+    "joint": lambda b, s, full: peers.joint_commit(b.max_prob, s.tau_conf, full),
+    "stable": lambda b, s, full: peers.stable_commit(b.max_prob, b.rank, b.token, b.prev_token, b.prev_max_prob,
+                                                     s.tau_conf, s.stable_js, full),
+}
+assert tuple(COMMIT_RULES) == COMMIT_RULE_NAMES
 
 
 def lookahead_positions(conf: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:

@@ -31,7 +31,8 @@ CACHE_SCHEDULES = ("eager", "authors")
 # token's logit set to -inf before the softmax, so probabilities and Conf are over the other tokens
 # (what the departures study compares the raw logits with).
 MASK_ARGMAX = ("next_best", "authors", "excluded")
-COMMIT_RULES = ("threshold", "top1")
+# Commit rules (lopa.rules.COMMIT_RULES): D2F's threshold, one token per round, and the peers' (lopa.peers).
+COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
 # The rankings the adaptive budget can verify a prefix of: every order but itself.
@@ -57,6 +58,10 @@ MAX_BRANCH_COST = 100.0
 # a fit is clipped here. A win cannot save more forwards than a decode has; these are far above any fit.
 MAX_ADAPTIVE_LIFT = 20.0
 MAX_ADAPTIVE_RELEASE = 64.0
+# The peers' knobs: an entropy budget past every block's total (32 positions of a 150k vocabulary hold
+# under 400 nats), and a factor far past any published one (Fast-dLLM uses f <= 2).
+MAX_EB_GAMMA = 1000.0
+MAX_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,10 @@ class DecodeSettings:
     max_new_tokens: int = setting(256, "new tokens at most, a multiple of the block size", low=1,
                                   high=MAX_NEW_TOKENS, paper=512)
     commit: str = setting("threshold", "commit rule: threshold (D2F / Fast-dLLM: every max prob > tau_conf, "
-                          "else the best) or top1 (one token per round)", choices=COMMIT_RULES, paper="threshold")
+                          "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
+                          "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
+                          "frechet_margin), joint (SGLang JointThreshold, tau_conf), stable (after LESS, tau_conf "
+                          "and stable_js)", choices=COMMIT_RULES, paper="threshold")
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
                               "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy")
     attention: str = setting("block_causal", "attention inside the window: block_causal (how D2F models are "
@@ -217,6 +225,20 @@ class DecodeSettings:
     adaptive_lift: float = setting(
         0.0, "order=adaptive only: forwards a won round saves beyond release, per free position within 0.2 "
         "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False)
+    # The peers' own knobs (lopa/peers.py, docs/method.md "Peers"); each is read only under its commit rule.
+    eb_gamma: float = setting(
+        0.1, "commit=eb only: the entropy bound gamma (nats): commit the lowest-entropy positions while their "
+        "summed entropy less the largest stays within it (0 = one token per round)", low=0.0, high=MAX_EB_GAMMA,
+        app=False)
+    factor_f: float = setting(
+        1.0, "commit=factor only: Fast-dLLM's f: commit the n most probable while (n + 1)(1 - c_(n)) <= f",
+        low=0.0, high=MAX_FACTOR, open_low=True, app=False)
+    frechet_margin: float = setting(
+        0.0, "commit=frechet only: commit the n most probable while the Fréchet bound c_(1) + ... + c_(n) - (n - 1) "
+        "less 1 - c_(n) exceeds this margin", low=-1.0, high=1.0, app=False)
+    stable_js: float = setting(
+        0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' top-1 "
+        "distributions at a position it commits", low=0.0, high=0.6931471805599453, app=False)
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():
@@ -228,6 +250,9 @@ class DecodeSettings:
             raise ValueError(
                 f"max_new_tokens ({self.max_new_tokens}) must be a multiple of block_size ({self.block_size}); "
                 f"try {self.max_new_tokens - self.max_new_tokens % self.block_size}")
+        if self.commit == "eb" and self.confidence != "neg_entropy":
+            raise ValueError(f"commit=eb reads each position's entropy from Conf: set confidence=neg_entropy "
+                             f"(got {self.confidence})")
 
     @property
     def max_blocks(self) -> int:

@@ -7,7 +7,8 @@ import torch
 from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings, RunResult
-from lopa.rules import COMMIT_RULES, branch_score, lookahead_positions, select_winner
+from lopa.rules import COMMIT_RULES, BlockPredictions, branch_score, lookahead_positions, select_winner
+from lopa.trace import predictions
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])
 SETTINGS = DecodeSettings(k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32,
@@ -84,21 +85,26 @@ def test_metrics(run):
     assert sum(r.committed for r in run.records) == len(run.tokens)
 
 
-def test_every_decision_can_be_rederived_from_the_trace(run):
-    """Round r's anchor comes from round r-1's winner predictions; its scores and winner from
-    its own branch predictions. No model needed."""
-    s = SETTINGS
+def rederive(run, s: DecodeSettings) -> None:
+    """Round r's anchor comes from round r-1's winner predictions under the settings' commit rule (the
+    stability rule also reads round r-2's, at the same positions); its lookahead from the same
+    predictions; its scores and winner from its own branch predictions. No model needed."""
     rule = COMMIT_RULES[s.commit]
-    for prev, rec in zip(run.records, run.records[1:]):
+    for r, (prev, rec) in enumerate(zip(run.records, run.records[1:]), start=1):
         w = prev.winner
         pos = torch.tensor(prev.branch_positions[w])
         max_prob, conf = torch.tensor(prev.branch_max_prob[w]), torch.tensor(prev.branch_conf[w])
         argmax = torch.tensor(prev.branch_argmax[w])
+        before = predictions(run.records[r - 2]) if r >= 2 else {}
+        prev_token = torch.tensor([before[p].token if p in before else -1 for p in pos.tolist()], dtype=torch.long)
+        prev_max_prob = torch.tensor([before[p].max_prob if p in before else float("nan") for p in pos.tolist()])
         anchor = []
         for b, state in enumerate(prev.block_states):
             in_block = (pos // s.block_size) == b
             if in_block.any():
-                chosen = rule(max_prob[in_block], conf[in_block], s.tau_conf, state == "active_full")
+                block = BlockPredictions(argmax[in_block], max_prob[in_block], conf[in_block], conf[in_block],
+                                         prev_token[in_block], prev_max_prob[in_block])
+                chosen = rule(block, s, state == "active_full")
                 anchor += pos[in_block][chosen].tolist()
         assert rec.anchor_positions == anchor
         assert rec.anchor_tokens == [int(argmax[pos == p]) for p in anchor]
@@ -109,6 +115,27 @@ def test_every_decision_can_be_rederived_from_the_trace(run):
             scores = torch.stack([branch_score(torch.tensor(c)) for c in rec.branch_conf])
             assert scores.tolist() == pytest.approx(rec.branch_scores)
             assert int(select_winner(torch.tensor(rec.branch_scores))) == rec.winner
+
+
+def test_every_decision_can_be_rederived_from_the_trace(run):
+    rederive(run, SETTINGS)
+
+
+# Each peer's knob set where the tiny random model (max probs near 0.1) commits more than one position a
+# round under it, where it can; tau_conf 0.12 as SETTINGS.
+PEERS = {"eb": {"eb_gamma": 7.0, "confidence": "neg_entropy"}, "factor": {"factor_f": 3.0},
+         "frechet": {"frechet_margin": -1.0}, "joint": {}, "stable": {"stable_js": 0.001}}
+
+
+@pytest.mark.parametrize("commit", list(PEERS))
+@pytest.mark.parametrize("k", [0, 3])
+def test_every_peer_rederives_round_by_round_from_its_trace(commit, k, tmp_path):
+    """Each peer's rule, alone (k = 0) and under lookahead, re-derives from the saved trace alone."""
+    s = SETTINGS.replace(commit=commit, k=k, **PEERS[commit])
+    made = Decoder(tiny_qwen2(seed=1), tiny_spec(), s).run(PROMPT)
+    loaded = RunResult.load(made.save(tmp_path / "peer.json"))
+    assert DecodeSettings.from_dict(loaded.settings) == s
+    rederive(loaded, s)
 
 
 def test_cost_metrics_time_to_first_token_and_work_per_forward():

@@ -1,0 +1,215 @@
+"""The peers' commit rules (lopa/peers.py) on hand-made logits, each pinned to a transcription of its
+published formula. The transcriptions live here, cited by repository, commit, file and lines; the
+rules under test are lopa's own."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lopa.peers import eb_commit, factor_commit, frechet_commit, joint_commit, js_top1, stable_commit
+from lopa.rules import summarize
+
+
+def block_logits(seed: int, M: int = 12, V: int = 40, sharp=(0.0, 9.0)) -> torch.Tensor:
+    """[M, V] logits for one block's masked positions, each with its own sharpness, so the profile
+    of max probs and entropies spreads from near-uniform to near-certain."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.empty(M, 1).uniform_(*sharp, generator=g)
+    return (torch.randn(M, V, generator=g, dtype=torch.float64) * scale)
+
+
+def ours(logits: torch.Tensor):
+    """What the engine's rules read: max prob and Conf = neg_entropy, as summarize computes them."""
+    _, max_prob, conf = summarize(logits, "neg_entropy", 0.0)
+    return max_prob, conf
+
+
+def chosen(mask: torch.Tensor) -> set[int]:
+    return set(mask.nonzero().flatten().tolist())
+
+
+# -- transcriptions of the published code (one block, batch 1) -------------------------------------------
+def sglang_eb(logits: torch.Tensor, gamma: float) -> set[int]:
+    """sgl-project/sglang @ 43aaa1c900e829d9776f4f36a21c665617514ff8,
+    python/sglang/srt/dllm/algorithm/eb_sampling.py lines 71-89 (EBSampling.run), every position masked."""
+    masked_positions = torch.arange(logits.shape[0])
+    masked_log_probs = F.log_softmax(logits, dim=-1)
+    masked_entropies = -(masked_log_probs.exp() * masked_log_probs).sum(dim=-1)
+    sort_index = torch.argsort(masked_entropies, dim=0)
+    sorted_positions, sorted_entropies = masked_positions[sort_index], masked_entropies[sort_index]
+    reveal_count, entropy_budget = 1, 0.0
+    for entropy in sorted_entropies[:-1]:
+        entropy_budget += float(entropy.item())
+        if entropy_budget <= gamma:
+            reveal_count += 1
+        else:
+            break
+    return set(sorted_positions[:reveal_count].tolist())
+
+
+def fast_dllm_factor(logits: torch.Tensor, factor: float) -> set[int]:
+    """Ringo-Star/FastdLLM_plusplus @ 29fd03401acced3cc3ba89d7f2e2e371058d1b54, v1/llada/generate.py
+    lines 139-180 (get_transfer_index_dynamic: Fast-dLLM's factor rule), greedy, every position masked."""
+    p = F.softmax(logits.to(torch.float64), dim=-1)
+    confidence = p.max(-1).values
+    n_masked = confidence.numel()
+    threshs = [1 - factor / (n + 1) for n in range(1, n_masked + 1)]
+    threshs[0] = -1
+    sorted_confidence = torch.sort(confidence, descending=True)[0]
+    for top_i in range(len(threshs)):
+        if sorted_confidence[top_i] < threshs[top_i]:
+            break
+    if top_i == 0 or top_i == len(threshs) - 1:
+        top_i += 1
+    return set(torch.topk(confidence, k=top_i).indices.tolist())
+
+
+def fast_dllm_pp_frechet(logits: torch.Tensor, margin: float) -> set[int]:
+    """Ringo-Star/FastdLLM_plusplus @ 29fd03401acced3cc3ba89d7f2e2e371058d1b54, v1/llada/generate.py
+    lines 183-255 (get_transfer_index_frechet_profile), greedy, batch 1, every position masked."""
+    p = F.softmax(logits.to(torch.float64), dim=-1)
+    confidence = p.max(-1).values[None]                              # [1, L]
+    values, idx = torch.sort(confidence, dim=1, descending=True)
+    L = confidence.shape[1]
+    cols = torch.arange(L).unsqueeze(0)
+    cum = torch.cumsum(values, dim=1)
+    score = (cum - cols.to(cum.dtype)) - (1.0 - values)
+    score[:, 0] = torch.inf
+    topn = (score > margin).sum(dim=1).clamp(min=1)
+    return set(idx[0, :int(topn)].tolist())
+
+
+def sglang_joint_m2t(logits: torch.Tensor, threshold: float) -> set[int]:
+    """sgl-project/sglang @ cabd4543152087d411785114ef0b2d8db7bfd80e,
+    python/sglang/srt/dllm/algorithm/joint_threshold.py lines 85-106 (JointThreshold.run, mask to
+    token), every position masked."""
+    x = torch.argmax(logits, dim=-1)
+    p = torch.gather(F.softmax(logits, dim=-1), dim=-1, index=x[:, None]).squeeze(-1)
+    confidence = torch.where(torch.ones_like(p, dtype=torch.bool), p, -np.inf)
+    transfer = confidence > threshold
+    if not transfer.any():
+        transfer[torch.topk(confidence, k=1).indices] = True
+    return chosen(transfer)
+
+
+# -- equality with the published formulas ----------------------------------------------------------------
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma", [0.0, 0.05, 0.5, 2.0, 8.0])
+def test_eb_equals_sglang_eb_sampling(seed, gamma):
+    logits = block_logits(seed)
+    _, conf = ours(logits)
+    assert chosen(eb_commit(-conf, gamma, fully_activated=True)) == sglang_eb(logits, gamma)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("factor", [0.5, 1.0, 2.0])
+def test_factor_equals_fast_dllm_where_its_loop_stops_before_the_last(seed, factor):
+    """The published loop also commits the last position when only the last fails (its `top_i ==
+    len - 1` step); the profiles here are drawn until that case is absent, and
+    test_factor_departs_from_the_published_loop_only_at_the_last_position pins the difference."""
+    logits = block_logits(seed)
+    max_prob, _ = ours(logits)
+    mine = chosen(factor_commit(max_prob, factor, fully_activated=True))
+    if len(mine) == logits.shape[0] - 1:
+        pytest.skip("the published loop's last-position case")
+    assert mine == fast_dllm_factor(logits, factor)
+
+
+def test_factor_departs_from_the_published_loop_only_at_the_last_position():
+    """Three positions at 0.99, 0.99, 0.5, f = 1: c_(3) = 0.5 < 1 - 1/4, so the rule commits two; the
+    published loop breaks at the last index and then adds one, committing all three."""
+    logits = torch.tensor([[0.99, 0.01], [0.99, 0.01], [0.5, 0.5]], dtype=torch.float64).log()
+    max_prob, _ = ours(logits)
+    assert chosen(factor_commit(max_prob, 1.0, fully_activated=True)) == {0, 1}
+    assert fast_dllm_factor(logits, 1.0) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("margin", [-0.5, 0.0, 0.05, 0.3])
+def test_frechet_equals_fast_dllm_plus_plus(seed, margin):
+    logits = block_logits(seed, sharp=(2.0, 14.0))
+    max_prob, _ = ours(logits)
+    assert chosen(frechet_commit(max_prob, margin, fully_activated=True)) == fast_dllm_pp_frechet(logits, margin)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.9, 0.999])
+def test_joint_equals_sglang_joint_threshold_mask_to_token(seed, threshold):
+    logits = block_logits(seed)
+    max_prob, _ = ours(logits)
+    assert chosen(joint_commit(max_prob, threshold, fully_activated=True)) == sglang_joint_m2t(logits, threshold)
+
+
+# -- each rule on hand-made values, the semi-activated block included -------------------------------------
+def test_eb_commits_while_the_bound_holds_and_a_semi_block_gets_no_free_position():
+    entropy = torch.tensor([0.5, 0.125, 2.0, 0.25])          # sorted: 0.125, 0.25, 0.5, 2.0 (exact in binary)
+    assert chosen(eb_commit(entropy, 0.375, True)) == {1, 3, 0}     # 0.125 + 0.25 <= 0.375: three (the third free)
+    assert chosen(eb_commit(entropy, 0.25, True)) == {1, 3}         # 0.125 <= 0.25 < 0.375: two
+    assert chosen(eb_commit(entropy, 0.0, True)) == {1}             # gamma 0: one token per round
+    assert chosen(eb_commit(entropy, 0.375, False)) == {1, 3}       # semi: 0.125 + 0.25 <= 0.375, no free third
+    assert chosen(eb_commit(entropy, 0.1, False)) == set()
+    assert eb_commit(torch.zeros(0), 1.0, True).numel() == 0
+
+
+def test_factor_rule_on_its_condition():
+    """(n + 1)(1 - c_(n)) <= f: with f = 1, c_(2) >= 2/3, c_(3) >= 3/4, c_(4) >= 4/5."""
+    max_prob = torch.tensor([0.7, 0.95, 0.76, 0.5])            # sorted 0.95, 0.76, 0.7, 0.5
+    assert chosen(factor_commit(max_prob, 1.0, True)) == {1, 2}    # 0.76 >= 2/3; 0.7 < 3/4 stops
+    assert chosen(factor_commit(max_prob, 2.0, True)) == {0, 1, 2}      # 0.7 >= 1/2; 0.5 < 3/5 stops
+    assert chosen(factor_commit(torch.tensor([0.3, 0.2]), 1.0, True)) == {0}      # the first is free
+    assert chosen(factor_commit(torch.tensor([0.3, 0.2]), 1.0, False)) == set()   # but not in a semi block
+
+
+def test_frechet_rule_on_its_bound():
+    """L_n - U_n = c_(1) + ... + c_(n) - (n - 1) - (1 - c_(n))."""
+    max_prob = torch.tensor([0.9, 0.99, 0.6])                  # sorted 0.99, 0.9, 0.6
+    # n = 1: 0.99 - 0.01 = 0.98; n = 2: 1.89 - 1 - 0.1 = 0.79; n = 3: 2.49 - 2 - 0.4 = 0.09
+    assert chosen(frechet_commit(max_prob, 0.5, True)) == {0, 1}
+    assert chosen(frechet_commit(max_prob, 0.05, True)) == {0, 1, 2}
+    assert chosen(frechet_commit(max_prob, 0.99, True)) == {1}         # the first is free
+    assert chosen(frechet_commit(max_prob, 0.99, False)) == set()      # not in a semi block
+
+
+def test_frechet_equals_factor_at_f_1_on_a_flat_profile():
+    """Fast-dLLM++'s claim: with every c = 1 - eps, score_n = 1 - (n + 1) eps, so both rules commit the
+    n < 1 / eps - 1 most probable (eps away from the boundary, where one is strict and one is not)."""
+    for eps, n in ((0.12, 7), (0.3, 2), (0.07, 13)):
+        max_prob = torch.full((n + 3,), 1 - eps, dtype=torch.float64)
+        assert int(frechet_commit(max_prob, 0.0, True).sum()) == int(factor_commit(max_prob, 1.0, True).sum()) == n
+
+
+def test_joint_is_the_threshold_with_a_max_prob_fallback():
+    max_prob = torch.tensor([0.4, 0.95, 0.6])
+    assert chosen(joint_commit(max_prob, 0.9, True)) == {1}
+    assert chosen(joint_commit(max_prob, 0.95, True)) == {1}            # strict, then the most probable
+    assert chosen(joint_commit(torch.tensor([0.4, 0.3]), 0.9, False)) == set()
+
+
+def test_js_top1_is_jensen_shannon_of_the_two_outcome_distributions():
+    p, q = torch.tensor([0.9, 0.5, 0.7]), torch.tensor([0.9, 0.5, 0.2])
+    js = js_top1(p, q)
+    assert js[:2].tolist() == [0.0, 0.0]
+    P, Q = np.array([0.7, 0.3]), np.array([0.2, 0.8])
+    M = (P + Q) / 2
+    want = 0.5 * sum(P * np.log(P / M)) + 0.5 * sum(Q * np.log(Q / M))
+    assert float(js[2]) == pytest.approx(want)
+    assert float(js_top1(torch.tensor([1.0]), torch.tensor([0.0]))) == pytest.approx(math.log(2))
+
+
+def test_stable_needs_confidence_persistence_and_stability_together():
+    max_prob = torch.tensor([0.95, 0.95, 0.95, 0.5, 0.95])
+    token = torch.tensor([4, 4, 4, 4, 4])
+    prev_token = torch.tensor([4, 5, 4, 4, -1])                # 1 changed its mind; 4 had no prediction
+    prev_max_prob = torch.tensor([0.93, 0.95, 0.4, 0.5, float("nan")])   # 2 jumped from 0.4
+    rank = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert chosen(stable_commit(max_prob, rank, token, prev_token, prev_max_prob, 0.9, 0.01, True)) == {0}
+    assert chosen(stable_commit(max_prob, rank, token, prev_token, prev_max_prob, 0.9, 0.7, True)) == {0, 2}
+    nothing = torch.full((5,), -1)
+    assert chosen(stable_commit(max_prob, rank, token, nothing, prev_max_prob, 0.9, 0.7, True)) == {4}   # fallback: best rank
+    assert chosen(stable_commit(max_prob, rank, token, nothing, prev_max_prob, 0.9, 0.7, False)) == set()
