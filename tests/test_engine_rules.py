@@ -148,3 +148,92 @@ def test_a_committed_mask_token_leaves_the_position_masked_as_in_the_authors_loo
     assert ours.records[1].anchor_positions == [0, 2, 3] and ours.records[1].committed == 3
     assert authors.tokens == ours.tokens == [7, 5, 6, EOS]
     assert [r.kind for r in authors.records] == [r.kind for r in ours.records] == ["prefill", "round", "final"]
+
+
+# -- the peers' commit rules through the engine: lookahead at k = 0 is the rule alone ----------------------
+def drifting(g, visible):
+    """A model that grows surer as it sees more, and changes its mind: position g predicts token 2 + g % 7
+    with probability 0.72 + 0.05 * (tokens it sees), except that positions 2 and 5, until they see three
+    tokens, predict a token that changes with every token they see, at 0.71 (over tau_conf 0.7 and
+    unstable: what the stability rule waits out)."""
+    seen = len(visible)
+    if g in (2, 5) and seen < 3:
+        return 9 + seen, 0.71
+    return 2 + g % 7, min(0.72 + 0.05 * seen, 0.995)
+
+
+def run_script(script, **settings):
+    model = FakeDLLM(len(PROMPT), script)
+    return Decoder(model, SPEC, DecodeSettings(**settings), executor="uncached").run(PROMPT)
+
+
+def rule_alone(commit: str, settings: DecodeSettings, n_blocks: int, block: int) -> list[int]:
+    """The commit rule decoding by itself, block after block, with no engine: each step predicts the
+    current block's masked positions from what the model sees (every committed token up to the block's
+    end, as block-causal attention shows it), applies lopa.rules.COMMIT_RULES[commit] to them, and
+    commits what it chooses. The round before's predictions are those of the step before on the same
+    block (none on a block's first step)."""
+    from lopa.rules import COMMIT_RULES, BlockPredictions
+    rule, tokens, previous = COMMIT_RULES[commit], {}, None
+    for b in range(n_blocks):
+        span = range(b * block, (b + 1) * block)
+        previous = None
+        while any(g not in tokens for g in span):
+            masked = [g for g in span if g not in tokens]
+            predicted = [drifting(g, dict(tokens)) for g in masked]
+            logits = torch.stack([scripted_logits(t, p) for t, p in predicted])
+            token, max_prob, conf = summarize(logits, settings.confidence, 0.0, mask_token_id=MASK)
+            prev_token = torch.tensor([previous[g][0] if previous and g in previous else -1 for g in masked])
+            prev_max_prob = torch.tensor([previous[g][1] if previous and g in previous else float("nan") for g in masked])
+            chosen = rule(BlockPredictions(token, max_prob, conf, conf, prev_token, prev_max_prob), settings, True)
+            previous = {g: (int(t), float(m)) for g, t, m in zip(masked, token, max_prob)}
+            for g, t in zip(torch.tensor(masked)[chosen].tolist(), token[chosen].tolist()):
+                tokens[g] = t
+    return [tokens[g] for g in range(n_blocks * block)]
+
+
+def scripted_logits(token: int, p: float, vocab: int = 16) -> torch.Tensor:
+    """The logits FakeDLLM writes for a position scripted (token, p)."""
+    probs = torch.full((vocab,), (1 - p) / (vocab - 1), dtype=torch.float64)
+    probs[token] = p
+    return probs.log()
+
+
+PEER_KNOBS = {"threshold": {}, "eb": {"eb_gamma": 1.5}, "factor": {"factor_f": 1.5}, "frechet": {"frechet_margin": -0.2},
+              "joint": {}, "stable": {"stable_js": 0.01}}
+
+
+@pytest.mark.parametrize("commit", list(PEER_KNOBS))
+def test_lookahead_at_k_0_over_each_rule_is_that_rule_alone(commit):
+    """Single-block decoding (tau_add = 1) so the rule alone needs no pipeline: every round of the engine
+    at k = 0 commits what the rule alone commits, token for token, and the rule commits several
+    positions a round somewhere (it is not the one-token fallback throughout)."""
+    settings = DecodeSettings(k=0, commit=commit, tau_conf=0.7, tau_add=1.0, block_size=4, max_new_tokens=8,
+                              **PEER_KNOBS[commit])
+    engine = run_script(drifting, **settings.to_dict())
+    assert engine.tokens == rule_alone(commit, settings, n_blocks=2, block=4)
+    assert max(len(r.anchor_positions) for r in engine.records) > 1, [len(r.anchor_positions) for r in engine.records]
+
+
+def test_the_stability_rule_waits_for_a_changed_mind():
+    """Position 2 predicts another token with every token it sees until it sees three: the threshold rule
+    commits its first guess at once, the stability rule only the token it settles on."""
+    base = dict(k=0, tau_conf=0.7, tau_add=1.0, block_size=4, max_new_tokens=8)
+    threshold = run_script(drifting, commit="threshold", **base)
+    stable = run_script(drifting, commit="stable", stable_js=0.01, **base)
+    assert threshold.tokens[2] == 9 and stable.tokens[2] == 2 + 2
+    assert stable.tokens == rule_alone("stable", DecodeSettings(commit="stable", stable_js=0.01, **base), 2, 4)
+
+
+@pytest.mark.parametrize("commit", ["stable", "eb"])
+def test_a_peer_run_forked_from_a_saved_state_equals_one_replayed(commit):
+    """Forks resume from a saved state (which keeps the round before's predictions, for stable) or
+    replay the recorded decisions: the same tokens either way."""
+    from lopa.engine import fork
+    settings = DecodeSettings(k=2, commit=commit, tau_conf=0.7, block_size=4, max_new_tokens=8, **PEER_KNOBS[commit])
+    model = FakeDLLM(len(PROMPT), drifting)
+    decoder = Decoder(model, SPEC, settings, executor="uncached", keep_states=True)
+    parent = decoder.run(PROMPT)
+    resumed = fork(parent, at_round=2)
+    fresh = Decoder(model, SPEC, settings, executor="uncached").run(PROMPT)
+    assert resumed.tokens == parent.tokens == fresh.tokens
