@@ -192,6 +192,9 @@ class Decoder:
         self.executor.commit(0, 0)                                # caches the prompt
         scores = score_branches([self.state], verified, self.settings).tolist()
         record = round_record(0, "prefill", [self.state], verified, scores, 0, self.state, self.settings, start)
+        label = device_label(self.executor)
+        if label:                       # what the run's wall-clock was measured on (lopa.trace.metrics)
+            record.extra.setdefault("device", label)
         predictions = verified.branch(0)
         self._save(0, predictions)
         yield record
@@ -247,6 +250,15 @@ def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
     free = anchor.window() == anchor.mask_id                       # a new tensor: the anchor is untouched
     free[anchor_pos] = False
     return free
+
+
+def device_label(executor) -> str:
+    """What an executor's forwards run on: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"; "" when it does not say."""
+    device = getattr(executor, "device", None)
+    if device is None:
+        return ""
+    device = torch.device(device)
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
 
 
 def previous_predictions(previous, window_start: int, width: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:

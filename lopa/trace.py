@@ -174,6 +174,7 @@ def pooled(rows: list[dict], tokens: str = "tokens_useful", forwards: str = "for
             "latency_s": latency, "tps": useful / latency if latency > 0 else 0.0,
             "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
             "rounds": rounds, "forward_s": forward_s,
+            "token_forwards": total("token_forwards"), "token_forwards_mean": mean("token_forwards"),
             "ms_per_forward": 1e3 * forward_s / n_forwards if n_forwards else 0.0,
             # engine time outside the model's forwards (the decisions around it), per round of any kind
             "bookkeeping_ms_per_round": 1e3 * (latency - forward_s) / rounds if rounds else 0.0,
@@ -186,7 +187,9 @@ def metrics(run: RunResult | None) -> dict:
     app's live counters and its summaries all call this. Works on any snapshot: a finished run, a
     live or stopped one (still-masked positions are not tokens), or none yet (all zeros).
     Forwards: a batched k + 1 forward counts once, the prompt round counts, a final round without
-    a forward does not. TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
+    a forward does not. Beside them the cost a forward count hides: token_forwards (token_forwards()
+    summed: what every forward processed), latency_s (wall-clock) and `device`, what the run's
+    forwards ran on (recorded in the prefill's extra). TPF 'useful' counts tokens up to the first EOS (headline); 'paper' counts
     every position of every appended block, EOS padding included, over the same forwards; 'authors'
     is the TPF the paper's tables report (authors_tpf: the paper count over forwards + 1)."""
     records = run.records if run is not None else []
@@ -201,6 +204,7 @@ def metrics(run: RunResult | None) -> dict:
     first_commit = next((i for i, r in enumerate(records) if r.committed), None)
     verified = sum(len(window) for r in records if r.kind != "final" for window in r.branch_tokens)
     forward_s = sum(r.forward_seconds for r in records)
+    n_prompt = len(run.prompt_ids) if records else 0
     return {
         "rounds": len(records),
         "forwards": forwards,
@@ -217,8 +221,22 @@ def metrics(run: RunResult | None) -> dict:
         "ttft_s": sum(r.round_seconds for r in records[:first_commit + 1]) if first_commit is not None else 0.0,
         "ms_per_forward": 1e3 * forward_s / forwards if forwards else 0.0,
         "verified_per_forward": verified / forwards if forwards else 0.0,
+        "token_forwards": sum(token_forwards(r, n_prompt) for r in records),
+        "device": records[0].extra.get("device", "") if records else "",
         **fill_landscape(records, useful),
     }
+
+
+def token_forwards(record: RoundRecord, n_prompt: int) -> int:
+    """The positions one round's forward processed, the cost TPF leaves out: its B branches, each padded to
+    the longest window W (B * W: a batched verify of k + 1 branches counts (k + 1) * W), behind the
+    prompt's n_prompt in the prefill; 0 for a final round (no forward). The batched executor may feed
+    fewer under block-causal attention (it packs the branches' shared blocks); this counts the method's
+    batch, the same on every executor and device."""
+    if record.kind == "final":
+        return 0
+    width = max((len(w) for w in record.branch_tokens), default=0)
+    return len(record.branch_tokens) * width + (n_prompt if record.kind == "prefill" else 0)
 
 
 @dataclass

@@ -249,3 +249,27 @@ def test_the_bench_commands_decode_with_what_the_model_asks_for(tmp_path, capsys
     assert "'attention': 'block_causal'" in base and "'block_size': 4" in base
     assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
     assert "2 blocks x 4 tokens" in capsys.readouterr().out
+
+
+def test_the_peers_are_rows_and_each_row_prints_its_cost_beside_tpf(tmp_path, capsys):
+    """`d2f-<rule>` is a peer's rule alone, `lopa-k<k>-<rule>` lookahead over it; the table gives forwards,
+    token-forwards and wall-clock per answer beside TPF, and the summary keeps them with the device."""
+    from lopa.settings import DecodeSettings
+    base = DecodeSettings(confidence="max_prob")
+    assert bench.row_settings("d2f-factor", base) == base.replace(k=0, commit="factor")
+    assert bench.row_settings("lopa-k4-eb", base) == base.replace(k=4, commit="eb", confidence="neg_entropy")
+    assert bench.row_settings("lopa-k4-random-stable", base).order == "random"
+    model = save_tiny_model_dir(tmp_path / "model")
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
+    out = tmp_path / "out"
+    assert bench.main(["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f,peers",
+                       "--block-size", "8", "--max-new-tokens", "16", "--out", str(out)]) == 0
+    rows = {r["decoder"]: r for r in csv.DictReader((out / "summary.csv").open())}
+    assert list(rows) == ["d2f", *bench.PEER_ROWS]
+    for r in rows.values():
+        assert float(r["token_forwards_mean"]) >= 8 * float(r["forwards_mean"]) > 0 and r["device"] == "cpu"
+    assert float(rows["lopa-k4-joint"]["token_forwards_mean"]) > float(rows["d2f-joint"]["token_forwards_mean"]) / \
+        float(rows["d2f-joint"]["forwards_mean"]) * float(rows["lopa-k4-joint"]["forwards_mean"])   # branches cost
+    printed = capsys.readouterr().out
+    assert "token-forwards" in printed and "wall-clock" in printed and "d2f-stable" in printed

@@ -105,8 +105,24 @@ def test_the_command_runs_on_the_image_s_packages_and_writes_the_report(report):
     assert data["plan"]["toy"] and "Toy sizes on a CPU" in text
     assert "flash_attn is not installed" in data["environment"]["flash_attn_note"]
     for heading in ("## 1. Equality", "## 2. The premise", "## 3. The bundled model's bench",
-                    "## 4. Projection (not a measurement)"):
+                    "## 4. Projection (not a measurement)", "## 3b. The peers", "## 4b. The peers projected"):
         assert heading in text
+
+
+def test_the_report_measures_each_peer_alone_and_under_lookahead_with_its_cost(report):
+    """Every peer's rule, alone and under LoPA k = 7, on each bundled model with forwards, token-forwards
+    and wall-clock on the device, then projected to the 7B shape at B = k + 1 beside D2F's."""
+    data, _ = report
+    plan = data["plan"]
+    models = {r["model"] for r in data["equality"]["rows"]}
+    assert [r["decoder"] for r in data["peers"]] == plan["peer_rows"] * len(models)
+    assert {r.removeprefix("d2f-").removeprefix("lopa-k7-") for r in plan["peer_rows"][1:]} == set(gpu_plan.PEER_RULES)
+    for r in data["peers"]:
+        assert r["token_forwards_mean"] >= r["forwards_mean"] > 0 and r["latency_s_mean"] > 0 and r["device"] == "cpu"
+    projected = {r["decoder"]: r for r in data["peer_projection"] if r["prefix"] == plan["prefixes"][0]}
+    assert set(projected) == set(plan["peer_rows"])
+    assert all(projected[f"lopa-k7-{rule}"]["B"] == 8 for rule in gpu_plan.PEER_RULES)
+    assert projected["d2f"]["speedup_over_vanilla"] == 1.0
 
 
 def test_fp32_executors_agree_on_the_cpu(report):
@@ -154,6 +170,10 @@ def test_projection_is_tpf_over_forward_plus_bookkeeping():
     assert rows["ours", "lopa-k1"]["tps"] == pytest.approx(3.0 / 0.020)
     assert rows["ours", "d2f"]["speedup_over_vanilla"] == 1.0
     assert len(rows) == 4
+    # a peer's row takes its own bookkeeping, at B = k + 1
+    peer = bench + [{"model": "b", "decoder": "lopa-k1-eb", "k": 1, "tpf_useful": 4.0, "bookkeeping_ms_per_round": 7.0}]
+    rows = {(r["source"].split(" ")[0], r["decoder"]): r for r in gpu.projection(premise, peer, "m")}
+    assert rows["ours", "lopa-k1-eb"]["tps"] == pytest.approx(4.0 / 0.022)
 
 
 def test_compare_finds_the_first_round_that_differs():

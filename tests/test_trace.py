@@ -77,6 +77,11 @@ def test_corrupt_and_foreign_files_are_refused(tmp_path):
 
 def test_metrics(run):
     m = run.metrics()
+    assert m["device"] == "cpu" and m["latency_s"] > 0
+    # every forward's k + 1 windows, padded to the longest, and the prompt in the prefill
+    assert m["token_forwards"] == len(run.prompt_ids) + sum(
+        len(r.branch_tokens) * max(map(len, r.branch_tokens)) for r in run.records if r.kind != "final")
+    assert m["token_forwards"] > m["forwards"] * SETTINGS.block_size
     forwards = sum(r.kind != "final" for r in run.records)
     assert m["forwards"] == forwards
     assert m["tpf_paper"] == pytest.approx(len(run.tokens) / forwards)
@@ -157,6 +162,8 @@ def test_cost_metrics_time_to_first_token_and_work_per_forward():
     assert m["ttft_s"] == 0.75                                # prompt round + the first round that commits
     assert m["ms_per_forward"] == 1e3 * (0.25 + 0.125) / 2   # two forwards; the final round has none
     assert m["verified_per_forward"] == (8 + 24) / 2
+    assert m["token_forwards"] == (1 + 8) + 3 * 8               # the prompt and window, then k + 1 = 3 windows of 8
+    assert m["device"] == ""                                   # hand-made records say nothing of a device
     assert metrics(None)["ttft_s"] == 0.0
 
 
@@ -211,6 +218,7 @@ def test_pooled_cost_and_means_over_hand_made_decodes():
     assert (total["fill_spread_mean"], total["first_fill_share_mean"]) == (0.5, 0.75)
     ceiling = pooled(rows, forwards="forwards_floor")
     assert (ceiling["forwards"], ceiling["tpf_useful"], ceiling["forwards_mean"]) == (2, 12 / 2, 1.0)
+    assert pooled([{"token_forwards": 30}, {"token_forwards": 50}])["token_forwards_mean"] == 40
     empty = pooled([])
     assert empty["ms_per_forward"] == empty["bookkeeping_ms_per_round"] == empty["forwards_mean"] == 0.0
     assert rows[0]["forwards"] == 2 and len(rows[0]) == 8          # the rows are read, never changed

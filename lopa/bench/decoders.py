@@ -13,8 +13,10 @@ an audit hook that native code goes around (lopa.eval.sandbox).
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
-(rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, and a `-floor<p>`
-lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
+(rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, a peer's commit
+rule `-eb`, `-factor`, `-frechet`, `-joint` or `-stable` (lopa/peers.py: `d2f-eb` is the rule alone,
+`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), and a
+`-floor<p>` lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
 settings flag applies to every row; each row sets its own decoder, k and commit rule). The rows are
 interleaved: each problem is decoded by every row, in rotating order, before the next, so their
 tokens/s compare within one run on a shared machine. Writes a summary
@@ -54,14 +56,20 @@ from lopa.trace import pooled
 DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under the model's values (lopa.resolution)
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
                 "lopa-k4-random", "lopa-k4-left_to_right"]
+# The peers' commit rules (lopa/peers.py) as row suffixes: `d2f-eb` is the rule alone, `lopa-k4-eb` lookahead over it.
+PEER_RULES = ("eb", "factor", "frechet", "joint", "stable")
+PEER_ROWS = [f"d2f-{rule}" for rule in PEER_RULES] + [f"lopa-k4-{rule}" for rule in PEER_RULES]
 
 
 def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
-    """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>` and/or
-    `-floor<p>` (a lookahead floor: `lopa-k14-floor0.3`)."""
+    """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>`, a peer's
+    commit rule `-<rule>` (PEER_RULES: `d2f-eb`, `lopa-k4-frechet`) and/or `-floor<p>` (a lookahead
+    floor: `lopa-k14-floor0.3`)."""
     row, _, order = name.rpartition("-")
     if order in ORDERS:
         return row_settings(row, base).replace(order=order)
+    if row and order in PEER_RULES:      # eb reads entropy from Conf (DecodeSettings requires neg_entropy with it)
+        return row_settings(row, base).replace(commit=order, **({"confidence": "neg_entropy"} if order == "eb" else {}))
     if row and order.startswith("floor"):
         try:
             floor = float(order.removeprefix("floor"))
@@ -138,6 +146,9 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "tpf_ceiling": ceiling["tpf_useful"] if ceiling["forwards"] else float("nan"),
         "tps": pool["tps"], "tps_excl_first": pool["tps_excl_first"],
         "latency_s_mean": pool["latency_s_mean"],
+        # the cost beside TPF: what the forwards processed, and where the wall-clock was measured
+        "token_forwards_mean": pool["token_forwards_mean"],
+        "device": next((r["device"] for r in rows if r.get("device")), ""),
         # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
         "fill_spread": pool["fill_spread_mean"],
         "first_fill_share": pool["first_fill_share_mean"],
@@ -191,7 +202,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="20 problems, for a smoke run")
     parser.add_argument("--shots", type=int, default=0, help="quick mode's few-shot GSM8K train examples (the first N; the paper's 4-shot runs through "
                              "lm-eval: python -m lopa reproduce)")
-    parser.add_argument("--decoders", default=",".join(DECODER_ROWS), help="comma-separated rows")
+    parser.add_argument("--decoders", default=",".join(DECODER_ROWS), help="comma-separated rows; `peers` stands for every peer's "
+                        "rule alone and under LoPA k = 4 (PEER_ROWS)")
     parser.add_argument("--out", default="bench-out", help="output folder")
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int)
@@ -233,7 +245,8 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = {name.strip(): row_settings(name.strip(), base) for name in args.decoders.split(",")}
+    names = [n for name in args.decoders.split(",") for n in (PEER_ROWS if name.strip() == "peers" else [name.strip()])]
+    rows = {name: row_settings(name, base) for name in names}
     if any(r.order == "adaptive" for r in rows.values()) and not {"adaptive_win", "branch_cost"} <= set(flags):
         print("note: adaptive rows run with the settings' cost and gain model (branch_cost, adaptive_win, "
               "adaptive_release, adaptive_lift), not this model's or this machine's; `python -m lopa.study adaptive` "
@@ -245,7 +258,9 @@ def main(argv=None) -> int:
     details = [row for name in rows for row in decoded[name]]
     for s in summary:
         print(f"{s['decoder']:>12}  acc {s['accuracy'] * 100:5.1f}%  TPF {s['tpf_useful']:5.2f} "
-              f"(paper count {s['tpf_paper']:5.2f}, authors' {s['tpf_authors']:5.2f}, ceiling {s['tpf_ceiling']:5.2f})  TPS {s['tps']:7.1f}  latency {s['latency_s_mean']:.2f}s", flush=True)
+              f"(paper count {s['tpf_paper']:5.2f}, authors' {s['tpf_authors']:5.2f}, ceiling {s['tpf_ceiling']:5.2f})  "
+              f"forwards {s['forwards_mean']:6.1f}  token-forwards {s['token_forwards_mean']:8.0f}  "
+              f"wall-clock {s['latency_s_mean']:.2f}s  TPS {s['tps']:7.1f}", flush=True)
 
     if task == "gsm8k":
         print_step_table(summary, details)
@@ -261,6 +276,9 @@ def main(argv=None) -> int:
           "Fill spread: the standard deviation, in rounds, of the round each answer position was filled in; "
           "1st-round fill: the share filled in the first round that filled any (lopa.trace.fill_landscape). "
           "Grammar: the share of answer lines the model's problem family can write (lopa.problems.grammatical_lines). "
+          "Forwards, token-forwards (the positions each forward processed, summed: a verify of k + 1 branches over "
+          f"a window of W counts (k + 1) W) and wall-clock are per answer, on {summary[0]['device'] if summary else 'this device'}: "
+          "fewer forwards can still be slower, as each forward of k + 1 branches costs more. "
           "TPS on this hardware, every problem decoded by every row before the next, rows in Williams orders (lopa.tasks.turns); on a CPU a higher "
           "TPF need not mean a higher TPS.")
     return 0

@@ -13,6 +13,9 @@
    B = k + 1 are the premise's.
 4. A projection of tokens/s for vanilla and LoPA rounds at the 7B shape: TPF / (verify forward at
    B = k + 1 + the bookkeeping the bench measured per round), with the paper's GSM8K TPF and with ours.
+3b/4b. The peers' commit rules (lopa/peers.py), each alone (`d2f-<rule>`) and under LoPA k = 7
+   (`lopa-k7-<rule>`, B = 8), on the bundled model(s) with forwards, token-forwards and wall-clock, and
+   projected to the 7B shape as in 4.
 
 On a CPU (or with --toy) the same runs at toy sizes: each model shape shrunk to 2 layers (toy_shape), a
 few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Needs torch, transformers and safetensors only, plus
@@ -166,7 +169,9 @@ def projection(premise_rows: list[dict], bench_rows: list[dict], model_name: str
     the row itself for ours). LoPA's speedup is over vanilla at the same source and prefix."""
     forward = {(r["prefix"], r["B"]): r["ms_per_forward"] / 1e3 for r in premise_rows if r["model"] == model_name}
     bench = {r["decoder"]: r for r in bench_rows}
-    keep = lambda k: bench["d2f"]["bookkeeping_ms_per_round"] / 1e3 if k == 0 else bench.get(f"lopa-k{k}", bench["d2f"])["bookkeeping_ms_per_round"] / 1e3
+    # bookkeeping per round: a bench row's own; the paper's rows take d2f's (vanilla) or lopa-k<k>'s
+    keep = lambda decoder, k: bench[decoder if decoder in bench else "d2f" if k == 0 else f"lopa-k{k}" if f"lopa-k{k}" in bench
+                                    else "d2f"]["bookkeeping_ms_per_round"] / 1e3
     sources = [("paper GSM8K (D2F-Dream, Table 1)", name, k, tpf) for name, (k, tpf) in PAPER_TPF.items()]
     sources += [(f"ours ({r['model']}, synthetic, TPF useful)", r["decoder"], r["k"], r["tpf_useful"]) for r in bench_rows]
     rows = []
@@ -174,9 +179,9 @@ def projection(premise_rows: list[dict], bench_rows: list[dict], model_name: str
         for source, decoder, k, tpf in sources:
             if (prefix, k + 1) not in forward or "d2f" not in bench:
                 continue
-            tps = projected_tps(tpf, forward[prefix, k + 1], keep(k))
+            tps = projected_tps(tpf, forward[prefix, k + 1], keep(decoder, k))
             rows.append({"model": model_name, "prefix": prefix, "source": source, "decoder": decoder, "k": k,
-                         "B": k + 1, "tpf": tpf, "round_ms": (forward[prefix, k + 1] + keep(k)) * 1e3, "tps": tps})
+                         "B": k + 1, "tpf": tpf, "round_ms": (forward[prefix, k + 1] + keep(decoder, k)) * 1e3, "tps": tps})
     for row in rows:
         vanilla = next(r for r in rows if r["prefix"] == row["prefix"] and r["source"] == row["source"] and r["k"] == 0)
         row["speedup_over_vanilla"] = row["tps"] / vanilla["tps"]
@@ -184,18 +189,21 @@ def projection(premise_rows: list[dict], bench_rows: list[dict], model_name: str
 
 
 # -- 4. the bench ------------------------------------------------------------------------------
-def bench(loaded: LoadedModel, plan: Plan) -> list[dict]:
-    """lopa.bench.decoders' rows on the first held-out synthetic problems, as `python -m lopa.bench` runs them."""
-    problems = read_rows(HELDOUT)[:plan.bench_n]
+def bench(loaded: LoadedModel, plan: Plan, names: tuple[str, ...] | None = None, n: int | None = None) -> list[dict]:
+    """lopa.bench.decoders' rows (default the plan's bench_rows, on its bench_n) on the first held-out
+    synthetic problems, as `python -m lopa.bench` runs them, with the cost beside TPF: forwards,
+    token-forwards and wall-clock per answer, on this device."""
+    problems = read_rows(HELDOUT)[:plan.bench_n if n is None else n]
     base = resolve(None, loaded.spec, defaults=DEFAULTS)
     rows = []
-    for name in plan.bench_rows:
+    for name in plan.bench_rows if names is None else names:
         settings = row_settings(name, base)
         details = run_decoder(loaded, name, settings, problems, prefix="")
         summary, pool = summarize_rows(name, settings, details), pooled(details)     # lopa.trace.pooled: totals first
         rows.append({"model": loaded.spec.name, **{key: summary[key] for key in (
             "decoder", "k", "n", "accuracy", "tpf_useful", "tpf_paper", "tps", "tps_excl_first", "latency_s_mean",
-            "forwards_mean")}, **{key: pool[key] for key in ("ms_per_forward", "bookkeeping_ms_per_round")}})
+            "forwards_mean", "token_forwards_mean", "device")},
+            **{key: pool[key] for key in ("ms_per_forward", "bookkeeping_ms_per_round")}})
     return rows
 
 
@@ -246,6 +254,14 @@ def markdown(report: dict) -> str:
             "model": "model", "decoder": "decoder", "n": "n", "accuracy": "accuracy", "tpf_useful": "TPF",
             "tps": "tokens/s", "tps_excl_first": "tokens/s excl. 1st", "ms_per_forward": "ms/forward",
             "bookkeeping_ms_per_round": "bookkeeping ms/round"}), ""]
+    if "peers" in report:
+        out += ["## 3b. The peers' commit rules on the bundled model, alone and under lookahead", "",
+                "Forwards, token-forwards (every forward's branches x window, the prompt in the first) and wall-clock "
+                "per answer, on this device. Fewer forwards can still be slower: a forward of k + 1 branches costs more "
+                "than one of a single window.", "", table(report["peers"], {
+                    "model": "model", "decoder": "decoder", "n": "n", "accuracy": "accuracy", "tpf_useful": "TPF",
+                    "forwards_mean": "forwards", "token_forwards_mean": "token-forwards", "latency_s_mean": "wall-clock s",
+                    "tps": "tokens/s", "bookkeeping_ms_per_round": "bookkeeping ms/round"}), ""]
     if "projection" in report:
         out += [f"## 4. Projection (not a measurement): tokens/s at the {plan['shape_name']}", "",
                 "tokens/s = TPF / (verify forward at B = k + 1, measured above + bookkeeping per round, measured by "
@@ -253,6 +269,13 @@ def markdown(report: dict) -> str:
                 table(report["projection"], {"prefix": "prefix", "source": "TPF from", "decoder": "decoder", "B": "B",
                                              "tpf": "TPF", "round_ms": "ms/round", "tps": "tokens/s",
                                              "speedup_over_vanilla": "x vanilla"}), ""]
+    if "peer_projection" in report:
+        out += [f"## 4b. The peers projected to the {plan['shape_name']}", "",
+                "The same projection over the peers' rows: their TPF and bookkeeping from 3b, the verify forward at "
+                "B = k + 1 from the premise.", "",
+                table(report["peer_projection"], {"prefix": "prefix", "decoder": "decoder", "B": "B", "tpf": "TPF",
+                                                  "round_ms": "ms/round", "tps": "tokens/s",
+                                                  "speedup_over_vanilla": "x d2f"}), ""]
     if report["errors"]:
         out += ["## Errors", ""] + [f"- {section}: `{err}`" for section, err in report["errors"].items()]
     out += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items())]
@@ -300,6 +323,8 @@ def main(argv=None) -> int:
                 "attention_ops": {name: ops for name, (_, ops) in runs.items()}}
     section("equality", check_equality)
     section("bench", lambda: [row for m in models for row in bench(m, plan)])
+    if plan.peer_rows:
+        section("peers", lambda: [row for m in models for row in bench(m, plan, plan.peer_rows, plan.peer_n)])
 
     def measure_premise() -> list[dict]:
         rows = [row for m in models for row in premise(m, plan)]
@@ -320,6 +345,9 @@ def main(argv=None) -> int:
                              for r in report["premise"] if r["B"] == 8 and r["model"] == plan.shape_name]
     if "premise" in report and "bench" in report:
         section("projection", lambda: projection(report["premise"], report["bench"], plan.shape_name))
+    if "premise" in report and "peers" in report:
+        section("peer_projection", lambda: [r for r in projection(report["premise"], report["peers"], plan.shape_name)
+                                            if r["source"].startswith("ours")])
     print(markdown(report))
     print(f"wrote {out / 'report.json'} and {out / 'report.md'}")
     return 1 if report["errors"] else 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from lopa.bench.decoders import PEER_RULES
 from lopa.bench.round import BRANCH_COUNTS
 from lopa.models import ASSETS
 from lopa.models.loading import LoadedModel
@@ -76,13 +77,20 @@ class Plan:
     prefixes: tuple[int, ...] = (100, 500)
     counts: tuple[int, ...] = BRANCH_COUNTS
     more_shapes: tuple[str, ...] = tuple(MORE_SHAPES)      # measured in the premise beside shape (toy-sized when toy)
+    # The peers' commit rules (lopa/peers.py), alone and under lookahead, on the first peer_n problems.
+    peer_rows: tuple[str, ...] = ()
+    peer_n: int = 0
 
 
 BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
+# Each peer alone and under LoPA k = 7 (B = 8, the premise's headline count), D2F beside them: the rows
+# the projection turns into tokens/s at the 7B shape.
+PEER_BENCH_ROWS = ("d2f",) + tuple(f"d2f-{rule}" for rule in PEER_RULES) + tuple(f"lopa-k7-{rule}" for rule in PEER_RULES)
 PLANS = {
-    "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS),
+    "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS,
+                   peer_rows=PEER_BENCH_ROWS, peer_n=30),
     "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=1, bench_n=2,
-                bench_rows=("d2f", "lopa-k14"), equality_tokens=64),
+                bench_rows=("d2f", "lopa-k14"), equality_tokens=64, peer_rows=PEER_BENCH_ROWS, peer_n=1),
 }
 
 
