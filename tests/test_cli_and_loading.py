@@ -35,6 +35,16 @@ def test_cli_generate_prints_answer_metrics_and_writes_trace(model_dir, tmp_path
     assert json.loads(trace.read_text())["format"] == "lopa-trace/2"
 
 
+def test_cli_generate_decodes_with_a_peer_s_rule_and_prints_the_cost_counters(model_dir, tmp_path, capsys):
+    trace = tmp_path / "run.json"
+    code = main(["generate", "--model", str(model_dir), "--prompt", "how many apples does Tom have ?", "--k", "2",
+                 "--commit", "frechet", "--frechet-margin", "-0.5", "--max-new-tokens", "16", "--trace", str(trace)])
+    out = capsys.readouterr().out
+    assert code == 0 and "token_forwards" in out and "latency_s" in out and "device           cpu" in out
+    settings = json.loads(trace.read_text())["settings"]
+    assert (settings["commit"], settings["frechet_margin"], settings["k"]) == ("frechet", -0.5, 2)
+
+
 def test_cli_help_lists_the_settings(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["generate", "--help"])
@@ -48,6 +58,10 @@ def test_cli_help_lists_the_settings(capsys):
     (["--k", "-1"], "k (lookahead branches) must be an integer in 0..32"),
     (["--k", "33"], "0..32"),
     (["--block-size", "12", "--max-new-tokens", "32"], "multiple of block_size"),
+    (["--commit", "eb", "--confidence", "max_prob"], "commit=eb reads each position's entropy from Conf: set "
+                                                     "confidence=neg_entropy"),
+    (["--stable-js", "1"], "stable_js must be in [0, 0.693147]"),
+    (["--factor-f", "0"], "factor_f must be in (0, 100]"),
 ])
 def test_cli_refuses_bad_settings_with_a_clear_message(model_dir, capsys, flags, message):
     code = main(["generate", "--model", str(model_dir), "--prompt", "hi", *flags])
