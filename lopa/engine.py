@@ -253,8 +253,12 @@ def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
 
 
 def device_label(executor) -> str:
-    """What an executor's forwards run on: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"; "" when it does not say."""
+    """What an executor's forwards run on: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"; "" when it does not say.
+    A branch-parallel executor's is its rank 0's model's (the other ranks run on devices of the same kind)."""
     device = getattr(executor, "device", None)
+    model = getattr(getattr(executor, "shard", None), "model", None)
+    if device is None and isinstance(model, torch.nn.Module):
+        device = next(model.parameters()).device
     if device is None:
         return ""
     device = torch.device(device)

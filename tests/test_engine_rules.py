@@ -227,13 +227,17 @@ def test_the_stability_rule_waits_for_a_changed_mind():
 
 @pytest.mark.parametrize("commit", ["stable", "eb"])
 def test_a_peer_run_forked_from_a_saved_state_equals_one_replayed(commit):
-    """Forks resume from a saved state (which keeps the round before's predictions, for stable) or
-    replay the recorded decisions: the same tokens either way."""
+    """Forks resume from a saved state, which keeps the predictions the round before decided on (the
+    stability rule reads them), or replay the recorded decisions: the same rounds either way. The fork
+    is taken just before a round whose anchor commits several positions, which under `stable` needs
+    the round before's predictions."""
     from lopa.engine import fork
-    settings = DecodeSettings(k=2, commit=commit, tau_conf=0.7, block_size=4, max_new_tokens=8, **PEER_KNOBS[commit])
+    settings = DecodeSettings(k=2, commit=commit, tau_conf=0.7, block_size=8, max_new_tokens=16, **PEER_KNOBS[commit])
     model = FakeDLLM(len(PROMPT), drifting)
-    decoder = Decoder(model, SPEC, settings, executor="uncached", keep_states=True)
-    parent = decoder.run(PROMPT)
-    resumed = fork(parent, at_round=2)
+    parent = Decoder(model, SPEC, settings, executor="uncached", keep_states=True).run(PROMPT)
+    at = next(r.round - 1 for r in parent.records if r.round > 1 and len(r.anchor_positions) > 1)
+    assert parent.decoder.states.get(at) is not None                  # the fork resumes, it does not replay
+    resumed = fork(parent, at_round=at)
     fresh = Decoder(model, SPEC, settings, executor="uncached").run(PROMPT)
     assert resumed.tokens == parent.tokens == fresh.tokens
+    assert [r.anchor_positions for r in resumed.records] == [r.anchor_positions for r in parent.records]

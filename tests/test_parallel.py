@@ -133,6 +133,7 @@ def test_one_rank_reproduces_the_single_process_engine_even_when_sampling(loaded
     ref, _ = single(loaded, settings)
     bp = Decoder(None, loaded.spec, settings, executor=BPExecutor(loaded.model, loaded.spec, settings, Comm())).run(PROMPT)
     assert bp.tokens == ref.tokens and decisions(bp) == decisions(ref)
+    assert bp.metrics()["device"] == ref.metrics()["device"] == "cpu"      # rank 0's, where the wall-clock ran
 
 
 # -- W processes against one ----------------------------------------------------------------------
