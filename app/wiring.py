@@ -20,6 +20,7 @@ from . import (
     denoise,
     disk,
     forks,
+    frames,
     layout,
     model_and_settings,
     share,
@@ -92,7 +93,8 @@ SESSION_CAPACITY = 32
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
 LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
-                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads)]})
+                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
+                                                Middleware(frames.FirstScript)]})
 
 
 class Explorer(gr.Blocks):

@@ -107,6 +107,30 @@ def test_an_idle_page_sends_nothing_while_other_visitors_work(browser, url):
         page.context.close()
 
 
+# Counts, from before any of the page's scripts run, the animation frames the page asks for.
+COUNT_FRAMES = """(() => { const frame = window.requestAnimationFrame.bind(window); window.__frames = 0;
+  window.requestAnimationFrame = (callback) => { window.__frames += 1; return frame(callback); }; })();"""
+
+
+def test_an_idle_page_asks_for_almost_no_frames(browser, url):
+    """Gradio 6.31's app-level status tracker is unmounted while its timer loop runs, and the loop then asks
+    for a frame 60 times a second for as long as the page is open (app/frames.py); with the guard, about one."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    context.add_init_script(COUNT_FRAMES)
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    requests = Requests(page)
+    page.goto(url, timeout=WAIT_MS)
+    page.wait_for_function("document.querySelector('#model-info')?.innerText.includes('loaded from')")
+    settle(page, requests)
+    before = page.evaluate("window.__frames")
+    page.wait_for_timeout(5_000)
+    frames = page.evaluate("window.__frames") - before
+    assert frames <= 25, f"an idle page asked for {frames} animation frames in 5 s"
+    run_to_the_end(page)                     # the page still works: its own trackers are not held back
+    context.close()
+
+
 def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(browser, url, monkeypatch):
     from app import callbacks
     monkeypatch.setattr(callbacks, "stream_jobs", paced(callbacks.stream_jobs, 1.0))
