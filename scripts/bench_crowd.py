@@ -91,11 +91,12 @@ def descendants(pid: int) -> list[int]:
         except OSError:                       # ended while listed
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
+    found, todo = set(), [pid]
     while todo:
-        found += children.get(todo.pop(), [])
-        todo += children.get(found[-1], []) if found else []
-    return sorted(set(found))
+        kids = children.get(todo.pop(), [])
+        found.update(kids)
+        todo += kids
+    return sorted(found)
 
 
 def lower_browsers(server_pid: int, nice: int) -> int:

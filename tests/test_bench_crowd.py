@@ -3,7 +3,9 @@ that it ends by itself, killing its server, when its deadline passes first. Its 
 benchmark prints them: a busy machine must not fail a test), only that every one is measured and printed."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -98,3 +100,25 @@ def test_a_deadline_before_the_server_answers_ends_the_run_and_kills_the_server(
     assert "3 s" in result["error"] and "incomplete" in proc.stdout
     assert all(goal["pass"] is None for goal in result["goals"].values())
     assert server_gone(result["server"]["pid"])
+
+
+def test_descendants_finds_every_process_under_a_pid_however_deep():
+    """--browser-nice lowers every process under the benchmark but the server's: the browser is a grandchild (under
+    Playwright's driver) and its renderers one level further, beside siblings with children of their own."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from bench_crowd import descendants
+
+    # two children, each with a child of its own, one of which has a child too
+    tree = subprocess.Popen(["sh", "-c", "sleep 60 & sh -c 'sleep 60 & sleep 60' & wait"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(descendants(tree.pid)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found = descendants(tree.pid)
+        assert len(found) == 4, found                   # sleep, sh, and the inner sh's two sleeps
+        assert set(found) <= set(descendants(os.getpid()))     # and all of them are under this process too
+    finally:
+        for pid in descendants(tree.pid):
+            os.kill(pid, signal.SIGKILL)
+        tree.kill()
+        tree.wait()
