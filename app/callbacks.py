@@ -174,6 +174,9 @@ def drain(session: Session, begin, running: str, on_fault=None):
         yield live_outputs(session, error_message(err))
         return
     session.start_clock()
+    # The plots' clock starts with the job: a Run shorter than REFRESH_S["plots"] draws its figures once,
+    # at the end, not also at its first round (plotly is most of what a page spends on a Run).
+    session.last_render["plots"] = time.perf_counter()
     try:
         job = begin()
         session.stop_requested, session.streaming = False, True
@@ -184,8 +187,8 @@ def drain(session: Session, begin, running: str, on_fault=None):
                 if session.stop_requested and session.live is not None:
                     session.cancel()
                     break
-                if record is not None:
-                    yield live_outputs(session, f"{running} round {record.round}", final=False)
+                if record is not None:      # the counters say which round; the status stays as sent
+                    yield (gr.skip(),) + live_outputs(session, running, final=False)[1:]
         status = f"Done: {describe_run(session)}"
     except ValueError as err:
         status = error_message(err)
