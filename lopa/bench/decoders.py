@@ -9,7 +9,7 @@
 
 HumanEval runs the generated code under bubblewrap (apt-get install bubblewrap); without it the bench
 refuses unless --unsafe-fallback-sandbox (or LOPA_UNSAFE_FALLBACK_SANDBOX=1) opts in to the fallback,
-an audit hook that native code goes around (lopa.eval.sandbox).
+an audit hook that native code goes around (lopa.tasks.sandbox).
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
@@ -34,10 +34,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lopa.bench import humaneval
 from lopa.blocks import min_forwards
-from lopa.eval.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
-from lopa.eval.sandbox import describe as describe_sandbox
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
 from lopa.resolution import add_settings_arguments, flag_settings, settings_from_args
@@ -48,6 +45,8 @@ from lopa.tasks.hardware import hardware
 from lopa.tasks.problems import bench_problems
 from lopa.tasks.prompts import GSM8K_TEMPLATE, encode, few_shot_prefix, prompt_ids, template_for
 from lopa.tasks.results import MATPLOTLIB_HINT, save_plot, write_csv
+from lopa.tasks.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
+from lopa.tasks.sandbox import describe as describe_sandbox
 from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
@@ -80,7 +79,7 @@ def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, i
     `allow_fallback`: HumanEval may be graded in the sandbox's fallback (--unsafe-fallback-sandbox)."""
     if task == "humaneval":
         result = loaded.decoder(settings).run(encode(loaded.tokenizer, humaneval_task.prompt_text(loaded.spec, problem)))
-        graded = humaneval.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec),
+        graded = humaneval_task.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec),
                                  allow_fallback=allow_fallback)
     else:
         result = loaded.decoder(settings).run(prompt_ids(loaded, problem["question"], template, prefix))

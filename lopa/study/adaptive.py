@@ -3,7 +3,7 @@
     python -m lopa.study adaptive [--n 40] [--ks 0,1,2,4,8,14] [--k-max 14] [--out DIR]
 
 At start-up the study measures the cost curve of the running device: the verify forward's seconds
-for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
+for B = 1 .. K + 1 branches (lopa.tasks.timing.forward_times), and prints it. lopa.order.AdaptiveOrder
 (order = adaptive) then chooses k each round from the anchor's confidence profile, that curve and the
 model's own gain model, aiming at seconds saved, not forwards (lopa.rules.choose_k).
 The gain model (adaptive_win, adaptive_release, adaptive_lift) is fitted at start-up too, from --calibration-problems

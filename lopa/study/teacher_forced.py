@@ -9,7 +9,7 @@ Three probes per problem, each one forward over the reference answer with some s
 - objects / names: one object (name) at a time masked, everything else visible, so a later line
   could copy it from the line before.
 Argmax predictions, logit shift as the engine decodes (the output at i-1 predicts token i). For
-models in the bundled model's training layout (lopa.train.layout). Writes teacher-forced.csv /
+models in the bundled model's training layout (lopa.tasks.layout). Writes teacher-forced.csv /
 .parquet (one row per probe kind) and teacher-forced.json beside the printed table.
 """
 
@@ -22,7 +22,7 @@ import torch
 from lopa.problems import NAMES, OBJECTS
 from lopa.study.common import DEFAULT_SEED, hardware, load_problems, write_results
 from lopa.study.declaration import Study
-from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, hidden_states
+from lopa.tasks.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, hidden_states
 
 CALC = re.compile(r"<<(\d+)[-+*/](\d+)=(\d+)>>(\d+)")
 FINAL = re.compile(r"#### (\d+)")
