@@ -117,10 +117,10 @@ def test_no_decoder_beats_the_pipeline_floor():
     from lopa.models import load
     from lopa.problems import read_jsonl
     from lopa.settings import DecodeSettings
-    from lopa.tasks.problems import DATA_FILES
+    from lopa.tasks.sources import DATA_FILES
 
     loaded = load()
-    problems = read_jsonl(DATA_FILES["synthetic"])[:6]
+    problems = read_jsonl(DATA_FILES["heldout"])[:6]
     base = DecodeSettings(max_new_tokens=96, attention=loaded.spec.attention, block_size=16)
     for name in ("d2f", "lopa-k4", "lopa-k14"):
         settings = bench.row_settings(name, base)

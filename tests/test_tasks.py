@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lopa.settings import ModelSpec
-from lopa.tasks import grading, hardware, humaneval, problems, prompts, results
+from lopa.tasks import grading, hardware, humaneval, prompts, results, sources
 
 GSM = [{"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
         "answer": "Tom now has <<3+2=5>>5 apples.\n#### 5"},
@@ -33,57 +33,57 @@ def write_jsonl(path, rows, gz=False):
 def test_rows_read_from_jsonl_and_gzip_alike_and_missing_fields_name_the_file(tmp_path):
     plain = write_jsonl(tmp_path / "p.jsonl", GSM)
     packed = write_jsonl(tmp_path / "p.jsonl.gz", GSM, gz=True)
-    assert problems.read_rows(plain, problems.GSM8K_FIELDS) == problems.read_rows(packed) == GSM
+    assert sources.read_rows(plain, sources.GSM8K_FIELDS) == sources.read_rows(packed) == GSM
     with pytest.raises(ValueError, match=r"p\.jsonl is not HumanEval-format JSONL: rows lack entry_point, prompt, task_id, test"):
-        problems.read_rows(plain, humaneval.FIELDS, "HumanEval")
-    assert problems.first_row(packed) == GSM[0]
+        sources.read_rows(plain, humaneval.FIELDS, "HumanEval")
+    assert sources.first_row(packed) == GSM[0]
     (tmp_path / "notes.txt").write_text("not json\n")
-    assert problems.first_row(tmp_path / "notes.txt") is None and problems.first_row(tmp_path / "absent") is None
+    assert sources.first_row(tmp_path / "notes.txt") is None and sources.first_row(tmp_path / "absent") is None
 
 
 def test_a_study_reads_files_prompt_lists_and_fresh_problems(tmp_path):
     data = write_jsonl(tmp_path / "p.jsonl", GSM)
-    got, where = problems.load_problems(str(data), 5, 0)
+    got, where = sources.load_problems(str(data), 5, 0)
     assert [(p["id"], p["answer"]) for p in got] == [(0, GSM[0]["answer"]), (1, "#### 4")] and "p.jsonl" in where
     (tmp_path / "prompts.txt").write_text("first question\n\n  second question \n")
-    got, _ = problems.load_problems(str(tmp_path / "prompts.txt"), 5, 0)
+    got, _ = sources.load_problems(str(tmp_path / "prompts.txt"), 5, 0)
     assert [(p["question"], p["answer"]) for p in got] == [("first question", None), ("second question", None)]
-    fresh, where = problems.load_problems("synthetic", 3, 7)
+    fresh, where = sources.load_problems("synthetic", 3, 7)
     assert len(fresh) == 3 and "seed 7" in where
-    assert fresh == problems.load_problems("synthetic", 3, 7)[0]            # a seed draws the same problems
+    assert fresh == sources.load_problems("synthetic", 3, 7)[0]            # a seed draws the same problems
     with pytest.raises(ValueError, match="no problems at .*nowhere.jsonl"):
-        problems.load_problems(str(tmp_path / "nowhere.jsonl"), 1, 0)
+        sources.load_problems(str(tmp_path / "nowhere.jsonl"), 1, 0)
 
 
 def test_the_bench_takes_a_file_or_a_family_it_can_name(tmp_path):
     data = write_jsonl(tmp_path / "p.jsonl", GSM)
-    assert problems.bench_problems(str(data), 1) == (GSM[:1], "p.jsonl")
+    assert sources.bench_problems(str(data), 1) == (GSM[:1], "p.jsonl")
     family = {"name": "synthetic-gsm", "phrasing": "adverbs"}
-    drawn, where = problems.bench_problems("ignored", 2, family, seed=3)
+    drawn, where = sources.bench_problems("ignored", 2, family, seed=3)
     assert len(drawn) == 2 and where == "synthetic-gsm-adverbs-seed3"
     with pytest.raises(ValueError, match="names no problem family"):
-        problems.bench_problems(str(data), 1, None, seed=3)
+        sources.bench_problems(str(data), 1, None, seed=3)
     with pytest.raises(FileNotFoundError, match="no problems at"):
-        problems.bench_problems(str(tmp_path / "absent.jsonl"), 1)
+        sources.bench_problems(str(tmp_path / "absent.jsonl"), 1)
 
 
 def test_local_split_and_mbpp_layouts(tmp_path):
     for split in ("train", "test"):
         (tmp_path / f"{split}.jsonl").write_text("{}\n")
-    assert problems.local_split_files(tmp_path) == (
+    assert sources.local_split_files(tmp_path) == (
         "json", {"train": [str(tmp_path / "train.jsonl")], "test": [str(tmp_path / "test.jsonl")]})
     shards = tmp_path / "hub" / "full"
     shards.mkdir(parents=True)
     (shards / "test-00000-of-00001.parquet").write_bytes(b"")
-    assert problems.local_split_files(shards, splits=("train",)) is None
-    assert problems.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
-    assert problems.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
+    assert sources.local_split_files(shards, splits=("train",)) is None
+    assert sources.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
+    assert sources.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
     (tmp_path / "mbpp.csv").write_text("")
     with pytest.raises(ValueError, match="must be .jsonl or .parquet, got mbpp.csv"):
-        problems.mbpp_test_files(tmp_path / "mbpp.csv")
+        sources.mbpp_test_files(tmp_path / "mbpp.csv")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no MBPP test split"):
-        problems.mbpp_test_files(tmp_path / "empty")
+        sources.mbpp_test_files(tmp_path / "empty")
 
 
 # -- HumanEval's program text --------------------------------------------------------------------------

@@ -42,11 +42,11 @@ from lopa.settings import ORDERS, DecodeSettings, decoder_settings
 from lopa.tasks import humaneval as humaneval_task
 from lopa.tasks.grading import answer_text, score_answer
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import bench_problems
 from lopa.tasks.prompts import GSM8K_TEMPLATE, encode, few_shot_prefix, prompt_ids, template_for
 from lopa.tasks.results import MATPLOTLIB_HINT, save_plot, write_csv
 from lopa.tasks.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
 from lopa.tasks.sandbox import describe as describe_sandbox
+from lopa.tasks.sources import bench_problems
 from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 

@@ -47,7 +47,7 @@ from lopa.models import load
 from lopa.models.loading import LoadedModel
 from lopa.resolution import resolve
 from lopa.settings import ATTENTION_MODES, DecodeSettings
-from lopa.tasks.problems import HELDOUT, heldout_questions, read_rows
+from lopa.tasks.sources import HELDOUT, heldout_questions, read_rows
 from lopa.tasks.timing import forward_times
 from lopa.trace import pooled
 

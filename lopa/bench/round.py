@@ -18,7 +18,7 @@ from lopa.models import DEFAULT_MODEL, load
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import heldout_questions
+from lopa.tasks.sources import heldout_questions
 from lopa.tasks.timing import forward_times
 
 DEFAULTS = {"max_new_tokens": 128}     # four blocks of the paper's 32; the model's own values come first

@@ -20,7 +20,7 @@ from lopa.eval.paper import NOT_REPRODUCED, TABLES
 from lopa.models import presets
 from lopa.settings import DecodeSettings, decoder_settings
 from lopa.tasks import humaneval
-from lopa.tasks.problems import read_evalplus, read_rows
+from lopa.tasks.sources import read_evalplus, read_rows
 
 # Our decoder for each of the paper's decoding algorithms (lopa.settings.DECODERS).
 DECODER_OVERRIDES = {"vanilla": "one_token", "fast-dllm": "single_block", "d2f": "d2f", "lopa": "lopa"}

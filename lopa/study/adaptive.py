@@ -39,7 +39,7 @@ from lopa.study.adaptive_fit import (
 from lopa.study.common import (
     decode_one,
     load_problems,
-    prompt_ids,
+    question_ids,
     start,
     write_results,
 )
@@ -195,7 +195,7 @@ def live(loaded, problems: list[dict], base: DecodeSettings):
     configs = len(LIVE_KS) + 1
     total = 2 * LIVE_COST_REPEATS + 2 + len(problems) * configs
     verify, bookkeeping = yield from _in_units(
-        cost_steps(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), LIVE_COST_REPEATS),
+        cost_steps(loaded, base, LIVE_K_MAX, question_ids(loaded, problems[0]["question"]), LIVE_COST_REPEATS),
         f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…", 0, total)
     cost = [t + bookkeeping for t in verify]
     done = 2 * LIVE_COST_REPEATS
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     verify, bookkeeping = measure_cost(loaded, base, args.k_max,
-                                       prompt_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
+                                       question_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
     cost = [t + bookkeeping for t in verify]
     print("cost curve measured at start-up (verify forward over B windows of two blocks, fastest of the repeats, made non-decreasing):\n"
           + describe_cost(verify, bookkeeping))

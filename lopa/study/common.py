@@ -16,13 +16,13 @@ from lopa.study.stats import afp, order_tau
 from lopa.tasks import results
 from lopa.tasks.grading import answer_text, exact_match
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import DEFAULT_SEED, load_problems
-from lopa.tasks.prompts import question_ids as prompt_ids
+from lopa.tasks.prompts import question_ids
 from lopa.tasks.results import weights_digest, write_results
+from lopa.tasks.sources import DEFAULT_SEED, load_problems
 from lopa.trace import fill_rounds
 
 # Names the studies and the app read from here (one definition each, in lopa.tasks).
-__all__ = ["DEFAULT_SEED", "hardware", "load_problems", "prompt_ids", "weights_digest", "write_results"]
+__all__ = ["DEFAULT_SEED", "hardware", "load_problems", "question_ids", "weights_digest", "write_results"]
 STUDIES_DIR = ASSETS / "studies"             # results shipped with the app (docs/studies.md)
 DEFAULTS = {"max_new_tokens": 128}           # a study's own defaults, under the model's values (lopa.resolution)
 
@@ -62,7 +62,7 @@ def base_settings(args, spec) -> DecodeSettings:
 
 def decode_one(loaded, settings: DecodeSettings, problem: dict, order=None, data: str = "", shots: int = 0):
     """Decode one problem; -> (RunResult, row). The row's TPF and tokens/s come from lopa.trace.metrics."""
-    run = loaded.decoder(settings, order=order).run(prompt_ids(loaded, problem["question"], data, shots))
+    run = loaded.decoder(settings, order=order).run(question_ids(loaded, problem["question"], data, shots))
     return run, run_row(run, problem)
 
 

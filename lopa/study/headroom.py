@@ -37,7 +37,7 @@ from contextlib import closing
 
 from lopa.engine import fork_decoder
 from lopa.settings import DecodeSettings
-from lopa.study.common import prompt_ids, run_row, start, write_results
+from lopa.study.common import question_ids, run_row, start, write_results
 from lopa.study.declaration import Knob, Study
 from lopa.study.stats import bootstrap_ci
 from lopa.trace import RunResult, pooled, predictions
@@ -145,7 +145,7 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
     its rollouts and reads Stop between yields."""
     ks = sorted(set(ks) | {base.k})
     for problem in problems:
-        ids = prompt_ids(loaded, problem["question"], data, shots)
+        ids = question_ids(loaded, problem["question"], data, shots)
         lopa_runs = {}
         for config, k, seed, settings in configurations(base, ks, random_orders):
             decoder = loaded.decoder(settings)

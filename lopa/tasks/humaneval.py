@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lopa.tasks import problems
-from lopa.tasks.problems import first_row, read_rows
+from lopa.tasks import sources
 from lopa.tasks.sandbox import Program, run_program
+from lopa.tasks.sources import first_row, read_rows
 
-DATA_DIR = problems.DATA_DIR / "humaneval"
+DATA_DIR = sources.DATA_DIR / "humaneval"
 LOCAL_DATA = (DATA_DIR / "HumanEval.jsonl.gz", DATA_DIR / "HumanEval.jsonl")
 FIELDS = ("task_id", "prompt", "test", "entry_point")
 # The Codex paper's stop sequences: a base model's completion ends where the function body ends.
