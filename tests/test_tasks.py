@@ -198,3 +198,45 @@ def test_a_study_resolves_its_flags_over_the_model_s_own_values():
     assert (base.attention, base.block_size, base.tau_conf, base.k, base.max_new_tokens) == ("full", 16, 0.8, 0, 128)
     base = common.base_settings(parser.parse_args(["--attention", "block_causal", "--k", "3"]), spec)
     assert (base.attention, base.block_size, base.k) == ("block_causal", 16, 3)      # what the user set wins
+
+
+# -- the Task declarations: one module per task, taken by the bench and the studies alike ------------------
+def _model(family=None, template="{prompt}"):
+    from types import SimpleNamespace
+    return SimpleNamespace(spec=SimpleNamespace(extra={"problems": family} if family else {}, prompt_template=template))
+
+
+def test_each_task_is_declared_once_and_data_names_it(tmp_path):
+    from lopa.tasks import TASKS, gsm8k, synthetic, task_for
+    assert TASKS == {"synthetic": synthetic.TASK, "gsm8k": gsm8k.TASK, "humaneval": humaneval.TASK}
+    assert {name: task.name for name, task in TASKS.items()} == {name: name for name in TASKS}
+    data = write_jsonl(tmp_path / "he.jsonl", [{"task_id": "T/0", "prompt": "def f():\n", "test": "", "entry_point": "f"}])
+    picks = {d: task_for(d).name for d in ("synthetic", "heldout", "gsm8k", "humaneval", str(data),
+                                           str(write_jsonl(tmp_path / "g.jsonl", GSM)))}
+    assert picks == {"synthetic": "synthetic", "heldout": "synthetic", "gsm8k": "gsm8k", "humaneval": "humaneval",
+                     str(data): "humaneval", str(tmp_path / "g.jsonl"): "synthetic"}
+    assert [t.code for t in TASKS.values()] == [False, False, True]
+    assert TASKS["humaneval"].problems(str(data), 5) == ([{"task_id": "T/0", "prompt": "def f():\n", "test": "",
+                                                           "entry_point": "f"}], "he.jsonl")
+    assert TASKS["gsm8k"].problems(str(tmp_path / "g.jsonl"), 1) == (GSM[:1], "g.jsonl")
+
+
+def test_a_task_grades_the_answer_part_and_the_model_s_family_counts_its_lines():
+    from lopa.tasks import TASKS
+    reply = " Tom now has <<3+2=5>>5 apples.\n#### 5\n\nQuestion: next #### 9"
+    family = _model({"name": "synthetic-gsm", "phrasing": "adverbs"})
+    for name in ("synthetic", "gsm8k"):
+        row = TASKS[name].grade(family, GSM[0], reply)
+        assert list(row)[:3] == ["correct", "predicted", "expected"] and row["correct"] == 1 and row["predicted"] == "5"
+    assert TASKS["synthetic"].grade(family, GSM[0], reply)["grammar_lines"] == 2            # the family's lines counted
+    assert TASKS["gsm8k"].grade(family, GSM[0], reply)["grammar_lines"] == 0                # GSM8K has no family
+    assert TASKS["synthetic"].grade(_model(), GSM[0], reply)["grammar_lines"] == 0          # nor a model that names none
+    bare = TASKS["synthetic"].grade(family, {"question": "q", "answer": None}, reply)
+    assert bare == {"correct": None, "predicted": "5", "expected": None}                   # a prompt without a reference
+
+
+def test_the_humaneval_task_grades_a_reply_in_the_sandbox(bubblewrap):
+    from lopa.tasks import TASKS
+    problem = {"task_id": "T/0", "prompt": "def f():\n", "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}
+    assert TASKS["humaneval"].grade(_model(), problem, "    return 1\n")["correct"] == 1
+    assert TASKS["humaneval"].grade(_model(), problem, "    return 2\n")["correct"] == 0

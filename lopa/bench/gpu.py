@@ -191,7 +191,7 @@ def bench(loaded: LoadedModel, plan: Plan) -> list[dict]:
     rows = []
     for name in plan.bench_rows:
         settings = row_settings(name, base)
-        details = run_decoder(loaded, name, settings, problems, prefix="")
+        details = run_decoder(loaded, name, settings, problems)
         summary, pool = summarize_rows(name, settings, details), pooled(details)     # lopa.trace.pooled: totals first
         rows.append({"model": loaded.spec.name, **{key: summary[key] for key in (
             "decoder", "k", "n", "accuracy", "tpf_useful", "tpf_paper", "tps", "tps_excl_first", "latency_s_mean",

@@ -43,7 +43,7 @@ def _column_data(column, args) -> tuple[object, str]:
         return (args.mbpp_data, "") if args.mbpp_data else (None, "no local MBPP copy (--mbpp-data DIR)")
     if column.harness == "code_eval":                 # Table 1 HumanEval: the original problems and tests
         try:
-            return humaneval.load_problems(args.humaneval), ""
+            return humaneval.TASK.problems(args.humaneval or "humaneval", None)[0], ""
         except FileNotFoundError as e:
             return None, str(e)
     path = args.humaneval_plus if column.dataset == "humaneval" else args.mbpp_plus

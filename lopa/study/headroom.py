@@ -37,9 +37,10 @@ from contextlib import closing
 
 from lopa.engine import fork_decoder
 from lopa.settings import DecodeSettings
-from lopa.study.common import question_ids, run_row, start, write_results
+from lopa.study.common import run_row, start, write_results
 from lopa.study.declaration import Knob, Study
 from lopa.study.stats import bootstrap_ci
+from lopa.tasks import task_for
 from lopa.trace import RunResult, pooled, predictions
 
 DEFAULT_KS = (1, 2, 4, 8, 14)
@@ -145,13 +146,13 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
     its rollouts and reads Stop between yields."""
     ks = sorted(set(ks) | {base.k})
     for problem in problems:
-        ids = question_ids(loaded, problem["question"], data, shots)
+        ids = task_for(data).prompt(loaded, problem, data, shots)
         lopa_runs = {}
         for config, k, seed, settings in configurations(base, ks, random_orders):
             decoder = loaded.decoder(settings)
             decoder.keep_states = config == "lopa"          # a possible starting point: forks resume from it
             run = decoder.run(ids)
-            yield {"problem": problem["id"], "config": config, "k": k, "seed": seed, **run_row(run, problem),
+            yield {"problem": problem["id"], "config": config, "k": k, "seed": seed, **run_row(run, problem, loaded, data),
                    "start_k": -1, "search_forwards": 0, "search_s": 0.0}, []
             if config == "lopa":
                 lopa_runs[k] = run
@@ -163,7 +164,7 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
                 yield None, {"problem": problem["id"], **step}
                 continue
             best, choices, spent = step["best"], step["choices"], step["spent"]
-        row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem),
+        row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem, loaded, data),
                "start_k": start_k, "search_forwards": spent, "search_s": time.perf_counter() - t0}
         yield row, [{"problem": problem["id"], **c} for c in choices]
 

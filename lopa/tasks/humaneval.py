@@ -17,8 +17,10 @@ import re
 from pathlib import Path
 
 from lopa.tasks import sources
+from lopa.tasks.prompts import encode
 from lopa.tasks.sandbox import Program, run_program
 from lopa.tasks.sources import first_row, read_rows
+from lopa.tasks.task import Task
 
 DATA_DIR = sources.DATA_DIR / "humaneval"
 LOCAL_DATA = (DATA_DIR / "HumanEval.jsonl.gz", DATA_DIR / "HumanEval.jsonl")
@@ -107,3 +109,22 @@ def grade(problem: dict, generated: str, chat: bool = False, timeout: float = 10
     `allow_fallback`: grade in the sandbox's fallback where bubblewrap cannot run (run_program)."""
     result = run_program(build_program(problem, generated, chat), timeout=timeout, allow_fallback=allow_fallback)
     return {"correct": int(result.passed), "predicted": result.status, "expected": "passed"}
+
+
+def problems(data: str, n: int | None, seed: int | None = None, family: dict | None = None) -> tuple[list[dict], str]:
+    """The first `n` problems (None: all) of load_problems ("humaneval": the bundled or installed ones, else
+    the file `data`); HumanEval has no fresh draws (`seed` and `family` are for the synthetic task)."""
+    return load_problems(None if data == "humaneval" else data)[:n], Path(data).name
+
+
+def prompt(loaded, problem: dict, data: str = "", shots: int = 0):
+    """[P] ids of prompt_text (HumanEval takes no shots)."""
+    return encode(loaded.tokenizer, prompt_text(loaded.spec, problem))
+
+
+def grade_reply(loaded, problem: dict, reply: str, allow_fallback: bool = False) -> dict:
+    """grade() of a reply of the loaded model (a chat model's reply is a whole fenced function)."""
+    return grade(problem, reply, chat=is_chat(loaded.spec), allow_fallback=allow_fallback)
+
+
+TASK = Task("humaneval", problems, prompt, grade_reply, code=True)
