@@ -18,8 +18,8 @@ carries "complete": its id, and the app summarizes and plots complete problems o
 Beside them, not in the app: `python -m lopa.study.oracle`, a perfect model of the synthetic family as
 an executor, for what the family itself leaves to the filling order (oracle.py).
 
-Shared pieces: lopa.tasks (problems, prompts, grading, the hardware line, result files, the bench's
-measurements), common.py (the studies' flags, settings and start), stats.py (correlations, bootstrap,
+Shared pieces: lopa.tasks (the tasks' problems, prompts and grading, the verify-forward timing, the
+bundled model's layout, the hardware line, result files), common.py (the studies' flags, settings and start), stats.py (correlations, bootstrap,
 AFP, Kendall's tau, AUP), figures.py (plotly figures the app shows too, and the PNGs). docs/studies.md
 has the findings.
 
