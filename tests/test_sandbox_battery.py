@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import require_bubblewrap
 
-from lopa.eval import code_eval, sandbox
+from lopa.eval import code_eval
+from lopa.tasks import sandbox
 from lopa.tasks.sandbox import Isolation, Program
 
 pytestmark = pytest.mark.timeout(180)
