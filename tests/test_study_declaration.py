@@ -146,3 +146,25 @@ def test_a_study_without_a_module_finds_its_own_through_the_registry():
     orders = lopa.study.STUDIES["orders"].load()
     assert orders.STUDY.module == "" and orders.STUDY.load() is orders
     assert Study("x", "X", rank=1).varies_k is False and lopa.study.STUDIES["adaptive"].varies_k
+
+
+def test_each_app_study_s_live_run_takes_its_declared_knobs_and_no_other():
+    """What the boundary hands live() is the study's own live knobs: calibration and adaptive declare none."""
+    import inspect
+    taken = {name: list(inspect.signature(lopa.study.STUDIES[name].load().live).parameters)[3:]
+             for name in lopa.study.APP_STUDIES}
+    assert taken == {name: [k.name for k in lopa.study.STUDIES[name].live_knobs] for name in lopa.study.APP_STUDIES}
+    assert taken == {"orders": ["random"], "calibration": [], "adaptive": [], "headroom": ["random"]}
+
+
+def test_two_studies_of_one_name_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "again.py").write_text('from lopa.study.declaration import Study\n\nSTUDY = Study("orders", "Again", rank=1)\n')
+    monkeypatch.setattr(lopa.study, "__path__", [*lopa.study.__path__, str(tmp_path)])
+    importlib.invalidate_caches()
+    lopa.study.discover.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="two studies are called 'orders'"):
+            lopa.study.discover()
+    finally:
+        sys.modules.pop("lopa.study.again", None)
+        lopa.study.discover.cache_clear()
