@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
+from lopa.bench.round import BRANCH_COUNTS
 from lopa.models import ASSETS
 from lopa.models.loading import LoadedModel
 from lopa.settings import ModelSpec
 from lopa.tasks import hardware
-from lopa.tasks.timing import BRANCH_COUNTS
 
 BLOCK = 32                        # the paper's block size: windows of two 32-token blocks
 # Dream-7B (Qwen2.5-7B's architecture); weights random, created on the device.

@@ -19,7 +19,7 @@ from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.tasks.hardware import hardware
 from lopa.tasks.sources import heldout_questions
-from lopa.tasks.timing import forward_times
+from lopa.tasks.timing import BRANCH_COUNTS, forward_times
 
 DEFAULTS = {"max_new_tokens": 128}     # four blocks of the paper's 32; the model's own values come first
 
@@ -57,8 +57,8 @@ def main(argv=None) -> int:
     print(f"model: {loaded.describe()}   hardware: {hardware(loaded)}   torch {torch.__version__}")
     print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
           f"median of {args.repeats}")
-    times = forward_times(loaded, prompt_ids, settings, args.repeats)
-    late = forward_times(loaded, prompt_ids, settings, args.repeats, where="last")
+    times = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS)
+    late = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS, where="last")
     print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10} {'last block':>11} {'x single':>9}")
     for B, t in times.items():
         print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f} {late[B] * 1e3:>11.2f} "
