@@ -31,10 +31,10 @@ import os
 import threading
 from collections import OrderedDict
 
+import lopa.study
 from lopa import DecodeSettings, RunResult
 from lopa.engine import fork_decoder
 from lopa.forward import top_tokens
-from lopa.study import STUDIES
 from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
@@ -269,15 +269,16 @@ def top_tokens_at(model: str, trace: dict, r: int, position: int, n: int) -> dic
 top_tokens_on_gpu = gpu(top_tokens_at)
 
 
-def study_steps(study: str, n: int, random_orders: int, seed: int, base: dict, model: str | None = None):
-    """A live study's decodes (lopa.study.STUDIES[study].load().live) on the model in folder `model`
-    (default: the default model): {"where": ..., "total": None} first, then the study's own steps
-    ({"status"}, {"summary"}, {"total", "row", "rounds"} per decode). The caller stops it by closing it
-    (after the current decode)."""
+def study_steps(study: str, n: int, seed: int, knobs: dict, base: dict, model: str | None = None):
+    """A live study's decodes (lopa.study.STUDIES[study].load().live, given the study's own live knobs out of
+    `knobs`) on the model in folder `model` (default: the default model): {"where": ..., "total": None}
+    first, then the study's own steps ({"status"}, {"summary"}, {"total", "row", "rounds"} per decode). The
+    caller stops it by closing it (after the current decode)."""
+    declared = lopa.study.STUDIES[study]
     with MODELS.lease(model) as loaded:
         problems, where = load_problems("synthetic", n, seed)
         yield {"where": where, "total": None}
-        steps = STUDIES[study].load().live(loaded, problems, DecodeSettings.from_dict(base), random_orders)
+        steps = declared.load().live(loaded, problems, DecodeSettings.from_dict(base), **declared.live_values(knobs))
         try:
             yield from steps
         finally:

@@ -201,18 +201,20 @@ def build_compare_panel() -> dict:
 
 def build_studies_panel() -> dict:
     """The Studies section: shipped results of `python -m lopa.study` (instant), or a live run."""
-    from .studies import LIVE_LIMITS, TITLES, show_shipped
+    from .studies import LIVE_PROBLEMS, live_knobs, show_shipped, study_choices
     from .studies import STUDY_OUTPUTS as names
     gr.Markdown("Questions the paper leaves open, answered on the loaded model (docs/studies.md). The plots start "
                 "from the results the command line shipped for that model; **Run live** repeats a study on a few "
                 "fresh problems here.")
+    knobs = {}
     with gr.Row():
-        study = gr.Dropdown([(title, name) for name, title in TITLES.items()], value="orders", label="study",
-                            scale=3, elem_id="study")
-        problems = gr.Number(value=3, precision=0, label=f"problems ({LIVE_LIMITS['problems'][0]}–"
-                             f"{LIVE_LIMITS['problems'][1]})", scale=1, min_width=90, elem_id="study-problems")
-        random_orders = gr.Number(value=5, precision=0, label="random orders (orders, headroom)", scale=1, min_width=90,
-                                  elem_id="study-random")
+        study = gr.Dropdown(study_choices(), value="orders", label="study", scale=3, elem_id="study")
+        problems = gr.Number(value=3, precision=0, label=f"problems ({LIVE_PROBLEMS[0]}–{LIVE_PROBLEMS[1]})", scale=1,
+                             min_width=90, elem_id="study-problems")
+        # One input per live knob the studies declare (lopa.study.declaration.Knob), naming the studies it is for.
+        for name, (knob, takers) in live_knobs().items():
+            knobs[f"study_{name}"] = gr.Number(value=knob.live[2], precision=0, label=f"{knob.words} ({', '.join(takers)})",
+                                               scale=1, min_width=90, elem_id=f"study-{name.replace('_', '-')}")
         seed = gr.Number(value=15, precision=0, label="problem seed", scale=1, min_width=90, elem_id="study-seed")
     with gr.Row():
         run = gr.Button("▶ Run live", variant="primary", elem_id="study-run")
@@ -228,7 +230,7 @@ def build_studies_panel() -> dict:
     image = gr.Image(first["study_image"]["value"], label="study (shipped results)", show_label=False, type="filepath",
                      interactive=False, elem_id="study-image")
     summary = gr.Markdown(first["study_summary"], elem_id="study-summary")
-    return {"study": study, "study_problems": problems, "study_random": random_orders, "study_seed": seed,
+    return {"study": study, "study_problems": problems, **knobs, "study_seed": seed,
             "study_run": run, "study_stop": stop, "study_shipped": shipped, "study_interactive": interactive,
             "study_status": status, "study_progress": progress, "study_plot": plot, "study_image": image,
             "study_summary": summary}

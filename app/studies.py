@@ -5,6 +5,7 @@ build_studies_panel() in app/panels.py, the events are wired in app/wiring.py.""
 
 from __future__ import annotations
 
+import inspect
 import os
 import shlex
 import time
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import gradio as gr
 
+import lopa.study
 from lopa.models.loading import ROOT
 from lopa.resolution import resolve
-from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 from lopa.study.figures import shipped_title
 
@@ -34,19 +35,62 @@ STUDIES_ROOT = Path(os.environ.get("LOPA_STUDIES_DIR") or STUDIES_DIR)
 # a large plotly figure in the page made every streamed update of the round view relayout it), the
 # interactive plot on request and after a live run.
 STUDY_OUTPUTS = ("study_status", "study_progress", "study_plot", "study_image", "study_summary")
-# Numbered as the app lists them (the registry's numbers follow docs/studies.md, which has studies the app
-# does not show, so they skip).
-TITLES = {name: f"{i}. {STUDIES[name].title.split('. ', 1)[-1]}" for i, name in enumerate(APP_STUDIES, 1)}
 # What the studies' reports abbreviate, in words (the page's glossary has them too).
 REPORT_TERMS = ("TPF = tokens per forward; AFP = average finalization parallelism (tokens over the rounds that "
                 "committed any); tau(LTR) = Kendall's tau of the fill order against left to right (1: strictly left "
                 "to right); AUP = accuracy under parallelism. [All terms](#glossary)")
-LIVE_LIMITS = {"problems": (1, 10), "random": (1, 10)}      # live runs stay small: this is a shared CPU
+LIVE_PROBLEMS = (1, 10)      # live runs stay small: this is a shared CPU (each study's knobs: their `live` range)
 LIVE_K = 4
 # A status alone (the headroom search reports every rollout, tens a second on a fast machine) reaches the
 # page at most this often; one that waits goes with the next decode's progress. Every status re-renders
 # the section, and a page redrawing that often answers a click (Stop) late on a busy or small device.
 STATUS_EVERY_S = 0.25
+
+
+def app_studies() -> tuple[str, ...]:
+    """The studies the app shows, as lopa.study finds their declarations (`app=True`), in their rank order."""
+    return lopa.study.APP_STUDIES
+
+
+def declared(study: str):
+    """The declaration of `study` (lopa.study.declaration.Study)."""
+    return lopa.study.STUDIES[study]
+
+
+def titles() -> dict[str, str]:
+    """{name: title} of the app's studies, numbered as the app lists them (docs/studies.md numbers its
+    sections its own way: it has studies the app does not show)."""
+    return {name: f"{i}. {declared(name).title}" for i, name in enumerate(app_studies(), 1)}
+
+
+def study_choices() -> list[tuple[str, str]]:
+    """The study dropdown's (title, name) choices (app/panels.py build_studies_panel)."""
+    return [(title, name) for name, title in titles().items()]
+
+
+def live_knobs() -> dict[str, tuple]:
+    """{knob name: (Knob, the app's studies that take it)}: the live run's inputs beside problems and seed, one
+    per knob name over every app study's declared live knobs (the first declaration gives its range and words)."""
+    knobs: dict[str, tuple] = {}
+    for name in app_studies():
+        for knob in declared(name).live_knobs:
+            knobs[knob.name] = (knobs.get(knob.name, (knob, ()))[0], knobs.get(knob.name, (knob, ()))[1] + (name,))
+    return knobs
+
+
+def knob_keys() -> list[str]:
+    """The panel's keys of the live knobs' inputs, in run_study's order (app/wiring.py passes them)."""
+    return [f"study_{name}" for name in live_knobs()]
+
+
+def run_signature() -> inspect.Signature:
+    """run_study's parameters: the session's state, the study, problems, each live knob (live_knobs(), its
+    live default), the problem seed and the session. Gradio names the API's parameters from it."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature([inspect.Parameter(name, kind) for name in ("state", "study", "n_problems")]
+                             + [inspect.Parameter(name, kind, default=knob.live[2]) for name, (knob, _) in live_knobs().items()]
+                             + [inspect.Parameter("seed", kind, default=DEFAULT_SEED),
+                                inspect.Parameter("session", kind, default=None)])
 
 
 def new_study_state() -> dict:
@@ -61,11 +105,11 @@ def arm_study(state: dict) -> None:
 
 
 def figure(study: str, tables: dict, summary: dict, title: str):
-    return STUDIES[study].load().figure(tables, summary, title)
+    return declared(study).load().figure(tables, summary, title)
 
 
 def report(study: str, summary: dict) -> str:
-    return "```\n" + STUDIES[study].load().report(summary) + "\n```\n\n" + REPORT_TERMS
+    return "```\n" + declared(study).load().report(summary) + "\n```\n\n" + REPORT_TERMS
 
 
 def shown_command(command: str) -> str:
@@ -79,9 +123,9 @@ def shown_command(command: str) -> str:
     return shlex.join(w for w in kept if not w.startswith("--hardware-note="))
 
 
-def _progress(done: int, total: int, what: str = "") -> str:
+def _progress(done: int, total: int, what: str = "", units: str = "decodes") -> str:
     return (f'<div class="lopa-study-progress"><progress value="{done}" max="{max(total, 1)}" style="width:100%">'
-            f'</progress><div style="font-size:12px">{done} / {total} decodes {esc(what)}</div></div>')
+            f'</progress><div style="font-size:12px">{done} / {total} {esc(units)} {esc(what)}</div></div>')
 
 
 def shown_model(session=None) -> Path:
@@ -106,7 +150,7 @@ def show_shipped(study: str, session=None, interactive: bool = False) -> tuple:
     `interactive` the plotly figure made from the shipped tables; a message saying how to make them
     where that model has none."""
     try:
-        choice("study", study, APP_STUDIES)
+        choice("study", study, app_studies())
     except ValueError as err:
         return (error_message(err),) + (gr.skip(),) * 4
     model = shown_model(session)
@@ -124,7 +168,7 @@ def show_shipped(study: str, session=None, interactive: bool = False) -> tuple:
     title = shipped_title(study, meta)
     if interactive:
         return status, "", figure(study, tables, meta["summary"], title), _image(None), report(study, meta["summary"])
-    png = folder / f"{study}.png"
+    png = folder / declared(study).file("png")
     return status, "", None, _image(str(png) if png.is_file() else None), report(study, meta["summary"])
 
 
@@ -144,7 +188,8 @@ def stale_note(meta: dict, model: Path) -> str:
 
 def elsewhere(study: str, model: Path) -> str:
     """One line naming the other models with shipped results of `study` (pick one to see them)."""
-    others = sorted(p.parent.name for p in STUDIES_ROOT.glob(f"*/{study}.json") if p.parent.name != Path(model).name) \
+    meta = declared(study).file("json")
+    others = sorted(p.parent.name for p in STUDIES_ROOT.glob(f"*/{meta}") if p.parent.name != Path(model).name) \
         if STUDIES_ROOT.is_dir() else []
     if not others:
         return ""
@@ -161,39 +206,53 @@ def _image(path):
     return gr.update(value=path, visible=path is not None)
 
 
-def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_SEED, session=None):
-    """Run a study live on a few fresh synthetic problems with the session's model; yield STUDY_OUTPUTS after every decode and
+def run_study(*args, **kwargs):
+    """run_study(state, study, n_problems, <each live knob>, seed, session) (run_signature()): run a study live
+    on a few fresh synthetic problems with the session's model; yield STUDY_OUTPUTS after every decode and
     the study's plot and numbers at the end (or when Stop is pressed: the problems done so far). The
-    decodes run behind the GPU boundary (app/boundary.py); the tables, summary and plot are made here."""
+    decodes run behind the GPU boundary (app/boundary.py), given the study's own knobs; the tables,
+    summary and plot are made here."""
+    given = run_signature().bind(*args, **kwargs)
+    given.apply_defaults()
+    state, study, session = given.arguments["state"], given.arguments["study"], given.arguments["session"]
+    yield from _run(state, study, given.arguments["n_problems"], given.arguments["seed"], session,
+                    {name: given.arguments[name] for name in live_knobs()})
+
+
+run_study.__signature__ = run_signature()       # what Gradio reads (the API's parameter names)
+
+
+def _run(state: dict, study: str, n_problems, seed, session, knobs: dict):
     if not state.get("armed"):          # called without Run's first step (the API): no Stop is pending
         state["stop"] = False
     state["armed"], state["running"] = False, True
     try:
-        choice("study", study, APP_STUDIES)
-        # Live studies stay small on a shared CPU (LIVE_LIMITS).
-        n = whole("problems", n_problems, *LIVE_LIMITS["problems"])
-        r = whole("random orders", random_orders, *LIVE_LIMITS["random"])
+        choice("study", study, app_studies())
+        # Live studies stay small on a shared CPU (LIVE_PROBLEMS, each knob's declared live range).
+        n = whole("problems", n_problems, *LIVE_PROBLEMS)
+        values = {name: whole(knob.words, knobs[name], *knob.live[:2]) for name, (knob, _) in live_knobs().items()}
         seed = whole("problem seed", seed, 0, 2**31 - 1)
+        units = declared(study).units
         folder = MODELS.folder(getattr(session, "model", None))
         loaded = MODELS.get(folder)     # its spec, in the server process
         rows, rounds, total, noted, where = [], [], 0, {}, "fresh problems"
         done, complete = 0, set()       # units of work done (the study's count: every decode it runs); complete problems
         shown, waiting = 0.0, gr.skip()     # when a status alone last reached the page; the status held back since
-        with closing(boundary.study_steps_on_gpu(study, n, r, seed, _base(loaded).to_dict(),
-                                                        str(folder))) as steps:
+        with closing(boundary.study_steps_on_gpu(study, n, seed, values, _base(loaded).to_dict(),
+                                                 str(folder))) as steps:
             # Stop is read after every step (a decode, or a status between them: a long search reports
             # each of its rollouts), so a run stops within one decode of the press.
             for step in steps:
                 if "where" in step:
                     where = step["where"]
-                    yield f"Running **{TITLES[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
+                    yield f"Running **{titles()[study]}** on {n} {where}…", _progress(0, 1), gr.skip(), gr.skip(), \
                         gr.skip()
                 elif "status" in step:
                     done, total = step.get("done", done), step.get("total", total)
                     waiting = step["status"]
                     if time.monotonic() - shown >= STATUS_EVERY_S:
                         shown = time.monotonic()
-                        yield waiting, _progress(done, max(total, 1), _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                        yield waiting, _progress(done, max(total, 1), _estimate(step), units), gr.skip(), gr.skip(), gr.skip()
                         waiting = gr.skip()
                 elif "summary" in step:
                     noted.update(step["summary"])
@@ -203,28 +262,28 @@ def run_study(state: dict, study: str, n_problems, random_orders, seed=DEFAULT_S
                     rounds += step["rounds"]
                     done = step.get("done", len(rows))
                     complete.update([step["complete"]] if "complete" in step else [])
-                    yield waiting, _progress(done, total, _estimate(step)), gr.skip(), gr.skip(), gr.skip()
+                    yield waiting, _progress(done, total, _estimate(step), units), gr.skip(), gr.skip(), gr.skip()
                     shown, waiting = 0.0, gr.skip()       # the first status after a decode shows at once
                 if state["stop"]:
                     break
         if not rows:
-            yield (f"Stopped before the first decode of **{TITLES[study]}** finished: nothing to show."
+            yield (f"Stopped before the first decode of **{titles()[study]}** finished: nothing to show."
                    if state["stop"] else "The study made no decodes."), "", gr.skip(), gr.skip(), gr.skip()
             return
         # The numbers, the plot and its title describe the same complete problems: a stopped run's last,
         # unfinished problem is left out of all three.
         if not complete:
-            yield (f"Stopped before the first problem of **{TITLES[study]}** was complete ({done} of {total} decodes "
-                   "ran): nothing to summarize yet."), _progress(done, total), gr.skip(), gr.skip(), ""
+            yield (f"Stopped before the first problem of **{titles()[study]}** was complete ({done} of {total} decodes "
+                   "ran): nothing to summarize yet."), _progress(done, total, units=units), gr.skip(), gr.skip(), ""
             return
         rows = [r for r in rows if r["problem"] in complete]
-        summary, tables = STUDIES[study].load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
+        summary, tables = declared(study).load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
         summary.update(noted)
         stopped = (f" (stopped: the {len(complete)} complete problem{'s' * (len(complete) != 1)})"
                    if state["stop"] else "")
         make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problem{'s' * (len(complete) != 1)}")
-        yield (f"Done{stopped}: **{TITLES[study]}** on {where}. The same command with more problems: "
-               f"`python -m lopa.study {study} --n 40`."), _progress(done, total), make, _image(None), \
+        yield (f"Done{stopped}: **{titles()[study]}** on {where}. The same command with more problems: "
+               f"`python -m lopa.study {study} --n 40`."), _progress(done, total, units=units), make, _image(None), \
             report(study, summary)
     except ValueError as err:
         yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()

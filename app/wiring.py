@@ -308,8 +308,8 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     # Run arms the session's Stop outside the queue first, so a Stop pressed while the run waits for the
     # model (or before its first decode) is kept for it.
     armed = c["study_run"].click(studies.arm_study, [c["study_state"]], None, queue=False, api_visibility="private")
-    study_dep = on(armed.then, studies.run_study, [c["study_state"], c["study"], c["study_problems"], c["study_random"],
-                                               c["study_seed"], session], study_out, api_name="run_study",
+    study_in = [c["study_state"], c["study"], c["study_problems"], *pick(*studies.knob_keys()), c["study_seed"], session]
+    study_dep = on(armed.then, studies.run_study, study_in, study_out, api_name="run_study",
                    show_progress="hidden", **LONG)
     events["study_run"] = [study_dep]
     on(c["study_stop"].click, studies.stop_study, [c["study_state"]], [c["study_status"]], queue=False, api_name="stop_study",

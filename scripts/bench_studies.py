@@ -4,7 +4,7 @@
                                               [--threads 1]
 
 Runs app.studies.run_study exactly as the Studies section's "Run live" does with its default inputs
-(the panel's problems, random orders and seed; the default model unless --model names another bundled
+(the panel's problems and seed, each study knob's declared live default; the default model unless --model names another bundled
 one): the decodes behind the GPU boundary, then the tables, the summary and the plot. Prints one row per
 study: seconds from the press to the final plot, the progress bar at the end (units of work done /
 total: they match when the count is right) and the machine's 1-minute load average when the study ended
@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# The Studies panel's default inputs (app/panels.py build_studies_panel: problems, random orders, seed).
-DEFAULT_LIVE = {"problems": 3, "random": 5, "seed": 15}
+# The Studies panel's default inputs (app/panels.py build_studies_panel: problems, seed; the knobs' inputs
+# start at their declared live defaults, which run_study takes when none is given).
+DEFAULT_LIVE = {"problems": 3, "seed": 15}
 
 
 def main(argv=None) -> int:
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
     print(f"{'study':>12} {'seconds':>8} {'progress':>9} {'load':>5}  final status")
     for study in studies:
         start = time.perf_counter()
-        last = list(run_study(new_study_state(), study, DEFAULT_LIVE["problems"], DEFAULT_LIVE["random"],
-                              DEFAULT_LIVE["seed"], session=session))[-1]
+        last = list(run_study(new_study_state(), study, DEFAULT_LIVE["problems"], seed=DEFAULT_LIVE["seed"],
+                              session=session))[-1]
         seconds = time.perf_counter() - start
         bar = re.search(r"(\d+) / (\d+)", str(last[1]))
         print(f"{study:>12} {seconds:>8.1f} {bar.group(0) if bar else '?':>9} {os.getloadavg()[0]:>5.1f}  "

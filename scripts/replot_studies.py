@@ -7,25 +7,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lopa.study import APP_STUDIES
-from lopa.study import figures as f
+from lopa.study import APP_STUDIES, STUDIES
 from lopa.study.common import STUDIES_DIR, load_results
-
-PNG = {"orders": lambda t, s, title, path: f.orders_png(t[""], s, title, path),
-       "calibration": lambda t, s, title, path: f.calibration_png(t["runs"], t["rounds"], s, title, path),
-       "adaptive": lambda t, s, title, path: f.adaptive_png(s, title, path),
-       "headroom": lambda t, s, title, path: f.headroom_png(t[""], s, title, path)}
+from lopa.study.figures import shipped_title
 
 
 def replot(folder: Path) -> list[Path]:
+    """Each app study's PNG (its module's png()) in `folder`, from the shipped tables there."""
     written = []
     for study in APP_STUDIES:
         shipped = load_results(study, folder)
-        if shipped is None or study not in PNG:
+        if shipped is None:
             continue
         tables, meta = shipped
-        path = folder / f"{study}.png"
-        PNG[study](tables, meta["summary"], f.shipped_title(study, meta), path)
+        path = folder / STUDIES[study].file("png")
+        STUDIES[study].load().png(tables, meta["summary"], shipped_title(study, meta), path)
         written.append(path)
     return written
 

@@ -37,7 +37,7 @@ def offline(monkeypatch):
 def require_bubblewrap() -> None:
     """Skip where bubblewrap is not installed; FAIL, with bwrap's own reason, where it is installed
     but cannot start (a CI that cannot run the sandbox must not go green by skipping its tests)."""
-    from lopa.eval.sandbox import isolation
+    from lopa.tasks.sandbox import isolation
     found = isolation()
     if found.bubblewrap == "not installed":
         pytest.skip("needs bubblewrap (apt-get install bubblewrap; scripts/test.sh installs it as root)")

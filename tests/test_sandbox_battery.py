@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import require_bubblewrap
 
-from lopa.eval import code_eval, sandbox
-from lopa.eval.sandbox import Isolation, Program
+from lopa.eval import code_eval
+from lopa.tasks import sandbox
+from lopa.tasks.sandbox import Isolation, Program
 
 pytestmark = pytest.mark.timeout(180)
 ADD = "def add(a, b):\n    return a + b\n"
@@ -496,7 +497,7 @@ def test_bubblewrap_runs_from_a_clone_and_venv_under(where, bubblewrap, tmp_path
     under /tmp (where a CI clones) or a home folder: bubblewrap starts and grades."""
     base = Path(tmp_path if where == "tmp" else _home_folder())
     try:
-        venv, clone = base / "venv", base / "clone" / "lopa" / "eval"
+        venv, clone = base / "venv", base / "clone" / "lopa" / "tasks"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
                        check=True, capture_output=True)
         clone.mkdir(parents=True)

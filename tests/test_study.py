@@ -287,13 +287,13 @@ def test_adaptive_study_writes_its_files_and_agrees_with_lopa_generate(tiny_setu
 
 def test_a_second_branch_at_one_round_changes_only_that_round(tiny_setup):
     from lopa.models import load
-    from lopa.study.common import prompt_ids
+    from lopa.study.common import question_ids
     model, data, _ = tiny_setup
     loaded = load(str(model))
     base = DecodeSettings(block_size=8, max_new_tokens=16, tau_conf=0.12, tau_add=0.3, tau_act=0.6,
                           confidence="max_prob", attention="block_causal", adaptive_rank="least_confident")
     problem = {"id": 0, "question": "Tom has 3 apples ?", "answer": None}
-    ids = prompt_ids(loaded, problem["question"])
+    ids = question_ids(loaded, problem["question"])
     k1 = loaded.decoder(base.replace(k=1, order="least_confident")).run(ids)
     two = base.replace(k=2, order="least_confident")
     same = loaded.decoder(two, order=adaptive.SecondBranchAt(make_order(two), -1)).run(ids)

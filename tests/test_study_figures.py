@@ -75,4 +75,4 @@ def test_the_shown_command_drops_the_hardware_note():
 
 
 def test_app_study_titles_are_numbered_as_listed():
-    assert [t.split(". ")[0] for t in studies.TITLES.values()] == [str(i) for i in range(1, len(studies.TITLES) + 1)]
+    assert [t.split(". ")[0] for t in studies.titles().values()] == [str(i) for i in range(1, len(studies.titles()) + 1)]

@@ -45,7 +45,7 @@ def problems(n):
 def test_every_unit_of_a_live_study_is_counted_once_and_the_count_ends_at_its_total(loaded, decodes, study):
     module = STUDIES[study].load()
     done, totals, units = 0, [], 0
-    for step in module.live(loaded, problems(2), SETTINGS, 2):
+    for step in module.live(loaded, problems(2), SETTINGS, **STUDIES[study].live_values({"random": 2})):
         if "done" not in step:
             assert "summary" in step                       # the one step that is no unit of work
             continue

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lopa.settings import ModelSpec
-from lopa.tasks import grading, hardware, humaneval, problems, prompts, results
+from lopa.tasks import grading, hardware, humaneval, prompts, results, sources
 
 GSM = [{"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
         "answer": "Tom now has <<3+2=5>>5 apples.\n#### 5"},
@@ -33,57 +33,57 @@ def write_jsonl(path, rows, gz=False):
 def test_rows_read_from_jsonl_and_gzip_alike_and_missing_fields_name_the_file(tmp_path):
     plain = write_jsonl(tmp_path / "p.jsonl", GSM)
     packed = write_jsonl(tmp_path / "p.jsonl.gz", GSM, gz=True)
-    assert problems.read_rows(plain, problems.GSM8K_FIELDS) == problems.read_rows(packed) == GSM
+    assert sources.read_rows(plain, sources.GSM8K_FIELDS) == sources.read_rows(packed) == GSM
     with pytest.raises(ValueError, match=r"p\.jsonl is not HumanEval-format JSONL: rows lack entry_point, prompt, task_id, test"):
-        problems.read_rows(plain, humaneval.FIELDS, "HumanEval")
-    assert problems.first_row(packed) == GSM[0]
+        sources.read_rows(plain, humaneval.FIELDS, "HumanEval")
+    assert sources.first_row(packed) == GSM[0]
     (tmp_path / "notes.txt").write_text("not json\n")
-    assert problems.first_row(tmp_path / "notes.txt") is None and problems.first_row(tmp_path / "absent") is None
+    assert sources.first_row(tmp_path / "notes.txt") is None and sources.first_row(tmp_path / "absent") is None
 
 
 def test_a_study_reads_files_prompt_lists_and_fresh_problems(tmp_path):
     data = write_jsonl(tmp_path / "p.jsonl", GSM)
-    got, where = problems.load_problems(str(data), 5, 0)
+    got, where = sources.load_problems(str(data), 5, 0)
     assert [(p["id"], p["answer"]) for p in got] == [(0, GSM[0]["answer"]), (1, "#### 4")] and "p.jsonl" in where
     (tmp_path / "prompts.txt").write_text("first question\n\n  second question \n")
-    got, _ = problems.load_problems(str(tmp_path / "prompts.txt"), 5, 0)
+    got, _ = sources.load_problems(str(tmp_path / "prompts.txt"), 5, 0)
     assert [(p["question"], p["answer"]) for p in got] == [("first question", None), ("second question", None)]
-    fresh, where = problems.load_problems("synthetic", 3, 7)
+    fresh, where = sources.load_problems("synthetic", 3, 7)
     assert len(fresh) == 3 and "seed 7" in where
-    assert fresh == problems.load_problems("synthetic", 3, 7)[0]            # a seed draws the same problems
+    assert fresh == sources.load_problems("synthetic", 3, 7)[0]            # a seed draws the same problems
     with pytest.raises(ValueError, match="no problems at .*nowhere.jsonl"):
-        problems.load_problems(str(tmp_path / "nowhere.jsonl"), 1, 0)
+        sources.load_problems(str(tmp_path / "nowhere.jsonl"), 1, 0)
 
 
 def test_the_bench_takes_a_file_or_a_family_it_can_name(tmp_path):
     data = write_jsonl(tmp_path / "p.jsonl", GSM)
-    assert problems.bench_problems(str(data), 1) == (GSM[:1], "p.jsonl")
+    assert sources.bench_problems(str(data), 1) == (GSM[:1], "p.jsonl")
     family = {"name": "synthetic-gsm", "phrasing": "adverbs"}
-    drawn, where = problems.bench_problems("ignored", 2, family, seed=3)
+    drawn, where = sources.bench_problems("ignored", 2, family, seed=3)
     assert len(drawn) == 2 and where == "synthetic-gsm-adverbs-seed3"
     with pytest.raises(ValueError, match="names no problem family"):
-        problems.bench_problems(str(data), 1, None, seed=3)
+        sources.bench_problems(str(data), 1, None, seed=3)
     with pytest.raises(FileNotFoundError, match="no problems at"):
-        problems.bench_problems(str(tmp_path / "absent.jsonl"), 1)
+        sources.bench_problems(str(tmp_path / "absent.jsonl"), 1)
 
 
 def test_local_split_and_mbpp_layouts(tmp_path):
     for split in ("train", "test"):
         (tmp_path / f"{split}.jsonl").write_text("{}\n")
-    assert problems.local_split_files(tmp_path) == (
+    assert sources.local_split_files(tmp_path) == (
         "json", {"train": [str(tmp_path / "train.jsonl")], "test": [str(tmp_path / "test.jsonl")]})
     shards = tmp_path / "hub" / "full"
     shards.mkdir(parents=True)
     (shards / "test-00000-of-00001.parquet").write_bytes(b"")
-    assert problems.local_split_files(shards, splits=("train",)) is None
-    assert problems.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
-    assert problems.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
+    assert sources.local_split_files(shards, splits=("train",)) is None
+    assert sources.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
+    assert sources.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
     (tmp_path / "mbpp.csv").write_text("")
     with pytest.raises(ValueError, match="must be .jsonl or .parquet, got mbpp.csv"):
-        problems.mbpp_test_files(tmp_path / "mbpp.csv")
+        sources.mbpp_test_files(tmp_path / "mbpp.csv")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no MBPP test split"):
-        problems.mbpp_test_files(tmp_path / "empty")
+        sources.mbpp_test_files(tmp_path / "empty")
 
 
 # -- HumanEval's program text --------------------------------------------------------------------------
@@ -198,3 +198,45 @@ def test_a_study_resolves_its_flags_over_the_model_s_own_values():
     assert (base.attention, base.block_size, base.tau_conf, base.k, base.max_new_tokens) == ("full", 16, 0.8, 0, 128)
     base = common.base_settings(parser.parse_args(["--attention", "block_causal", "--k", "3"]), spec)
     assert (base.attention, base.block_size, base.k) == ("block_causal", 16, 3)      # what the user set wins
+
+
+# -- the Task declarations: one module per task, taken by the bench and the studies alike ------------------
+def _model(family=None, template="{prompt}"):
+    from types import SimpleNamespace
+    return SimpleNamespace(spec=SimpleNamespace(extra={"problems": family} if family else {}, prompt_template=template))
+
+
+def test_each_task_is_declared_once_and_data_names_it(tmp_path):
+    from lopa.tasks import TASKS, gsm8k, synthetic, task_for
+    assert TASKS == {"synthetic": synthetic.TASK, "gsm8k": gsm8k.TASK, "humaneval": humaneval.TASK}
+    assert {name: task.name for name, task in TASKS.items()} == {name: name for name in TASKS}
+    data = write_jsonl(tmp_path / "he.jsonl", [{"task_id": "T/0", "prompt": "def f():\n", "test": "", "entry_point": "f"}])
+    picks = {d: task_for(d).name for d in ("synthetic", "heldout", "gsm8k", "humaneval", str(data),
+                                           str(write_jsonl(tmp_path / "g.jsonl", GSM)))}
+    assert picks == {"synthetic": "synthetic", "heldout": "synthetic", "gsm8k": "gsm8k", "humaneval": "humaneval",
+                     str(data): "humaneval", str(tmp_path / "g.jsonl"): "synthetic"}
+    assert [t.code for t in TASKS.values()] == [False, False, True]
+    assert TASKS["humaneval"].problems(str(data), 5) == ([{"task_id": "T/0", "prompt": "def f():\n", "test": "",
+                                                           "entry_point": "f"}], "he.jsonl")
+    assert TASKS["gsm8k"].problems(str(tmp_path / "g.jsonl"), 1) == (GSM[:1], "g.jsonl")
+
+
+def test_a_task_grades_the_answer_part_and_the_model_s_family_counts_its_lines():
+    from lopa.tasks import TASKS
+    reply = " Tom now has <<3+2=5>>5 apples.\n#### 5\n\nQuestion: next #### 9"
+    family = _model({"name": "synthetic-gsm", "phrasing": "adverbs"})
+    for name in ("synthetic", "gsm8k"):
+        row = TASKS[name].grade(family, GSM[0], reply)
+        assert list(row)[:3] == ["correct", "predicted", "expected"] and row["correct"] == 1 and row["predicted"] == "5"
+    assert TASKS["synthetic"].grade(family, GSM[0], reply)["grammar_lines"] == 2            # the family's lines counted
+    assert TASKS["gsm8k"].grade(family, GSM[0], reply)["grammar_lines"] == 0                # GSM8K has no family
+    assert TASKS["synthetic"].grade(_model(), GSM[0], reply)["grammar_lines"] == 0          # nor a model that names none
+    bare = TASKS["synthetic"].grade(family, {"question": "q", "answer": None}, reply)
+    assert bare == {"correct": None, "predicted": "5", "expected": None}                   # a prompt without a reference
+
+
+def test_the_humaneval_task_grades_a_reply_in_the_sandbox(bubblewrap):
+    from lopa.tasks import TASKS
+    problem = {"task_id": "T/0", "prompt": "def f():\n", "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}
+    assert TASKS["humaneval"].grade(_model(), problem, "    return 1\n")["correct"] == 1
+    assert TASKS["humaneval"].grade(_model(), problem, "    return 2\n")["correct"] == 0

@@ -3,7 +3,8 @@ import json
 
 import torch
 
-from lopa.train import layout as train_layout
+from lopa.tasks import layout
+from lopa.train import evaluator
 from lopa.train import trainer as T
 from lopa.train.checkpoint import load_weights, update_model_card
 from lopa.train.data import Batch, make_batch, number_dependencies, steps_for
@@ -18,7 +19,7 @@ def test_block_causal_mask():
     # prompt of 2, answer blocks 1 and 2, then one padding position
     block_id = torch.tensor([[0, 0, 1, 1, 2, 0]])
     valid = torch.tensor([[True] * 5 + [False]])
-    m = train_layout.block_causal_mask(block_id, valid)[0, 0]
+    m = layout.block_causal_mask(block_id, valid)[0, 0]
     assert m.shape == (6, 6)
     assert m[0].tolist() == [True, True, False, False, False, False]  # prompt never sees the answer
     assert m[2].tolist() == [True, True, True, True, False, False]  # block 1 sees itself both ways
@@ -74,7 +75,7 @@ def test_smoke_train_export_and_resume(tmp_path):
 def test_greedy_decode_runs_and_stops(tmp_path):
     model, tok = _train(tmp_path, steps=1)
     questions = ["Tom has 3 apples. How many apples does Tom have now?", "Mia has 4 eggs."]
-    texts, rounds, committed = train_layout.greedy_decode(model, tok, questions, max_blocks=1)
+    texts, rounds, committed = evaluator.greedy_decode(model, tok, questions, max_blocks=1)
     assert len(texts) == 2 and 1 <= rounds <= 32 and committed == 64  # every position filled once
 
 

@@ -9,9 +9,9 @@ from test_train import TINY, _train
 
 from lopa.models import load
 from lopa.problems import LADDER_WEIGHTS, make_problem
+from lopa.tasks.layout import hidden_states
 from lopa.train import policy as P
 from lopa.train import trainer as T
-from lopa.train.layout import hidden_states
 from lopa.train.losses import digit_ids
 from lopa.train.recipe import Recipe
 

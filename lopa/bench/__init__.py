@@ -4,10 +4,10 @@
     python -m lopa.bench.round    the cost of one verify forward against the number of branches
     python -m lopa.bench.bp       branch parallelism: traffic and wall time per world size
     python -m lopa.bench.fork     what a fork costs: resumed from a saved state or replayed
-HumanEval grading runs generated code in a sandboxed child process (humaneval.py, over lopa.eval's
-sandbox). Problems, prompts, grading, the hardware line and result files are the task layer's
-(lopa.tasks).
+Each run decodes a task's problems (lopa.tasks.task_for: synthetic, GSM8K, HumanEval, whose grading runs
+generated code in the task layer's sandbox). Problems, prompts, grading, the verify-forward timing, the
+hardware line and result files are the task layer's (lopa.tasks).
 
-Layer: imports the core, lopa.models, lopa.distributed, lopa.tasks and lopa.eval's sandbox; the
-studies import its measurements (round.forward_times, the decoder rows).
+Layer: a harness beside lopa.eval, lopa.study and lopa.train, importing none of them (the core,
+lopa.models, lopa.distributed and lopa.tasks).
 """

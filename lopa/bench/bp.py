@@ -33,7 +33,7 @@ from lopa.models.loading import DEFAULT_MODEL
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import ATTENTION_MODES
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import heldout_questions
+from lopa.tasks.sources import heldout_questions
 from lopa.trace import pooled
 
 DEFAULTS = {"k": 7, "max_new_tokens": 128}     # 8 branches a round; the model's own values come first

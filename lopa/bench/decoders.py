@@ -9,7 +9,7 @@
 
 HumanEval runs the generated code under bubblewrap (apt-get install bubblewrap); without it the bench
 refuses unless --unsafe-fallback-sandbox (or LOPA_UNSAFE_FALLBACK_SANDBOX=1) opts in to the fallback,
-an audit hook that native code goes around (lopa.eval.sandbox).
+an audit hook that native code goes around (lopa.tasks.sandbox).
 
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
@@ -36,20 +36,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lopa.bench import humaneval
 from lopa.blocks import min_forwards
-from lopa.eval.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
-from lopa.eval.sandbox import describe as describe_sandbox
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
 from lopa.resolution import add_settings_arguments, flag_settings, settings_from_args
 from lopa.settings import ORDERS, DecodeSettings, decoder_settings
-from lopa.tasks import humaneval as humaneval_task
-from lopa.tasks.grading import answer_text, score_answer
+from lopa.tasks import synthetic, task_for
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import bench_problems
-from lopa.tasks.prompts import GSM8K_TEMPLATE, encode, few_shot_prefix, prompt_ids, template_for
 from lopa.tasks.results import MATPLOTLIB_HINT, save_plot, write_csv
+from lopa.tasks.sandbox import UNSAFE_FALLBACK_ENV, UNSAFE_FALLBACK_FLAG, SandboxUnavailable, require_sandbox
+from lopa.tasks.sandbox import describe as describe_sandbox
+from lopa.tasks.task import Task
 from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
@@ -81,34 +78,27 @@ def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
     return decoder_settings(name, base)
 
 
-def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, index: int, prefix: str,
-                   template: str | None = None, task: str = "gsm8k", phrasing: str | None = None,
-                   allow_fallback: bool = False) -> dict:
-    """One problem decoded by one decoder row, graded: the per-problem row of problems.csv.
-    `allow_fallback`: HumanEval may be graded in the sandbox's fallback (--unsafe-fallback-sandbox)."""
-    if task == "humaneval":
-        result = loaded.decoder(settings).run(encode(loaded.tokenizer, humaneval_task.prompt_text(loaded.spec, problem)))
-        graded = humaneval.grade(problem, result.text, chat=humaneval_task.is_chat(loaded.spec),
-                                 allow_fallback=allow_fallback)
-    else:
-        result = loaded.decoder(settings).run(prompt_ids(loaded, problem["question"], template, prefix))
-        text = answer_text(result.text) if template == GSM8K_TEMPLATE else result.text
-        graded = score_answer(problem, text, phrasing)
+def decode_problem(loaded, name: str, settings: DecodeSettings, problem: dict, index: int, task: Task = synthetic.TASK,
+                   data: str = "", shots: int = 0, allow_fallback: bool = False) -> dict:
+    """One problem of `task` decoded by one decoder row, graded: the per-problem row of problems.csv (its
+    prompt for --data `data` after `shots` examples: Task.prompt). `allow_fallback`: code may be graded in
+    the sandbox's fallback (--unsafe-fallback-sandbox)."""
+    result = loaded.decoder(settings).run(task.prompt(loaded, problem, data, shots))
+    graded = task.grade(loaded, problem, result.text, allow_fallback)
     metrics = result.metrics()
     floor = min_forwards(metrics["tokens_useful"], settings.block_size)
     return {"decoder": name, "problem": index, **graded, **metrics, "forwards_floor": floor}
 
 
-def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], prefix: str,
-                template: str | None = None, task: str = "gsm8k", phrasing: str | None = None) -> list[dict]:
+def run_decoder(loaded, name: str, settings: DecodeSettings, problems: list[dict], task: Task = synthetic.TASK,
+                data: str = "", shots: int = 0) -> list[dict]:
     """Every problem decoded by one row, one after another."""
-    return [decode_problem(loaded, name, settings, problem, i, prefix, template, task, phrasing)
+    return [decode_problem(loaded, name, settings, problem, i, task, data, shots)
             for i, problem in enumerate(tqdm(problems, desc=f"{name:>12}", leave=False))]
 
 
-def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict], prefix: str,
-                    template: str | None = None, task: str = "gsm8k", phrasing: str | None = None,
-                    allow_fallback: bool = False) -> dict[str, list[dict]]:
+def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict], task: Task = synthetic.TASK,
+                    data: str = "", shots: int = 0, allow_fallback: bool = False) -> dict[str, list[dict]]:
     """Every problem decoded by every row before the next problem, the rows taking their turns in a
     Williams order (lopa.tasks.turns: every row follows every other equally often): a shared machine's
     load, a decode's place in the sequence and the decode before it fall on every row alike, so their
@@ -118,8 +108,7 @@ def run_interleaved(loaded, rows: dict[str, DecodeSettings], problems: list[dict
     with tqdm(total=len(problems) * len(names), leave=False) as bar:
         for i, problem in enumerate(problems):
             for name in in_turns(names, i):
-                out[name].append(decode_problem(loaded, name, rows[name], problem, i, prefix, template, task, phrasing,
-                                                allow_fallback))
+                out[name].append(decode_problem(loaded, name, rows[name], problem, i, task, data, shots, allow_fallback))
                 bar.update()
     return out
 
@@ -217,8 +206,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    task = "humaneval" if args.data == "humaneval" or humaneval_task.looks_like_humaneval(args.data) else "gsm8k"
-    if task == "humaneval":
+    task = task_for(args.data)
+    if task.code:
         try:                                      # refuse before loading and decoding, not after
             require_sandbox(args.unsafe_fallback_sandbox)
         except SandboxUnavailable as err:
@@ -227,18 +216,16 @@ def main(argv=None) -> int:
     loaded = load_from_args(args)
     family = loaded.spec.extra.get("problems")    # the problem family the model was trained on, if it says
     n = min(20, args.n) if args.quick else args.n
-    if task == "humaneval":
-        problems, where = humaneval_task.load_problems(None if args.data == "humaneval" else args.data)[:n], Path(args.data).name
-        print(f"HumanEval: {describe_sandbox()}")
+    if task.code:
+        problems, where = task.problems(args.data, n)
+        print(f"{task.name}: {describe_sandbox()}")
     else:
         try:
-            problems, where = bench_problems(args.data, n, family, args.problem_seed)
+            problems, where = task.problems(args.data, n, args.problem_seed, family)
         except (FileNotFoundError, ValueError) as err:
             parser.error(f"{loaded.spec.name}: {err}")
     flags = flag_settings(args)      # every settings flag; each row sets its own decoder, k and commit rule
     base = settings_from_args(args, loaded.spec, defaults=DEFAULTS)
-    template = template_for(loaded.spec, args.data)
-    prefix = few_shot_prefix(template, args.shots) if task == "gsm8k" else ""
     hw = hardware(loaded)
     print(f"model {loaded.describe()}; data {where} (n={len(problems)}, shots={args.shots}); {hw}")
     print(f"base settings: {base.to_dict()}")
@@ -251,9 +238,8 @@ def main(argv=None) -> int:
         print("note: adaptive rows run with the settings' cost and gain model (branch_cost, adaptive_win, "
               "adaptive_release, adaptive_lift), not this model's or this machine's; `python -m lopa.study adaptive` "
               "fits them here and prints the flags that replay its budget")
-    synthetic = task == "gsm8k" and args.data != "gsm8k" and family
-    decoded = run_interleaved(loaded, rows, problems, prefix, template, task,
-                              family.get("phrasing", "plain") if synthetic else None, args.unsafe_fallback_sandbox)
+    decoded = run_interleaved(loaded, rows, problems, task, args.data, 0 if task.code else args.shots,
+                              args.unsafe_fallback_sandbox)
     summary = [summarize_rows(name, settings, decoded[name]) for name, settings in rows.items()]
     details = [row for name in rows for row in decoded[name]]
     for s in summary:
@@ -262,7 +248,7 @@ def main(argv=None) -> int:
               f"forwards {s['forwards_mean']:6.1f}  token-forwards {s['token_forwards_mean']:8.0f}  "
               f"wall-clock {s['latency_s_mean']:.2f}s  TPS {s['tps']:7.1f}", flush=True)
 
-    if task == "gsm8k":
+    if not task.code:
         print_step_table(summary, details)
     write_csv(out / "summary.csv", summary)
     write_csv(out / "problems.csv", details)

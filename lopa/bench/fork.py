@@ -20,7 +20,7 @@ from lopa.models import DEFAULT_MODEL, load
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import decoder_settings
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import heldout_questions
+from lopa.tasks.sources import heldout_questions
 from lopa.trace import RunResult
 
 ROWS = {"lopa k=4": dict(decoder="lopa", k=4), "one token per round": dict(decoder="one_token")}

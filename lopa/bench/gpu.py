@@ -6,7 +6,7 @@
    fp32 and bf16, every attention mode, k in {0, 4, 8}, on the bundled model(s); the attention
    kernels each executor ran (FlashAttention where `flash_attn` imports, SDPA's backend op).
 2. The premise: one verify forward over B = 1, 2, 4, 8, 15 windows of two 32-token blocks at
-   prefixes of about 100 and 500 tokens (lopa.bench.round.forward_times), on the bundled model(s) and
+   prefixes of about 100 and 500 tokens (lopa.tasks.timing.forward_times), on the bundled model(s) and
    on a randomly initialised Qwen2 of Dream-7B's shape (28 layers, hidden 3584, GQA 28/4, bf16;
    nothing downloaded): ms/forward, ratio to B = 1, KV memory.
 3. The bundled model's bench (lopa.bench.decoders) on this device, rows k = 0, 1, 3, 7, 14, whose
@@ -46,12 +46,12 @@ from lopa.bench.gpu_plan import (
     random_model,
     toy_shape,
 )
-from lopa.bench.round import forward_times
 from lopa.models import load
 from lopa.models.loading import LoadedModel
 from lopa.resolution import resolve
 from lopa.settings import ATTENTION_MODES, DecodeSettings
-from lopa.tasks.problems import HELDOUT, heldout_questions, read_rows
+from lopa.tasks.sources import HELDOUT, heldout_questions, read_rows
+from lopa.tasks.timing import forward_times
 from lopa.trace import pooled
 
 REPORT_FORMAT = "lopa-gpu-report/1"
@@ -198,7 +198,7 @@ def bench(loaded: LoadedModel, plan: Plan, names: tuple[str, ...] | None = None,
     rows = []
     for name in plan.bench_rows if names is None else names:
         settings = row_settings(name, base)
-        details = run_decoder(loaded, name, settings, problems, prefix="")
+        details = run_decoder(loaded, name, settings, problems)
         summary, pool = summarize_rows(name, settings, details), pooled(details)     # lopa.trace.pooled: totals first
         rows.append({"model": loaded.spec.name, **{key: summary[key] for key in (
             "decoder", "k", "n", "accuracy", "tpf_useful", "tpf_paper", "tps", "tps_excl_first", "latency_s_mean",

@@ -11,61 +11,17 @@ is faster, and where it is not".
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
-from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor
 from lopa.models import DEFAULT_MODEL, load
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import heldout_questions
+from lopa.tasks.sources import heldout_questions
+from lopa.tasks.timing import BRANCH_COUNTS, forward_times
 
-BRANCH_COUNTS = (1, 2, 4, 8, 15)
 DEFAULTS = {"max_new_tokens": 128}     # four blocks of the paper's 32; the model's own values come first
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, where: str = "first") -> list[Branch]:
-    """An all-mask two-block anchor window and B - 1 lookahead branches, each the anchor plus one token
-    in its first block (`where="first"`: every branch feeds its whole window) or its last block
-    (`"last"`: under block_causal attention a branch then feeds only that block, lopa.kv.Packing)."""
-    N = settings.block_size
-    anchor = Branch(torch.full((2 * N,), mask), 0, N, mask)                  # [2N] all masked
-    at = 0 if where == "first" else N
-    tokens = [t for t in range(min(vocab, B + 1)) if t != mask]                  # any B - 1 real tokens
-    return [anchor] + [anchor.with_tokens(torch.tensor([at + j % N]), torch.tensor([tokens[j]])) for j in range(B - 1)]
-
-
-def forward_times(loaded, prompt_ids: torch.Tensor, settings: DecodeSettings, repeats: int,
-                  counts=BRANCH_COUNTS, where: str = "first") -> dict[int, float]:
-    """Median seconds of one verify forward over B two-block windows (round_branches), for each B in counts."""
-    ex = BatchedExecutor(loaded.model, loaded.spec, settings)
-    ex.start(prompt_ids)
-    first = Branch.start(settings, loaded.spec)
-    ex.verify([first])
-    ex.commit(0, 0)                                          # the prompt is now the cached prefix
-    times = {}
-    for B in counts:
-        branches = round_branches(B, settings, loaded.spec.mask_token_id, loaded.model.config.vocab_size, where)
-        ex.verify(branches)                                  # warm-up
-        samples = []
-        for _ in range(repeats):
-            _sync(ex.device)
-            t0 = time.perf_counter()
-            ex.verify(branches)
-            _sync(ex.device)
-            samples.append(time.perf_counter() - t0)
-        ex.kv.pending.clear()
-        times[B] = statistics.median(samples)
-    return times
 
 
 def bookkeeping_share(loaded, prompts: list[str], settings: DecodeSettings) -> tuple[float, float, int]:
@@ -101,8 +57,8 @@ def main(argv=None) -> int:
     print(f"model: {loaded.describe()}   hardware: {hardware(loaded)}   torch {torch.__version__}")
     print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
           f"median of {args.repeats}")
-    times = forward_times(loaded, prompt_ids, settings, args.repeats)
-    late = forward_times(loaded, prompt_ids, settings, args.repeats, where="last")
+    times = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS)
+    late = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS, where="last")
     print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10} {'last block':>11} {'x single':>9}")
     for B, t in times.items():
         print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f} {late[B] * 1e3:>11.2f} "

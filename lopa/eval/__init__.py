@@ -4,11 +4,9 @@
     tasks.py      the lm-eval task configs, lm-eval's own YAML pointed at local files; MBPP's made
                   generation-only (its metric ran code in-process)
     code_eval.py  unit-test grading as HF code_eval does it, each program in the bubblewrap sandbox
-                  (MBPP 3-shot, Table 1 HumanEval)
+                  (lopa.tasks.sandbox; MBPP 3-shot, Table 1 HumanEval)
     codegen.py    HumanEval+ and MBPP+ through EvalPlus: the authors' prompts, samples.jsonl,
                   EvalPlus's evaluator run inside the bubblewrap sandbox
-    sandbox.py    the code sandbox: generated code and its tests in two bubblewrap processes;
-                  sandbox_child.py is what runs inside them
     paper.py      the paper's numbers (Tables 1 and 2), to print beside ours
     reproduce.py  `python -m lopa reproduce --table N --model ...`
 
@@ -17,6 +15,6 @@ comes from assets/ or from paths the user gives.
 
 Problems, prompts and data files come from the task layer (lopa.tasks).
 
-Layer: imports the core, lopa.models and lopa.tasks; the bench grades HumanEval in the sandbox; the
-CLI runs reproduce.
+Layer: a harness beside lopa.bench, lopa.study and lopa.train, importing none of them (the core,
+lopa.models and lopa.tasks, whose sandbox grades the code); the CLI runs reproduce.
 """

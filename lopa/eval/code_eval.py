@@ -1,5 +1,5 @@
 """Unit-test grading as lm-eval's code tasks do it (HF `evaluate`'s `code_eval` metric), with every
-program run inside our bubblewrap sandbox (lopa.eval.sandbox.run_program) instead of in-process.
+program run inside our bubblewrap sandbox (lopa.tasks.sandbox.run_program) instead of in-process.
 
 What the authors' numbers were graded with (zhijie-group/LoPA scale_dream_d2f/eval_dream7.sh, lm-eval
 0.4.8, `--confirm_run_unsafe_code`, HF_ALLOW_CODE_EVAL=1):
@@ -13,7 +13,7 @@ pass@1 with one greedy sample is 1 when that returns without an exception, else 
 Here: the same program text, the same 3 s, `__name__` = "builtins" as under `exec(program, {})` (an
 `if __name__ == "__main__":` block in a completion does not run, as there), stdin closed (there a
 read raises too). Pass is the sandbox's: the test, run in a process of its own against the
-candidate's names, returned (lopa.eval.sandbox).
+candidate's names, returned (lopa.tasks.sandbox).
 Where the two can still differ: our limit is wall-clock from the sandboxed interpreters' start
 (~0.1 s of bubblewrap and Python start-up inside the 3 s; theirs counts only the `exec`); our
 sandbox caps memory at 2 GiB (theirs sets none); the functions each disables differ at the edges
@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lopa.eval.sandbox import Program, bubblewrap_available, isolation, run_program
+from lopa.tasks.sandbox import Program, bubblewrap_available, isolation, run_program
 
 TIMEOUT_S = 3.0          # HF code_eval's default `timeout`, which lm-eval's mbpp / humaneval use
 RUN_NAME = "builtins"    # `__name__` under exec(program, {}): the builtins module's name

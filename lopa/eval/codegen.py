@@ -19,7 +19,7 @@ problems decoded.
 
 Isolation: `evalplus.evaluate` executes the completions (and the canonical solutions, for the
 expected outputs). The whole evaluator runs under `bwrap` with the prefix of
-lopa.eval.sandbox (every namespace unshared, so no network and its own PID namespace; a
+lopa.tasks.sandbox (every namespace unshared, so no network and its own PID namespace; a
 read-only view of only the system and Python folders; a private writable /sandbox holding only the
 samples and the problems, a host folder, since the results come back through it, so the sandbox's
 write limit holds here for /tmp only; no capabilities; killed with its parent), inside which EvalPlus applies
@@ -37,8 +37,8 @@ import tempfile
 from pathlib import Path
 
 from lopa.eval import code_eval
-from lopa.eval.sandbox import bwrap_command
 from lopa.tasks.prompts import encode
+from lopa.tasks.sandbox import bwrap_command
 
 OVERRIDE_ENV = {"humaneval": "HUMANEVAL_OVERRIDE_PATH", "mbpp": "MBPP_OVERRIDE_PATH"}
 # scale_diffucoder_d2f/model.py, DiffuCoder._build_prompt (the authors' words, kept exactly).

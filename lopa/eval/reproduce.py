@@ -20,7 +20,7 @@ from lopa.eval.paper import NOT_REPRODUCED, TABLES
 from lopa.models import presets
 from lopa.settings import DecodeSettings, decoder_settings
 from lopa.tasks import humaneval
-from lopa.tasks.problems import read_evalplus, read_rows
+from lopa.tasks.sources import read_evalplus, read_rows
 
 # Our decoder for each of the paper's decoding algorithms (lopa.settings.DECODERS).
 DECODER_OVERRIDES = {"vanilla": "one_token", "fast-dllm": "single_block", "d2f": "d2f", "lopa": "lopa"}
@@ -43,7 +43,7 @@ def _column_data(column, args) -> tuple[object, str]:
         return (args.mbpp_data, "") if args.mbpp_data else (None, "no local MBPP copy (--mbpp-data DIR)")
     if column.harness == "code_eval":                 # Table 1 HumanEval: the original problems and tests
         try:
-            return humaneval.load_problems(args.humaneval), ""
+            return humaneval.TASK.problems(args.humaneval or "humaneval", None)[0], ""
         except FileNotFoundError as e:
             return None, str(e)
     path = args.humaneval_plus if column.dataset == "humaneval" else args.mbpp_plus

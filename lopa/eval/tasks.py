@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from lopa.tasks.problems import GSM8K_DIR, SPLITS, local_split_files, mbpp_test_files
+from lopa.tasks.sources import GSM8K_DIR, SPLITS, local_split_files, mbpp_test_files
 
 MATH_SUBJECTS = ("algebra", "counting_and_prob", "geometry", "intermediate_algebra", "num_theory", "prealgebra",
                  "precalc")

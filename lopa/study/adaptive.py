@@ -3,7 +3,7 @@
     python -m lopa.study adaptive [--n 40] [--ks 0,1,2,4,8,14] [--k-max 14] [--out DIR]
 
 At start-up the study measures the cost curve of the running device: the verify forward's seconds
-for B = 1 .. K + 1 branches (lopa.bench.round.forward_times), and prints it. lopa.order.AdaptiveOrder
+for B = 1 .. K + 1 branches (lopa.tasks.timing.forward_times), and prints it. lopa.order.AdaptiveOrder
 (order = adaptive) then chooses k each round from the anchor's confidence profile, that curve and the
 model's own gain model, aiming at seconds saved, not forwards (lopa.rules.choose_k).
 The gain model (adaptive_win, adaptive_release, adaptive_lift) is fitted at start-up too, from --calibration-problems
@@ -22,7 +22,6 @@ tokens/s over k = 1's with a bootstrap interval; an oracle that skips exactly th
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator
 
 from lopa.order import SecondBranchAt, make_order
@@ -38,18 +37,29 @@ from lopa.study.adaptive_fit import (
     measure_cost,
 )
 from lopa.study.common import (
-    add_common_arguments,
     decode_one,
     load_problems,
-    prompt_ids,
+    question_ids,
     start,
     write_results,
 )
+from lopa.study.declaration import Knob, Study
 from lopa.study.stats import bootstrap_ci, pareto_front
 from lopa.tasks.turns import in_turns
 from lopa.trace import pooled
 
 FIXED_KS = (0, 1, 2, 4, 8, 14)
+STUDY = Study(
+    "adaptive", "An adaptive branch budget", rank=3, n=40, per_row=("k", "order", "branch_cost"),  # --ks, --k-max; cost measured
+    knobs=(Knob("ks", str, ",".join(map(str, FIXED_KS)), "fixed k to compare, comma-separated"),
+           Knob("k_max", int, 14, "most branches the adaptive budget may verify (default 14)", low=1),
+           Knob("repeats", int, 5, "timed forwards per B for the cost curve (default 5)", low=1),
+           Knob("timing_repeats", int, 2, "decodes per problem and configuration; the fastest counts (default 2)", low=1),
+           Knob("calibration_problems", int, CALIBRATION_PROBLEMS,
+                "problems after the n measured ones (same data and seed) decoded at k = 0 and 1 to fit the gain model, "
+                f"adaptive_win, adaptive_release and adaptive_lift (default {CALIBRATION_PROBLEMS}; 0: take "
+                "--adaptive-win and --adaptive-lift as given)", low=0)),
+    tables=("", "cost"), figure=True, app=True)
 
 
 def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None = None
@@ -177,7 +187,7 @@ LIVE_K_MAX = 8
 LIVE_COST_REPEATS = 3       # timing sweeps (and vanilla decodes) of a live run's cost curve
 
 
-def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+def live(loaded, problems: list[dict], base: DecodeSettings):
     """A live run: {"status"} after each unit of measuring this machine's cost curve (cost_steps) and fitting
     the model's gain model (on the first problem: a live run has few), {"summary": {"cost_s", "gain",
     "adaptive_rank"}} once they are, then {"row", "rounds"} per decode; every step but the summary carries
@@ -185,7 +195,7 @@ def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int)
     configs = len(LIVE_KS) + 1
     total = 2 * LIVE_COST_REPEATS + 2 + len(problems) * configs
     verify, bookkeeping = yield from _in_units(
-        cost_steps(loaded, base, LIVE_K_MAX, prompt_ids(loaded, problems[0]["question"]), LIVE_COST_REPEATS),
+        cost_steps(loaded, base, LIVE_K_MAX, question_ids(loaded, problems[0]["question"]), LIVE_COST_REPEATS),
         f"Measuring this machine's cost curve (verify time for 1 .. {LIVE_K_MAX + 1} branches)…", 0, total)
     cost = [t + bookkeeping for t in verify]
     done = 2 * LIVE_COST_REPEATS
@@ -230,6 +240,11 @@ def figure(tables: dict, summary: dict, title: str):
     return adaptive_figure(tables[""], summary, title)
 
 
+def png(tables: dict, summary: dict, title: str, path) -> None:
+    from lopa.study.figures import adaptive_png
+    adaptive_png(summary, title, path)
+
+
 def report(summary: dict) -> str:
     lines = [f"{summary['problems']} problems" + (f", ranking: {summary['adaptive_rank']}" if summary.get("adaptive_rank") else ""),
              f"{'config':>9} {'accuracy':>9} {'TPF':>6} {'tokens/s':>9} {'mean k':>7} {'ms/problem':>11} {'Pareto':>7}"]
@@ -267,19 +282,7 @@ def report(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lopa.study adaptive", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=40, per_row=("k", "order", "branch_cost"))   # --ks, --k-max; cost measured
-    parser.add_argument("--ks", default=",".join(map(str, FIXED_KS)), help="fixed k to compare, comma-separated")
-    parser.add_argument("--k-max", type=int, default=14, help="most branches the adaptive budget may verify (default 14)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed forwards per B for the cost curve (default 5)")
-    parser.add_argument("--timing-repeats", type=int, default=2,
-                        help="decodes per problem and configuration; the fastest counts (default 2)")
-    parser.add_argument("--calibration-problems", type=int, default=CALIBRATION_PROBLEMS,
-                        help="problems after the n measured ones (same data and seed) decoded at k = 0 and 1 to fit "
-                             f"the gain model, adaptive_win, adaptive_release and adaptive_lift (default {CALIBRATION_PROBLEMS}; "
-                             "0: take --adaptive-win and --adaptive-lift as given)")
-    args = parser.parse_args(argv)
+    args = STUDY.parse(argv)
     import pandas as pd
     from tqdm import tqdm
 
@@ -288,7 +291,7 @@ def main(argv=None) -> int:
     loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     verify, bookkeeping = measure_cost(loaded, base, args.k_max,
-                                       prompt_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
+                                       question_ids(loaded, problems[0]["question"], args.data, args.shots), args.repeats)
     cost = [t + bookkeeping for t in verify]
     print("cost curve measured at start-up (verify forward over B windows of two blocks, fastest of the repeats, made non-decreasing):\n"
           + describe_cost(verify, bookkeeping))
@@ -311,7 +314,7 @@ def main(argv=None) -> int:
     cost_df = pd.DataFrame({"branches": list(range(1, len(cost) + 1)), "verify_s": verify, "round_s": cost})
     title = f"{loaded.spec.name}, {len(problems)} problems, {hw}"
     meta = started.meta(argv, args, summary)
-    files = write_results(args.out, "adaptive", {"": df, "cost": cost_df}, meta, adaptive_figure(df, summary, title),
+    files = write_results(args.out, STUDY.name, {"": df, "cost": cost_df}, meta, adaptive_figure(df, summary, title),
                           lambda path: adaptive_png(summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -30,7 +30,7 @@ def cost_steps(loaded, settings: DecodeSettings, k_max: int, prompt, repeats: in
     """measure_cost a unit at a time: yields after each of its 2 * repeats units (a timing sweep over every
     B, a vanilla decode), so a live run counts them and can stop between them; returns what
     measure_cost returns (`yield from` gives it)."""
-    from lopa.bench.round import forward_times
+    from lopa.tasks.timing import forward_times
     counts = range(1, k_max + 2)
     samples = {B: [] for B in counts}
     for _ in range(repeats):

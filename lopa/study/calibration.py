@@ -23,7 +23,6 @@ calibration_runs.* (one row per decode), calibration_problems.* (correlations pe
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 from collections.abc import Iterator
@@ -32,16 +31,19 @@ import torch
 
 from lopa.rules import branch_scores, score_split
 from lopa.settings import BRANCH_SCORE_RULES, CONFIDENCE_METRICS, DecodeSettings
-from lopa.study.common import (
-    add_common_arguments,
-    decode_one,
-    start,
-    write_results,
-)
+from lopa.study.common import decode_one, start, write_results
+from lopa.study.declaration import Knob, Study
 from lopa.study.stats import aup, bootstrap_ci, kendall_tau, spearman
 from lopa.trace import pooled
 
 CORRELATION_BOOTSTRAP = 200          # resamples of problems for the pooled correlations
+STUDY = Study(
+    "calibration", "What the branch score measures", rank=2, n=30, per_row=("branch_score",),   # --rules
+    knobs=(Knob("metrics", str, None, "Conf metrics, comma-separated (default: --confidence if given, else all: "
+                f"{','.join(CONFIDENCE_METRICS)})"),
+           Knob("rules", str, ",".join(BRANCH_SCORE_RULES), "selection rules, comma-separated"),
+           Knob("bootstrap", int, CORRELATION_BOOTSTRAP, "bootstrap resamples", low=1)),
+    tables=("runs", "rounds", "problems"), figure=True, app=True)
 
 
 def round_rows(run, problem: int, metric: str) -> list[dict]:
@@ -202,7 +204,7 @@ def summarize_calibration(runs, rounds, n_boot: int = CORRELATION_BOOTSTRAP) -> 
 
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
-def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
+def live(loaded, problems: list[dict], base: DecodeSettings):
     """The study's decodes for a live run (the app's Conf, every rule): {"done", "total", "row", "rounds"} per
     decode, and "complete": the problem id on the decode that completes a problem."""
     per_problem = len(BRANCH_SCORE_RULES)
@@ -221,6 +223,11 @@ def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
 def figure(tables: dict, summary: dict, title: str):
     from lopa.study.figures import calibration_figure
     return calibration_figure(tables["runs"], tables["rounds"], summary, title)
+
+
+def png(tables: dict, summary: dict, title: str, path) -> None:
+    from lopa.study.figures import calibration_png
+    calibration_png(tables["runs"], tables["rounds"], summary, title, path)
 
 
 def report(summary: dict) -> str:
@@ -257,14 +264,8 @@ def report(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lopa.study calibration", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=30, per_row=("branch_score",))   # --rules
-    parser.add_argument("--metrics", help="Conf metrics, comma-separated (default: --confidence if given, else all: "
-                                          f"{','.join(CONFIDENCE_METRICS)})")
-    parser.add_argument("--rules", default=",".join(BRANCH_SCORE_RULES), help="selection rules, comma-separated")
-    parser.add_argument("--bootstrap", type=int, default=CORRELATION_BOOTSTRAP, help="bootstrap resamples")
-    args = parser.parse_args(argv)
+    parser = STUDY.parser()
+    args = STUDY.parse(argv, parser)
     import pandas as pd
     from tqdm import tqdm
 
@@ -287,7 +288,7 @@ def main(argv=None) -> int:
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
     meta = started.meta(argv, args, summary)
     tables = {"runs": runs, "rounds": rounds, "problems": per_problem_correlations(rounds)}
-    files = write_results(args.out, "calibration", tables, meta,
+    files = write_results(args.out, STUDY.name, tables, meta,
                           calibration_figure(runs, rounds, summary, title),
                           lambda path: calibration_png(runs, rounds, summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))

@@ -13,16 +13,15 @@ from lopa.models.loading import ASSETS
 from lopa.resolution import settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.study.stats import afp, order_tau
-from lopa.tasks import results
-from lopa.tasks.grading import answer_text, exact_match
+from lopa.tasks import results, task_for
 from lopa.tasks.hardware import hardware
-from lopa.tasks.problems import DEFAULT_SEED, load_problems
-from lopa.tasks.prompts import question_ids as prompt_ids
+from lopa.tasks.prompts import question_ids
 from lopa.tasks.results import weights_digest, write_results
+from lopa.tasks.sources import DEFAULT_SEED, load_problems
 from lopa.trace import fill_rounds
 
 # Names the studies and the app read from here (one definition each, in lopa.tasks).
-__all__ = ["DEFAULT_SEED", "hardware", "load_problems", "prompt_ids", "weights_digest", "write_results"]
+__all__ = ["DEFAULT_SEED", "hardware", "load_problems", "question_ids", "weights_digest", "write_results"]
 STUDIES_DIR = ASSETS / "studies"             # results shipped with the app (docs/studies.md)
 DEFAULTS = {"max_new_tokens": 128}           # a study's own defaults, under the model's values (lopa.resolution)
 
@@ -61,14 +60,18 @@ def base_settings(args, spec) -> DecodeSettings:
 
 
 def decode_one(loaded, settings: DecodeSettings, problem: dict, order=None, data: str = "", shots: int = 0):
-    """Decode one problem; -> (RunResult, row). The row's TPF and tokens/s come from lopa.trace.metrics."""
-    run = loaded.decoder(settings, order=order).run(prompt_ids(loaded, problem["question"], data, shots))
-    return run, run_row(run, problem)
+    """Decode one problem of the task --data `data` names (lopa.tasks.task_for: its prompt after `shots`
+    examples, its grade); -> (RunResult, row). The row's TPF and tokens/s come from lopa.trace.metrics."""
+    task = task_for(data)
+    run = loaded.decoder(settings, order=order).run(task.prompt(loaded, problem, data, shots))
+    return run, run_row(run, problem, loaded, data)
 
 
-def run_row(run, problem: dict) -> dict:
+def run_row(run, problem: dict, loaded, data: str = "") -> dict:
+    """A decode of `problem` as a study's row: its metrics, its grade (the task of `data`), its fill order."""
     m = run.metrics()
-    correct, predicted, _ = exact_match(answer_text(run.text), problem.get("answer") or None)
+    graded = task_for(data).grade(loaded, problem, run.text)
+    correct, predicted = graded["correct"], graded["predicted"]
     rounds = {p: r for p, r in fill_rounds(run.records).items() if p < len(run.useful_tokens)}
     looks = [len(r.lookahead_positions) for r in run.records if r.kind == "round"]
     return {"problem": problem["id"], "forwards": m["forwards"], "tokens": m["tokens_useful"],

@@ -17,7 +17,6 @@ Prints one JSON row per attention mode and k, and writes them to departures.csv 
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -25,7 +24,9 @@ import torch
 from lopa.engine import DecodeStalled
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.study.common import hardware, load_problems, write_results
+from lopa.study.declaration import Study
 
+STUDY = Study("departures", "What the engine's departures from the authors' loop change", rank=8)
 DEFAULTS = {"max_new_tokens": 128}       # and the paper's GSM8K row (Table 5); the model's own values come first
 
 
@@ -71,8 +72,7 @@ def main(argv=None) -> int:
 
     from lopa.models import load
     from lopa.models.loading import DEFAULT_MODEL
-    ap = argparse.ArgumentParser(prog="python -m lopa.study departures", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = STUDY.parser()             # its own frame: the held-out prompts, every row's settings its own
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory (default: the bundled model)")
     ap.add_argument("--prompts", type=int, default=30, help="the first N held-out prompts (default 30)")
     ap.add_argument("--out", default="study-out", help="output folder")
@@ -122,6 +122,6 @@ def main(argv=None) -> int:
                            "mask_argmax_stalled": json.dumps(r["mask_argmax_stalled"])} for r in rows])
     meta = {"command": argv, "model": loaded.describe(), "hardware": hardware(loaded), "data": where,
             "summary": {"rows": rows, "seconds": seconds}}
-    files = write_results(args.out, "departures", {"": table}, meta)
+    files = write_results(args.out, STUDY.name, {"": table}, meta)
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

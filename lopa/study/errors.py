@@ -17,16 +17,18 @@ Writes errors.csv / .parquet (one row per problem) and errors.json beside the pr
 
 from __future__ import annotations
 
-import argparse
 import collections
 import math
 import statistics
 
 from lopa.problems import CALC_RE as CALC
 from lopa.problems import NAMES, OBJECTS, WORD_RE, final_answer
-from lopa.study.common import add_common_arguments, decode_one, start, write_results
+from lopa.study.common import decode_one, start, write_results
+from lopa.study.declaration import Study
 from lopa.tasks.grading import exact_match
 from lopa.trace import LOOKAHEAD, fill_landscape, fills
+
+STUDY = Study("errors", "Where answers go wrong, line by line", rank=6, n=300, k=0)
 
 APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
          "/": lambda a, b: a // b if b else None}
@@ -83,10 +85,7 @@ def wrong_name_writers(run, question: str, tokenizer) -> list[tuple[bool, float 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lopa.study errors", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=300, k=0)
-    args = parser.parse_args(argv)
+    args = STUDY.parse(argv)
     import pandas as pd
     started = start(args)
     loaded, problems, settings = started.loaded, started.problems, started.base
@@ -137,6 +136,6 @@ def main(argv=None) -> int:
         print(f"| {error} | {n} | {every[error]} |")
     summary = {"right": len(problems) - n_wrong, "problems": len(problems), "first_errors": dict(first),
                "errors_anywhere": dict(every), "line_verdicts": dict(count), "wrong_name_writers": writers}
-    files = write_results(args.out, "errors", {"": pd.DataFrame(rows)}, started.meta(argv, args, summary))
+    files = write_results(args.out, STUDY.name, {"": pd.DataFrame(rows)}, started.meta(argv, args, summary))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -31,12 +31,13 @@ def title_lines(title: str, width: int = 70) -> list[str]:
 
 
 def shipped_title(study: str, meta: dict) -> str:
-    """The title of a shipped result's plots, from its metadata: model, problems, k (the adaptive study
-    varies k), hardware."""
+    """The title of a shipped result's plots, from its metadata: model, problems, k (unless the study's rows
+    each set their own: its declaration's varies_k), hardware."""
+    from lopa.study import STUDIES
     problems = (meta.get("summary") or {}).get("problems")
     k = (meta.get("settings") or {}).get("k")
     parts = [str(meta.get("model", "")), f"{problems} problems" if isinstance(problems, int) else "",
-             f"k = {k}" if k is not None and study != "adaptive" else ""]
+             f"k = {k}" if k is not None and not STUDIES[study].varies_k else ""]
     return ", ".join(p for p in parts if p) + (f"; {meta['hardware']}" if meta.get("hardware") else "")
 
 

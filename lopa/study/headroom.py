@@ -31,18 +31,29 @@ with a bootstrap 95% interval over problems, beside the accuracy of every order.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from contextlib import closing
 
 from lopa.engine import fork_decoder
 from lopa.settings import DecodeSettings
-from lopa.study.common import add_common_arguments, prompt_ids, run_row, start, write_results
+from lopa.study.common import run_row, start, write_results
+from lopa.study.declaration import Knob, Study
 from lopa.study.stats import bootstrap_ci
+from lopa.tasks import task_for
 from lopa.trace import RunResult, pooled, predictions
 
 DEFAULT_KS = (1, 2, 4, 8, 14)
+STUDY = Study(
+    "headroom", "How far LoPA is from the best order found", rank=5, n=60, per_row=("order", "order_seed"),  # each run sets its order
+    knobs=(Knob("ks", str, ",".join(map(str, DEFAULT_KS)),
+                "LoPA's branch counts to report (the search's k, --k, is always among them)"),
+           Knob("random", int, 10, "random orders per problem at k (seeds 0..R-1; default 10)", low=0, live=(1, 10, 5),
+                label="random orders"),
+           Knob("max_candidates", int, 0, "rollouts per round: the M most confident free positions (0 = every one; default)",
+                low=0),
+           Knob("bootstrap", int, 1000, "bootstrap resamples (default 1000)", low=1)),
+    tables=("", "choices"), figure=True, app=True)
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -135,13 +146,13 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
     its rollouts and reads Stop between yields."""
     ks = sorted(set(ks) | {base.k})
     for problem in problems:
-        ids = prompt_ids(loaded, problem["question"], data, shots)
+        ids = task_for(data).prompt(loaded, problem, data, shots)
         lopa_runs = {}
         for config, k, seed, settings in configurations(base, ks, random_orders):
             decoder = loaded.decoder(settings)
             decoder.keep_states = config == "lopa"          # a possible starting point: forks resume from it
             run = decoder.run(ids)
-            yield {"problem": problem["id"], "config": config, "k": k, "seed": seed, **run_row(run, problem),
+            yield {"problem": problem["id"], "config": config, "k": k, "seed": seed, **run_row(run, problem, loaded, data),
                    "start_k": -1, "search_forwards": 0, "search_s": 0.0}, []
             if config == "lopa":
                 lopa_runs[k] = run
@@ -153,7 +164,7 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
                 yield None, {"problem": problem["id"], **step}
                 continue
             best, choices, spent = step["best"], step["choices"], step["spent"]
-        row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem),
+        row = {"problem": problem["id"], "config": "best", "k": base.k, "seed": -1, **run_row(best, problem, loaded, data),
                "start_k": start_k, "search_forwards": spent, "search_s": time.perf_counter() - t0}
         yield row, [{"problem": problem["id"], **c} for c in choices]
 
@@ -288,16 +299,16 @@ LIVE_KS = (1, 4)
 LIVE_MAX_CANDIDATES = 4
 
 
-def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """A live run: {"total", "row", "rounds"} per plain decode ("rounds": where the order found left LoPA, with
+def live(loaded, problems: list[dict], base: DecodeSettings, random: int):
+    """A live run with `random` random orders: {"total", "row", "rounds"} per plain decode ("rounds": where the order found left LoPA, with
     the search's row), a {"status"} after each rollout of the search, and on every step "done" and "total":
     the decodes run so far and expected in all, the search's rollouts included (search_progress); the
     search's row carries "complete": its problem id, and "estimate" says whether a search has yet to end."""
     ks = sorted(set(LIVE_KS) | {base.k})
-    plain = len(configurations(base, ks, random_orders))
+    plain = len(configurations(base, ks, random))
     number = {p["id"]: i for i, p in enumerate(problems, 1)}
     done, searches, current = 0, [], 0          # rollouts of the finished searches, and of the one running
-    for row, step in iter_headroom(loaded, problems, base, ks, random_orders, LIVE_MAX_CANDIDATES, search_rounds=True):
+    for row, step in iter_headroom(loaded, problems, base, ks, random, LIVE_MAX_CANDIDATES, search_rounds=True):
         if row is None:
             done, current = done + 1, current + 1
             total = search_progress(len(problems), plain, searches, current, step)
@@ -341,21 +352,18 @@ def figure(tables: dict, summary: dict, title: str):
     return headroom_figure(tables[""], summary, title)
 
 
+def png(tables: dict, summary: dict, title: str, path) -> None:
+    from lopa.study.figures import headroom_png
+    headroom_png(tables[""], summary, title, path)
+
+
 CHOICE_COLUMNS = ["problem", "round", "position", "lopa_position", "conf_rank", "free", "max_prob", "offset",
                   "in_lopa_top_k", "saved"]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lopa.study headroom", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=60, per_row=("order", "order_seed"))      # each run sets its order
-    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)),
-                        help="LoPA's branch counts to report (the search's k, --k, is always among them)")
-    parser.add_argument("--random", type=int, default=10, help="random orders per problem at k (seeds 0..R-1; default 10)")
-    parser.add_argument("--max-candidates", type=int, default=0,
-                        help="rollouts per round: the M most confident free positions (0 = every one; default)")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    args = parser.parse_args(argv)
+    parser = STUDY.parser()
+    args = STUDY.parse(argv, parser)
     import pandas as pd
     from tqdm import tqdm
 
@@ -381,7 +389,7 @@ def main(argv=None) -> int:
     print(f"wall time {summary['budget']['wall_s']:.0f} s")
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
     meta = started.meta(argv, args, summary)
-    files = write_results(args.out, "headroom", {"": df, "choices": choices_df}, meta,
+    files = write_results(args.out, STUDY.name, {"": df, "choices": choices_df}, meta,
                           headroom_figure(df, summary, title), lambda path: headroom_png(df, summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

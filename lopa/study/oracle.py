@@ -34,7 +34,7 @@ from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.rules import summarize
 from lopa.settings import DecodeSettings, decoder_settings
 from lopa.tasks.grading import exact_match
-from lopa.tasks.problems import DEFAULT_SEED
+from lopa.tasks.sources import DEFAULT_SEED
 from lopa.trace import pooled
 
 DEFAULTS = {"max_new_tokens": 128}       # and the paper's GSM8K row (Table 5)

@@ -16,23 +16,26 @@ tokens/s (lopa.trace.pooled) and, for each proposal rule, its pooled TPF over Lo
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Iterator
 
 from lopa.settings import DecodeSettings
-from lopa.study.common import (
-    add_common_arguments,
-    decode_one,
-    start,
-    write_results,
-)
+from lopa.study.common import decode_one, start, write_results
+from lopa.study.declaration import Knob, Study
 from lopa.study.stats import bootstrap_ci, percentile_among, ratio_of_means
 from lopa.trace import pooled
 
 # The proposal rules beside the paper's top-Conf (lopa/order.py): which k positions the branches try.
 PROPOSALS = ("least_confident", "highest_entropy", "mixed")
 ORDER_NAMES = ("vanilla", "lopa", "left_to_right", "random", *PROPOSALS)
+STUDY = Study(
+    "orders", "LoPA's orders against random orders", rank=1, n=40, per_row=("order", "order_seed"),  # each run sets its order
+    knobs=(Knob("random", int, 20, "random orders per problem (seeds 0..R-1; default 20)", low=0, live=(1, 10, 5),
+                label="random orders"),
+           Knob("bootstrap", int, 1000, "bootstrap resamples (default 1000)", low=1),
+           Knob("proposals", str, ",".join(PROPOSALS), "other proposal rules to run beside the paper's, comma-separated "
+                f"('' for none; default {','.join(PROPOSALS)})")),
+    figure=True, app=True)
 
 
 def order_runs(base: DecodeSettings, random_orders: int, proposals=()) -> list[tuple[str, int, DecodeSettings]]:
@@ -105,12 +108,12 @@ def _pooled_ratio(pairs) -> float:
 
 
 # -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
-def live(loaded, problems: list[dict], base: DecodeSettings, random_orders: int):
-    """The study's decodes for a live run: {"done", "total", "row", "rounds"} per decode, and "complete": the
-    problem id on the decode that completes a problem."""
-    per_problem = len(order_runs(base, random_orders))
+def live(loaded, problems: list[dict], base: DecodeSettings, random: int):
+    """The study's decodes for a live run with `random` random orders: {"done", "total", "row", "rounds"} per
+    decode, and "complete": the problem id on the decode that completes a problem."""
+    per_problem = len(order_runs(base, random))
     total = len(problems) * per_problem
-    for done, row in enumerate(iter_orders(loaded, problems, base, random_orders), 1):
+    for done, row in enumerate(iter_orders(loaded, problems, base, random), 1):
         yield {"done": done, "total": total, "row": row, "rounds": [],
                **({"complete": row["problem"]} if done % per_problem == 0 else {})}
 
@@ -124,6 +127,11 @@ def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
 def figure(tables: dict, summary: dict, title: str):
     from lopa.study.figures import orders_figure
     return orders_figure(tables[""], summary, title)
+
+
+def png(tables: dict, summary: dict, title: str, path) -> None:
+    from lopa.study.figures import orders_png
+    orders_png(tables[""], summary, title, path)
 
 
 def report(summary: dict) -> str:
@@ -147,14 +155,8 @@ def report(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lopa.study orders", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser, n=40, per_row=("order", "order_seed"))   # each run sets its order
-    parser.add_argument("--random", type=int, default=20, help="random orders per problem (seeds 0..R-1; default 20)")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--proposals", default=",".join(PROPOSALS),
-                        help=f"other proposal rules to run beside the paper's, comma-separated ('' for none; default {','.join(PROPOSALS)})")
-    args = parser.parse_args(argv)
+    parser = STUDY.parser()
+    args = STUDY.parse(argv, parser)
     proposals = tuple(p for p in args.proposals.split(",") if p)
     unknown = sorted(set(proposals) - set(PROPOSALS))
     if unknown:
@@ -173,7 +175,7 @@ def main(argv=None) -> int:
     print(report(summary))
     title = f"{loaded.spec.name}, {len(problems)} problems, k={base.k}, {hw}"
     meta = started.meta(argv, args, summary)
-    files = write_results(args.out, "orders", {"": df}, meta, orders_figure(df, summary, title),
+    files = write_results(args.out, STUDY.name, {"": df}, meta, orders_figure(df, summary, title),
                           lambda path: orders_png(df, summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -9,24 +9,25 @@ Three probes per problem, each one forward over the reference answer with some s
 - objects / names: one object (name) at a time masked, everything else visible, so a later line
   could copy it from the line before.
 Argmax predictions, logit shift as the engine decodes (the output at i-1 predicts token i). For
-models in the bundled model's training layout (lopa.train.layout). Writes teacher-forced.csv /
+models in the bundled model's training layout (lopa.tasks.layout). Writes teacher-forced.csv /
 .parquet (one row per probe kind) and teacher-forced.json beside the printed table.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 
 import torch
 
 from lopa.problems import NAMES, OBJECTS
 from lopa.study.common import DEFAULT_SEED, hardware, load_problems, write_results
-from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, hidden_states
+from lopa.study.declaration import Study
+from lopa.tasks.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE, hidden_states
 
 CALC = re.compile(r"<<(\d+)[-+*/](\d+)=(\d+)>>(\d+)")
 FINAL = re.compile(r"#### (\d+)")
 WORD = re.compile(r"\b(" + "|".join(NAMES + OBJECTS) + r")\b")
+STUDY = Study("teacher-forced", "Teacher-forced probes of the answers", rank=7)
 
 
 def probe(model, tok, problem: dict, counts: dict) -> None:
@@ -64,8 +65,7 @@ def probe(model, tok, problem: dict, counts: dict) -> None:
 def main(argv=None) -> int:
     from lopa.models import add_model_arguments, load_from_args
     from lopa.models.loading import DEFAULT_MODEL
-    parser = argparse.ArgumentParser(prog="python -m lopa.study teacher-forced", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = STUDY.parser()         # its own frame: one forward per probe, no decode settings
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory (the bundled model's layout)")
     parser.add_argument("--data", default="synthetic", help="synthetic (fresh, --problem-seed), heldout, or a .jsonl")
     parser.add_argument("--problem-seed", type=int, default=DEFAULT_SEED, help=f"default {DEFAULT_SEED}")
@@ -90,6 +90,6 @@ def main(argv=None) -> int:
     table = pd.DataFrame([{"probe": kind, "right": right, "total": total} for kind, (right, total) in sorted(counts.items())])
     meta = {"command": argv, "model": loaded.describe(), "hardware": hardware(loaded), "data": where,
             "seed": args.problem_seed, "summary": {kind: list(v) for kind, v in counts.items()}}
-    files = write_results(args.out, "teacher-forced", {"": table}, meta)
+    files = write_results(args.out, STUDY.name, {"": table}, meta)
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -1,15 +1,36 @@
 """The task layer: what a benchmark, an evaluation and a study do around a decode, written once.
 
-    problems.py   where problems come from: the data-file map, fresh problems of a model's family,
+    task.py       the Task declaration: a task's problem format, prompt and grading
+    synthetic.py  the model's own problem family (the bundled synthetic one): a Task
+    gsm8k.py      GSM8K and GSM8K-format files: a Task
+    humaneval.py  HumanEval: its problems, prompts, program text and grade in the sandbox: a Task
+    sources.py    where problems come from: the data-file map, fresh problems of a model's family,
                   GSM8K-format files, EvalPlus (HumanEval+, MBPP+) and MBPP files, the study's loader
-    humaneval.py  HumanEval: its problems, its prompts, and the program text a reply becomes
     prompts.py    the GSM8K template, the few-shot prefix, a question's prompt ids
     grading.py    exact match on the `#### N` answer and the answer-line counts of a graded row
+    sandbox.py    the code sandbox: generated code and its tests in two bubblewrap processes
+                  (sandbox_child.py is what runs inside them)
+    layout.py     the bundled model's layout: prompt template, answer blocks, block-causal attention
+    timing.py     what a verify forward over B windows costs (the round benchmark, the adaptive study)
     hardware.py   the one line that says what the numbers ran on, and the software beside it
     results.py    rows and tables to CSV, Parquet and JSON, plots where matplotlib is installed
     turns.py      the Williams order in which configurations take their turns on each problem
 
-Code is graded in lopa.eval's sandbox, above this layer: here a reply only becomes program text.
-
-Layer: imports the core and lopa.models; lopa.eval, lopa.bench and lopa.study import it.
+Layer: imports the core and lopa.models; the harnesses (lopa.train, lopa.eval, lopa.bench, lopa.study)
+import it, and nothing they share lives anywhere else.
 """
+
+from __future__ import annotations
+
+from lopa.tasks import gsm8k, humaneval, synthetic
+from lopa.tasks.task import Task
+
+TASKS: dict[str, Task] = {t.TASK.name: t.TASK for t in (synthetic, gsm8k, humaneval)}
+
+
+def task_for(data: str) -> Task:
+    """The task a --data value names: gsm8k, humaneval (or a HumanEval-format file), else the model's own
+    family (synthetic, heldout, any GSM8K-format file or list of prompts)."""
+    if data in TASKS:
+        return TASKS[data]
+    return humaneval.TASK if humaneval.looks_like_humaneval(data) else synthetic.TASK

@@ -1,6 +1,6 @@
 """Grading a generated answer against a GSM8K-format problem: exact match on the `#### N` answer,
 and for the synthetic family the counts of answer lines that copy the question's names and that the
-family could have written. (Generated code is graded by running it: lopa.eval.sandbox.)
+family could have written. (Generated code is graded by running it: lopa.tasks.sandbox.)
 """
 
 from __future__ import annotations

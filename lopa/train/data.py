@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from lopa.problems import is_heldout, make_problem
+from lopa.tasks.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE
 from lopa.train.counterfactual import counterfactual
-from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, PROMPT_TEMPLATE
 from lopa.train.recipe import Recipe
 
 
@@ -41,7 +41,7 @@ def steps_for(rng: random.Random, progress: float, recipe: Recipe) -> int:
 
 
 def encode(tok, problem: dict) -> tuple[list[int], list[int]]:
-    """(prompt ids, answer ids ending in EOS) of a problem, in the layout of lopa.train.layout."""
+    """(prompt ids, answer ids ending in EOS) of a problem, in the layout of lopa.tasks.layout."""
     prompt = tok(PROMPT_TEMPLATE.format(prompt=problem["question"]))["input_ids"]
     answer = tok(ANSWER_PREFIX + problem["answer"])["input_ids"] + [tok.eos_token_id]
     return prompt, answer

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from lopa.problems import NAMES, OBJECTS
+from lopa.tasks.layout import hidden_states
 from lopa.train.data import Batch, steps_for, training_problem
-from lopa.train.layout import hidden_states
 from lopa.train.noise import computed_positions, sample_mask
 from lopa.train.policy import policy_loss, policy_rows
 from lopa.train.recipe import Recipe

@@ -30,7 +30,7 @@ from lopa.exact import exact_distribution, reading_table
 from lopa.models.loading import spec_from_pretrained
 from lopa.problems import phrasings
 from lopa.settings import DecodeSettings, decoder_settings
-from lopa.train.layout import ANSWER_PREFIX, BLOCK_SIZE, hidden_states
+from lopa.tasks.layout import ANSWER_PREFIX, BLOCK_SIZE, hidden_states
 
 
 def rollout_settings(k: int, max_new_tokens: int = 128) -> DecodeSettings:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lopa.problems import DEFAULT_MAX_VALUE, FAMILY
-from lopa.train.layout import BLOCK_SIZE, PROMPT_TEMPLATE
+from lopa.tasks.layout import BLOCK_SIZE, PROMPT_TEMPLATE
 from lopa.train.tokenizer import EOS, MASK, PAD
 
 

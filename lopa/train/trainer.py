@@ -34,7 +34,7 @@ from lopa.train.checkpoint import (
     update_model_card,
 )
 from lopa.train.data import make_batch
-from lopa.train.layout import evaluate
+from lopa.train.evaluator import evaluate
 from lopa.train.losses import diffusion_loss, digit_ids, name_ids, on_policy_loss
 from lopa.train.recipe import Recipe, build_model, family, load_or_build_tokenizer, lr_at
 from lopa.train.tokenizer import MASK

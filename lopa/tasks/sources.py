@@ -17,9 +17,11 @@ DATA_DIR = ASSETS / "data"
 GSM8K_DIR = DATA_DIR / "gsm8k"
 SHOTS_FROM = GSM8K_DIR / "train.jsonl"         # the few-shot examples: the first N GSM8K training problems
 HELDOUT = DATA_DIR / "synthetic" / "heldout.jsonl"
-# --data names every command takes. "synthetic" is the shipped held-out file for the bench; a study
-# reads it as fresh problems of the family instead (load_problems) and calls the file "heldout".
-DATA_FILES = {"synthetic": HELDOUT, "heldout": HELDOUT, "gsm8k": GSM8K_DIR / "test.jsonl"}
+# --data names every command takes: SYNTHETIC, the synthetic family's held-out problems (drawn fresh where
+# the command has a seed for them, every study and the bench's --problem-seed; else the shipped file's),
+# and the files in DATA_FILES: "heldout" the shipped held-out file itself, "gsm8k" GSM8K's test split.
+SYNTHETIC = "synthetic"
+DATA_FILES = {"heldout": HELDOUT, "gsm8k": GSM8K_DIR / "test.jsonl"}
 DEFAULT_SEED = 15          # fresh synthetic problems: a seed the shipped held-out file does not use
 # The fields a row of each format must have.
 GSM8K_FIELDS = ("question", "answer")
@@ -52,10 +54,12 @@ def first_row(path: str | Path) -> dict | None:
 
 
 def data_file(data: str) -> Path:
-    """The file a --data value names: a DATA_FILES name or a path; a FileNotFoundError naming it otherwise."""
-    path = DATA_FILES.get(data, Path(data))
+    """The file a --data value names: a DATA_FILES name, SYNTHETIC (without a seed: the shipped held-out
+    file) or a path; a FileNotFoundError naming it otherwise."""
+    path = HELDOUT if data == SYNTHETIC else DATA_FILES.get(data, Path(data))
     if not path.is_file():
-        raise FileNotFoundError(f"no problems at {str(path)[:200]}: give {', '.join(DATA_FILES)} or a file path")
+        raise FileNotFoundError(f"no problems at {str(path)[:200]}: give {', '.join((SYNTHETIC, *DATA_FILES))} "
+                                "or a file path")
     return path
 
 
@@ -114,9 +118,9 @@ def bench_problems(data: str, n: int, family: dict | None = None, seed: int | No
 
 def load_problems(data: str, n: int, seed: int) -> tuple[list[dict], str]:
     """A study's problems: [{"id", "question", "answer" (None for bare prompts)}] and a description of
-    where they came from. `data` is "synthetic" (fresh held-out problems drawn with `seed`), a
+    where they came from. `data` is SYNTHETIC (fresh held-out problems drawn with `seed`), a
     DATA_FILES name, a GSM8K-format .jsonl, or a .txt of prompts, one a line."""
-    if data == "synthetic":
+    if data == SYNTHETIC:
         problems, where = split("heldout", n, seed), f"fresh held-out synthetic problems (lopa.problems, seed {seed})"
     else:
         try:

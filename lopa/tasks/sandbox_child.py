@@ -1,4 +1,4 @@
-"""What runs inside the code sandbox (lopa.eval.sandbox): standard library only, started as a
+"""What runs inside the code sandbox (lopa.tasks.sandbox): standard library only, started as a
 script in each of the two sandboxed processes, never imported by the grader.
 
     python -I -B child.py candidate PROGRAM RUN_NAME REQUESTS_FD REPLIES_FD CPU_S MEMORY_B FILE_B GUARD_DIR MAX_NAMES

@@ -272,8 +272,8 @@ def describe() -> str:
     """One line for a command line or a report: which sandbox grades generated code here, and why."""
     found = isolation()
     if found.ready:
-        return "generated code runs under bubblewrap (lopa.eval.sandbox)"
-    return f"generated code runs in the sandbox's {found.label} (lopa.eval.sandbox)"
+        return "generated code runs under bubblewrap (lopa.tasks.sandbox)"
+    return f"generated code runs in the sandbox's {found.label} (lopa.tasks.sandbox)"
 
 
 def fallback_opted_in(allow_fallback: bool = False) -> bool:
