@@ -131,7 +131,7 @@ def test_the_core_is_exactly_the_engine():
     """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
     assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "cli", "engine", "exact", "forward",
-                    "kv", "order", "parquet_trace", "problems", "read_budget", "resolution", "rules", "schema", "script",
+                    "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "resolution", "rules", "schema", "script",
                     "settings", "trace"]
 
 
