@@ -48,6 +48,44 @@ HEADER = ("prompt", "prompt_ids", "settings", "spec", "run_id", "forked_from")
 MAX_KEPT = 4
 _kept: OrderedDict = OrderedDict()
 _lock = threading.Lock()
+# A long job (a study, the best-order search) waits at most this long between two of its decodes for the
+# visitors' own decodes to end (GiveWay).
+GIVE_WAY_S = 3.0
+
+
+class GiveWay:
+    """The decodes a visitor waits on (Run, Step, a fork, Compare: decode_rounds) under way in this process,
+    and the long jobs' turn after them. A long job runs beside them in a slot of its own (app/wiring.py,
+    LONG), and on a small CPU a Run that shares the cores with a search took twice as long; between two of
+    its decodes a long job now waits for them to end, at most GIVE_WAY_S each time, so it still moves on
+    under a stream of Runs. On ZeroGPU each call runs in a worker process of its own and never waits here."""
+
+    def __init__(self):
+        self._running = 0
+        self._ended = threading.Condition()
+
+    def start(self) -> None:
+        with self._ended:
+            self._running += 1
+
+    def end(self) -> None:
+        with self._ended:
+            self._running -= 1
+            self._ended.notify_all()
+
+    def wait(self, bound_s: float = GIVE_WAY_S) -> bool:
+        """Until no visitor's decode runs, at most bound_s; True when none does."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self._running == 0, timeout=bound_s)
+
+    def steps(self, steps):
+        """`steps` (a long job's generator), waiting for the visitors' decodes before each step."""
+        for step in steps:
+            yield step
+            self.wait()
+
+
+TURNS = GiveWay()
 
 
 def trace_of(run: RunResult) -> dict:
@@ -127,6 +165,7 @@ class _Job:
         self.model = job["model"]
         loaded = MODELS.acquire(self.model)   # held until pause(): the cache never evicts a model mid-decode
         self.held = True
+        TURNS.start()                         # ended with the lease: the long jobs wait meanwhile
         self.tokenizer = loaded.tokenizer
         try:
             self._start(job, loaded, workers)
@@ -200,6 +239,7 @@ class _Job:
     def release(self) -> None:
         if self.held:
             self.held = False
+            TURNS.end()
             MODELS.release(self.model)
 
 
@@ -280,7 +320,7 @@ def study_steps(study: str, n: int, seed: int, knobs: dict, base: dict, model: s
         yield {"where": where, "total": None}
         steps = declared.load().live(loaded, problems, DecodeSettings.from_dict(base), **declared.live_values(knobs))
         try:
-            yield from steps
+            yield from TURNS.steps(steps)
         finally:
             steps.close()
 
@@ -327,7 +367,7 @@ def _search(model: str, loaded, trace: dict, max_candidates: int, deadline: floa
         return
     named = set()
     try:
-        for step in iter_search(start, max_candidates, deadline, each_rollout=True):
+        for step in TURNS.steps(iter_search(start, max_candidates, deadline, each_rollout=True)):
             if "rollout" in step:    # a round is many decodes: Stop is read between them, not only between rounds
                 yield {"rollout": step["rollout"], "of": step["of"], "round": step["round"]}
                 continue
