@@ -11,7 +11,7 @@ the panel (canvas_query, read_canvas_link, open_canvas_link). The `lopa generate
 DiffusionGemma counterpart (`python -m lopa.models.diffusion_gemma` decodes one), so it leaves them out.
 
 A link comes from anyone, so it is read the way every other surface reads a setting: each value
-through the registry (lopa.settings.Setting.parse, or the panel's denoise.read_setting), the prompt
+through the registry (lopa.settings.Setting.parse; the panel's through denoise.read_setting), the prompt
 cut to MAX_PROMPT_CHARS, a folder only where any model box value could name it (LOPA_MODEL_DIRS), and
 a link that cannot be read whole keeps what it can and says what it dropped."""
 

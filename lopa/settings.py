@@ -247,9 +247,32 @@ class DecodeSettings:
 
 
 _TYPES = {"int": int, "float": float, "str": str}
+
+
+def registry(declared) -> dict[str, Setting]:
+    """{name: Setting} of a dataclass whose fields are declared with setting(), in declaration order."""
+    return {f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(declared)}
+
+
 # The registry: every decode setting, in declaration order.
-SETTINGS: dict[str, Setting] = {
-    f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(DecodeSettings)}
+SETTINGS: dict[str, Setting] = registry(DecodeSettings)
+
+
+@dataclass(frozen=True)
+class CanvasSettings:
+    """DiffusionGemma's own sampler (lopa.models.diffusion_gemma), as the app's DiffusionGemma panel sets it:
+    not LoPA settings, so no surface of DecodeSettings carries them. None is unset: the checkpoint's own
+    generation config (the seed is always set). The ranges bound one decode of a served page."""
+
+    max_new_tokens: int = setting(None, "new tokens at most", low=1, high=2048, label="max new tokens")
+    max_denoising_steps: int = setting(None, "denoising steps at most", low=1, high=256, label="max denoising steps")
+    entropy_bound: float = setting(None, "the sampler's entropy bound, in nats", low=0.0, high=1000.0, open_low=True,
+                                   label="entropy bound")
+    seed: int = setting(0, "sampling seed", low=0, high=2**31 - 1)
+
+
+# The DiffusionGemma panel's settings, declared and read (Setting.parse) like the decode settings.
+CANVAS_SETTINGS: dict[str, Setting] = registry(CanvasSettings)
 
 
 def check_settings(values: dict, parse: bool = True) -> dict:
