@@ -1,4 +1,5 @@
-"""Per-user session state (held in a gr.State) and the settings the panel describes.
+"""Per-user session state (held in a gr.State), the names of the settings inputs and the backend (a click's
+request is read from them by app/request.py).
 
 A Session holds plain data only, so that the model can run behind a process boundary (ZeroGPU,
 app/gpu.py): a decode is a job (plain values) given to app/boundary.py, whose chunks (records,
