@@ -24,7 +24,7 @@ from .panels import (
     build_tour_dock,
     build_trace_panel,
 )
-from .session import SESSION_TTL_S, end_session, new_session
+from .session import SESSION_TTL_S, Session, end_session
 from .viz import GLOSSARY_CSS
 from .wiring import QUEUE, wire
 
@@ -95,9 +95,13 @@ def build_demo() -> gr.Blocks:
     # by the app itself; an upload no load ever read is not)
     with Explorer(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
         gr.Markdown(INTRO)
-        # A factory, not an instance: gradio calls it once per browser session.
-        # Sessions expire and free their runs (bounded memory on a Space; README "Limits").
-        c: dict = {"session": gr.State(new_session, time_to_live=SESSION_TTL_S, delete_callback=end_session),
+        # An instance, which Gradio deep-copies for each browser session when an event first reads it. Not a
+        # factory: Gradio runs a State's factory as a page-load event of its own, after the page's load
+        # listeners, and the fresh Session replaced the one they had set up (a shared link's settings as the
+        # visitor's, its DiffusionGemma folder). The page's first load listener hands it back
+        # (app.share.on_load), which starts its time-to-live: sessions expire and free their runs
+        # (README "Limits"), and a closed page ends its own (end_page).
+        c: dict = {"session": gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=end_session),
                    "playing": gr.State(False)}
         # Arrival: the story on screen before any click; the tour's dock floats over the page.
         c.update(build_arrival_panel())

@@ -283,10 +283,6 @@ def forkable(loaded, backend: Backend) -> bool:
 SESSION_TTL_S = 30 * 60
 
 
-def new_session() -> Session:
-    return Session()
-
-
 def end_session(session: Session) -> None:
     """Gradio's delete callback for an expired or closed session: stop its decode, drop its runs."""
     if isinstance(session, Session):

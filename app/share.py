@@ -170,22 +170,24 @@ def on_load(request: gr.Request, session, *current):
     (prompt, then SETTING_NAMES), the model box (the link's model: picking it applies it,
     app.model_and_settings.pick_model) and the status, which says what the link could not give. The
     session's touched settings become the page's (none, until the visitor sets one), with those the link
-    set: they are the visitor's request (app/request.py), kept when the model is applied."""
+    set: they are the visitor's request (app/request.py), kept when the model is applied. Last output: the
+    session itself, handed back so that Gradio keeps it as the page's (it times a State's time-to-live, and
+    ends it with the page, from the event that last set it; app/page.py)."""
     query = dict(request.query_params) if request is not None else {}
     touched = set(getattr(session, "touched", None) or ())
     if not query:
         session.touched = frozenset(touched)
-        return tuple(gr.skip() for _ in range(len(current) + 2))
+        return (*(gr.skip() for _ in range(len(current) + 2)), session)
     values, notes = read_link(query, list(current))
     session.touched = frozenset(touched | {n for n in SETTING_NAMES if n in query and _read(n, query[n])
                                            == values[FIELDS.index(n)]})
     model = query.get(MODEL_FIELD)
     model = str(model)[:MAX_PROMPT_CHARS] if model else gr.skip()
     if not notes:
-        return (*values, model, gr.skip())
+        return (*values, model, gr.skip(), session)
     message = "The shared link was read in part. Dropped: " + "; ".join(notes)
     gr.Warning(message)
-    return (*values, model, message)
+    return (*values, model, message, session)
 
 
 def open_canvas_link(request: gr.Request, session) -> tuple:

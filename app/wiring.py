@@ -156,7 +156,8 @@ def shared_link(w: Wiring) -> None:
     # handler after the first dropped it. The closed page's exports leave the disk, its runs the memory.
     w.demo.unload(end_page)
     loaded = w.on(w.demo.load, share.on_load, [w.session, c["prompt"], *w.settings],
-                  [c["prompt"], *w.settings, c["model_dir"], c["status"]], api_visibility="private", queue=False)
+                  [c["prompt"], *w.settings, c["model_dir"], c["status"], w.session], api_visibility="private",
+                  queue=False)
     w.then(loaded, model_and_settings.settings_follow, w.link_inputs, [c["settings_accordion"], *out], queue=False)
     panel = w.pick(*denoise.PANEL_INPUTS)
     w.deps["canvas_link"] = w.on(w.demo.load, share.open_canvas_link, [w.session],

@@ -51,3 +51,15 @@ def test_every_panel_wires_itself_in_a_few_lines():
     for panel in wiring.PANELS:
         assert len(inspect.getsource(panel).splitlines()) <= 30, panel.__name__
     assert len(inspect.getsource(wiring.wire).splitlines()) <= 15
+
+
+def test_the_session_is_the_page_s_from_its_first_load_listener():
+    """The session a shared link sets up on load (its settings as the visitor's, its DiffusionGemma folder) is
+    the one every later event reads: the session State is no factory, whose own load event Gradio would run
+    after the page's listeners, replacing it with a fresh one; the first load listener hands it back, so
+    Gradio times its time-to-live (and ends it with the page) from then."""
+    demo = build_demo()
+    session = next(fn for fn in demo.fns.values() if fn.name == "warm_model").inputs[0]
+    assert type(session).__name__ == "State" and not callable(session.value)
+    setters = [fn.name for fn in demo.fns.values() if session in fn.outputs]
+    assert setters == ["on_load"]
