@@ -1,10 +1,10 @@
 """LoPA Explorer, the Gradio app: panels (app/panels.py), callbacks (app/callbacks.py,
 app/traces.py, app/model_and_settings.py, app/compare.py), per-user session state (app/session.py), the shared lazily loaded models
-(app/model_cache.py) and the one wiring site (app/wiring.py)."""
+(app/model_cache.py), the page (app/page.py) and the one wiring site (app/wiring.py)."""
 
 import os
 
-from .wiring import LAUNCH_KWARGS, build_demo
+from .page import LAUNCH_KWARGS, build_demo
 
 __all__ = ["build_demo", "LAUNCH_KWARGS", "serve", "DEFAULT_HOST", "DEFAULT_PORT"]
 

@@ -23,7 +23,8 @@ from .boundary import stream_jobs
 from .examples import check_answer
 from .inputs import text, whole
 from .model_cache import MODELS
-from .session import SETTING_NAMES, Backend, Session, backend_from_ui, check_ui, forkable, parse_ui
+from .request import read_request
+from .session import Backend, Session, forkable
 from .viz import (
     answer_mark,
     branches_table,
@@ -110,12 +111,13 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
 def _start_or_continue(session: Session, prompt: str, values, rounds: int | None = None) -> dict:
     """The job (app/boundary.py) that begins a new decode, or continues a paused one of the same
     prompt, settings and backend. `values`: the settings inputs, optionally followed by the backend
-    inputs (app.session.parse_ui). `rounds`: None to the end, 1 for Step."""
+    inputs, read once (app.request.read_request: what the visitor touched is the request) and resolved
+    once on the session's model. `rounds`: None to the end, 1 for Step."""
     prompt = text("prompt", prompt)
-    check_ui(*values)               # every input read before any model is touched
+    request = read_request(values, session.touched)     # every input read before any model is touched
     folder = str(MODELS.folder(session.model))      # the session's own model (pick_model)
     loaded = MODELS.get(folder)     # here, in the server process: loaded into the cache; never inside a GPU call
-    settings, backend = parse_ui(*values, spec=loaded.spec)     # resolved on the session's model
+    settings, backend = request.resolve(loaded.spec), request.backend
     if session.matches(prompt, settings, backend) and session.live.job["model"] == folder:
         return session.resume(rounds)
     return session.begin(folder, prompt, settings, backend, forkable(loaded, backend), rounds)
@@ -136,14 +138,6 @@ def _bp_fault(session: Session, err: RuntimeError, backend: Backend) -> str:
     return bp_fault_message(err)
 
 
-def _backend_of(values) -> Backend:
-    """The backend the inputs ask for (single process when they are not valid: check_ui says why)."""
-    try:
-        return backend_from_ui(*values[len(SETTING_NAMES):])
-    except ValueError:
-        return Backend()
-
-
 def describe_run(session: Session) -> str:
     """One line on the session's run: finished or stopped, rounds, tokens, TPF (and a budget warning)."""
     r = session.run
@@ -161,7 +155,7 @@ def run_stream(session: Session, prompt: str, *values):
     """Stream the decode live: one yield per round as the engine computes it (not a replay).
     Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
     yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
-                     on_fault=lambda err: _bp_fault(session, err, _backend_of(values)))
+                     on_fault=lambda err: _bp_fault(session, err, session.backend))
 
 
 def drain(session: Session, begin, running: str, on_fault=None):
@@ -220,7 +214,7 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
         return (error_message(err),) + live_outputs(session, "")[1:]
     except RuntimeError as err:
         session.stop_clock()
-        return (_bp_fault(session, err, _backend_of(values)),) + live_outputs(session, "")[1:]
+        return (_bp_fault(session, err, session.backend),) + live_outputs(session, "")[1:]
     session.stop_clock()
     if session.live is None:
         return live_outputs(session, f"Done: {describe_run(session)} Step again to start a new decode.")

@@ -14,14 +14,15 @@ from contextlib import closing
 
 import gradio as gr
 
-from lopa.resolution import resolve
+from lopa.settings import decoder_settings
 
 from .boundary import stream_jobs
 from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending
 from .examples import check_answer
 from .inputs import choice, text
 from .model_cache import MODELS
-from .session import Backend, LiveRun, Session, check_ui, forkable, parse_ui
+from .request import read_request
+from .session import Backend, LiveRun, Session, forkable
 from .viz import answer_mark, comparison_summary, counters_html, esc, run_diff, tfo_diff_html, tfo_map
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
@@ -32,13 +33,14 @@ BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "si
              "LoPA, left-to-right order (same k)": "left_to_right"}
 
 
-def baseline_settings(baseline: str, lopa_settings, spec=None):
-    """The baseline side's settings: the LoPA side's (already resolved on the model with `spec`) under
-    a decoder preset (the one resolution applies its overrides), or under another order."""
+def baseline_settings(baseline: str, lopa_settings):
+    """The baseline side's settings: the LoPA side's (already resolved on the session's model) under
+    a decoder's overrides (lopa.settings.decoder_settings, the one place they are applied), or under
+    another order. Nothing is resolved again: every setting is already the visitor's or the model's."""
     name = BASELINES.get(baseline, baseline)
     if name in ("random", "left_to_right"):
-        return resolve({**lopa_settings.to_dict(), "order": name}, spec)
-    return resolve(lopa_settings.to_dict(), spec, decoder=name)
+        return decoder_settings("lopa", lopa_settings, order=name)
+    return decoder_settings(name, lopa_settings)
 
 
 class Side:
@@ -126,13 +128,13 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
     try:
         prompt = text("prompt", prompt)
         choice("baseline", baseline, BASELINES)
-        check_ui(*values)               # every input read before any model is touched
+        request = read_request(values, session.touched)     # every input read before any model is touched
         folder = str(MODELS.folder(session.model))     # the session's own model
         loaded = MODELS.get(folder)     # its spec and size, in the server process
-        lopa_settings, backend = parse_ui(*values, spec=loaded.spec)      # resolved on the session's model
+        lopa_settings, backend = request.resolve(loaded.spec), request.backend      # resolved on the session's model
         if lopa_settings.k == 0:
             raise ValueError("k is 0, so LoPA would be the same as vanilla D2F: set k (lookahead branches) to 1 or more")
-        base_settings = baseline_settings(baseline, lopa_settings, loaded.spec)
+        base_settings = baseline_settings(baseline, lopa_settings)
         job = dict(model=folder, prompt=prompt, rounds=None, resume=None,
                    keep_states=forkable(loaded, Backend()))
         base = Side({**job, "settings": base_settings.to_dict(), "workers": 1}, baseline)

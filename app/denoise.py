@@ -20,7 +20,6 @@ traces only.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import weakref
@@ -32,18 +31,18 @@ import gradio as gr
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import check_diffusion_gemma
 from lopa.models.families import checkpoint_family
+from lopa.settings import CANVAS_SETTINGS
 
 from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
 from .gpu import zero_gpu
-from .inputs import shown, text, whole
+from .inputs import text, whole
 from .model_cache import MODELS
 from .models import token_names
 from .viz import denoise, esc
 
-# The panel's settings in the order of its inputs, each by the name its messages (and share links) use.
-# All but the seed are 0 when unset: the checkpoint's own generation config.
-PANEL_SETTINGS = {"max_new_tokens": "max new tokens", "max_denoising_steps": "max denoising steps",
-                  "entropy_bound": "entropy bound", "seed": "seed"}
+# The panel's settings in the order of its inputs (declared in lopa.settings.CanvasSettings, read by the registry,
+# named so in share links). All but the seed are 0 when unset: the checkpoint's own generation config.
+PANEL_SETTINGS = tuple(CANVAS_SETTINGS)
 PANEL_INPUTS = ("denoise_max_new_tokens", "denoise_steps", "denoise_bound", "denoise_seed")   # their components
 DENOISE_OUTPUTS = ("denoise_status", "denoise_counters", "denoise_slider", "denoise_step", "denoise_settled",
                    "denoise_heatmap")
@@ -51,10 +50,6 @@ DENOISE_OUTPUTS = ("denoise_status", "denoise_counters", "denoise_slider", "deno
 # (one canvas of 256 tokens, 48 steps) take 48; the bound keeps a decode from holding the model slot,
 # which every session's Run shares, for more than a few hundred forwards.
 MAX_FORWARDS = 512
-STEP_RANGE = (1, 256)
-TOKEN_RANGE = (1, 2048)
-SEED_RANGE = (0, 2**31 - 1)
-ENTROPY_BOUND_MAX = 1000.0
 MAX_PROMPT_TOKENS = 4096
 # Wall clock a decode may take before its next forward is refused (seconds).
 DECODE_SECONDS = float(os.environ.get("LOPA_CANVAS_DECODE_S", "300"))
@@ -203,23 +198,13 @@ def panel_settings(*values) -> dict:
 
 
 def read_setting(name: str, value) -> int | float:
-    """The panel's setting `name` (a PANEL_SETTINGS key) from a raw value, read by app.inputs: ValueError
-    naming it. Unset (None, empty, or 0, which a cleared number box sends and no setting takes) is 0, the
-    checkpoint's own; the seed is always a number."""
-    label = PANEL_SETTINGS[name]
-    if name == "seed":
-        return whole(label, value, *SEED_RANGE)
-    if _unset(value):
+    """The panel's setting `name` (a PANEL_SETTINGS name) from a raw value, read by the registry
+    (lopa.settings.CANVAS_SETTINGS, Setting.parse): ValueError naming it. Unset (None, empty, or 0, which a
+    cleared number box sends and no range takes) is 0, the checkpoint's own; the seed is always set."""
+    spec = CANVAS_SETTINGS[name]
+    if spec.default is None and _unset(value):
         return 0
-    if name != "entropy_bound":
-        return whole(label, value, *(TOKEN_RANGE if name == "max_new_tokens" else STEP_RANGE))
-    try:
-        bound = float(value) if not isinstance(value, bool) and len(str(value)) <= 40 else math.nan
-    except (TypeError, ValueError):
-        bound = math.nan
-    if not (math.isfinite(bound) and 0 < bound <= ENTROPY_BOUND_MAX):
-        raise ValueError(f"{label} must be a number above 0 and at most {ENTROPY_BOUND_MAX:g}, got {shown(value)}")
-    return bound
+    return spec.parse(value)
 
 
 def _generation(settings: dict) -> dict:
@@ -321,17 +306,22 @@ def error_status(err) -> str:
 
 
 # -- layout -------------------------------------------------------------------------------------------
+def _limit_label(name: str) -> str:
+    """The label of a whole-number panel setting: its name, unset, and its range (CANVAS_SETTINGS)."""
+    spec = CANVAS_SETTINGS[name]
+    return f"{spec.label} (0: the checkpoint's own; {spec.low} to {spec.high})"
+
+
 def build_denoise_panel() -> dict:
     """The DiffusionGemma panel's components by name (DENOISE_OUTPUTS and its inputs)."""
     gr.Markdown(NOT_LOPA, elem_id="denoise-note")
     folder = gr.Markdown(NO_FOLDER, elem_id="denoise-model")
     with gr.Row():
-        tokens = gr.Number(0, label=f"max new tokens (0: the checkpoint's own; {TOKEN_RANGE[0]} to "
-                                       f"{TOKEN_RANGE[1]})", precision=0, elem_id="denoise-max-new-tokens")
-        steps = gr.Number(0, label=f"max denoising steps (0: the checkpoint's own; {STEP_RANGE[0]} to "
-                                      f"{STEP_RANGE[1]})", precision=0, elem_id="denoise-steps")
-        bound = gr.Number(0, label="entropy bound (nats; 0: the checkpoint's own)", elem_id="denoise-bound")
-        seed = gr.Number(0, label="seed", precision=0, elem_id="denoise-seed")
+        tokens = gr.Number(0, label=_limit_label("max_new_tokens"), precision=0, elem_id="denoise-max-new-tokens")
+        steps = gr.Number(0, label=_limit_label("max_denoising_steps"), precision=0, elem_id="denoise-steps")
+        bound = gr.Number(0, label=f"{CANVAS_SETTINGS['entropy_bound'].label} (nats; 0: the checkpoint's own)",
+                          elem_id="denoise-bound")
+        seed = gr.Number(0, label=CANVAS_SETTINGS["seed"].label or "seed", precision=0, elem_id="denoise-seed")
     with gr.Row():
         decode_button = gr.Button("Decode the prompt on DiffusionGemma's sampler", variant="primary",
                                   elem_id="denoise-decode")

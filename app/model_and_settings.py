@@ -13,11 +13,13 @@ import gradio as gr
 
 from lopa import PAPER_PRESETS
 
+from . import layout, share
 from .callbacks import error_message, view
 from .denoise import canvas_folder, picked_message
 from .gpu import zero_gpu
 from .model_cache import MODELS
-from .session import SETTING_NAMES, Session, follow_model, shown_settings
+from .request import follow_model, shown_settings
+from .session import SETTING_NAMES, Session
 from .viz import esc
 
 # The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).
@@ -76,36 +78,50 @@ def pick_model(session: Session, choice) -> tuple:
                                      "keep their own model).", gr.skip())
 
 
-def apply_preset(name: str, touched=(), session: Session | None = None) -> tuple:
-    """Values for the settings inputs (SETTING_NAMES order), then the touched names: a paper row's
-    settings count as the visitor's; OWN shows the session's model's own values (as if untouched).
-    Every preset keeps max new tokens; settings a preset leaves open are skipped."""
+def apply_preset(name: str, session: Session | None = None) -> tuple:
+    """Values for the settings inputs (SETTING_NAMES order): a paper row's settings count as the visitor's
+    (the session's touched names take them); OWN shows the session's model's own values and untouches
+    them. Every preset keeps max new tokens; settings a preset leaves open are skipped."""
     preset = PRESETS.get(name, {}) if isinstance(name, str) else {}
+    touched = set(getattr(session, "touched", None) or ())
     if preset is None:
         loaded = MODELS.peek(MODELS.folder(getattr(session, "model", None)))   # loaded by the page's warm-up
         own = shown_settings(loaded.spec if loaded is not None else None)
         preset = {n: getattr(own, n) for n in SETTING_NAMES if n != "max_new_tokens"}
-        touched = set(touched or ()) - set(preset)
-    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES) \
-        + (sorted(set(touched or ()) | (set(preset) if name != OWN else set())),)
+        touched -= set(preset)
+    else:
+        touched |= set(preset)
+    if isinstance(session, Session):
+        session.touched = frozenset(touched)
+    return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES)
+
+
+def settings_follow(session: Session, prompt, *values) -> tuple:
+    """(settings title, share link, command) after the visitor's settings changed (an input, a preset, a
+    link): what follows their request. `values`: the settings inputs, then the DiffusionGemma panel's
+    (app.share.links)."""
+    return (layout.settings_title(session), *share.links(session, prompt, *values))
 
 
 def toucher(name: str):
-    """The callback of setting `name`'s input event (the visitor changed it): (touched names,) with it added."""
-    def touch(touched):
-        return sorted(set(touched or ()) | {name})
+    """The callback of setting `name`'s input event (the visitor changed it): the session counts it as
+    theirs (Session.touched), then settings_follow."""
+    def touch(session, prompt, *values):
+        if isinstance(session, Session):
+            session.touched = frozenset(session.touched or ()) | {name}
+        return settings_follow(session, prompt, *values)
     touch.__name__ = f"touch_{name}"
     return touch
 
 
-def follow_session_model(session: Session, touched, *values) -> tuple:
+def follow_session_model(session: Session, *values) -> tuple:
     """The settings inputs (SETTING_NAMES order) once the session's model is known (page load, a model
     picked): the inputs the visitor has not touched show the model's own values, as Run resolves them
-    (app.session.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
+    (app.request.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
     ones are kept."""
     try:
         spec = MODELS.get(MODELS.folder(getattr(session, "model", None))).spec
     except ValueError:
         return tuple(gr.skip() for _ in SETTING_NAMES)       # the model panel says why
-    follow = follow_model(spec, touched, *values)
+    follow = follow_model(spec, getattr(session, "touched", None) or (), *values)
     return tuple(gr.skip() if new == old else gr.update(value=new) for new, old in zip(follow, values))

@@ -60,7 +60,7 @@ def build_input_panel() -> dict:
 def setting_input(name: str, value):
     """The input of one registry setting (lopa.settings.SETTINGS): a dropdown for choices, a slider for
     a bounded interval, a number box otherwise; its label, help and range from the registry. Values
-    are checked by the registry when read (app.session.settings_from_ui), with its message."""
+    are checked by the registry when read (app.request.read_request), with its message."""
     spec = SETTINGS[name]
     kw = dict(label=spec.label or name, info=f"{spec.help} ({spec.describe()})", value=value,
               elem_id=name.replace("_", "-"))
@@ -75,7 +75,7 @@ def setting_input(name: str, value):
 
 
 def build_settings_panel() -> dict:
-    # Closed: a newcomer runs the defaults; the title counts what differs (app.layout.settings_title).
+    # Closed: a newcomer runs the defaults; the title names what the visitor set (app.layout.settings_title).
     with gr.Accordion("Decoding settings: all at the defaults", open=False, elem_id="settings") as accordion:
         preset = gr.Dropdown(list(PRESETS), value=list(PRESETS)[0], label="preset (paper: Table 5; keeps max new tokens)",
                              elem_id="preset")
@@ -95,12 +95,9 @@ def build_settings_panel() -> dict:
         share_link = gr.Textbox(label="add to this page's address (opening it restores the prompt and settings)",
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
-    # The settings inputs the visitor changed (by hand, a preset, a link): those keep their values when
-    # the session's model changes; the others show the model's own (app.model_and_settings.follow_session_model).
-    touched = gr.State([])
     return {"settings_accordion": accordion, "share_link": share_link, "command": command, "preset": preset, **inputs,
             "backend": backend,
-            "workers": workers, "touched": touched}
+            "workers": workers}
 
 
 def build_controls() -> dict:

@@ -1,4 +1,5 @@
-"""Per-user session state (held in a gr.State) and the settings the panel describes.
+"""Per-user session state (held in a gr.State), the names of the settings inputs and the backend (a click's
+request is read from them by app/request.py).
 
 A Session holds plain data only, so that the model can run behind a process boundary (ZeroGPU,
 app/gpu.py): a decode is a job (plain values) given to app/boundary.py, whose chunks (records,
@@ -16,8 +17,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from lopa import DecodeSettings, RunResult
-from lopa.resolution import resolve
-from lopa.settings import SETTINGS, ModelSpec, check_settings
+from lopa.settings import SETTINGS
 from lopa.trace import RoundRecord
 
 from . import disk
@@ -66,75 +66,6 @@ def backend_from_ui(kind=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
     kind = choice("backend", kind, (SINGLE, BRANCH_PARALLEL))
     workers = whole("workers (ranks of the branch-parallel backend)", workers, *WORKER_RANGE)
     return Backend() if kind == SINGLE else Backend(BRANCH_PARALLEL, workers)
-
-
-def parse_ui(*values, spec: ModelSpec | None = None) -> tuple[DecodeSettings, Backend]:
-    """(settings, backend) from the settings inputs (SETTING_NAMES), optionally followed by the
-    backend inputs (BACKEND_NAMES), resolved on the model with `spec` (settings_from_ui)."""
-    n, nb = len(SETTING_NAMES), len(BACKEND_NAMES)
-    if len(values) not in (n, n + nb):
-        raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
-                         f"got {len(values)} values")
-    return settings_from_ui(*values[:n], spec=spec), backend_from_ui(*values[n:])
-
-
-def check_ui(*values) -> None:
-    """Read every settings and backend input (parse_ui's values) without resolving them: a message
-    naming the first bad one before any model is touched."""
-    n = len(SETTING_NAMES)
-    if len(values) not in (n, n + len(BACKEND_NAMES)):
-        raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
-                         f"got {len(values)} values")
-    check_settings(dict(zip(SETTING_NAMES, values)))
-    backend_from_ui(*values[n:])
-
-
-def shown_settings(spec: ModelSpec | None = None) -> DecodeSettings:
-    """What the settings inputs show for the model with `spec` before the visitor touches them: the
-    one resolution (lopa.resolution.resolve) of an empty request over the model's own values and the
-    app's defaults (APP_DEFAULTS). A Dream-format checkpoint that asks for full attention shows full."""
-    return resolve({}, spec, defaults=APP_DEFAULTS)
-
-
-def ui_request(*values, spec: ModelSpec | None = None) -> dict:
-    """What the visitor set in the settings inputs (SETTING_NAMES): each value read by the registry
-    (Setting.parse: a message naming the input for a wrong type or range), and None (unset) where it
-    is what the inputs show for the model anyway (shown_settings), so resolution() says where each
-    value came from."""
-    if len(values) != len(SETTING_NAMES):
-        raise ValueError(f"expected {len(SETTING_NAMES)} settings, got {len(values)}")
-    given, shown = check_settings(dict(zip(SETTING_NAMES, values))), shown_settings(spec)
-    return {name: (None if value == getattr(shown, name) else value) for name, value in given.items()}
-
-
-def settings_from_ui(*values, spec: ModelSpec | None = None) -> DecodeSettings:
-    """The settings a Run with these inputs decodes on the model with `spec` (None: no model's own
-    values): ui_request() resolved over the model's own values and APP_DEFAULTS. Raises ValueError
-    naming the setting, its range and (a short prefix of) the value when one is missing, of the
-    wrong type or out of range, or when the combination is refused."""
-    return resolve(ui_request(*values, spec=spec), spec, defaults=APP_DEFAULTS)
-
-
-def follow_model(spec: ModelSpec | None, touched, *values) -> tuple:
-    """The settings inputs' values (SETTING_NAMES order) on the model with `spec`: an input the visitor
-    touched (its name in `touched`) keeps its value; every other shows what the model resolves to,
-    with the touched ones as the request (a length follows a touched block size). A touched input
-    that cannot be read, or a touched combination the model refuses, is left for Run to name."""
-    given, request = dict(zip(SETTING_NAMES, values)), {}
-    for name in set(touched or ()) & set(SETTING_NAMES):
-        try:
-            request[name] = SETTINGS[name].parse(given[name])
-        except ValueError:
-            request[name] = None
-    for attempt in (request, {**request, "max_new_tokens": None}, {}):
-        try:
-            settings = resolve(attempt, spec, defaults=APP_DEFAULTS)
-            break
-        except ValueError:
-            continue
-    else:
-        return tuple(values)
-    return tuple(given[name] if name in request else getattr(settings, name) for name in SETTING_NAMES)
 
 
 class LiveRun:
@@ -186,6 +117,9 @@ class Session:
     runs_changed: bool = False            # the run list needs redrawing
     model: str | None = None              # the folder of the model this visitor picked (app/models.py); None: the default
     canvas_model: str | None = None       # the DiffusionGemma folder this visitor picked (app/denoise.py decodes it)
+    # The settings inputs this visitor set (by hand, a preset, a link): their request (app/request.py); the others
+    # show the model's own values. None until the page loads: a caller with no page sets every input it sends.
+    touched: frozenset | None = None
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),
@@ -347,10 +281,6 @@ def forkable(loaded, backend: Backend) -> bool:
 # A session lives this long after its last change, then Gradio drops it and end_session frees
 # what it holds (a closed page sooner: end_page).
 SESSION_TTL_S = 30 * 60
-
-
-def new_session() -> Session:
-    return Session()
 
 
 def end_session(session: Session) -> None:

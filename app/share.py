@@ -11,7 +11,7 @@ the panel (canvas_query, read_canvas_link, open_canvas_link). The `lopa generate
 DiffusionGemma counterpart (`python -m lopa.models.diffusion_gemma` decodes one), so it leaves them out.
 
 A link comes from anyone, so it is read the way every other surface reads a setting: each value
-through the registry (lopa.settings.Setting.parse, or the panel's denoise.read_setting), the prompt
+through the registry (lopa.settings.Setting.parse; the panel's through denoise.read_setting), the prompt
 cut to MAX_PROMPT_CHARS, a folder only where any model box value could name it (LOPA_MODEL_DIRS), and
 a link that cannot be read whole keeps what it can and says what it dropped."""
 
@@ -31,7 +31,8 @@ from . import denoise
 from .inputs import shown
 from .model_cache import MODELS
 from .models import MODELS_DIR, short_path
-from .session import SETTING_NAMES, parse_ui, settings_from_ui, shown_settings
+from .request import read_request, shown_settings
+from .session import SETTING_NAMES
 from .viz import esc
 
 FIELDS = ("prompt", *SETTING_NAMES)
@@ -44,12 +45,6 @@ MAX_QUERY_BYTES = 16_384
 CUT_MARK = "cut"                             # the query field that says which fields the cut dropped
 CANVAS_FIELD = "canvas"                      # the DiffusionGemma folder the session picked (app/denoise.py)
 CANVAS_PREFIX = "canvas_"                    # + a panel setting's name (denoise.PANEL_SETTINGS): its value
-
-
-def settings_of(values, spec: ModelSpec | None = None) -> DecodeSettings:
-    """The settings inputs -> the DecodeSettings a Run decodes on the model with `spec` (ValueError
-    naming the bad setting)."""
-    return parse_ui(*values, spec=spec)[0]
 
 
 def session_model(session) -> tuple[Path, ModelSpec | None]:
@@ -69,15 +64,16 @@ def model_field(folder: Path) -> str:
     return folder.name if folder.resolve().parent == MODELS_DIR.resolve() else str(folder)
 
 
-def share_query(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None,
+def share_query(prompt: str, settings: DecodeSettings, spec: ModelSpec | None = None, folder: Path | None = None,
                 canvas: dict | None = None) -> str:
-    """`?prompt=...&model=...&k=...`: the prompt, the model (unless it is the default) and the settings
-    that differ from what the inputs show for that model (app.session.shown_settings), so the link
-    opens on the same run; then `canvas`, the DiffusionGemma panel's fields (canvas_query)."""
+    """`?prompt=...&model=...&k=...`: the prompt, the model (unless it is the default) and where `settings`
+    (a request resolved on the model with `spec`) differ from what the inputs show for that model
+    (app.request.shown_settings), so the link opens on the same run; then `canvas`, the DiffusionGemma
+    panel's fields (canvas_query)."""
     query = {"prompt": (prompt or "")[:MAX_PROMPT_CHARS]}
     if folder is not None and MODELS.key(folder) != MODELS.key(MODELS.default):
         query[MODEL_FIELD] = model_field(folder)
-    return "?" + urlencode({**query, **settings_diff(settings_of(values, spec), shown_settings(spec)), **(canvas or {})})
+    return "?" + urlencode({**query, **settings_diff(settings, shown_settings(spec)), **(canvas or {})})
 
 
 def canvas_query(session, *panel) -> dict:
@@ -143,7 +139,7 @@ def read_link(query: dict, current: list) -> tuple[list, list[str]]:
         taken.append(i)
     while taken:                                 # a combination the engine refuses: undo the link's last fields
         try:
-            settings_of(out[1:])
+            read_request(out[1:]).resolve()
             break
         except ValueError as err:
             i = taken.pop()
@@ -157,14 +153,10 @@ def restore(query: dict, current: list) -> list:
     return read_link(query, current)[0]
 
 
-def command_line(prompt: str, *values, spec: ModelSpec | None = None, folder: Path | None = None) -> str:
-    """The `lopa generate` command that decodes the same prompt with the same settings on the same
-    model: it names --model, and spells out every setting where the run (settings_from_ui on the
-    model with `spec`) differs from what `lopa generate` resolves on that model with no flags."""
-    try:
-        settings = settings_from_ui(*values[:len(SETTING_NAMES)], spec=spec)
-    except ValueError as err:
-        return f"# {err}"
+def command_line(prompt: str, settings: DecodeSettings, spec: ModelSpec | None = None, folder: Path | None = None) -> str:
+    """The `lopa generate` command that decodes the same prompt with `settings` (a request resolved on the
+    model with `spec`) on the same model: it names --model, and spells out every setting where they differ
+    from what `lopa generate` resolves on that model with no flags."""
     folder = Path(folder if folder is not None else MODELS.default)
     parts = ["python", "-m", "lopa", "generate", "--model", short_path(folder), "--prompt", prompt or ""]
     for name, value in settings_diff(settings, resolve({}, spec, defaults={"k": DEFAULT_K})).items():
@@ -173,25 +165,29 @@ def command_line(prompt: str, *values, spec: ModelSpec | None = None, folder: Pa
 
 
 # -- callbacks --------------------------------------------------------------------------------------
-def on_load(request: gr.Request, touched, *current):
+def on_load(request: gr.Request, session, *current):
     """Apply the URL's query to the inputs when the page opens (a shared link). Outputs: the inputs
-    (prompt, then SETTING_NAMES), the names of the settings the link set (they count as touched:
-    app.model_and_settings.follow_session_model keeps them when the model is applied), the model box (the
-    link's model: picking it applies it, app.model_and_settings.pick_model) and the status, which says what
-    the link could not give."""
+    (prompt, then SETTING_NAMES), the model box (the link's model: picking it applies it,
+    app.model_and_settings.pick_model) and the status, which says what the link could not give. The
+    session's touched settings become the page's (none, until the visitor sets one), with those the link
+    set: they are the visitor's request (app/request.py), kept when the model is applied. Last output: the
+    session itself, handed back so that Gradio keeps it as the page's (it times a State's time-to-live, and
+    ends it with the page, from the event that last set it; app/page.py)."""
     query = dict(request.query_params) if request is not None else {}
+    touched = set(getattr(session, "touched", None) or ())
     if not query:
-        return tuple(gr.skip() for _ in range(len(current) + 3))
+        session.touched = frozenset(touched)
+        return (*(gr.skip() for _ in range(len(current) + 2)), session)
     values, notes = read_link(query, list(current))
-    given = sorted(set(touched or ()) | {n for n in SETTING_NAMES if n in query and _read(n, query[n])
-                                         == values[FIELDS.index(n)]})
+    session.touched = frozenset(touched | {n for n in SETTING_NAMES if n in query and _read(n, query[n])
+                                           == values[FIELDS.index(n)]})
     model = query.get(MODEL_FIELD)
     model = str(model)[:MAX_PROMPT_CHARS] if model else gr.skip()
     if not notes:
-        return (*values, given, model, gr.skip())
+        return (*values, model, gr.skip(), session)
     message = "The shared link was read in part. Dropped: " + "; ".join(notes)
     gr.Warning(message)
-    return (*values, given, model, message)
+    return (*values, model, message, session)
 
 
 def open_canvas_link(request: gr.Request, session) -> tuple:
@@ -218,14 +214,19 @@ def _read(name: str, text):
 def links(session, prompt: str, *values) -> tuple[str, str]:
     """(share query, command line) for the current inputs on the session's model: `values` are the settings
     inputs (SETTING_NAMES), then the DiffusionGemma panel's (denoise.PANEL_SETTINGS), which the link
-    carries with the folder picked for it."""
+    carries with the folder picked for it. The settings are the session's request (app.request.read_request)
+    resolved once; a request that does not read or resolve is named in both."""
     settings, panel = values[:len(SETTING_NAMES)], values[len(SETTING_NAMES):]
     folder, spec = session_model(session)
     try:
-        query = share_query(prompt, *settings, spec=spec, folder=folder, canvas=canvas_query(session, *panel))
+        resolved = read_request(settings, getattr(session, "touched", None)).resolve(spec)
     except ValueError as err:
+        return f"(fix the settings first: {err})", f"# {err}"
+    try:
+        query = share_query(prompt, resolved, spec=spec, folder=folder, canvas=canvas_query(session, *panel))
+    except ValueError as err:                   # a DiffusionGemma panel setting that does not read
         query = f"(fix the settings first: {err})"
-    return query, command_line(prompt, *settings, spec=spec, folder=folder)
+    return query, command_line(prompt, resolved, spec=spec, folder=folder)
 
 
 # -- the length bound, before Gradio ------------------------------------------------------------------

@@ -19,10 +19,11 @@ Shape notation, used in every shape comment of the package; each letter means on
 """
 
 from lopa.engine import Decoder, decode, fork
+from lopa.resolution import resolve
 from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
 from lopa.trace import RoundRecord, RunResult
 
 __all__ = [
-    "DecodeSettings", "ModelSpec", "decoder_settings", "PAPER_PRESETS", "DECODERS",
+    "DecodeSettings", "ModelSpec", "resolve", "decoder_settings", "PAPER_PRESETS", "DECODERS",
     "RoundRecord", "RunResult", "Decoder", "decode", "fork",
 ]

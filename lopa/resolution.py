@@ -22,6 +22,7 @@ from lopa.settings import (
     ModelSpec,
     Setting,
     check_settings,
+    decoder_settings,
 )
 
 # The lookahead a run gets when it names none (`lopa generate`, transformers' generate(), /decode).
@@ -55,8 +56,6 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
         if preset not in PAPER_PRESETS:
             raise ValueError(f"preset must be one of {tuple(PAPER_PRESETS)}, got {preset[:40]!r}")
         preset = PAPER_PRESETS[preset]
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {tuple(DECODERS)}, got {str(decoder)[:40]!r}")
     layers = {  # lowest precedence first
         "surface": check_settings({n: v for n, v in (defaults or {}).items() if v is not None}),
         "model": model_settings(spec),
@@ -67,13 +66,12 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
     for source, layer in layers.items():
         values.update(layer)
         sources.update(dict.fromkeys(layer, source))
-    for name, value in DECODERS[decoder].items():
-        values[name], sources[name] = value, "user"
     block = values.get("block_size", SETTINGS["block_size"].default)
     length = values.get("max_new_tokens", SETTINGS["max_new_tokens"].default)
     if sources.get("max_new_tokens") not in ("user", "preset") and length % block:
         values["max_new_tokens"] = min(-(-length // block) * block, MAX_NEW_TOKENS // block * block)
-    settings = DecodeSettings(**values)
+    settings = decoder_settings(decoder, DecodeSettings(**values))      # its overrides (they never touch a length)
+    sources.update(dict.fromkeys(DECODERS[decoder], "user"))
     return settings, {name: sources.get(name, "engine") for name in SETTINGS}
 
 
@@ -103,10 +101,10 @@ def _flag_type(spec: Setting):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(str(spec._error(text, " (a number)"))) from None
+            raise argparse.ArgumentTypeError(str(spec.error(text, " (a number)"))) from None
         if spec.type is int:
             if not value.is_integer():
-                raise argparse.ArgumentTypeError(str(spec._error(text, " (a whole number)")))
+                raise argparse.ArgumentTypeError(str(spec.error(text, " (a whole number)")))
             return int(text) if text.strip().lstrip("+-").isdigit() else int(value)
         return value
     read.__name__ = spec.type.__name__

@@ -96,7 +96,9 @@ class Setting:
             return f"an integer in {self.low}..{self.high}"
         return f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
 
-    def _error(self, value, hint: str = "") -> ValueError:
+    def error(self, value, hint: str = "") -> ValueError:
+        """The registry's message for a value this setting refuses (`hint`: what kind of value it wanted),
+        quoting at most a short prefix of the value: the one wording every surface's reading uses."""
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         return ValueError(f"{self.label or self.name} must be {self.describe()}{hint}, got {shown}")
 
@@ -109,16 +111,16 @@ class Setting:
         """`value` if it has this setting's type and range (an int is a float here); ValueError otherwise."""
         if self.choices is not None:
             if not isinstance(value, str) or value not in self.choices:
-                raise self._error(value)
+                raise self.error(value)
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._error(value, " (a number)" if self.type is float else "")
+            raise self.error(value, " (a number)" if self.type is float else "")
         if self.type is int:
             if not isinstance(value, int) or not self._inside(value):
-                raise self._error(value)
+                raise self.error(value)
             return value
         if not math.isfinite(value) or not self._inside(value):
-            raise self._error(value)
+            raise self.error(value)
         return float(value)
 
     def parse(self, value):
@@ -134,16 +136,16 @@ class Setting:
             try:
                 value = float(value.strip())
             except ValueError:
-                raise self._error(given, " (a number)") from None
+                raise self.error(given, " (a number)") from None
         if self.type is int and isinstance(value, float):
             if not value.is_integer():
-                raise self._error(given, " (a whole number)")
+                raise self.error(given, " (a whole number)")
             value = int(value)
         try:
             return self.check(value)
         except ValueError:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            raise self._error(given, "" if number else " (a number)") from None
+            raise self.error(given, "" if number else " (a number)") from None
 
 
 def setting(default, help: str, *, low=None, high=None, open_low=False, open_high=False, choices=None,
@@ -270,9 +272,32 @@ class DecodeSettings:
 
 
 _TYPES = {"int": int, "float": float, "str": str}
+
+
+def registry(declared) -> dict[str, Setting]:
+    """{name: Setting} of a dataclass whose fields are declared with setting(), in declaration order."""
+    return {f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(declared)}
+
+
 # The registry: every decode setting, in declaration order.
-SETTINGS: dict[str, Setting] = {
-    f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(DecodeSettings)}
+SETTINGS: dict[str, Setting] = registry(DecodeSettings)
+
+
+@dataclass(frozen=True)
+class CanvasSettings:
+    """DiffusionGemma's own sampler (lopa.models.diffusion_gemma), as the app's DiffusionGemma panel sets it:
+    not LoPA settings, so no surface of DecodeSettings carries them. None is unset: the checkpoint's own
+    generation config (the seed is always set). The ranges bound one decode of a served page."""
+
+    max_new_tokens: int = setting(None, "new tokens at most", low=1, high=2048, label="max new tokens")
+    max_denoising_steps: int = setting(None, "denoising steps at most", low=1, high=256, label="max denoising steps")
+    entropy_bound: float = setting(None, "the sampler's entropy bound, in nats", low=0.0, high=1000.0, open_low=True,
+                                   label="entropy bound")
+    seed: int = setting(0, "sampling seed", low=0, high=2**31 - 1)
+
+
+# The DiffusionGemma panel's settings, declared and read (Setting.parse) like the decode settings.
+CANVAS_SETTINGS: dict[str, Setting] = registry(CanvasSettings)
 
 
 def check_settings(values: dict, parse: bool = True) -> dict:
@@ -297,9 +322,11 @@ DECODERS = {
 
 
 def decoder_settings(decoder: str, base: DecodeSettings | None = None, **overrides) -> DecodeSettings:
-    """Settings for one of DECODERS, starting from `base` (defaults) plus `overrides`."""
+    """`base` (the engine's defaults when None) with `overrides`, as `decoder` (one of DECODERS) runs it:
+    the decoder's overrides last, since choosing it is part of the request. The one place they are
+    applied: lopa.resolution.resolution() ends here too."""
     if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {tuple(DECODERS)}, got {decoder!r}")
+        raise ValueError(f"decoder must be one of {tuple(DECODERS)}, got {str(decoder)[:40]!r}")
     base = base or DecodeSettings()
     return base.replace(**{**overrides, **DECODERS[decoder]})
 

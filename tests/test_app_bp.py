@@ -12,6 +12,7 @@ from tiny import app_model
 from app import callbacks as cb
 from app.compare import COMPARE_OUTPUTS, compare_stream
 from app.model_cache import MODELS
+from app.request import read_request
 from app.session import (
     APP_DEFAULTS,
     BRANCH_PARALLEL,
@@ -20,7 +21,6 @@ from app.session import (
     Backend,
     Session,
     backend_from_ui,
-    parse_ui,
 )
 from lopa import DecodeSettings
 from lopa.distributed.group import BPGroup
@@ -108,7 +108,7 @@ def test_rank_lanes_of_a_single_process_round(single_run):
 
 
 def test_backend_values_are_parsed_with_clear_messages():
-    assert parse_ui(*values()[:len(SETTING_NAMES)])[1] == Backend()          # backend inputs are optional
+    assert read_request(values()[:len(SETTING_NAMES)]).backend == Backend()          # backend inputs are optional
     assert backend_from_ui(BRANCH_PARALLEL, 3.0) == Backend(BRANCH_PARALLEL, 3)
     for bad in (1, 5, 2.5, None):
         with pytest.raises(ValueError, match="workers"):

@@ -12,7 +12,8 @@ from app import model_and_settings, traces
 from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.model_cache import MODELS
 from app.models import example_prompts, safetensors_param_count
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session, settings_from_ui
+from app.request import read_request
+from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -47,14 +48,14 @@ def drain(gen):
     return [named(out) for out in gen]
 
 
-def test_settings_from_ui_validates_with_clear_messages():
-    s = settings_from_ui(*values())
+def test_a_request_reads_every_input_with_clear_messages():
+    s = read_request(values()).resolve()
     assert s.k == 3 and s.block_size == 8 and s.confidence == "max_prob"
-    assert settings_from_ui(*values(k=3.0, seed=2.0)).seed == 2
+    assert read_request(values(k=3.0, seed=2.0)).resolve().seed == 2
     for bad, message in [(dict(max_new_tokens=30), "multiple of block_size"), (dict(tau_conf=1.5), "tau_conf"),
                          (dict(k=2.5), "whole number"), (dict(block_size=None), "empty"), (dict(k=99), "lookahead branches")]:
         with pytest.raises(ValueError, match=message):
-            settings_from_ui(*values(**bad))
+            read_request(values(**bad)).resolve()
 
 
 def test_run_streams_rounds_live_and_renders_the_final_state():

@@ -22,6 +22,7 @@ from app.models import MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
+from lopa.settings import CANVAS_SETTINGS
 from visualizations.denoise import denoise_step_html
 
 PROMPT = "how many apples does Tom have"
@@ -134,9 +135,13 @@ def test_decode_is_bounded_and_bad_numbers_are_named(allowed, monkeypatch):
     assert f"at most {denoise.MAX_FORWARDS} a decode" in message(2048, 256, None, 0)
     # 0 (a cleared box) is the checkpoint's own: generate's defaults here, 256 tokens at 48 steps, over the bound
     assert "256 new tokens at 48 denoising steps may take 1536 forwards" in message(0, 0.0, "0", 0)
-    assert "seed must be a whole number" in message(8, 2, None, "x")
-    assert "entropy bound must be a number above 0" in message(8, 2, "-1", 0)
-    assert "max denoising steps must be a whole number from 1 to 256" in message(8, 999, None, 0)
+    # The panel's settings are the registry's (lopa.settings.CANVAS_SETTINGS), read and worded by it.
+    assert "seed must be an integer in 0..2147483647 (a number), got &#x27;x&#x27;" in message(8, 2, None, "x")
+    assert "entropy bound must be in (0, 1000], got &#x27;-1&#x27;" in message(8, 2, "-1", 0)
+    assert "max denoising steps must be an integer in 1..256, got 999" in message(8, 999, None, 0)
+    assert [denoise.read_setting(n, v) for n, v in zip(denoise.PANEL_SETTINGS, ("16", 0, 0.5, "3"))] == [16, 0, 0.5, 3]
+    assert denoise.PANEL_SETTINGS == tuple(CANVAS_SETTINGS) == ("max_new_tokens", "max_denoising_steps",
+                                                                 "entropy_bound", "seed")
     assert "the prompt is empty" in message(8, 2, None, 0, prompt="  ")
     assert "No DiffusionGemma checkpoint picked" in denoise.decode_canvas(Session(), view, PROMPT, 8, 2, None, 0)[0]
     monkeypatch.setattr(denoise, "DECODE_SECONDS", -1.0)               # the deadline passed before the first step
@@ -332,7 +337,7 @@ def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_setting
     # A bad setting is dropped and named; a folder outside LOPA_MODEL_DIRS is not opened at all.
     fresh = Session()
     out = share.open_canvas_link(Link({**fields, "canvas_max_denoising_steps": "999"}), fresh)
-    assert fresh.canvas_model == str(allowed) and "max denoising steps must be a whole number" in out[-1]
+    assert fresh.canvas_model == str(allowed) and "max denoising steps must be an integer in 1..256" in out[-1]
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
     fresh = Session()
     out = share.open_canvas_link(Link({"canvas": str(allowed), "canvas_seed": "4"}), fresh)

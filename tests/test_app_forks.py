@@ -11,7 +11,8 @@ from tiny import app_model
 from app import callbacks as cb
 from app import forks, traces
 from app.compare import COMPARE_OUTPUTS, compare_runs
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, parse_ui
+from app.request import read_request
+from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from visualizations.timeline import fills
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -49,18 +50,18 @@ def late_filled_cell(run, r):
 
 
 def test_the_order_selector_reaches_the_engine():
-    settings, _ = parse_ui(*values("random", 7))
+    settings = read_request(values("random", 7)).resolve()
     assert settings.order == "random" and settings.order_seed == 7
     session = Session()
     last = decoded(session, *values("left_to_right"))
     assert session.run.settings["order"] == "left_to_right" and last["status"].startswith("Done")
     with pytest.raises(ValueError, match="order must be one of"):
-        parse_ui(*values("sideways"))
+        read_request(values("sideways"))
     # the lookahead floor is an order input too: it reaches the engine and names the run
     last = decoded(session, *values(lookahead_min_prob=0.5))
     assert session.run.settings["lookahead_min_prob"] == 0.5 and "floor 0.5" in last["run_list"]["choices"][-1][0]
     with pytest.raises(ValueError, match=r"lookahead_min_prob must be in \[0, 1\)"):
-        parse_ui(*values(lookahead_min_prob=1.0))
+        read_request(values(lookahead_min_prob=1.0))
 
 
 def test_click_fill_first_fork_appears_in_the_run_list_and_compares():

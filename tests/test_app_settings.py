@@ -12,7 +12,8 @@ from tiny import app_model, tiny_spec
 
 from app import LAUNCH_KWARGS, api, model_and_settings, share
 from app.panels import build_settings_panel
-from app.session import APP_DEFAULTS, SETTING_NAMES, parse_ui, settings_from_ui
+from app.request import read_request
+from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa.cli import build_parser
 from lopa.resolution import settings_from_args
 from lopa.settings import SETTINGS
@@ -32,7 +33,7 @@ def test_the_app_has_one_input_per_setting_the_registry_shows():
         assert component.value == APP_DEFAULTS[name] and component.elem_id == name.replace("_", "-")
         if SETTINGS[name].choices:
             assert [c[1] for c in component.choices] == list(SETTINGS[name].choices)
-    assert settings_from_ui(*[APP_DEFAULTS[n] for n in SETTING_NAMES]).k == 4
+    assert read_request([APP_DEFAULTS[n] for n in SETTING_NAMES]).resolve().k == 4
 
 
 def test_share_links_and_decode_cover_every_setting():
@@ -48,7 +49,7 @@ def test_a_link_restores_every_setting_it_was_made_from():
                    mask_argmax="authors", order="adaptive", branch_cost=0.25, lookahead_min_prob=0.3, seed=5)
     values = [changed[n] for n in SETTING_NAMES]
     from urllib.parse import parse_qsl
-    query = dict(parse_qsl(share.share_query("a prompt", *values)[1:]))
+    query = dict(parse_qsl(share.share_query("a prompt", read_request(values).resolve())[1:]))
     assert share.read_link(query, list(CURRENT)) == (["a prompt", *values], [])
 
 
@@ -58,7 +59,7 @@ def test_the_app_s_paper_preset_is_the_cli_s():
     updates = dict(zip(SETTING_NAMES, model_and_settings.apply_preset("paper: gsm8k")))
     values = [u["value"] if isinstance(u, dict) and "value" in u else APP_DEFAULTS[n]
               for n, u in updates.items()]
-    app_settings, _ = parse_ui(*values)
+    app_settings = read_request(values).resolve()
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     args = sub.choices["generate"].parse_args(["--prompt", "x", "--preset", "gsm8k", "--max-new-tokens", "64"])
     assert app_settings == settings_from_args(args, tiny_spec(block_size=32))
@@ -69,7 +70,7 @@ def test_the_app_s_paper_preset_is_the_cli_s():
 def test_the_form_names_the_setting_its_range_and_the_value():
     values = dict(APP_DEFAULTS, tau_conf="x")
     with pytest.raises(ValueError, match=r"^tau_conf must be in \(0, 1\] \(a number\), got 'x'$"):
-        settings_from_ui(*[values[n] for n in SETTING_NAMES])
+        read_request([values[n] for n in SETTING_NAMES])
 
 
 def test_a_link_keeps_what_it_can_and_says_what_it_dropped():
@@ -89,16 +90,19 @@ def test_a_link_keeps_what_it_can_and_says_what_it_dropped():
 def test_opening_a_bad_link_says_what_it_dropped():
     class Request:
         query_params = {"prompt": "hi", "tau_conf": "x"}
-    out = share.on_load(Request(), [], *CURRENT)
-    assert out[0] == "hi" and "Dropped: tau_conf must be in (0, 1] (a number), got 'x'" in out[-1]
-    assert out[len(CURRENT)] == [] and out[len(CURRENT) + 1].get("__type__") == "update"   # nothing touched; no model
+    session = Session()
+    out = share.on_load(Request(), session, *CURRENT)
+    assert out[0] == "hi" and "Dropped: tau_conf must be in (0, 1] (a number), got 'x'" in out[-2]
+    assert session.touched == frozenset() and out[len(CURRENT)].get("__type__") == "update"   # nothing touched; no model
+    assert out[-1] is session          # handed back: Gradio keeps it as the page's (app/page.py)
 
     class Shared:
         query_params = {"prompt": "hi", "k": "2", "attention": "block_causal", "model": "sure-gsm-dllm"}
-    out = share.on_load(Shared(), ["seed"], *CURRENT)
+    session = Session(touched=frozenset({"seed"}))
+    out = share.on_load(Shared(), session, *CURRENT)
     # The link's settings count as the visitor's (they stay when its model is applied), even one that
     # equals what the page showed; its model goes to the model box, which applies it.
-    assert out[len(CURRENT)] == ["attention", "k", "seed"] and out[len(CURRENT) + 1] == "sure-gsm-dllm"
+    assert session.touched == {"attention", "k", "seed"} and out[len(CURRENT)] == "sure-gsm-dllm"
 
 
 def test_an_over_long_link_is_cut_before_gradio_sees_it():

@@ -3,6 +3,7 @@ bad or hostile queries change nothing, and the command decodes the same run as t
 
 import shlex
 
+from app.request import read_request
 from app.session import APP_DEFAULTS, SETTING_NAMES
 from app.share import command_line, restore, share_query
 from lopa.cli import build_parser
@@ -20,7 +21,7 @@ def values(**changes):
 def test_a_link_restores_what_it_was_made_from():
     chosen = values(k=7, tau_conf=0.8, order="random", order_seed=3, attention="full", lookahead_min_prob=0.3)
     from urllib.parse import parse_qsl
-    query = dict(parse_qsl(share_query(PROMPT, *chosen)[1:]))
+    query = dict(parse_qsl(share_query(PROMPT, read_request(chosen).resolve())[1:]))
     assert restore(query, list(CURRENT)) == [PROMPT, *chosen]
 
 
@@ -32,7 +33,7 @@ def test_bad_or_foreign_query_values_change_nothing():
 
 def test_the_command_line_parses_to_the_same_settings():
     chosen = values(k=3, max_new_tokens=96, order="left_to_right", confidence="max_prob", lookahead_min_prob=0.25)
-    argv = shlex.split(command_line(PROMPT, *chosen))[3:]             # drop "python -m lopa"
+    argv = shlex.split(command_line(PROMPT, read_request(chosen).resolve()))[3:]             # drop "python -m lopa"
     args = build_parser().parse_args(argv)
     assert args.prompt == PROMPT
     settings = settings_from_args(args)

@@ -59,13 +59,13 @@ def test_run_sits_with_the_prompt_and_examples_within_a_screen_of_the_comparison
     assert box(page, "#arrival .lopa-story-side[data-run='lopa']")["top"] < 1.5 * screen
 
 
-def test_settings_are_closed_and_say_how_many_differ(page):
+def test_settings_are_closed_and_name_those_the_visitor_set(page):
     title = page.locator("#settings").inner_text().split("\n")[0]
-    assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "differ" in title)
+    assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "set by you" in title)
     assert not page.locator("#k").is_visible()                              # closed: k is inside
     open_accordion(page, "#settings", "#k")
     type_value(page, "#k", "2")
-    page.wait_for_function("document.querySelector('#settings').innerText.includes('differ from the defaults (')")
+    page.wait_for_function("document.querySelector('#settings').innerText.includes('set by you (k)')")
     assert "k" in page.locator("#settings").inner_text().split("\n")[0]
 
 

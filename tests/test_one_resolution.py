@@ -15,7 +15,8 @@ from test_checkpoints import save_dream_dir
 from app import api, model_and_settings, share, traces
 from app import callbacks as cb
 from app.model_cache import MODELS
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session, follow_model, shown_settings
+from app.request import follow_model, read_request, shown_settings
+from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.cli import main
 from lopa.hf.generation import generate
 from lopa.models import load
@@ -87,23 +88,26 @@ def test_every_surface_decodes_the_same_tokens_with_the_model_s_settings(dream_d
 
 def cb_command(session, values) -> str:
     folder, spec = share.session_model(session)
-    return share.command_line(PROMPT, *values, spec=spec, folder=folder)
+    return share.command_line(PROMPT, read_request(values).resolve(spec), spec=spec, folder=folder)
 
 
 def test_copy_as_command_names_the_model_and_only_what_differs_from_lopa_generate(dream_dir, any_folder):
     spec = MODELS.get(str(dream_dir)).spec
-    command = share.command_line(PROMPT, *app_values(spec, order="random"), spec=spec, folder=dream_dir)
+    command = share.command_line(PROMPT, read_request(app_values(spec, order="random")).resolve(spec), spec=spec,
+                                 folder=dream_dir)
     parts = shlex.split(command)
     assert parts[parts.index("--model") + 1] == str(dream_dir)
     assert "--attention" not in parts and "--block-size" not in parts       # the model's own: lopa generate's too
     assert parts[parts.index("--order") + 1] == "random" and parts[parts.index("--max-new-tokens") + 1] == "64"
-    touched = share.command_line(PROMPT, *app_values(spec, attention="block_causal"), spec=spec, folder=dream_dir)
+    request = read_request(app_values(spec, attention="block_causal"), ["attention"])
+    touched = share.command_line(PROMPT, request.resolve(spec), spec=spec, folder=dream_dir)
     assert "--attention block_causal" in touched                            # a visitor's change is spelled out
 
 
 def test_a_share_link_names_the_model_and_what_the_visitor_changed(dream_dir, any_folder):
     spec = MODELS.get(str(dream_dir)).spec
-    query = share.share_query(PROMPT, *app_values(spec, k=3), spec=spec, folder=dream_dir)
+    query = share.share_query(PROMPT, read_request(app_values(spec, k=3), ["k"]).resolve(spec), spec=spec,
+                              folder=dream_dir)
     assert "model=" in query and "k=3" in query and "attention" not in query and "block_size" not in query
 
 
@@ -119,7 +123,7 @@ def test_the_inputs_follow_the_session_s_model_where_the_visitor_did_not_touch_t
     before[SETTING_NAMES.index("block_size")] = 24
     assert dict(zip(SETTING_NAMES, follow_model(spec, ["block_size"], *before)))["max_new_tokens"] == 72
     # The callback on the page: the session's model's values for untouched inputs, gr.skip() elsewhere.
-    session = Session(model=str(dream_dir))
-    updates = dict(zip(SETTING_NAMES, model_and_settings.follow_session_model(session, ["k"], *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
+    session = Session(model=str(dream_dir), touched=frozenset({"k"}))
+    updates = dict(zip(SETTING_NAMES, model_and_settings.follow_session_model(session, *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
     assert updates["attention"]["value"] == "full" and updates["block_size"]["value"] == 16
     assert updates["k"].get("__type__") == "update" and "value" not in updates["k"]     # touched: skipped

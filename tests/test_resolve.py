@@ -54,3 +54,28 @@ def test_settings_diff_reproduces_a_run_from_its_baseline():
     assert diff == {"k": 1, "order": "random"}
     assert resolve(diff, SPEC, defaults={"k": DEFAULT_K}) == run
     assert settings_diff(DecodeSettings(), DecodeSettings()) == {}
+
+
+def test_the_decoders_overrides_are_applied_one_way_and_resolve_is_the_package_s(monkeypatch):
+    """resolve() applies a decoder's overrides through decoder_settings, the one place they are applied, so
+    a decoder's settings are the same whichever way they are asked for; both are exported from `lopa`."""
+    import lopa
+    import lopa.resolution
+
+    assert lopa.resolve is resolve and lopa.decoder_settings is lopa.resolution.decoder_settings
+    asked = []
+    real = lopa.resolution.decoder_settings
+    monkeypatch.setattr(lopa.resolution, "decoder_settings", lambda *a, **k: asked.append(a[0]) or real(*a, **k))
+    base = resolve({"k": 5, "block_size": 8, "max_new_tokens": 16})
+    assert resolve(base.to_dict(), decoder="one_token") == real("one_token", base) and asked == ["lopa", "one_token"]
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        resolve({}, decoder="nope")
+
+
+def test_a_setting_s_message_is_public():
+    """The CLI's flag reading (lopa.resolution) words its refusals with Setting.error, as Setting.parse does."""
+    spec = SETTINGS["k"]
+    assert str(spec.error("x", " (a number)")) == "k (lookahead branches) must be an integer in 0..32 (a number), got 'x'"
+    with pytest.raises(ValueError) as err:
+        spec.parse("x")
+    assert str(err.value) == str(spec.error("x", " (a number)"))

@@ -1,0 +1,140 @@
+"""The page: build_demo() lays the panels out and hands them to the one wiring site (app/wiring.py);
+its style (CSS) and how it is served (LAUNCH_KWARGS), and the Blocks subclass that reads an upload."""
+
+from __future__ import annotations
+
+import gradio as gr
+from starlette.middleware import Middleware
+
+from lopa.read_budget import MAX_TRACE_BYTES
+
+from . import denoise, disk, forks, frames, share, studies, tour
+from .inputs import shown
+from .panels import (
+    INTRO,
+    build_arrival_panel,
+    build_compare_panel,
+    build_controls,
+    build_glossary,
+    build_input_panel,
+    build_model_panel,
+    build_round_view,
+    build_settings_panel,
+    build_studies_panel,
+    build_tour_dock,
+    build_trace_panel,
+)
+from .session import SESSION_TTL_S, Session, end_session
+from .viz import GLOSSARY_CSS
+from .wiring import QUEUE, wire
+
+CSS = """
+#counters, #base-counters, #lopa-counters {min-height: 64px}
+.lopa-canvas {overflow-x: auto}
+#backend-slot {border: 1px dashed #999}
+.lopa-hidden {display: none !important}
+#run-list label {font-size: 12px}
+/* Wide tables (the branches of a round) scroll inside their panel instead of leaving it. */
+#branches {min-width: 0; max-width: 100%}
+#branches .lopa-branches {overflow-x: auto; max-width: 100%}
+#branches table {min-width: 560px}
+/* A disabled Stop must not look like a live red button. */
+button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
+#glossary {margin-top: 16px}
+/* Run, Stop, Step and Reset on one line under the prompt, in the narrow column too. */
+#run-buttons {flex-wrap: nowrap; gap: 6px}
+#run-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px}
+/* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
+#study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
+  border: none !important; margin: 0 !important; overflow: hidden}
+@media (max-width: 640px) {
+  /* Phone: the model's description after the prompt, Run and the examples. */
+  #model-panel {order: 5}
+  #settings-panel {order: 6}
+  #arrival-actions {flex-direction: column; align-items: stretch}
+  .lopa-story-sentence {font-size: 15px !important}
+  .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
+}
+"""
+# Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
+# output of every component, and more: README "Limits") until this many newer sessions push it out;
+# its time-to-live only frees the gr.State values. Default 10,000, about 1 MB each here: the most
+# recent SESSION_CAPACITY sessions keep their state, an older idle one starts afresh.
+SESSION_CAPACITY = 32
+# Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
+# A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
+LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
+                     state_session_capacity=SESSION_CAPACITY,
+                     app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
+                                                Middleware(frames.FirstScript)]})
+
+
+class Explorer(gr.Blocks):
+    """gr.Blocks whose reading of an upload answers a bad value with a message naming the input. Every
+    other input reaches its callback raw (preprocess=False, see wire()); an upload cannot, since
+    Gradio checks where its file lives before any callback runs (a path outside its uploads, text, a
+    number or a list), and those checks fail with a bare server error and no message."""
+
+    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
+        try:
+            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error:
+            raise
+        except Exception:           # pydantic's ValidationError, Gradio's InvalidPathError, OSError
+            files = [i for i, block in enumerate(block_fn.inputs) if isinstance(block, gr.File)]
+            if not files:
+                raise
+            given = inputs[files[0]] if files[0] < len(inputs) else None
+            given = given.get("path") if isinstance(given, dict) else given
+            raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
+                           print_exception=False) from None
+
+
+def build_demo() -> gr.Blocks:
+    """The whole app; nothing is loaded until a user needs the model."""
+    # delete_cache: Gradio sweeps its cache of what nothing removed (app/disk.py: exports and uploads are removed
+    # by the app itself; an upload no load ever read is not)
+    with Explorer(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
+        gr.Markdown(INTRO)
+        # An instance, which Gradio deep-copies for each browser session when an event first reads it. Not a
+        # factory: Gradio runs a State's factory as a page-load event of its own, after the page's load
+        # listeners, and the fresh Session replaced the one they had set up (a shared link's settings as the
+        # visitor's, its DiffusionGemma folder). The page's first load listener hands it back
+        # (app.share.on_load), which starts its time-to-live: sessions expire and free their runs
+        # (README "Limits"), and a closed page ends its own (end_page).
+        c: dict = {"session": gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=end_session),
+                   "playing": gr.State(False)}
+        # Arrival: the story on screen before any click; the tour's dock floats over the page.
+        c.update(build_arrival_panel())
+        c.update(build_tour_dock())
+        with gr.Row(equal_height=False, elem_id="all-controls"):
+            with gr.Column(scale=1, min_width=320, elem_id="inputs-column"):
+                c.update(build_input_panel())
+                with gr.Column(elem_id="model-panel"):
+                    c.update(build_model_panel())
+                with gr.Column(elem_id="settings-panel"):
+                    c.update(build_settings_panel())
+            # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
+            # and those errors made the browser drop other components' updates.
+            with gr.Column(scale=3):
+                with gr.Column(elem_id="round-view"):
+                    gr.Markdown("## Round by round")
+                    c.update(build_controls())
+                    c.update(build_round_view())
+                c.update(build_trace_panel())
+                with gr.Column(elem_id="compare-view"):
+                    gr.Markdown("## Compare runs")
+                    c.update(build_compare_panel())
+                with gr.Column(elem_id="studies-view"):
+                    gr.Markdown("## Studies")
+                    c["study_state"] = gr.State(studies.new_study_state)
+                    c.update(build_studies_panel())
+                with gr.Column(elem_id="denoise-view"):
+                    gr.Markdown("## DiffusionGemma on its own sampler")
+                    c["denoise_view"] = gr.State(denoise.new_canvas_view, time_to_live=SESSION_TTL_S,
+                                                 delete_callback=denoise.end_canvas_view)
+                    c.update(denoise.build_denoise_panel())
+        c.update(build_glossary())
+        wire(demo, c)
+    demo.queue(**QUEUE)
+    return demo
