@@ -30,8 +30,9 @@ from .session import BACKEND_NAMES, SETTING_NAMES, end_page
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 # The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
-# MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended; beside it,
-# a Run shares the CPU with it for its second or two instead. One at a time among themselves.
+# MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended. Beside it,
+# the long job waits between two of its decodes while a visitor's decode runs (app/boundary.py GiveWay), so
+# a Run has the CPU to itself. One at a time among themselves.
 LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
 STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
