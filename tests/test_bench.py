@@ -191,15 +191,21 @@ def test_score_answer_counts_the_family_s_lines():
     assert score_answer(problem, " Tom has has", None)["grammar_lines"] == 0      # no family: not counted
 
 
-def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
-    import sys
-    monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ModuleNotFoundError
+def tiny_bench(tmp_path, decoders: str, max_new_tokens: int):
+    """`python -m lopa.bench` on a tiny model and one problem; returns its output folder."""
     model = save_tiny_model_dir(tmp_path / "model")
     data = tmp_path / "p.jsonl"
     data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
     out = tmp_path / "out"
-    assert bench.main(["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f",
-                       "--block-size", "8", "--max-new-tokens", "8", "--out", str(out)]) == 0
+    assert bench.main(["--model", str(model), "--data", str(data), "--n", "1", "--decoders", decoders,
+                       "--block-size", "8", "--max-new-tokens", str(max_new_tokens), "--out", str(out)]) == 0
+    return out
+
+
+def test_bench_numbers_do_not_need_matplotlib(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib -> ModuleNotFoundError
+    out = tiny_bench(tmp_path, "d2f", max_new_tokens=8)
     assert (out / "summary.csv").is_file() and not (out / "accuracy_vs_tpf.png").exists()
     assert "the plot needs matplotlib" in capsys.readouterr().out
 
@@ -260,12 +266,7 @@ def test_the_peers_are_rows_and_each_row_prints_its_cost_beside_tpf(tmp_path, ca
     assert bench.row_settings("d2f-factor", base) == base.replace(k=0, commit="factor")
     assert bench.row_settings("lopa-k4-eb", base) == base.replace(k=4, commit="eb", confidence="neg_entropy")
     assert bench.row_settings("lopa-k4-random-stable", base).order == "random"
-    model = save_tiny_model_dir(tmp_path / "model")
-    data = tmp_path / "p.jsonl"
-    data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
-    out = tmp_path / "out"
-    assert bench.main(["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f,peers",
-                       "--block-size", "8", "--max-new-tokens", "16", "--out", str(out)]) == 0
+    out = tiny_bench(tmp_path, "d2f,peers", max_new_tokens=16)
     rows = {r["decoder"]: r for r in csv.DictReader((out / "summary.csv").open())}
     assert list(rows) == ["d2f", *bench.PEER_ROWS]
     for r in rows.values():
