@@ -28,6 +28,7 @@ from .session import Backend, Session, forkable
 from .viz import (
     answer_mark,
     branches_table,
+    canvas_text,
     confidence_heatmap,
     counters_html,
     esc,
@@ -74,6 +75,13 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
 
 
+def answer_at(session: Session, r: int | None = None) -> str:
+    """"output so far": what the canvas holds at round r (default: the latest round)."""
+    if session.run is None:
+        return ""
+    return canvas_text(session.run, session.n_rounds - 1 if r is None else int(r), session.names)
+
+
 def _slider(session: Session):
     """The round slider at its end, on the latest round: a finished run shows its final round (the
     anchor's last commits, no forward); resting one short of the end read as a run not shown to the end."""
@@ -101,7 +109,7 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     due = tuple(kind for kind, every in REFRESH_S.items()
                 if final or (session.run is not None and now - session.last_render[kind] >= every))
     session.last_render.update({kind: now for kind in due})
-    answer = session.run.text if session.run is not None else ""
+    answer = answer_at(session)
     counters = counters_html(session.run, session.elapsed, session.status())
     if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
         counters += answer_mark(check_answer(session.run.prompt, session.run.text))
@@ -251,12 +259,13 @@ def reset_session(session: Session) -> tuple:
 
 # -- scrub / play -------------------------------------------------------------------------------
 def show_round(session: Session, r) -> tuple:
-    """Heavy view of a recorded round (the slider); a round outside the run shows its first or last."""
+    """Heavy view of a recorded round (the slider), then the output so far at it (answer_at); a round
+    outside the run shows its first or last."""
     try:
         r = whole("round", r, -MAX_ROUND, MAX_ROUND)
     except ValueError as err:
         raise gr.Error(str(err), print_exception=False) from None     # no status among these outputs
-    return view(session, r)
+    return view(session, r) + (answer_at(session, r),)
 
 
 def toggle_play(session: Session, playing: bool, r) -> tuple:
@@ -267,14 +276,14 @@ def toggle_play(session: Session, playing: bool, r) -> tuple:
 
 
 def play_tick(session: Session, playing: bool, r) -> tuple:
-    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS for the next round.
+    """One replay step: (slider, timer, play button, playing) + VIEW_OUTPUTS + (answer,) for the next round.
     A tick that arrives after Pause changes nothing; only Play, Pause and the last round switch the
     timer, so a tick in flight cannot restart it."""
     if not playing or session.n_rounds == 0:
-        return (gr.skip(), gr.Timer(active=False), gr.skip(), False) + tuple(gr.skip() for _ in VIEW_OUTPUTS)
+        return (gr.skip(), gr.Timer(active=False), gr.skip(), False) + tuple(gr.skip() for _ in VIEW_OUTPUTS + ("answer",))
     n = session.n_rounds
     nxt = 0 if r is None or int(r) >= n - 1 else int(r) + 1
     done = nxt >= n - 1
     controls = (gr.update(value=nxt), gr.Timer(active=False) if done else gr.skip(),
                 gr.update(value="▶ Play") if done else gr.skip(), not done)
-    return controls + view(session, nxt)
+    return controls + view(session, nxt) + (answer_at(session, nxt),)

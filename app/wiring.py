@@ -140,12 +140,12 @@ def round_view(w: Wiring) -> None:
     # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
     w.on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
          show_progress="hidden", **MODEL)
-    w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], view, api_name="show_round",
+    w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
          trigger_mode="always_last", show_progress="hidden", **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
          [c["timer"], c["play"], c["playing"]], api_visibility="private", **VIEW)
     w.on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],
-         [c["round_slider"], c["timer"], c["play"], c["playing"], *view], api_visibility="private",
+         [c["round_slider"], c["timer"], c["play"], c["playing"], *view, c["answer"]], api_visibility="private",
          show_progress="hidden", **VIEW)
 
 

@@ -14,6 +14,7 @@ from app.model_cache import MODELS
 from app.models import example_prompts, safetensors_param_count
 from app.request import read_request
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from visualizations import canvas_text
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -147,13 +148,16 @@ def test_scrub_play_and_reset():
     session = Session()
     drain(cb.run_stream(session, PROMPT, *values()))
     n = len(session.run.records)
-    canvas = cb.show_round(session, 1)[0]
+    canvas, *_, answer = cb.show_round(session, 1)
     assert 'data-round="1"' in canvas and 'data-round="0"' in cb.show_round(session, -5)[0]
+    assert answer == canvas_text(session.run, 1, session.names) != session.run.text    # the output at round 1
+    assert cb.show_round(session, 10_000)[-1] == session.run.text == named(cb.live_outputs(session, ""))["answer"]
     assert f'data-round="{n - 1}"' in cb.show_round(session, 10_000)[0]
     timer, button, playing = cb.toggle_play(session, False, n - 1)
     assert playing and timer.active
     slider, timer, _, playing, *view = cb.play_tick(session, True, n - 1)  # from the end: back to the start
     assert slider["value"] == 0 and 'data-round="0"' in view[0] and is_skip(timer) and playing
+    assert view[-1] == canvas_text(session.run, 0, session.names)
     slider, timer, _, playing, *_ = cb.play_tick(session, True, n - 2)     # reaching the end stops the timer
     assert slider["value"] == n - 1 and not timer.active and not playing
     slider, timer, _, playing, *view = cb.play_tick(session, False, 3)     # a stray tick after Pause

@@ -79,6 +79,22 @@ def test_canvas_shows_every_position_with_its_state(lopa):
     assert "committed by this round's anchor" in hover and "max prob" in hover and "token '" in hover
 
 
+def test_canvas_text_is_what_the_canvas_holds_at_each_round(lopa):
+    """"output so far" at round r: the tokens committed by r, in place, ▢ where one is still masked before the
+    last committed; the final round gives the run's own text."""
+    from visualizations import canvas_text
+    run, names = lopa
+    eos, last = set(run.spec["eos_token_ids"]), len(run.records) - 1
+    assert canvas_text(run, last, names) == run.text
+    for r in range(last):
+        done = fills(run.records, r)
+        end = next((p for p in sorted(done) if done[p].token in eos), max(done, default=-1) + 1)
+        expected = "".join(names[done[p].token] if p in done else "▢" for p in range(end))
+        assert canvas_text(run, r, names) == expected
+    assert canvas_text(run, 0, names) != run.text                  # the prefill's commits only
+    assert canvas_text(RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[]), 0) == ""
+
+
 def test_canvas_escapes_token_strings_and_falls_back_to_ids(lopa):
     run, _ = lopa
     evil = {t: "<script>x</script>" for t in run.tokens}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .labels import token_label, token_repr
+from .labels import token_label, token_repr, token_text
 from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
 from .timeline import ANCHOR, fills, predictions
@@ -119,3 +119,23 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
             f' Hover a cell for its token and probabilities.</div>')
     return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'
+
+
+def canvas_text(run, r: int, names: dict[int, str] | None = None) -> str:
+    """The answer as the canvas holds it after round `r`: the committed tokens in position order, a ▢ for
+    each position still masked before the last committed one, up to the first committed EOS. Once the
+    last round holds no masked position, the run's own text (the tokenizer's decode of the whole answer,
+    which joins tokens that one-token decodes would split)."""
+    if not run.records:
+        return ""
+    r = max(0, min(r, len(run.records) - 1))
+    done, eos = fills(run.records, r), set(run.spec.get("eos_token_ids") or ())
+    out = []
+    for p in range(max(done, default=-1) + 1):
+        fill = done.get(p)
+        if fill is not None and fill.token in eos:
+            break
+        out.append("▢" if fill is None else token_text(fill.token, names))
+    if r == len(run.records) - 1 and "▢" not in out:
+        return run.text
+    return "".join(out)
