@@ -33,7 +33,7 @@ def build_model_panel() -> dict:
         offered = [(label.split(": ", 1)[0], folder) for label, folder in bundled_models()]
         model_dir = gr.Dropdown(offered, value=str(MODELS.default), allow_custom_value=True,
                                 label="model of this session: a bundled one, or type a local Hugging Face folder "
-                                      "(used from the next Run)", elem_id="model-dir")
+                                      "(applies at once, to this page only)", elem_id="model-dir")
         gr.Markdown("\n".join(f"- **{esc(name)}**: {esc(shows)}" for name, shows in
                               (label.split(": ", 1) for label, _ in bundled_models() if ": " in label)),
                     elem_id="model-choices")
