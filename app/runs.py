@@ -1,7 +1,7 @@
 """The run list of one session: the original runs, their forks and forks of forks, as a small tree.
 
 Ids spell the tree: run "2" is the second original, "2.1" its first fork, "2.1.3" that fork's
-third fork. Each entry keeps the latest RunResult snapshot (live while it decodes) and its token
+third fork; the tour's recorded runs are "tour 1" and "tour 2". Each entry keeps the latest RunResult snapshot (live while it decodes) and its token
 names. Labels are plain text (gradio renders radio labels as text, not HTML).
 """
 
@@ -46,7 +46,7 @@ class RunEntry:
 class RunTree:
     def __init__(self, budget: int = HOLD_BYTES):
         self.entries: dict[str, RunEntry] = {}
-        self._children: dict[str | None, int] = {}
+        self._children: dict = {}      # parent id (or ("series", series) for originals) -> children so far
         self.budget = budget
         self._charges: dict[str, weakref.finalize] = {}     # run id -> gives its bytes back once
 
@@ -61,18 +61,21 @@ class RunTree:
         return run_id in self.entries
 
     def add(self, note: str, parent: str | None = None, at_round: int | None = None, names: dict | None = None,
-            source: str = "live", run: RunResult | None = None, read: Read | None = None) -> RunEntry:
+            source: str = "live", run: RunResult | None = None, read: Read | None = None,
+            series: str = "") -> RunEntry:
         """A new run under `parent`. A loaded trace (source "replay") is charged its bytes, in place of
         the charge of the `read` that built it: the oldest runs it needs room for go first; ValueError,
-        with nothing changed, where it cannot fit."""
+        with nothing changed, where it cannot fit. An original run of a `series` ("tour ") is numbered
+        in it ("tour 1"), so the tour's runs leave the visitor's own runs numbered from 1."""
         held = held_bytes(run) if source == "replay" and run is not None else 0
         evicted = self._room_for(held)
         if held:
             LEDGER.charge(held, freed_first=sum(self.entries[i].held for i in evicted), read=read)
         for run_id in evicted:
             self._drop_tree(run_id)
-        n = self._children[parent] = self._children.get(parent, 0) + 1
-        run_id = str(n) if parent is None else f"{parent}.{n}"
+        key = parent if parent is not None else ("series", series)
+        n = self._children[key] = self._children.get(key, 0) + 1
+        run_id = f"{series}{n}" if parent is None else f"{parent}.{n}"
         entry = RunEntry(run_id, note, run, dict(names or {}), parent, at_round, source, held)
         self.entries[run_id] = entry
         if held:

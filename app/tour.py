@@ -164,7 +164,7 @@ def _ensure_runs(session: Session, state: dict, data: Shipped) -> dict:
         if entry is None or entry.run is None or entry.run.run_id != run.run_id:
             note = D2F_TITLE if key == "d2f" else f"LoPA (k = {run.settings.get('k')})"
             ids[key] = session.runs.add(f"{note}, recorded for the tour", names=data.names, source="replay",
-                                        run=run).id
+                                        run=run, series="tour ").id
             session.runs_changed = True
     return ids
 

@@ -257,6 +257,15 @@ def test_closing_keeps_a_recorded_run_the_visitor_forked(traces):
     assert out["tour_state"]["ids"] == {"lopa": ids["lopa"]}
 
 
+def test_the_tours_runs_leave_the_visitors_own_numbered_from_one(traces):
+    session, state = Session(), tour.new_tour_state()
+    ids = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(session, state)))["tour_state"]["ids"]
+    assert sorted(ids.values()) == ["tour 1", "tour 2"]
+    own = session.runs.add("confidence, k = 4")
+    assert own.id == "1"                                   # not "run 3"
+    assert session.runs.add("fork", parent=ids["lopa"]).id == ids["lopa"] + ".1"
+
+
 def test_a_missing_trace_says_how_to_record_it(tmp_path, monkeypatch):
     tour.shipped.cache_clear()
     monkeypatch.setattr(tour, "TRACES", tmp_path)
