@@ -138,6 +138,15 @@ def hold_back(session: Session, target):
     yield from _fork(session, target, {}, [p], f"hold {p} back in round {r + 1 if r is not None else '?'}")
 
 
+def after_fork(session: Session, target) -> tuple:
+    """WHATIF_OUTPUTS once a fork ended: the panel no longer offers the clicked cell of the parent run,
+    which the page no longer shows; it names the fork shown instead."""
+    if not target or session.current in (None, target.get("run")):
+        return tuple(gr.skip() for _ in WHATIF_OUTPUTS)          # no fork was made (an error said why)
+    return _closed(f"Run {esc(target['run'])} was forked after round {int(target['round'])} into run "
+                   f"{esc(session.current)}, shown now. Click a still-masked cell to fork again.")
+
+
 def select_run(session: Session, run_id) -> tuple:
     """LIVE_OUTPUTS for another run of the run list (a paused decode is stopped first)."""
     try:

@@ -197,10 +197,12 @@ def what_if(w: Wiring) -> None:
     c, session, live = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS)
     w.on(c["clicked_cell"].change, forks.pick_cell, [session, c["clicked_cell"]], w.pick(*forks.WHATIF_OUTPUTS),
          api_name="whatif", show_progress="hidden", **MODEL)
-    w.on(c["fill_first"].click, forks.fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
-         api_name="fill_first", show_progress="hidden", **MODEL)
-    w.on(c["hold_back"].click, forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
-         show_progress="hidden", **MODEL)
+    made = [w.on(c["fill_first"].click, forks.fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
+                 api_name="fill_first", show_progress="hidden", **MODEL),
+            w.on(c["hold_back"].click, forks.hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
+                 show_progress="hidden", **MODEL)]
+    for dep in made:            # the panel then names the fork shown, not the parent's cell
+        dep.then(forks.after_fork, [session, c["whatif_target"]], w.pick(*forks.WHATIF_OUTPUTS), **QUIET)
 
 
 def best_order_panel(w: Wiring) -> None:

@@ -89,6 +89,10 @@ def test_click_fill_first_fork_appears_in_the_run_list_and_compares():
     label = dict((v, k) for k, v in outs[-1]["run_list"]["choices"])["1.1"]
     assert "rounds" in label and "TPF" in label and ("answer changed" in label or "same answer" in label)
     assert (outs[-1]["compare_a"]["value"], outs[-1]["compare_b"]["value"]) == ("1", "1.1")
+    # The what-if panel then names the fork shown, and offers the parent's cell no more.
+    after = dict(zip(forks.WHATIF_OUTPUTS, forks.after_fork(session, panel["whatif_target"])))
+    assert "into run 1.1, shown now" in after["whatif_info"] and after["whatif_target"] is None
+    assert not after["fill_first"]["interactive"] and not after["hold_back"]["interactive"]
     # Compare the fork with its parent: the forced position is filled in a different round.
     out = dict(zip(COMPARE_OUTPUTS, compare_runs(session, "1", "1.1")))
     assert f"first diverge in round {r + 1}" in out["compare_summary"] and "Speed-up" in out["compare_summary"]
