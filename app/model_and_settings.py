@@ -96,20 +96,20 @@ def apply_preset(name: str, session: Session | None = None) -> tuple:
     return tuple(gr.update(value=preset[n]) if n in preset else gr.skip() for n in SETTING_NAMES)
 
 
-def settings_follow(session: Session, prompt, *values) -> tuple:
+def settings_follow(request: gr.Request, session: Session, prompt, *values) -> tuple:
     """(settings title, share link, command) after the visitor's settings changed (an input, a preset, a
     link): what follows their request. `values`: the settings inputs, then the DiffusionGemma panel's
     (app.share.links)."""
-    return (layout.settings_title(session), *share.links(session, prompt, *values))
+    return (layout.settings_title(session), *share.links(request, session, prompt, *values))
 
 
 def toucher(name: str):
     """The callback of setting `name`'s input event (the visitor changed it): the session counts it as
     theirs (Session.touched), then settings_follow."""
-    def touch(session, prompt, *values):
+    def touch(request: gr.Request, session, prompt, *values):
         if isinstance(session, Session):
             session.touched = frozenset(session.touched or ()) | {name}
-        return settings_follow(session, prompt, *values)
+        return settings_follow(request, session, prompt, *values)
     touch.__name__ = f"touch_{name}"
     return touch
 

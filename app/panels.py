@@ -92,7 +92,7 @@ def build_settings_panel() -> dict:
                     "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
     # ---- END BACKEND SLOT ----------------------------------------------------------------------
     with gr.Accordion("share this run: a link, or the same decode on the command line", open=False):
-        share_link = gr.Textbox(label="add to this page's address (opening it restores the prompt and settings)",
+        share_link = gr.Textbox(label="this run as a link (opening it restores the prompt and settings)",
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")
     return {"settings_accordion": accordion, "share_link": share_link, "command": command, "preset": preset, **inputs,

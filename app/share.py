@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import gradio as gr
 
@@ -37,6 +37,7 @@ from .viz import esc
 
 FIELDS = ("prompt", *SETTING_NAMES)
 MODEL_FIELD = "model"                        # the query field naming the model (a bundled name or a folder)
+MAX_ADDRESS_CHARS = 2000                     # a page address longer than this is not one the link keeps
 MAX_PROMPT_CHARS = 4000                      # a link longer than this is not a link anyone shares
 # A page address whose query is longer than this is cut before Gradio sees it: past 64 KiB Gradio
 # fails with HTTP 500 (httpx refuses the URL) before any of the app's code runs. A link of the
@@ -211,11 +212,24 @@ def _read(name: str, text):
         return None
 
 
-def links(session, prompt: str, *values) -> tuple[str, str]:
-    """(share query, command line) for the current inputs on the session's model: `values` are the settings
+def page_address(request: gr.Request | None) -> str:
+    """The page's own address without its query, as the browser that asks gave it (its Referer: the page
+    that sent the request), or "" where it did not (the link is then the query alone)."""
+    referer = str(request.headers.get("referer", "")) if request is not None else ""
+    parts = urlsplit(referer)
+    if len(referer) > MAX_ADDRESS_CHARS or parts.scheme not in ("http", "https") or not parts.netloc:
+        return ""
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def links(request: gr.Request, session, prompt: str, *values) -> tuple[str, str]:
+    """(share link, command line) for the current inputs on the session's model: `values` are the settings
     inputs (SETTING_NAMES), then the DiffusionGemma panel's (denoise.PANEL_SETTINGS), which the link
-    carries with the folder picked for it. The settings are the session's request (app.request.read_request)
-    resolved once; a request that does not read or resolve is named in both."""
+    carries with the folder picked for it. The link is the page's address (page_address) and share_query.
+    `request` is annotated gr.Request, not Optional: Gradio 6.31 passes the request only to a parameter
+    annotated with the class itself (callers outside Gradio pass None).
+    The settings are the session's request (app.request.read_request) resolved once; a request that does
+    not read or resolve is named in both."""
     settings, panel = values[:len(SETTING_NAMES)], values[len(SETTING_NAMES):]
     folder, spec = session_model(session)
     try:
@@ -223,10 +237,11 @@ def links(session, prompt: str, *values) -> tuple[str, str]:
     except ValueError as err:
         return f"(fix the settings first: {err})", f"# {err}"
     try:
-        query = share_query(prompt, resolved, spec=spec, folder=folder, canvas=canvas_query(session, *panel))
+        link = page_address(request) + share_query(prompt, resolved, spec=spec, folder=folder,
+                                                   canvas=canvas_query(session, *panel))
     except ValueError as err:                   # a DiffusionGemma panel setting that does not read
-        query = f"(fix the settings first: {err})"
-    return query, command_line(prompt, resolved, spec=spec, folder=folder)
+        link = f"(fix the settings first: {err})"
+    return link, command_line(prompt, resolved, spec=spec, folder=folder)
 
 
 # -- the length bound, before Gradio ------------------------------------------------------------------

@@ -320,20 +320,20 @@ def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_setting
     session = Session()
     pick_model(session, str(allowed))
     values = [APP_DEFAULTS[n] for n in SETTING_NAMES]
-    query, command = share.links(session, PROMPT, *values, 16, 0, "0.5", 0)
+    query, command = share.links(None, session, PROMPT, *values, 16, 0, "0.5", 0)
     fields = dict(parse_qsl(query[1:]))
     assert fields["canvas"] == str(allowed) and fields["canvas_max_new_tokens"] == "16"
     assert fields["canvas_entropy_bound"] == "0.5" and "canvas_seed" not in fields       # defaults stay out
     assert "canvas" not in command                                 # `lopa generate` does not decode DiffusionGemma
-    assert "canvas" not in share.links(Session(), PROMPT, *values, 16, 0, 0, 0)[0]       # nothing picked
-    assert "fix the settings first: seed" in share.links(session, PROMPT, *values, 16, 0, 0, "x")[0]
+    assert "canvas" not in share.links(None, Session(), PROMPT, *values, 16, 0, 0, 0)[0]       # nothing picked
+    assert "fix the settings first: seed" in share.links(None, session, PROMPT, *values, 16, 0, 0, "x")[0]
     # Opened: a fresh session has the folder in its panel, and the panel's inputs the link's values.
     fresh = Session()
     line, tokens, steps, bound, seed, status = share.open_canvas_link(Link(fields), fresh)
     assert fresh.canvas_model == str(allowed) and "diffusiongemma-tiny" in line
     assert tokens["value"] == 16 and bound["value"] == 0.5 and steps.get("__type__") == seed.get("__type__") == "update"
     assert "value" not in steps and "value" not in seed and "value" not in status
-    assert share.links(fresh, PROMPT, *values, 16, 0, 0.5, 0)[0] == query      # the same link again
+    assert share.links(None, fresh, PROMPT, *values, 16, 0, 0.5, 0)[0] == query      # the same link again
     # A bad setting is dropped and named; a folder outside LOPA_MODEL_DIRS is not opened at all.
     fresh = Session()
     out = share.open_canvas_link(Link({**fields, "canvas_max_denoising_steps": "999"}), fresh)
@@ -401,9 +401,10 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
                                    ".includes('canvas_max_denoising_steps=4')")
             link = page.locator("#share-link textarea").input_value()
             assert "canvas=" in link and "canvas_max_new_tokens=16" in link
+            assert link.startswith(f"http://127.0.0.1:{port}/?prompt=")          # a link to paste, not a query
             shared = browser.new_page(viewport={"width": 1440, "height": 1000})
             shared.set_default_timeout(WAIT_MS)
-            shared.goto(f"http://127.0.0.1:{port}/{link}", timeout=WAIT_MS)
+            shared.goto(link, timeout=WAIT_MS)
             shared.wait_for_function("(document.querySelector('#denoise-model')?.innerText || '')"
                                      ".includes('diffusiongemma-tiny')")
             shared.wait_for_function("document.querySelector('#denoise-steps input')?.value === '4'")

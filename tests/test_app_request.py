@@ -75,7 +75,7 @@ def test_unset_means_untouched_and_a_touched_value_equal_to_the_shown_one_is_the
 def test_the_settings_title_link_and_command_follow_what_the_visitor_touched(resolutions):
     session = Session()
     assert layout.settings_title(session)["label"].endswith("all at the defaults") and not resolutions
-    title, link, command = model_and_settings.toucher("k")(session, PROMPT, *values(k=4), 0, 0, 0, 0)
+    title, link, command = model_and_settings.toucher("k")(None, session, PROMPT, *values(k=4), 0, 0, 0, 0)
     assert session.touched == {"k"} and title["label"].endswith("1 set by you (k)")
     assert len(resolutions) == 3          # the request; the link's and the command's baselines (empty requests)
     assert [r for r in resolutions if r] == [{"k": 4}] and "--k 4" not in command      # lopa generate's k is 4 too

@@ -39,3 +39,24 @@ def test_the_command_line_parses_to_the_same_settings():
     settings = settings_from_args(args)
     assert (settings.k, settings.max_new_tokens, settings.order, settings.confidence,
             settings.lookahead_min_prob) == (3, 96, "left_to_right", "max_prob", 0.25)
+
+
+class Asked:
+    """What gr.Request gives a handler: the headers the browser sent."""
+
+    def __init__(self, **headers):
+        self.headers = headers
+
+
+def test_the_share_link_is_the_pages_own_address_with_the_run_in_its_query():
+    from app import share
+    from app.session import Session
+    panel = [16, 0, 0, 0]                          # the DiffusionGemma panel's inputs, nothing picked for it
+    asked = Asked(referer="https://someone-lopa.hf.space/?prompt=old&k=9#top")
+    link, _ = share.links(asked, Session(), "Tom has 3 apples.", *values(), *panel)
+    assert link.startswith("https://someone-lopa.hf.space/?prompt=Tom+has+3+apples.")
+    assert "old" not in link and "#top" not in link
+    assert share.links(None, Session(), "Tom has 3 apples.", *values(), *panel)[0].startswith("?prompt=")
+    for odd in ("javascript:alert(1)", "", "not a url", "https://x.example/" + "a" * 3000):
+        assert share.page_address(Asked(referer=odd)) == ""
+    assert share.page_address(Asked()) == "" and share.page_address(None) == ""
