@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from lopa.tasks import TASKS
+
 pytest.importorskip("lm_eval")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -88,7 +90,7 @@ def test_mbpp_three_shot_from_a_hub_snapshot_graded_in_the_sandbox(tmp_path, off
     _write_parquet(snapshot / "full" / "test-00000-of-00001.parquet", MBPP_ROWS)
     _write_parquet(snapshot / "full" / "prompt-00000-of-00001.parquet", MBPP_ROWS[:1])
     prompts = []
-    summary = run_lm_eval(_canned_model(prompts), DecodeSettings(max_new_tokens=64), "mbpp", 3, tmp_path / "out",
+    summary = run_lm_eval(_canned_model(prompts), DecodeSettings(max_new_tokens=64), TASKS["mbpp"], 3, tmp_path / "out",
                           chat=True, data=snapshot)
     assert summary["n"] == 3 and summary["score"] == pytest.approx(200 / 3) and summary["sandbox"] == "bubblewrap"
     graded = {json.loads(line)["task_id"]: json.loads(line) for line in
@@ -111,7 +113,7 @@ def test_mbpp_on_the_bundled_model_from_a_jsonl_copy(tmp_path, offline):
     from lopa.eval.lmeval import run_lm_eval
     from lopa.models import load
     _write_jsonl(tmp_path / "mbpp" / "test.jsonl", MBPP_ROWS[:2])
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "mbpp", 3, tmp_path / "out",
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), TASKS["mbpp"], 3, tmp_path / "out",
                           data=tmp_path / "mbpp")
     assert summary["n"] == 2 and 0.0 <= summary["score"] <= 100.0 and summary["tpf_authors"] > 0
     samples = (tmp_path / "out" / "samples_lopa_mbpp.jsonl").read_text().splitlines()
@@ -126,24 +128,24 @@ def test_without_bubblewrap_mbpp_refuses_before_decoding(tmp_path, monkeypatch):
     _write_jsonl(tmp_path / "mbpp" / "test.jsonl", MBPP_ROWS)
     prompts = []
     with pytest.raises(RuntimeError, match="only inside bubblewrap"):
-        run_lm_eval(_canned_model(prompts), DecodeSettings(), "mbpp", 3, tmp_path / "out", data=tmp_path / "mbpp")
+        run_lm_eval(_canned_model(prompts), DecodeSettings(), TASKS["mbpp"], 3, tmp_path / "out", data=tmp_path / "mbpp")
     assert prompts == []
     with pytest.raises(RuntimeError, match="apt-get install bubblewrap"):
         code_eval.grade_programs({"x": "pass"}, tmp_path / "graded.jsonl")
 
 
 def test_mbpp_task_keeps_lm_evals_prompt_and_shots_and_drops_its_metric(tmp_path):
-    from lopa.eval.tasks import mbpp_config, mbpp_fewshot_samples, read_task_yaml
+    from lopa.eval.tasks import fewshot_samples, read_task_yaml, task_configs
     _write_jsonl(tmp_path / "test.jsonl", MBPP_ROWS)
-    config = mbpp_config(tmp_path)
+    config = task_configs(TASKS["mbpp"], tmp_path)["lopa_mbpp"]
     upstream = read_task_yaml("mbpp/mbpp.yaml")
     assert config["doc_to_text"] == upstream["doc_to_text"] and config["generation_kwargs"]["until"] == ["[DONE]"]
     assert [s["task_id"] for s in config["fewshot_config"]["samples"]] == [2, 3, 4] == \
-        [s["task_id"] for s in mbpp_fewshot_samples()]
+        [s["task_id"] for s in fewshot_samples("mbpp/mbpp.yaml")]
     assert config["metric_list"] == [{"metric": "bypass", "aggregation": "bypass", "higher_is_better": True}]
     assert "unsafe_code" not in config and config["dataset_kwargs"]["data_files"]["test"] == [str(tmp_path / "test.jsonl")]
     with pytest.raises(FileNotFoundError, match="full/test-"):
-        mbpp_config(tmp_path / "empty")
+        task_configs(TASKS["mbpp"], tmp_path / "empty")
 
 
 # MATH: one problem per subject and split, with a \boxed answer as the dataset's solutions have.
@@ -159,8 +161,9 @@ def test_math_runs_through_lm_eval_on_both_local_layouts(tmp_path, offline, layo
     all seven minerva_math subjects, 4-shot, the bundled model, no network."""
     from lopa import DecodeSettings
     from lopa.eval.lmeval import run_lm_eval
-    from lopa.eval.tasks import MATH_SUBJECTS, read_task_yaml
+    from lopa.eval.tasks import read_task_yaml
     from lopa.models import load
+    from lopa.tasks.hendrycks_math import SUBJECTS as MATH_SUBJECTS
     data = tmp_path / "math"
     for subject in MATH_SUBJECTS:
         config = read_task_yaml(f"minerva_math/minerva_math_{subject}.yaml")["dataset_name"]
@@ -169,7 +172,7 @@ def test_math_runs_through_lm_eval_on_both_local_layouts(tmp_path, offline, layo
                 _write_parquet(data / config / f"{split}-00000-of-00001.parquet", _math_rows(config, split))
             else:
                 _write_jsonl(data / subject / f"{split}.jsonl", _math_rows(config, split))
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "math", 4, tmp_path / "out", data=data)
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), TASKS["math"], 4, tmp_path / "out", data=data)
     assert summary["n"] == 7 and 0.0 <= summary["score"] <= 100.0
     for subject in MATH_SUBJECTS:
         rows = [json.loads(line) for line in
@@ -185,7 +188,7 @@ def test_math_names_the_missing_subject(tmp_path):
     _write_jsonl(tmp_path / "algebra" / "train.jsonl", _math_rows("algebra", "train"))
     _write_jsonl(tmp_path / "algebra" / "test.jsonl", _math_rows("algebra", "test"))
     with pytest.raises(FileNotFoundError, match="counting_and_probability"):
-        task_configs("math", tmp_path)
+        task_configs(TASKS["math"], tmp_path)
 
 
 HUMANEVAL = [

@@ -87,6 +87,9 @@ SHM_FILE_COUNT_LIMIT = 64
 FALLBACK_FILE_LIMIT_BYTES = 1 << 20    # outside bubblewrap: one file (its stdout and stderr included) ...
 FALLBACK_NAME_LIMIT = 64               # ... and files written: 64 MiB in all, in its host folder
 MEMORY_LIMIT_MB = 2048
+# How HF code_eval runs a program under lm-eval's mbpp and humaneval tasks (lopa.eval.code_eval, lopa.tasks.mbpp):
+CODE_EVAL_TIMEOUT_S = 3.0       # its default `timeout`
+CODE_EVAL_RUN_NAME = "builtins"  # `__name__` under its exec(program, {}): the builtins module's name
 UNSAFE_FALLBACK_ENV = "LOPA_UNSAFE_FALLBACK_SANDBOX"    # "1": grade in the fallback where bubblewrap cannot run
 UNSAFE_FALLBACK_FLAG = "--unsafe-fallback-sandbox"      # the same opt-in on the command lines that grade code
 FALLBACK_RISKS = ("the fallback is not isolation: the generated code runs as your user in host folders, held "
