@@ -217,6 +217,14 @@ def test_each_task_is_declared_once_and_data_names_it(tmp_path):
     assert picks == {"synthetic": "synthetic", "heldout": "synthetic", "gsm8k": "gsm8k", "humaneval": "humaneval",
                      str(data): "humaneval", str(tmp_path / "g.jsonl"): "synthetic"}
     assert [t.code for t in TASKS.values()] == [False, False, True, True, False, True, True]
+    # the eval tasks' local copies name them too
+    plus = write_jsonl(tmp_path / "plus.jsonl", [{"task_id": "Mbpp/2", "prompt": "", "entry_point": "f",
+                                                  "canonical_solution": "", "base_input": [], "plus_input": []}])
+    rows = write_jsonl(tmp_path / "mbpp.jsonl", [{"task_id": 11, "text": "t", "test_list": []}])
+    (tmp_path / "math" / "counting_and_prob").mkdir(parents=True)
+    (tmp_path / "snapshot" / "full").mkdir(parents=True)
+    picks = {d: task_for(str(d)).name for d in (plus, rows, tmp_path / "math", tmp_path / "snapshot")}
+    assert picks == {plus: "mbpp+", rows: "mbpp", tmp_path / "math": "math", tmp_path / "snapshot": "mbpp"}
     assert TASKS["humaneval"].problems(str(data), 5) == ([{"task_id": "T/0", "prompt": "def f():\n", "test": "",
                                                            "entry_point": "f"}], "he.jsonl")
     assert TASKS["gsm8k"].problems(str(tmp_path / "g.jsonl"), 1) == (GSM[:1], "g.jsonl")

@@ -25,7 +25,9 @@ import it, and nothing they share lives anywhere else.
 
 from __future__ import annotations
 
-from lopa.tasks import evalplus, gsm8k, hendrycks_math, humaneval, mbpp, synthetic
+from pathlib import Path
+
+from lopa.tasks import evalplus, gsm8k, hendrycks_math, humaneval, mbpp, sources, synthetic
 from lopa.tasks.task import Task
 
 TASKS: dict[str, Task] = {t.name: t for t in (synthetic.TASK, gsm8k.TASK, humaneval.TASK, mbpp.TASK,
@@ -33,8 +35,17 @@ TASKS: dict[str, Task] = {t.name: t for t in (synthetic.TASK, gsm8k.TASK, humane
 
 
 def task_for(data: str) -> Task:
-    """The task a --data value names: gsm8k, humaneval (or a HumanEval-format file), else the model's own
-    family (synthetic, heldout, any GSM8K-format file or list of prompts)."""
+    """The task a --data value names: a TASKS name, else by the file or folder it names: EvalPlus problems
+    (HumanEval+ or MBPP+ by their task ids), an MBPP test split, a MATH copy, HumanEval problems, else the
+    model's own family (synthetic, heldout, any GSM8K-format file or list of prompts)."""
     if data in TASKS:
         return TASKS[data]
+    row = sources.first_row(data) or {}
+    if {"base_input", "plus_input"} <= set(row):
+        return evalplus.MBPP_PLUS if str(row["task_id"]).startswith("Mbpp/") else evalplus.HUMANEVAL_PLUS
+    if {"text", "test_list"} <= set(row) or Path(data).suffix == ".parquet" or (Path(data) / "full").is_dir():
+        return mbpp.TASK
+    if Path(data).is_dir():
+        return hendrycks_math.TASK if any((Path(data) / name).is_dir() for pair in hendrycks_math.SUBJECTS.items()
+                                          for name in pair) else mbpp.TASK
     return humaneval.TASK if humaneval.looks_like_humaneval(data) else synthetic.TASK
