@@ -285,7 +285,7 @@ def test_the_mbpp_and_math_tasks_read_local_copies_and_grade_replies(tmp_path, b
     assert grade(None, rows[1], CANNED["double a number"])["correct"] == 0
     with pytest.raises(ValueError, match="MBPP is not shipped"):
         TASKS["mbpp"].problems("mbpp", 1)
-    for suffix, config in hendrycks_math.SUBJECTS.items():
+    for config in hendrycks_math.SUBJECTS.values():
         _write_jsonl(tmp_path / "math" / config / "train.jsonl", _math_rows(config, "train"))
         _write_jsonl(tmp_path / "math" / config / "test.jsonl", _math_rows(config, "test"))
     problems, _ = TASKS["math"].problems(str(tmp_path / "math"), 3)

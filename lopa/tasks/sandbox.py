@@ -182,7 +182,7 @@ def bwrap_command(work: Path | None = None, env: dict | None = None, files: dict
     SHM_FILE_COUNT_LIMIT files. `work` None: /sandbox is a tmpfs of WRITE_LIMIT_BYTES and
     FILE_COUNT_LIMIT files with /tmp inside it, and `files` ({name: host path}) are bound read-only
     into it. `work` a host folder: it is bound writable as /sandbox (EvalPlus, whose results come
-    back through it; lopa.eval.codegen) and /tmp is in the bounded tmpfs. The two tmpfs are mounted on
+    back through it; lopa.tasks.evalplus) and /tmp is in the bounded tmpfs. The two tmpfs are mounted on
     folders made under `scratch` (default: `work`), empty outside the run. `env`: variables set
     inside, on top of the cleared environment."""
     scratch = scratch if scratch is not None else work
