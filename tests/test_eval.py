@@ -135,3 +135,13 @@ def test_reproduce_runs_table_1_end_to_end_on_a_tiny_random_checkpoint(tmp_path,
 def test_reproduce_refuses_the_system_tables_before_loading_a_model(capsys):
     assert main(["reproduce", "--table", "3", "--model", "/nonexistent"]) == 2
     assert "8 H200" in capsys.readouterr().err
+
+
+@needs_bwrap
+def test_the_evalplus_tasks_grade_one_reply_through_evalplus(tmp_path, offline):
+    """HumanEval+'s Task grades a reply (the body after the prompt) by EvalPlus's evaluator: correct where it
+    passes the base and the extra inputs."""
+    from lopa.tasks import TASKS
+    grade = TASKS["humaneval+"].grade
+    assert grade(None, PROBLEMS[0], "    return a + b\n") == {"correct": 1, "predicted": "pass/pass", "expected": "pass/pass"}
+    assert grade(None, PROBLEMS[1], "    return x + 3\n")["correct"] == 0
