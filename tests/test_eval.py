@@ -53,14 +53,16 @@ def test_the_authors_tpf_on_a_hand_made_trace():
 
 def test_lm_eval_runs_gsm8k_on_a_local_five_problem_subset_offline(tmp_path, offline):
     from lopa import DecodeSettings
-    from lopa.eval.lmeval import GSM8K_DIR, run_lm_eval
+    from lopa.eval.lmeval import run_lm_eval
     from lopa.models import load
+    from lopa.tasks import TASKS
+    from lopa.tasks.sources import GSM8K_DIR
     data = tmp_path / "gsm8k"
     data.mkdir()
     (data / "train.jsonl").write_text((GSM8K_DIR / "train.jsonl").read_text())
     (data / "test.jsonl").write_text("".join((GSM8K_DIR / "test.jsonl").read_text().splitlines(True)[:5]))
     loaded = load()
-    summary = run_lm_eval(loaded, DecodeSettings(k=2, max_new_tokens=64), "gsm8k", 4, tmp_path / "out", data=data)
+    summary = run_lm_eval(loaded, DecodeSettings(k=2, max_new_tokens=64), TASKS["gsm8k"], 4, tmp_path / "out", data=data)
     assert summary["n"] == 5 and 0.0 <= summary["score"] <= 100.0
     assert summary["tpf_authors"] > 0 and summary["tpf_useful"] > 0
     samples = [json.loads(line) for line in (tmp_path / "out" / "samples_lopa_gsm8k.jsonl").read_text().splitlines()]
@@ -74,11 +76,14 @@ def test_lm_eval_runs_gsm8k_on_a_local_five_problem_subset_offline(tmp_path, off
 
 @needs_bwrap
 def test_evalplus_grades_one_passing_and_one_failing_completion_in_the_sandbox(tmp_path, offline):
-    from lopa.eval.codegen import grade, solution_from, write_samples
-    samples = write_samples(tmp_path / "samples.jsonl", [
+    from lopa.eval.codegen import solution_from
+    from lopa.tasks import TASKS
+    from lopa.tasks.evalplus import evaluate
+    from lopa.tasks.results import write_jsonl
+    samples = write_jsonl(tmp_path / "samples.jsonl", [
         {"task_id": "HumanEval/0", "solution": solution_from(PROBLEMS[0], "    return a + b\n", "completion")},
         {"task_id": "HumanEval/1", "solution": solution_from(PROBLEMS[1], "    return x + 3\n", "completion")}])
-    graded = grade("humaneval", samples, PROBLEMS)
+    graded = evaluate(TASKS["humaneval+"], samples, PROBLEMS)
     assert graded["per_task"] == {"HumanEval/0": {"base": "pass", "plus": "pass"},
                                   "HumanEval/1": {"base": "fail", "plus": "fail"}}
     assert graded["base"] == graded["plus"] == 50.0 and graded["sandbox"] == "bubblewrap"
@@ -130,3 +135,13 @@ def test_reproduce_runs_table_1_end_to_end_on_a_tiny_random_checkpoint(tmp_path,
 def test_reproduce_refuses_the_system_tables_before_loading_a_model(capsys):
     assert main(["reproduce", "--table", "3", "--model", "/nonexistent"]) == 2
     assert "8 H200" in capsys.readouterr().err
+
+
+@needs_bwrap
+def test_the_evalplus_tasks_grade_one_reply_through_evalplus(tmp_path, offline):
+    """HumanEval+'s Task grades a reply (the body after the prompt) by EvalPlus's evaluator: correct where it
+    passes the base and the extra inputs."""
+    from lopa.tasks import TASKS
+    grade = TASKS["humaneval+"].grade
+    assert grade(None, PROBLEMS[0], "    return a + b\n") == {"correct": 1, "predicted": "pass/pass", "expected": "pass/pass"}
+    assert grade(None, PROBLEMS[1], "    return x + 3\n")["correct"] == 0

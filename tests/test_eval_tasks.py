@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from lopa.tasks import TASKS
+
 pytest.importorskip("lm_eval")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -88,7 +90,7 @@ def test_mbpp_three_shot_from_a_hub_snapshot_graded_in_the_sandbox(tmp_path, off
     _write_parquet(snapshot / "full" / "test-00000-of-00001.parquet", MBPP_ROWS)
     _write_parquet(snapshot / "full" / "prompt-00000-of-00001.parquet", MBPP_ROWS[:1])
     prompts = []
-    summary = run_lm_eval(_canned_model(prompts), DecodeSettings(max_new_tokens=64), "mbpp", 3, tmp_path / "out",
+    summary = run_lm_eval(_canned_model(prompts), DecodeSettings(max_new_tokens=64), TASKS["mbpp"], 3, tmp_path / "out",
                           chat=True, data=snapshot)
     assert summary["n"] == 3 and summary["score"] == pytest.approx(200 / 3) and summary["sandbox"] == "bubblewrap"
     graded = {json.loads(line)["task_id"]: json.loads(line) for line in
@@ -111,7 +113,7 @@ def test_mbpp_on_the_bundled_model_from_a_jsonl_copy(tmp_path, offline):
     from lopa.eval.lmeval import run_lm_eval
     from lopa.models import load
     _write_jsonl(tmp_path / "mbpp" / "test.jsonl", MBPP_ROWS[:2])
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "mbpp", 3, tmp_path / "out",
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), TASKS["mbpp"], 3, tmp_path / "out",
                           data=tmp_path / "mbpp")
     assert summary["n"] == 2 and 0.0 <= summary["score"] <= 100.0 and summary["tpf_authors"] > 0
     samples = (tmp_path / "out" / "samples_lopa_mbpp.jsonl").read_text().splitlines()
@@ -126,24 +128,24 @@ def test_without_bubblewrap_mbpp_refuses_before_decoding(tmp_path, monkeypatch):
     _write_jsonl(tmp_path / "mbpp" / "test.jsonl", MBPP_ROWS)
     prompts = []
     with pytest.raises(RuntimeError, match="only inside bubblewrap"):
-        run_lm_eval(_canned_model(prompts), DecodeSettings(), "mbpp", 3, tmp_path / "out", data=tmp_path / "mbpp")
+        run_lm_eval(_canned_model(prompts), DecodeSettings(), TASKS["mbpp"], 3, tmp_path / "out", data=tmp_path / "mbpp")
     assert prompts == []
     with pytest.raises(RuntimeError, match="apt-get install bubblewrap"):
         code_eval.grade_programs({"x": "pass"}, tmp_path / "graded.jsonl")
 
 
 def test_mbpp_task_keeps_lm_evals_prompt_and_shots_and_drops_its_metric(tmp_path):
-    from lopa.eval.tasks import mbpp_config, mbpp_fewshot_samples, read_task_yaml
+    from lopa.eval.tasks import fewshot_samples, read_task_yaml, task_configs
     _write_jsonl(tmp_path / "test.jsonl", MBPP_ROWS)
-    config = mbpp_config(tmp_path)
+    config = task_configs(TASKS["mbpp"], tmp_path)["lopa_mbpp"]
     upstream = read_task_yaml("mbpp/mbpp.yaml")
     assert config["doc_to_text"] == upstream["doc_to_text"] and config["generation_kwargs"]["until"] == ["[DONE]"]
     assert [s["task_id"] for s in config["fewshot_config"]["samples"]] == [2, 3, 4] == \
-        [s["task_id"] for s in mbpp_fewshot_samples()]
+        [s["task_id"] for s in fewshot_samples("mbpp/mbpp.yaml")]
     assert config["metric_list"] == [{"metric": "bypass", "aggregation": "bypass", "higher_is_better": True}]
     assert "unsafe_code" not in config and config["dataset_kwargs"]["data_files"]["test"] == [str(tmp_path / "test.jsonl")]
     with pytest.raises(FileNotFoundError, match="full/test-"):
-        mbpp_config(tmp_path / "empty")
+        task_configs(TASKS["mbpp"], tmp_path / "empty")
 
 
 # MATH: one problem per subject and split, with a \boxed answer as the dataset's solutions have.
@@ -159,8 +161,9 @@ def test_math_runs_through_lm_eval_on_both_local_layouts(tmp_path, offline, layo
     all seven minerva_math subjects, 4-shot, the bundled model, no network."""
     from lopa import DecodeSettings
     from lopa.eval.lmeval import run_lm_eval
-    from lopa.eval.tasks import MATH_SUBJECTS, read_task_yaml
+    from lopa.eval.tasks import read_task_yaml
     from lopa.models import load
+    from lopa.tasks.hendrycks_math import SUBJECTS as MATH_SUBJECTS
     data = tmp_path / "math"
     for subject in MATH_SUBJECTS:
         config = read_task_yaml(f"minerva_math/minerva_math_{subject}.yaml")["dataset_name"]
@@ -169,7 +172,7 @@ def test_math_runs_through_lm_eval_on_both_local_layouts(tmp_path, offline, layo
                 _write_parquet(data / config / f"{split}-00000-of-00001.parquet", _math_rows(config, split))
             else:
                 _write_jsonl(data / subject / f"{split}.jsonl", _math_rows(config, split))
-    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), "math", 4, tmp_path / "out", data=data)
+    summary = run_lm_eval(load(), DecodeSettings(k=2, max_new_tokens=32), TASKS["math"], 4, tmp_path / "out", data=data)
     assert summary["n"] == 7 and 0.0 <= summary["score"] <= 100.0
     for subject in MATH_SUBJECTS:
         rows = [json.loads(line) for line in
@@ -185,7 +188,7 @@ def test_math_names_the_missing_subject(tmp_path):
     _write_jsonl(tmp_path / "algebra" / "train.jsonl", _math_rows("algebra", "train"))
     _write_jsonl(tmp_path / "algebra" / "test.jsonl", _math_rows("algebra", "test"))
     with pytest.raises(FileNotFoundError, match="counting_and_probability"):
-        task_configs("math", tmp_path)
+        task_configs(TASKS["math"], tmp_path)
 
 
 HUMANEVAL = [
@@ -210,3 +213,84 @@ def test_table_1_humaneval_runs_its_own_tests_as_code_eval_does(tmp_path):
                             tmp_path / "graded.jsonl")
     assert graded["per_task"]["HumanEval/0"] == "passed" and graded["per_task"]["HumanEval/1"].startswith("failed")
     assert graded["score"] == 50.0 and graded["n"] == 2
+
+
+# -- the tasks eval offers are declared Tasks, and eval runs one from its declaration -------------
+def test_each_task_eval_offers_is_a_declared_task():
+    """Every column of the tables `lopa reproduce` runs names a Task in lopa.tasks.TASKS, and what runs it is
+    read from the declaration: lm-eval for GSM8K, MATH and MBPP, EvalPlus for HumanEval+ and MBPP+, Table 1
+    HumanEval decoded here. The declared prompts and subjects are lm-eval's own."""
+    import jinja2
+
+    from lopa.eval.paper import TABLES
+    from lopa.eval.reproduce import DATA_FLAGS
+    from lopa.eval.tasks import read_task_yaml
+    from lopa.tasks import hendrycks_math, mbpp
+    from lopa.tasks.task import Task
+    offered = {column.task for table in TABLES.values() for column in table["columns"]}
+    assert offered == set(DATA_FLAGS) == {"gsm8k", "math", "mbpp", "humaneval", "humaneval+", "mbpp+"}
+    assert all(isinstance(TASKS[name], Task) and TASKS[name].name == name for name in offered)
+    assert {name for name in offered if TASKS[name].lm_eval} == {"gsm8k", "math", "mbpp"}
+    assert {name: TASKS[name].evalplus for name in offered if TASKS[name].evalplus} == \
+        {"humaneval+": "humaneval", "mbpp+": "mbpp"}
+    assert {name: TASKS[name].metric for name in offered if TASKS[name].lm_eval and not TASKS[name].code} == \
+        {"gsm8k": "exact_match,strict-match", "math": "exact_match,none"}
+    for suffix, config in hendrycks_math.SUBJECTS.items():
+        assert read_task_yaml(f"minerva_math/minerva_math_{suffix}.yaml")["dataset_name"] == config
+    upstream = read_task_yaml(mbpp.LM_EVAL_YAML)
+    assert mbpp.PROMPT.format(text=MBPP_ROWS[0]["text"], tests="\n".join(MBPP_ROWS[0]["test_list"])) == \
+        jinja2.Template(upstream["doc_to_text"], keep_trailing_newline=True).render(**MBPP_ROWS[0])
+    assert upstream["generation_kwargs"]["until"] == [mbpp.STOP]
+
+
+def test_eval_runs_a_task_through_its_declaration(tmp_path, offline):
+    """A Task declared here, GSM8K's grading on a two-problem copy of its own, runs through lm-eval on a tiny
+    model: the configs come from the declaration's lm_eval (not the shipped GSM8K), the score from its metric,
+    and the results carry its name."""
+    import dataclasses
+
+    from tiny import save_tiny_model_dir
+
+    from lopa import DecodeSettings
+    from lopa.eval.lmeval import run_lm_eval
+    from lopa.models import load
+    from lopa.tasks import gsm8k
+    from lopa.tasks.sources import GSM8K_DIR
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text((GSM8K_DIR / "train.jsonl").read_text())
+    (folder / "test.jsonl").write_text("".join((GSM8K_DIR / "test.jsonl").read_text().splitlines(True)[:2]))
+    task = dataclasses.replace(TASKS["gsm8k"], name="two-gsm8k", lm_eval=lambda data: gsm8k.lm_eval_files(folder))
+    loaded = load(str(save_tiny_model_dir(tmp_path / "tiny")), device="cpu")
+    summary = run_lm_eval(loaded, DecodeSettings(k=1, block_size=8, max_new_tokens=8), task, 0, tmp_path / "out")
+    assert summary["task"] == "two-gsm8k" and summary["n"] == 2 and 0.0 <= summary["score"] <= 100.0
+    samples = (tmp_path / "out" / "samples_lopa_gsm8k.jsonl").read_text().splitlines()
+    assert {json.loads(line)["doc_id"] for line in samples} == {0, 1}
+    assert len((tmp_path / "out" / "runs.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(ValueError, match="lm-eval runs gsm8k, mbpp, math here, not humaneval"):
+        run_lm_eval(loaded, DecodeSettings(), TASKS["humaneval"], 0, tmp_path / "none")
+
+
+def test_the_mbpp_and_math_tasks_read_local_copies_and_grade_replies(tmp_path, bubblewrap):
+    """MBPP from a hub snapshot (Parquet) and MATH from DIR/<subject>/test.jsonl, read by their Tasks; MBPP's
+    grade runs the three asserts in the sandbox as code_eval would, MATH's is lm-eval's minerva check."""
+    pytest.importorskip("sympy")
+    from lopa.tasks import hendrycks_math
+    _write_parquet(tmp_path / "mbpp" / "full" / "test-00000-of-00001.parquet", MBPP_ROWS)
+    rows, where = TASKS["mbpp"].problems(str(tmp_path / "mbpp"), 2)
+    assert [r["task_id"] for r in rows] == [11, 12] and rows[0]["test_list"] == MBPP_ROWS[0]["test_list"]
+    assert where == "mbpp"
+    grade = TASKS["mbpp"].grade
+    assert grade(None, rows[0], CANNED["add two numbers"])["correct"] == 1          # cut at [DONE], then passes
+    assert grade(None, rows[1], CANNED["double a number"])["correct"] == 0
+    with pytest.raises(ValueError, match="MBPP is not shipped"):
+        TASKS["mbpp"].problems("mbpp", 1)
+    for config in hendrycks_math.SUBJECTS.values():
+        _write_jsonl(tmp_path / "math" / config / "train.jsonl", _math_rows(config, "train"))
+        _write_jsonl(tmp_path / "math" / config / "test.jsonl", _math_rows(config, "test"))
+    problems, _ = TASKS["math"].problems(str(tmp_path / "math"), 3)
+    assert [p["problem"] for p in problems] == ["What is $1 + 0$? (algebra)", "What is $1 + 0$? (counting_and_probability)",
+                                                "What is $1 + 0$? (geometry)"]
+    right = "So $1 + 0 = 1$.\nFinal Answer: The final answer is $1$. I hope it is correct.\n\nProblem: next"
+    assert TASKS["math"].grade(None, problems[0], right) == {"correct": 1, "predicted": "1", "expected": "1"}
+    assert TASKS["math"].grade(None, problems[0], right.replace("is $1$", "is $2$"))["correct"] == 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lopa.settings import ModelSpec
-from lopa.tasks import grading, hardware, humaneval, prompts, results, sources
+from lopa.tasks import grading, hardware, humaneval, mbpp, prompts, results, sources
 
 GSM = [{"question": "Tom has 3 apples. He buys 2 more. How many apples does Tom have now?",
         "answer": "Tom now has <<3+2=5>>5 apples.\n#### 5"},
@@ -76,14 +76,14 @@ def test_local_split_and_mbpp_layouts(tmp_path):
     shards.mkdir(parents=True)
     (shards / "test-00000-of-00001.parquet").write_bytes(b"")
     assert sources.local_split_files(shards, splits=("train",)) is None
-    assert sources.mbpp_test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
-    assert sources.mbpp_test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
+    assert mbpp.test_files(tmp_path / "hub") == ("parquet", [str(shards / "test-00000-of-00001.parquet")])
+    assert mbpp.test_files(tmp_path / "test.jsonl") == ("json", [str(tmp_path / "test.jsonl")])
     (tmp_path / "mbpp.csv").write_text("")
     with pytest.raises(ValueError, match="must be .jsonl or .parquet, got mbpp.csv"):
-        sources.mbpp_test_files(tmp_path / "mbpp.csv")
+        mbpp.test_files(tmp_path / "mbpp.csv")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no MBPP test split"):
-        sources.mbpp_test_files(tmp_path / "empty")
+        mbpp.test_files(tmp_path / "empty")
 
 
 # -- HumanEval's program text --------------------------------------------------------------------------
@@ -207,15 +207,24 @@ def _model(family=None, template="{prompt}"):
 
 
 def test_each_task_is_declared_once_and_data_names_it(tmp_path):
-    from lopa.tasks import TASKS, gsm8k, synthetic, task_for
-    assert TASKS == {"synthetic": synthetic.TASK, "gsm8k": gsm8k.TASK, "humaneval": humaneval.TASK}
+    from lopa.tasks import TASKS, evalplus, gsm8k, hendrycks_math, synthetic, task_for
+    assert TASKS == {"synthetic": synthetic.TASK, "gsm8k": gsm8k.TASK, "humaneval": humaneval.TASK, "mbpp": mbpp.TASK,
+                     "math": hendrycks_math.TASK, "humaneval+": evalplus.HUMANEVAL_PLUS, "mbpp+": evalplus.MBPP_PLUS}
     assert {name: task.name for name, task in TASKS.items()} == {name: name for name in TASKS}
     data = write_jsonl(tmp_path / "he.jsonl", [{"task_id": "T/0", "prompt": "def f():\n", "test": "", "entry_point": "f"}])
     picks = {d: task_for(d).name for d in ("synthetic", "heldout", "gsm8k", "humaneval", str(data),
                                            str(write_jsonl(tmp_path / "g.jsonl", GSM)))}
     assert picks == {"synthetic": "synthetic", "heldout": "synthetic", "gsm8k": "gsm8k", "humaneval": "humaneval",
                      str(data): "humaneval", str(tmp_path / "g.jsonl"): "synthetic"}
-    assert [t.code for t in TASKS.values()] == [False, False, True]
+    assert [t.code for t in TASKS.values()] == [False, False, True, True, False, True, True]
+    # the eval tasks' local copies name them too
+    plus = write_jsonl(tmp_path / "plus.jsonl", [{"task_id": "Mbpp/2", "prompt": "", "entry_point": "f",
+                                                  "canonical_solution": "", "base_input": [], "plus_input": []}])
+    rows = write_jsonl(tmp_path / "mbpp.jsonl", [{"task_id": 11, "text": "t", "test_list": []}])
+    (tmp_path / "math" / "counting_and_prob").mkdir(parents=True)
+    (tmp_path / "snapshot" / "full").mkdir(parents=True)
+    picks = {d: task_for(str(d)).name for d in (plus, rows, tmp_path / "math", tmp_path / "snapshot")}
+    assert picks == {plus: "mbpp+", rows: "mbpp", tmp_path / "math": "math", tmp_path / "snapshot": "mbpp"}
     assert TASKS["humaneval"].problems(str(data), 5) == ([{"task_id": "T/0", "prompt": "def f():\n", "test": "",
                                                            "entry_point": "f"}], "he.jsonl")
     assert TASKS["gsm8k"].problems(str(tmp_path / "g.jsonl"), 1) == (GSM[:1], "g.jsonl")

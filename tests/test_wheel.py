@@ -95,8 +95,8 @@ def test_installed_eval_layer_builds_its_lm_eval_tasks_outside_the_checkout(inst
     assert {f"lopa/eval/{m}.py" for m in ("lmeval", "tasks", "code_eval", "codegen", "paper", "reproduce")} <= names
     (tmp_path / "mbpp").mkdir()
     (tmp_path / "mbpp" / "test.jsonl").write_text('{"task_id": 11, "text": "t", "code": "", "test_list": ["a", "b", "c"]}\n')
-    code = ("import lopa.eval.tasks as t; from lopa.eval.tasks import task_configs; "
-            "g = task_configs('gsm8k')['lopa_gsm8k']; m = task_configs('mbpp', 'mbpp')['lopa_mbpp']; "
+    code = ("import lopa.eval.tasks as t; from lopa.eval.tasks import task_configs; from lopa.tasks import TASKS; "
+            "g = task_configs(TASKS['gsm8k'])['lopa_gsm8k']; m = task_configs(TASKS['mbpp'], 'mbpp')['lopa_mbpp']; "
             "print(t.__file__); print(all(__import__('os').path.isfile(f) for f in g['dataset_kwargs']['data_files']['test']), "
             "len(m['fewshot_config']['samples']))")
     where, gsm8k_found, shots = run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env).split()[-3:]

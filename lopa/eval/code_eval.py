@@ -29,10 +29,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lopa.tasks.sandbox import Program, bubblewrap_available, isolation, run_program
-
-TIMEOUT_S = 3.0          # HF code_eval's default `timeout`, which lm-eval's mbpp / humaneval use
-RUN_NAME = "builtins"    # `__name__` under exec(program, {}): the builtins module's name
+from lopa.tasks.sandbox import (
+    CODE_EVAL_RUN_NAME,
+    CODE_EVAL_TIMEOUT_S,
+    Program,
+    bubblewrap_available,
+    isolation,
+    run_program,
+)
 
 
 def require_bubblewrap() -> None:
@@ -67,14 +71,14 @@ def lm_eval_sample_program(sample: dict) -> str:
     return program(response, sample["target"])
 
 
-def grade_programs(programs: dict[str, str], out: str | Path, timeout: float = TIMEOUT_S) -> dict:
+def grade_programs(programs: dict[str, str], out: str | Path, timeout: float = CODE_EVAL_TIMEOUT_S) -> dict:
     """Run each {id: program} in the sandbox; one pass/fail each, from how it exited. Writes `out`
     (JSONL: id, passed, status, seconds). Returns {"score": pass@1 %, "n", "passed", "sandbox",
     "per_task": {id: status}, "results_file"}."""
     require_bubblewrap()
     rows = []
     for task_id, text in programs.items():
-        result = run_program(text, timeout=timeout, run_name=RUN_NAME)
+        result = run_program(text, timeout=timeout, run_name=CODE_EVAL_RUN_NAME)
         rows.append({"task_id": task_id, "passed": result.passed, "status": result.status,
                      "seconds": round(result.seconds, 3), "sandbox": result.sandbox})
     out = Path(out)

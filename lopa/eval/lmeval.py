@@ -1,5 +1,6 @@
-"""GSM8K, MATH and MBPP through lm-eval (0.4.x): the engine registered as an lm-eval model, the tasks
-read from local files (lopa.eval.tasks), every completion and every decode's counters saved.
+"""The tasks lm-eval runs (GSM8K, MATH and MBPP: a lopa.tasks Task declared with `lm_eval`) through lm-eval
+(0.4.x): the engine registered as an lm-eval model, the tasks read from local files (lopa.eval.tasks), every
+completion and every decode's counters saved.
 
 The authors ran their numbers through lm-eval with their own model class (zhijie-group/LoPA
 scale_dream_d2f/scale_dream_d2f.py, `generate_until`): the task's prompt (few-shot, and the chat
@@ -20,8 +21,9 @@ import os
 from pathlib import Path
 
 from lopa.eval import code_eval
-from lopa.eval.tasks import GSM8K_DIR, task_configs  # noqa: F401 (GSM8K_DIR: the CLI's default)
+from lopa.eval.tasks import task_configs
 from lopa.tasks.prompts import encode
+from lopa.tasks.task import Task
 from lopa.trace import pooled
 
 
@@ -85,19 +87,20 @@ def _model_class():
     return LoPALM
 
 
-def run_lm_eval(loaded, settings, task: str, shots: int, out: str | Path, chat: bool = False,
+def run_lm_eval(loaded, settings, task: Task, shots: int, out: str | Path, chat: bool = False,
                 data: str | Path | None = None, limit: int | None = None) -> dict:
-    """Run `task` ("gsm8k", "math" or "mbpp") through lm-eval with `loaded` decoding under `settings`.
-    Writes to `out`: the task configs, lm-eval's sample log (samples_<task>.jsonl: doc, prompt,
-    response, filtered answer, metrics), the engine's per-decode counters (runs.jsonl), for MBPP the
-    sandbox's verdicts (graded_lopa_mbpp.jsonl), and results.json. Returns {"score": exact match or
-    pass@1 in %, "metrics": lm-eval's, TPFs, "n"}."""
+    """Run `task` (a Task lm-eval runs: lopa.tasks.TASKS["gsm8k"], ["math"] or ["mbpp"]) through lm-eval
+    with `loaded` decoding under `settings`, on the local copy `data`. Writes to `out`: the task configs,
+    lm-eval's sample log (samples_<task>.jsonl: doc, prompt, response, filtered answer, metrics), the
+    engine's per-decode counters (runs.jsonl), for a code task (MBPP) the sandbox's verdicts
+    (graded_lopa_mbpp.jsonl), and results.json. Returns {"score": task.metric or pass@1 in %, "metrics":
+    lm-eval's, TPFs, "n"}."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")       # local files only, never the hub
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    if task == "mbpp":                                     # refuse before hours of decoding, not after
+    if task.code:                                          # refuse before hours of decoding, not after
         code_eval.require_bubblewrap()
     out = Path(out)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
@@ -116,18 +119,18 @@ def run_lm_eval(loaded, settings, task: str, shots: int, out: str | Path, chat: 
         for run in lm.runs:
             f.write(json.dumps(run) + "\n")
     per_task = {name: results["results"][name] for name in configs}
-    if task == "mbpp":
-        graded = code_eval.grade_lm_eval_samples(out / "samples_lopa_mbpp.jsonl")
+    if task.code:
+        # one sample log (the task's one lm-eval task), graded in the sandbox as code_eval would
+        graded = code_eval.grade_lm_eval_samples(out / f"samples_{next(iter(configs))}.jsonl")
         score, n, extra = graded["score"], graded["n"], {"graded": graded["results_file"], "sandbox": graded["sandbox"]}
     else:
         # lm-eval logs one sample per filter (GSM8K has two): count documents
         counts = [len({sample["doc_id"] for sample in results["samples"][name]}) for name in configs]
-        # GSM8K: lm-eval's strict match (the `#### N` answer); MATH: minerva's exact match; both the
-        # sample-weighted mean over the task's parts.
-        key = "exact_match,strict-match" if task == "gsm8k" else "exact_match,none"
-        score = 100 * sum(per_task[name][key] * k for name, k in zip(configs, counts)) / sum(counts)
+        # task.metric (GSM8K: lm-eval's strict match, the `#### N` answer; MATH: minerva's exact match),
+        # the sample-weighted mean over the task's parts.
+        score = 100 * sum(per_task[name][task.metric] * k for name, k in zip(configs, counts)) / sum(counts)
         n, extra = sum(counts), {}
-    summary = {"task": task, "shots": shots, "chat": chat, "n": n, "score": score, **extra, **summarize_runs(lm.runs),
+    summary = {"task": task.name, "shots": shots, "chat": chat, "n": n, "score": score, **extra, **summarize_runs(lm.runs),
                "lm_eval": per_task, "settings": settings.to_dict()}
     (out / "results.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Column:
-    task: str            # our task name (presets.PaperTask key)
+    task: str            # the task (lopa.tasks.TASKS key, presets.PaperTask key), which says how it is run
     title: str           # the paper's column heading
-    harness: str         # "lm-eval", "evalplus", or "code_eval" (unit tests as HF code_eval runs them, sandboxed)
-    dataset: str = ""    # EvalPlus dataset ("humaneval" / "mbpp")
     graded: str = ""     # which EvalPlus score is the paper's column: "base" (original tests) or "plus"
 
 
@@ -31,9 +29,9 @@ class Row:
 
 TABLES = {
     1: {"title": "Table 1. Accuracy-preserving parallelism scaling of Dream on multiple benchmarks",
-        "columns": [Column("mbpp", "MBPP 3-shot", "lm-eval"), Column("math", "Math 4-shot", "lm-eval"),
-                    Column("humaneval", "HumanEval 0-shot", "code_eval"),
-                    Column("gsm8k", "GSM8K 4-shot", "lm-eval")],
+        "columns": [Column("mbpp", "MBPP 3-shot"), Column("math", "Math 4-shot"),
+                    Column("humaneval", "HumanEval 0-shot"),     # its own tests, as HF code_eval runs them, sandboxed
+                    Column("gsm8k", "GSM8K 4-shot")],
         "preset": "d2f-dream-instruct",
         "rows": [
             Row("Dream", "Vanilla", "vanilla", False,
@@ -48,8 +46,7 @@ TABLES = {
                 {"mbpp": (5.4, 56.0), "math": (8.0, 35.2), "humaneval": (6.3, 56.1), "gsm8k": (10.1, 73.8)}),
         ]},
     2: {"title": "Table 2. Accuracy-preserving parallelism scaling of DiffuCoder on MBPP+ and HumanEval+",
-        "columns": [Column("mbpp+", "MBPP+", "evalplus", "mbpp", "plus"),
-                    Column("humaneval+", "HumanEval+", "evalplus", "humaneval", "plus")],
+        "columns": [Column("mbpp+", "MBPP+", "plus"), Column("humaneval+", "HumanEval+", "plus")],
         "preset": "d2f-diffucoder",
         "rows": [
             Row("DiffuCoder", "Vanilla", "vanilla", False, {"mbpp+": (1.0, 61.9), "humaneval+": (1.0, 65.2)}),

@@ -19,8 +19,8 @@ from lopa.eval import code_eval, codegen, lmeval
 from lopa.eval.paper import NOT_REPRODUCED, TABLES
 from lopa.models import presets
 from lopa.settings import DecodeSettings, decoder_settings
-from lopa.tasks import humaneval
-from lopa.tasks.sources import read_evalplus, read_rows
+from lopa.tasks import TASKS, evalplus
+from lopa.tasks.sources import GSM8K_DIR, read_rows
 
 # Our decoder for each of the paper's decoding algorithms (lopa.settings.DECODERS).
 DECODER_OVERRIDES = {"vanilla": "one_token", "fast-dllm": "single_block", "d2f": "d2f", "lopa": "lopa"}
@@ -33,53 +33,59 @@ def row_settings(table: dict, row, column, max_new_tokens: int | None = None) ->
     return decoder_settings(DECODER_OVERRIDES[row.decoder], DecodeSettings(**fields))
 
 
-def _column_data(column, args) -> tuple[object, str]:
-    """(data, "") where the column can run, else (None, why not)."""
-    if column.task == "gsm8k":
-        return args.gsm8k_data, ""
-    if column.task == "math":
-        return (args.math_data, "") if args.math_data else (None, "no local MATH copy (--math-data DIR)")
-    if column.task == "mbpp":
-        return (args.mbpp_data, "") if args.mbpp_data else (None, "no local MBPP copy (--mbpp-data DIR)")
-    if column.harness == "code_eval":                 # Table 1 HumanEval: the original problems and tests
-        try:
-            return humaneval.TASK.problems(args.humaneval or "humaneval", None)[0], ""
-        except FileNotFoundError as e:
-            return None, str(e)
-    path = args.humaneval_plus if column.dataset == "humaneval" else args.mbpp_plus
-    flag = "--humaneval-plus" if column.dataset == "humaneval" else "--mbpp-plus"
-    return (path, "") if path else (None, f"no local EvalPlus problems ({flag} FILE)")
+# Where each column's data comes from: the flag's attribute, and what a missing copy prints (None: the
+# flag has a default, and the task itself says what is missing).
+DATA_FLAGS = {"gsm8k": ("gsm8k_data", None), "math": ("math_data", "no local MATH copy (--math-data DIR)"),
+              "mbpp": ("mbpp_data", "no local MBPP copy (--mbpp-data DIR)"), "humaneval": ("humaneval", None),
+              "humaneval+": ("humaneval_plus", "no local EvalPlus problems (--humaneval-plus FILE)"),
+              "mbpp+": ("mbpp_plus", "no local EvalPlus problems (--mbpp-plus FILE)")}
+
+
+def _column_data(task, args) -> tuple[object, str]:
+    """(data, "") where the column's task can run: the local copy lm-eval reads (task.lm_eval), or the task's
+    problems (the first --limit) for the columns decoded here; else (None, why not)."""
+    attribute, missing = DATA_FLAGS[task.name]
+    data = getattr(args, attribute, None)
+    if data is None and missing:
+        return None, missing
+    if task.lm_eval:
+        return data, ""                              # None: the task's shipped copy (GSM8K)
+    try:
+        return task.problems(data or task.name, args.limit or None)[0], ""
+    except FileNotFoundError as e:
+        return None, str(e)
 
 
 def run_cell(loaded, table: dict, row, column, args, out: Path) -> dict:
     """One (row, column): {"tpf_authors", "tpf_useful", "score", "n", ...} or {"skipped": why}."""
-    data, why = _column_data(column, args)
-    if data is None:
+    task = TASKS[column.task]
+    data, why = _column_data(task, args)
+    if why:
         return {"skipped": why}
-    task = presets.PRESETS[table["preset"]].tasks[column.task]
+    paper_task = presets.PRESETS[table["preset"]].tasks[column.task]
     # The authors' chat flag, where this tokenizer has a template to apply.
-    chat = task.chat and bool(getattr(loaded.tokenizer, "chat_template", None))
+    chat = paper_task.chat and bool(getattr(loaded.tokenizer, "chat_template", None))
     settings = row_settings(table, row, column, args.max_new_tokens)
     cell_out = out / f"{row.model}-{row.decoder}-{column.task}".replace(" ", "_")
-    if column.harness == "lm-eval":
-        result = lmeval.run_lm_eval(loaded, settings, column.task, task.shots, cell_out, chat=chat, data=data,
+    if task.lm_eval:
+        result = lmeval.run_lm_eval(loaded, settings, task, paper_task.shots, cell_out, chat=chat, data=data,
                                     limit=args.limit)
         return {k: result[k] for k in ("tpf_authors", "tpf_useful", "score", "n")} | {"chat": chat, "out": str(cell_out)}
     code_eval.require_bubblewrap()                   # refuse before decoding, not after
-    if column.harness == "code_eval":
-        # The authors' lm-eval humaneval run: BOS + the bare prompt, the whole reply kept (escape_until),
-        # program = prompt + reply + the problem's own tests, graded as code_eval does (lopa.eval.code_eval).
-        problems = data[: args.limit or None]
+    problems = data
+    if not task.evalplus:
+        # Table 1 HumanEval, the authors' lm-eval humaneval run: BOS + the bare prompt, the whole reply kept
+        # (escape_until), program = prompt + reply + the problem's own tests, graded as code_eval does
+        # (lopa.eval.code_eval).
         speed = codegen.generate_samples(loaded, settings, problems, "completion", cell_out)
         completions = {run["task_id"]: run["completion"] for run in read_rows(cell_out / "runs.jsonl")}
         graded = code_eval.grade_programs({p["task_id"]: code_eval.humaneval_program(p, completions[p["task_id"]])
                                            for p in problems}, cell_out / "graded.jsonl")
         return {"tpf_authors": speed["tpf_authors"], "tpf_useful": speed["tpf_useful"], "score": graded["score"],
                 "n": graded["n"], "sandbox": graded["sandbox"], "out": str(cell_out)}
-    problems = read_evalplus(data)[: args.limit or None]
     style = "diffucoder" if table["preset"] == "d2f-diffucoder" else "completion"
     speed = codegen.generate_samples(loaded, settings, problems, style, cell_out)
-    graded = codegen.grade(column.dataset, cell_out / "samples-sanitized.jsonl", problems)
+    graded = evalplus.evaluate(task, cell_out / "samples-sanitized.jsonl", problems)
     return {"tpf_authors": speed["tpf_authors"], "tpf_useful": speed["tpf_useful"], "score": graded[column.graded],
             "n": graded["n"], "base": graded["base"], "plus": graded["plus"], "sandbox": graded["sandbox"],
             "out": str(cell_out)}
@@ -145,7 +151,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tasks", help="comma-separated columns: gsm8k, math, humaneval, mbpp, humaneval+, mbpp+")
     parser.add_argument("--limit", type=int, help="first N problems per column (smoke test; the paper uses all)")
     parser.add_argument("--max-new-tokens", type=int, help="override the paper's 512 (smoke test)")
-    parser.add_argument("--gsm8k-data", default=str(lmeval.GSM8K_DIR), help="folder with GSM8K train/test.jsonl")
+    parser.add_argument("--gsm8k-data", default=str(GSM8K_DIR), help="folder with GSM8K train/test.jsonl")
     parser.add_argument("--math-data", help="local MATH copy: DIR/<subject>/{train,test}.jsonl or an "
                                             "EleutherAI/hendrycks_math snapshot")
     parser.add_argument("--mbpp-data", help="local MBPP (google-research-datasets/mbpp): a hub snapshot DIR "

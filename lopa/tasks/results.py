@@ -27,6 +27,15 @@ def write_csv(path: str | Path, rows: list[dict]) -> Path:
     return path
 
 
+def write_jsonl(path: str | Path, rows: list[dict]) -> Path:
+    """`rows` as JSON lines, one a row (EvalPlus samples and problems, a run's decodes)."""
+    path = Path(path)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
 def save_plot(path: str | Path, draw) -> bool:
     """draw(pyplot) -> a Figure, saved to `path` and closed; False (nothing drawn) where matplotlib
     is not installed."""

@@ -87,6 +87,9 @@ SHM_FILE_COUNT_LIMIT = 64
 FALLBACK_FILE_LIMIT_BYTES = 1 << 20    # outside bubblewrap: one file (its stdout and stderr included) ...
 FALLBACK_NAME_LIMIT = 64               # ... and files written: 64 MiB in all, in its host folder
 MEMORY_LIMIT_MB = 2048
+# How HF code_eval runs a program under lm-eval's mbpp and humaneval tasks (lopa.eval.code_eval, lopa.tasks.mbpp):
+CODE_EVAL_TIMEOUT_S = 3.0       # its default `timeout`
+CODE_EVAL_RUN_NAME = "builtins"  # `__name__` under its exec(program, {}): the builtins module's name
 UNSAFE_FALLBACK_ENV = "LOPA_UNSAFE_FALLBACK_SANDBOX"    # "1": grade in the fallback where bubblewrap cannot run
 UNSAFE_FALLBACK_FLAG = "--unsafe-fallback-sandbox"      # the same opt-in on the command lines that grade code
 FALLBACK_RISKS = ("the fallback is not isolation: the generated code runs as your user in host folders, held "
@@ -179,7 +182,7 @@ def bwrap_command(work: Path | None = None, env: dict | None = None, files: dict
     SHM_FILE_COUNT_LIMIT files. `work` None: /sandbox is a tmpfs of WRITE_LIMIT_BYTES and
     FILE_COUNT_LIMIT files with /tmp inside it, and `files` ({name: host path}) are bound read-only
     into it. `work` a host folder: it is bound writable as /sandbox (EvalPlus, whose results come
-    back through it; lopa.eval.codegen) and /tmp is in the bounded tmpfs. The two tmpfs are mounted on
+    back through it; lopa.tasks.evalplus) and /tmp is in the bounded tmpfs. The two tmpfs are mounted on
     folders made under `scratch` (default: `work`), empty outside the run. `env`: variables set
     inside, on top of the cleared environment."""
     scratch = scratch if scratch is not None else work

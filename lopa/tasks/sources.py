@@ -1,6 +1,6 @@
 """Where problems come from: the data-file map, fresh problems of a model's own family, GSM8K-format
-files, prompt lists, EvalPlus files (HumanEval+, MBPP+) and local MBPP copies. Every reader checks a
-file's rows for the fields its task needs and names the file when they are missing. Nothing here
+files, prompt lists, and the readers the task modules share (JSONL, a split's JSONL or Parquet files).
+Every reader checks a file's rows for the fields its task needs and names the file when they are missing. Nothing here
 downloads: data comes from assets/ or from paths the user gives.
 """
 
@@ -23,9 +23,8 @@ HELDOUT = DATA_DIR / "synthetic" / "heldout.jsonl"
 SYNTHETIC = "synthetic"
 DATA_FILES = {"heldout": HELDOUT, "gsm8k": GSM8K_DIR / "test.jsonl"}
 DEFAULT_SEED = 15          # fresh synthetic problems: a seed the shipped held-out file does not use
-# The fields a row of each format must have.
+# The fields a GSM8K-format row must have.
 GSM8K_FIELDS = ("question", "answer")
-EVALPLUS_FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input")
 SPLITS = ("train", "test")
 
 
@@ -63,11 +62,6 @@ def data_file(data: str) -> Path:
     return path
 
 
-def read_evalplus(path: str | Path) -> list[dict]:
-    """EvalPlus-format problems (HumanEvalPlus / MbppPlus JSONL, optionally .gz), in file order."""
-    return read_rows(path, EVALPLUS_FIELDS, "EvalPlus")
-
-
 def local_split_files(folder: Path, splits=SPLITS) -> tuple[str, dict] | None:
     """("json" | "parquet", {split: [files]}) for a folder that holds every split as
     <split>.jsonl or as the hub's <split>-NNNNN-of-NNNNN.parquet shards; None if it does not."""
@@ -78,21 +72,20 @@ def local_split_files(folder: Path, splits=SPLITS) -> tuple[str, dict] | None:
     return None
 
 
-def mbpp_test_files(data: str | Path) -> tuple[str, list[str]]:
-    """("json" | "parquet", files of the test split) for a local MBPP copy: a hub snapshot
-    (full/test-*.parquet), DIR/test.jsonl, DIR/full/test.jsonl, or the test split's own file."""
-    path = Path(data).resolve()
-    if path.is_file():
-        builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(path.suffix)
-        if builder is None:
-            raise ValueError(f"MBPP data file must be .jsonl or .parquet, got {path.name}")
-        return builder, [str(path)]
-    for folder in (path / "full", path):
-        found = local_split_files(folder, splits=("test",))
-        if found:
-            return found[0], found[1]["test"]
-    raise FileNotFoundError(f"no MBPP test split in {path}: expected full/test-*.parquet (a hub snapshot), "
-                            "test.jsonl or full/test.jsonl")
+def read_split(builder: str, files: list[str], needs=(), kind: str = "") -> list[dict]:
+    """The rows of a split's files as local_split_files finds them ("json": JSONL, read_rows; "parquet": the
+    hub's shards, through pandas), in order; a ValueError naming the file where rows lack any of `needs`."""
+    if builder == "json":
+        return [row for f in files for row in read_rows(f, needs, kind)]
+    import pandas as pd
+    rows = []
+    for f in files:
+        table = pd.read_parquet(f)
+        missing = set(needs) - set(table.columns)
+        if missing:
+            raise ValueError(f"{f} is not {kind or 'the expected'}-format Parquet: rows lack {', '.join(sorted(missing))}")
+        rows += [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in row.items()} for row in table.to_dict("records")]
+    return rows
 
 
 def heldout_questions(n: int) -> list[str]:
