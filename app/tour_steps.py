@@ -108,10 +108,11 @@ def step_anchor(lopa, names) -> Step:
 def peer_lines() -> str:
     """The commit rules other decoders use in place of D2F's, one line each (the settings' commit rule; Compare
     decodes each alone): LoPA's lookahead runs over any of them."""
-    lines = "".join(f'<li><a href="#term-rule-{rule}">{esc(rule_name(rule))}</a> (commit = {esc(rule)}) '
+    # Spaces between the items: the card's words read the same as its text with the tags taken out.
+    lines = " ".join(f'<li><a href="#term-rule-{rule}">{esc(rule_name(rule))}</a> (commit = {esc(rule)}) '
                     f"{esc(COMMIT_RULE_NAMES[rule][1])}</li>" for rule in PEER_RULES)
     return (" Other decoders commit by other rules; LoPA's lookahead runs over any of them (the settings' commit "
-            f'rule), and Compare decodes each alone:<ul class="lopa-tour-peers">{lines}</ul>')
+            f'rule), and Compare decodes each alone: <ul class="lopa-tour-peers">{lines}</ul>')
 
 
 def _chosen(settings: dict, k: int) -> str:
