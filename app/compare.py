@@ -23,12 +23,25 @@ from .inputs import choice, text
 from .model_cache import MODELS
 from .request import read_request
 from .session import Backend, LiveRun, Session, forkable
-from .viz import answer_mark, comparison_summary, counters_html, esc, run_diff, tfo_diff_html, tfo_map
+from .viz import (
+    PEER_RULES,
+    answer_mark,
+    comparison_summary,
+    counters_html,
+    esc,
+    rule_name,
+    run_diff,
+    tfo_diff_html,
+    tfo_map,
+)
 
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS
-# The baseline side: a decoder preset (k = 0 baselines) or LoPA with the same k under another order.
-BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "single_block",
+# The baseline side: a decoder preset (k = 0 baselines), each peer's commit rule alone (k = 0, the rule's own
+# knobs as the settings panel has them), or LoPA with the same k under another order.
+BASELINES = {"D2F vanilla (k = 0)": "d2f",
+             **{f"{rule_name(rule)} (k = 0)": f"d2f-{rule}" for rule in PEER_RULES},
+             "single block (Fast-dLLM style)": "single_block",
              "one token per round": "one_token", "LoPA, random order (same k)": "random",
              "LoPA, left-to-right order (same k)": "left_to_right"}
 
@@ -36,11 +49,24 @@ BASELINES = {"D2F vanilla (k = 0)": "d2f", "single block (Fast-dLLM style)": "si
 def baseline_settings(baseline: str, lopa_settings):
     """The baseline side's settings: the LoPA side's (already resolved on the session's model) under
     a decoder's overrides (lopa.settings.decoder_settings, the one place they are applied), or under
-    another order. Nothing is resolved again: every setting is already the visitor's or the model's."""
+    another order. D2F vanilla and a peer (`d2f-<rule>`) set their commit rule, whatever the LoPA side's:
+    LoPA over EB against D2F is a comparison of both changes at once, which the name must say. EB reads
+    entropy from Conf, so its side takes confidence = neg_entropy (as the bench's rows do). Nothing is
+    resolved again: every other setting is already the visitor's or the model's."""
     name = BASELINES.get(baseline, baseline)
     if name in ("random", "left_to_right"):
         return decoder_settings("lopa", lopa_settings, order=name)
+    if name == "d2f" or name.startswith("d2f-"):
+        rule = name.removeprefix("d2f").removeprefix("-") or "threshold"
+        entropy = {"confidence": "neg_entropy"} if rule == "eb" else {}
+        return decoder_settings("d2f", lopa_settings, commit=rule, **entropy)
     return decoder_settings(name, lopa_settings)
+
+
+def lopa_title(settings, backend) -> str:
+    """The LoPA side's name: its k, the commit rule its branches commit by where it is not D2F's, its backend."""
+    rule = "" if settings.commit == "threshold" else f" over {rule_name(settings.commit)}"
+    return f"LoPA{rule} (k = {settings.k}" + (f", {backend})" if backend.parallel else ")")
 
 
 class Side:
@@ -138,8 +164,8 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
         job = dict(model=folder, prompt=prompt, rounds=None, resume=None,
                    keep_states=forkable(loaded, Backend()))
         base = Side({**job, "settings": base_settings.to_dict(), "workers": 1}, baseline)
-        lopa_title = f"LoPA (k = {lopa_settings.k}" + (f", {backend})" if backend.parallel else ")")
-        lopa = Side({**job, "settings": lopa_settings.to_dict(), "workers": backend.workers}, lopa_title)
+        lopa = Side({**job, "settings": lopa_settings.to_dict(), "workers": backend.workers},
+                    lopa_title(lopa_settings, backend))
         session.streaming = True
         last_heavy = float("-inf")
         with closing(stream_jobs([base.live.job, lopa.live.job])) as passes:

@@ -163,15 +163,15 @@ def build_trace_panel() -> dict:
 
 def build_compare_panel() -> dict:
     gr.Markdown("Compare **any two runs** of the run list (a run and its fork, two orders, a loaded trace), or "
-                "decode the same prompt and settings twice, live, with a baseline and LoPA, then compare them the "
-                "same way. Each TFO map (token filling order) colours a position by the round that filled it; "
+                "decode the same prompt and settings twice, live, with a baseline (D2F, or a peer's commit rule "
+                "alone: [the rules](#term-commit-rule)) and LoPA, then compare them the same way. Each TFO map (token filling order) colours a position by the round that filled it; "
                 "outlined positions are filled in a different round by the two runs.")
     with gr.Row():
         compare_a = gr.Dropdown([], label="run A", scale=3, elem_id="compare-a")
         compare_b = gr.Dropdown([], label="run B", scale=3, elem_id="compare-b")
         compare_runs = gr.Button("Compare runs", scale=1, min_width=110, elem_id="compare-runs")
     with gr.Row():
-        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="or decode: baseline vs LoPA",
+        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="or decode: a baseline (k = 0: D2F or a peer's rule; or another order) vs LoPA",
                                elem_id="baseline")
         compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
         stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="compare-stop")

@@ -131,7 +131,8 @@ class Session:
                "rounds": rounds, "keep_states": keep_states, "resume": None}
         self.key, self.source, self.backend = (prompt, settings, backend), "live", backend
         note = (f"{settings.order}" + (f" (seed {settings.order_seed})" if settings.order == "random" else "")
-                + (f", floor {settings.lookahead_min_prob:g}" if settings.lookahead_min_prob else ""))
+                + (f", floor {settings.lookahead_min_prob:g}" if settings.lookahead_min_prob else "")
+                + (f", commit {settings.commit}" if settings.commit != "threshold" else ""))
         entry = self.runs.add(f"{note}, k = {settings.k}")
         entry.model = model
         self._new_entry(entry)

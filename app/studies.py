@@ -20,12 +20,13 @@ from lopa.models.loading import ROOT
 from lopa.resolution import resolve
 from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_digest
 from lopa.study.figures import shipped_title
+from lopa.trace import pooled
 
 from . import boundary
 from .callbacks import error_message, stop_pending
 from .inputs import choice, whole
 from .model_cache import MODELS
-from .viz import esc
+from .viz import FEWER_FORWARDS_SLOWER, esc
 
 # Shipped results live per model: STUDIES_ROOT/<model folder name>/<study>.*, written by
 # `python -m lopa.study <study> --model assets/models/<name> --out assets/studies/<name>`.
@@ -123,9 +124,35 @@ def shown_command(command: str) -> str:
     return shlex.join(w for w in kept if not w.startswith("--hardware-note="))
 
 
-def _progress(done: int, total: int, what: str = "", units: str = "decodes") -> str:
+def _progress(done: int, total: int, what: str = "", units: str = "decodes", rows=()) -> str:
     return (f'<div class="lopa-study-progress"><progress value="{done}" max="{max(total, 1)}" style="width:100%">'
-            f'</progress><div style="font-size:12px">{done} / {total} {esc(units)} {esc(what)}</div></div>')
+            f'</progress><div style="font-size:12px">{done} / {total} {esc(units)} {esc(what)}</div>'
+            f'{cost_table(rows)}</div>')
+
+
+# What names a decoder in a study's rows: the fields its rows carry among these (lopa/study: orders has
+# `order`, calibration `metric` and `rule`, adaptive and headroom `config`).
+DECODER_FIELDS = ("config", "order", "metric", "rule")
+
+
+def cost_table(rows) -> str:
+    """The live run's decodes so far, per decoder (DECODER_FIELDS), pooled by lopa.trace.pooled: TPF beside what
+    it leaves out, forwards, token-forwards and wall-clock per decode, and tokens/s. "" before the first decode."""
+    groups: dict[str, list] = {}
+    for row in rows:
+        name = " / ".join(str(row[f]) for f in DECODER_FIELDS if f in row) or "all"
+        groups.setdefault(name, []).append(row)
+    if not groups:
+        return ""
+    cells = "".join(
+        f'<tr data-decoder="{esc(name)}"><td>{esc(name)}</td><td>{m["runs"]}</td><td>{m["tpf_useful"]:.2f}</td>'
+        f'<td>{m["forwards_mean"]:.1f}</td><td>{m["token_forwards_mean"]:.0f}</td>'
+        f'<td>{m["latency_s_mean"]:.2f}</td><td>{m["tps"]:.1f}</td></tr>'
+        for name, m in ((name, pooled(group, tokens="tokens")) for name, group in groups.items()))
+    head = ("<tr><th>decoder</th><th>decodes</th><th>TPF</th><th>forwards / decode</th>"
+            "<th>token-forwards / decode</th><th>wall-clock / decode (s)</th><th>tokens/s</th></tr>")
+    return (f'<table class="lopa-study-cost" style="font-size:12px;margin-top:4px">{head}{cells}</table>'
+            f'<div style="font-size:12px;color:#555">{esc(FEWER_FORWARDS_SLOWER)}</div>')
 
 
 def shown_model(session=None) -> Path:
@@ -252,7 +279,8 @@ def _run(state: dict, study: str, n_problems, seed, session, knobs: dict):
                     waiting = step["status"]
                     if time.monotonic() - shown >= STATUS_EVERY_S:
                         shown = time.monotonic()
-                        yield waiting, _progress(done, max(total, 1), _estimate(step), units), gr.skip(), gr.skip(), gr.skip()
+                        yield waiting, _progress(done, max(total, 1), _estimate(step), units, rows), gr.skip(), \
+                            gr.skip(), gr.skip()
                         waiting = gr.skip()
                 elif "summary" in step:
                     noted.update(step["summary"])
@@ -262,7 +290,8 @@ def _run(state: dict, study: str, n_problems, seed, session, knobs: dict):
                     rounds += step["rounds"]
                     done = step.get("done", len(rows))
                     complete.update([step["complete"]] if "complete" in step else [])
-                    yield waiting, _progress(done, total, _estimate(step), units), gr.skip(), gr.skip(), gr.skip()
+                    yield waiting, _progress(done, total, _estimate(step), units, rows), gr.skip(), gr.skip(), \
+                        gr.skip()
                     shown, waiting = 0.0, gr.skip()       # the first status after a decode shows at once
                 if state["stop"]:
                     break
@@ -274,7 +303,7 @@ def _run(state: dict, study: str, n_problems, seed, session, knobs: dict):
         # unfinished problem is left out of all three.
         if not complete:
             yield (f"Stopped before the first problem of **{titles()[study]}** was complete ({done} of {total} decodes "
-                   "ran): nothing to summarize yet."), _progress(done, total, units=units), gr.skip(), gr.skip(), ""
+                   "ran): nothing to summarize yet."), _progress(done, total, units=units, rows=rows), gr.skip(), gr.skip(), ""
             return
         rows = [r for r in rows if r["problem"] in complete]
         summary, tables = declared(study).load().live_summary(rows, [r for r in rounds if r.get("problem") in complete])
@@ -283,7 +312,8 @@ def _run(state: dict, study: str, n_problems, seed, session, knobs: dict):
                    if state["stop"] else "")
         make = figure(study, tables, summary, f"live: {loaded.spec.name}, {len(complete)} problem{'s' * (len(complete) != 1)}")
         yield (f"Done{stopped}: **{titles()[study]}** on {where}. The same command with more problems: "
-               f"`python -m lopa.study {study} --n 40`."), _progress(done, total, units=units), make, _image(None), \
+               f"`python -m lopa.study {study} --n 40`."), _progress(done, total, units=units, rows=rows), make, \
+            _image(None), \
             report(study, summary)
     except ValueError as err:
         yield error_message(err), "", gr.skip(), gr.skip(), gr.skip()

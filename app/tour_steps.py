@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lopa.trace import metrics
 
-from .viz import esc, fills, predictions, token_label
+from .viz import COMMIT_RULE_NAMES, PEER_RULES, esc, fills, predictions, rule_name, token_label
 
 
 # -- the steps: rounds picked by rules, words read from the trace -----------------------------------
@@ -101,8 +101,18 @@ def step_anchor(lopa, names) -> Step:
                "rest is the single most confident position of a fully activated block where none did")
     text = (f"Every LoPA round starts with the <b>anchor</b>: D2F's own commit rule applied to the last round's "
             f"predictions. In round {r} {why}. These are the cells tagged A; the anchor alone is what vanilla D2F "
-            "would do.")
+            f"would do.{peer_lines()}")
     return Step("anchor", "the anchor", "lopa", r, "#canvas", text, facts)
+
+
+def peer_lines() -> str:
+    """The commit rules other decoders use in place of D2F's, one line each (the settings' commit rule; Compare
+    decodes each alone): LoPA's lookahead runs over any of them."""
+    # Spaces between the items: the card's words read the same as its text with the tags taken out.
+    lines = " ".join(f'<li><a href="#term-rule-{rule}">{esc(rule_name(rule))}</a> (commit = {esc(rule)}) '
+                    f"{esc(COMMIT_RULE_NAMES[rule][1])}</li>" for rule in PEER_RULES)
+    return (" Other decoders commit by other rules; LoPA's lookahead runs over any of them (the settings' commit "
+            f'rule), and Compare decodes each alone: <ul class="lopa-tour-peers">{lines}</ul>')
 
 
 def _chosen(settings: dict, k: int) -> str:

@@ -227,20 +227,20 @@ class DecodeSettings:
     adaptive_lift: float = setting(
         0.0, "order=adaptive only: forwards a won round saves beyond release, per free position within 0.2 "
         "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False)
-    # The peers' own knobs (lopa/peers.py, docs/method.md "Peers"); each is read only under its commit rule.
+    # The peers' own knobs (lopa/peers.py, docs/method.md "Peers"): app inputs like the rest (Run, Compare and
+    # forks all take them); each is read only under its commit rule, as its help says.
     eb_gamma: float = setting(
         0.1, "commit=eb only: the entropy bound gamma (nats): commit the lowest-entropy positions while their "
-        "summed entropy less the largest stays within it (0 = one token per round)", low=0.0, high=MAX_EB_GAMMA,
-        app=False)
+        "summed entropy less the largest stays within it (0 = one token per round)", low=0.0, high=MAX_EB_GAMMA)
     factor_f: float = setting(
         1.0, "commit=factor only: Fast-dLLM's f: commit the n most probable while (n + 1)(1 - c_(n)) <= f",
-        low=0.0, high=MAX_FACTOR, open_low=True, app=False)
+        low=0.0, high=MAX_FACTOR, open_low=True)
     frechet_margin: float = setting(
         0.0, "commit=frechet only: commit the n most probable while the Fréchet bound c_(1) + ... + c_(n) - (n - 1) "
-        "less 1 - c_(n) exceeds this margin", low=-1.0, high=1.0, app=False)
+        "less 1 - c_(n) exceeds this margin", low=-1.0, high=1.0)
     stable_js: float = setting(
         0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' top-1 "
-        "distributions at a position it commits", low=0.0, high=0.6931471805599453, app=False)
+        "distributions at a position it commits", low=0.0, high=0.6931471805599453)
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():

@@ -264,3 +264,32 @@ def test_warm_model_loads_lazily_and_describes_it():
     MODELS.clear()
     assert "not loaded yet" in MODELS.describe()
     assert "M parameters" in model_and_settings.warm_model(Session()) and MODELS.peek() is not None
+
+
+def test_compare_decodes_the_baseline_with_the_chosen_peer_rule():
+    """Each peer's rule is a baseline of Compare: its side decodes with that rule alone (k = 0, its knob as the
+    settings panel has it), exactly as the engine does under those settings; D2F's side keeps D2F's threshold."""
+    from app.compare import BASELINES
+    from lopa import DecodeSettings
+    from visualizations.glossary import PEER_RULES, rule_name
+    assert [BASELINES[f"{rule_name(rule)} (k = 0)"] for rule in PEER_RULES] == [f"d2f-{rule}" for rule in PEER_RULES]
+    for rule in PEER_RULES:
+        session = Session()
+        label = f"{rule_name(rule)} (k = 0)"
+        out = dict(zip(COMPARE_OUTPUTS, list(compare_stream(session, PROMPT, label, *values(eb_gamma=0.7)))[-1]))
+        base, lopa = session.compare
+        assert (base.settings["commit"], base.settings["k"]) == (rule, 0), rule
+        assert (lopa.settings["commit"], lopa.settings["k"]) == ("threshold", 3)
+        assert base.settings["eb_gamma"] == 0.7 and base.settings["confidence"] == ("neg_entropy" if rule == "eb" else "max_prob")
+        loaded = MODELS.get(MODELS.folder(session.model))
+        assert base.tokens == loaded.decoder(DecodeSettings.from_dict(base.settings)).run(PROMPT).tokens, rule
+        assert f'data-counter="commit" data-value="{rule_name(rule)}"' in out["base_counters"]
+        assert label in out["compare_summary"] and "token-forwards" in out["compare_summary"]
+    # LoPA over a peer's rule against D2F: each side says which rule it committed by
+    session = Session()
+    out = dict(zip(COMPARE_OUTPUTS, list(compare_stream(session, PROMPT, "D2F vanilla (k = 0)",
+                                                        *values(commit="factor", factor_f=1.5)))[-1]))
+    base, lopa = session.compare
+    assert base.settings["commit"] == "threshold" and (lopa.settings["commit"], lopa.settings["factor_f"]) == ("factor", 1.5)
+    assert "LoPA over Fast-dLLM factor (k = 3)" in out["compare_summary"]
+    assert [e.note for e in session.runs.entries.values()][-1] == "LoPA over Fast-dLLM factor (k = 3)"

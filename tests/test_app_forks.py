@@ -111,6 +111,32 @@ def test_click_fill_first_fork_appears_in_the_run_list_and_compares():
     assert session.run is parent and "Showing run 1" in shown["status"]
 
 
+@pytest.mark.parametrize("rule", ["eb", "stable"])
+def test_a_peer_s_run_and_its_forks_take_its_rule(rule):
+    """A peer's commit rule (and its knob) chosen in the settings reaches the engine, names the run, shows in the
+    counters, and a fork of the run decodes under the same settings; at k = 0 the branches panel says in one line
+    that there is no branch to compare."""
+    session = Session()
+    chosen = dict(commit=rule, confidence="neg_entropy", eb_gamma=0.4, stable_js=0.2)
+    last = decoded(session, *values(**chosen))
+    parent = session.run
+    assert {name: parent.settings[name] for name in chosen} == chosen
+    assert f"commit {rule}" in last["run_list"]["choices"][-1][0] and 'data-counter="commit"' in last["counters"]
+    assert "lopa-no-branches" not in last["branches"]            # k = 3: LoPA's branches over the rule
+    r = 1
+    p = late_filled_cell(parent, r)
+    panel = dict(zip(forks.WHATIF_OUTPUTS, forks.pick_cell(session, f"{r}:{p}:7")))
+    list(forks.fill_first(session, panel["whatif_target"], [v for _, v in panel["whatif_token"]["choices"]][0]))
+    child = session.run
+    assert child.forked_from == {"run_id": parent.run_id, "round": r} and child.settings == parent.settings
+    vanilla = Session()
+    decoded(vanilla, *values(k=0, **chosen))
+    view = dict(zip(cb.VIEW_OUTPUTS, cb.show_round(vanilla, 1)))
+    assert "lopa-no-branches" in view["branches"] and "<table" not in view["branches"]
+    assert view["branches"].count("</div>") == 1                 # one line in place of the table
+    assert "lopa-canvas" in view["canvas"] and view["heatmap"] is not None    # the same canvas and heatmap
+
+
 def test_a_finished_run_rests_on_its_final_round_at_the_end_of_the_slider():
     session = Session()
     decoded(session, *values())

@@ -36,6 +36,26 @@ def test_the_app_has_one_input_per_setting_the_registry_shows():
     assert read_request([APP_DEFAULTS[n] for n in SETTING_NAMES]).resolve().k == 4
 
 
+def test_the_settings_panel_lists_every_peer_and_its_knob_through_the_registry():
+    """The commit input offers every peer's rule and each peer's own knob is an input, built from its registry
+    entry (label, help, range); a request carries them to the settings that run."""
+    from lopa.settings import COMMIT_RULES
+    knobs = ("eb_gamma", "factor_f", "frechet_margin", "stable_js")
+    assert set(knobs) <= set(SETTING_NAMES) and all(SETTINGS[n].app for n in knobs)
+    with gr.Blocks():
+        panel = build_settings_panel()
+    assert [c[1] for c in panel["commit"].choices] == list(COMMIT_RULES)
+    for name in knobs:
+        assert panel[name].info == f"{SETTINGS[name].help} ({SETTINGS[name].describe()})"
+        assert panel[name].value == SETTINGS[name].default == APP_DEFAULTS[name]     # the engine's default
+    given = dict(APP_DEFAULTS, commit="frechet", eb_gamma=2.5, factor_f=1.5, frechet_margin=-0.25, stable_js=0.3)
+    settings = read_request([given[n] for n in SETTING_NAMES]).resolve()
+    assert (settings.commit, settings.eb_gamma, settings.factor_f, settings.frechet_margin, settings.stable_js) == \
+        ("frechet", 2.5, 1.5, -0.25, 0.3)
+    with pytest.raises(ValueError, match=r"^factor_f must be in \(0, 100\]"):
+        read_request([dict(given, factor_f=0)[n] for n in SETTING_NAMES])
+
+
 def test_share_links_and_decode_cover_every_setting():
     assert share.FIELDS == ("prompt", *SETTING_NAMES)
     params = inspect.signature(api.decode).parameters

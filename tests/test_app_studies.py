@@ -38,6 +38,22 @@ def test_a_live_study_streams_progress_and_ends_with_its_plot(study, monkeypatch
     assert isinstance(outs[-1]["study_plot"], go.Figure) and outs[-1]["study_summary"].startswith("```")
     done = [int(o["study_progress"].split('value="')[1].split('"')[0]) for o in outs if "value=" in o["study_progress"]]
     assert done == sorted(done) and done[-1] > 1                                      # one step per decode
+    # the decodes' cost beside TPF, per decoder, live and at the end
+    for progress in (outs[-2]["study_progress"], outs[-1]["study_progress"]):
+        assert "<th>TPF</th><th>forwards / decode</th><th>token-forwards / decode</th>" in progress
+        assert "<th>wall-clock / decode (s)</th>" in progress and "Fewer forwards can still be slower" in progress
+
+
+def test_the_live_cost_table_pools_each_decoder_s_decodes():
+    rows = [{"problem": 0, "order": "lopa", "tokens": 10, "forwards": 5, "token_forwards": 100, "latency_s": 1.0},
+            {"problem": 1, "order": "lopa", "tokens": 20, "forwards": 5, "token_forwards": 300, "latency_s": 3.0},
+            {"problem": 0, "order": "vanilla", "tokens": 12, "forwards": 12, "token_forwards": 96, "latency_s": 0.5}]
+    table = studies.cost_table(rows)
+    assert ('<tr data-decoder="lopa"><td>lopa</td><td>2</td><td>3.00</td><td>5.0</td><td>200</td><td>2.00</td>'
+            '<td>7.5</td></tr>') in table
+    assert '<tr data-decoder="vanilla"><td>vanilla</td><td>1</td><td>1.00</td><td>12.0</td><td>96</td>' in table
+    assert studies.cost_table([]) == ""
+    assert 'data-decoder="mean / loo"' in studies.cost_table([{"metric": "mean", "rule": "loo", "tokens": 1}])
 
 
 @pytest.mark.parametrize("study", ["orders", "headroom"])

@@ -182,6 +182,18 @@ def test_every_step_claim_is_true_of_the_trace_it_shows(request, which):
     check_steps(*pairs[which])
 
 
+def test_the_anchor_step_names_each_peer_in_one_line(tiny_pair):
+    """The anchor is D2F's commit rule; the step names every peer's rule, one line each, linked to the glossary."""
+    from visualizations.glossary import COMMIT_RULE_NAMES, PEER_RULES
+    d2f, lopa, names = tiny_pair
+    text = {s.key: s for s in tour_steps(d2f, lopa, names)}["anchor"].text
+    lines = re.findall(r"<li>(.*?)</li>", text)
+    assert len(lines) == len(PEER_RULES)
+    for line, rule in zip(lines, PEER_RULES):
+        name, short, _ = COMMIT_RULE_NAMES[rule]
+        assert f'href="#term-rule-{rule}"' in line and plain(line) == f"{name} (commit = {rule}) {short}"
+
+
 def test_the_tiny_model_exercises_a_lookahead_win(tiny_pair):
     """So that the winner step's main branch is checked even when a bundled model never needs one."""
     assert any(rec.winner > 0 for rec in tiny_pair[1].records)

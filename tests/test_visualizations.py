@@ -188,6 +188,64 @@ def test_counters_and_comparison_summary(lopa, vanilla):
     assert f"| {base.metrics()['fill_spread']:.2f} | {m['fill_spread']:.2f} |" in summary   # how uneven each order was
 
 
+def test_counters_and_summary_show_the_cost_beside_tpf(lopa, vanilla):
+    """Forwards, token-forwards and wall-clock (with the device it ran on) sit beside TPF in the counters and
+    the comparison, with the sentence saying why fewer forwards can still be slower; the old keys stay."""
+    from visualizations.glossary import FEWER_FORWARDS_SLOWER
+    run, _ = lopa
+    base, _ = vanilla
+    m, mb = run.metrics(), base.metrics()
+    assert m["token_forwards"] > 0 and m["device"] == "cpu"
+    html = counters_html(run, 1.5, "done")
+    assert f'data-counter="token-forwards" data-value="{m["token_forwards"]}"' in html
+    assert f'data-counter="forwards" data-value="{m["forwards"]}"' in html
+    assert f'data-counter="latency" data-value="{m["latency_s"]:.2f} s"' in html and ">wall-clock<" in html
+    assert 'data-counter="device" data-value="cpu"' in html and 'data-counter="elapsed"' in html
+    assert html_lib.escape(FEWER_FORWARDS_SLOWER) in html and 'href="#term-token-forwards"' in html
+    assert 'data-counter="commit"' not in html                     # D2F's threshold: the default, not a box
+    summary = comparison_summary(base, run, "D2F")
+    assert f"| token-forwards (positions all forwards processed) | {mb['token_forwards']} | {m['token_forwards']} |" in summary
+    assert f"({mb['token_forwards']} → {m['token_forwards']})" in summary and "on cpu" in summary
+    assert FEWER_FORWARDS_SLOWER in summary and "| wall-clock (s) |" in summary
+
+
+def peer_run(rule: str, k: int) -> RunResult:
+    tokenizer = tiny_tokenizer()
+    settings = DecodeSettings(k=k, commit=rule, **{**LIVELY, "confidence": "neg_entropy"})
+    return Decoder(tiny_qwen2(seed=1), tiny_spec(), settings, tokenizer).run(PROMPT)
+
+
+@pytest.mark.parametrize("rule", ["eb", "factor", "frechet", "joint", "stable"])
+def test_a_peer_s_rounds_show_on_the_same_canvas_heatmap_and_counters(rule):
+    from visualizations.glossary import rule_name
+    run = peer_run(rule, 0)
+    r = rounds_with_forward(run)[0]
+    assert run.records[r].anchor_positions and 'data-state="anchor"' in token_canvas(run, r)
+    assert confidence_heatmap(run, r).data
+    assert f'data-counter="commit" data-value="{rule_name(rule)}"' in counters_html(run, 1.0, "done")
+    # k = 0: one line says there is no branch to compare, in place of the table
+    line = branches_table(run, r)
+    assert "<table" not in line and "lopa-no-branches" in line and f'data-round="{r}"' in line
+    assert "k = 0" in line and f"the {rule_name(rule)} rule committed {len(run.records[r].anchor_positions)} token" \
+        in html_lib.unescape(re.sub(r"<[^>]+>", "", line))
+    assert "No branches" in branches_table(run, 0) and f"k = 0 ({rule_name(rule)} alone)" in explain_round(run, r)
+    lopa = peer_run(rule, 2)              # lookahead over the rule: the table again
+    assert "<table" in branches_table(lopa, rounds_with_forward(lopa)[0])
+
+
+def test_the_glossary_names_each_commit_rule_in_one_line():
+    from lopa.settings import COMMIT_RULES
+    from visualizations import glossary_html
+    from visualizations.glossary import COMMIT_RULE_NAMES, PEER_RULES
+    assert tuple(COMMIT_RULE_NAMES) == COMMIT_RULES and PEER_RULES == COMMIT_RULES[2:]
+    page = glossary_html()
+    for rule in PEER_RULES:
+        name, _, words = COMMIT_RULE_NAMES[rule]
+        assert f'<dt id="term-rule-{rule}">{html_lib.escape(name)}</dt><dd>{html_lib.escape(f"commit = {rule}: {words}")}</dd>' \
+            in page
+    assert 'id="term-token-forwards"' in page and 'id="term-wall-clock"' in page and 'id="term-commit-rule"' in page
+
+
 def test_live_counters_count_committed_tokens_not_masks(lopa):
     run, _ = lopa
     assert metrics(run) == run.metrics()                     # finished: the engine's own metrics

@@ -10,7 +10,15 @@ from .canvas import canvas_text, token_canvas
 from .charts import tfo_map, tokens_per_round_chart
 from .compare import comparison_summary, run_diff, tfo_diff_html
 from .counters import counters_html
-from .glossary import GLOSSARY_CSS, glossary_html, term_link
+from .glossary import (
+           COMMIT_RULE_NAMES,
+           FEWER_FORWARDS_SLOWER,
+           GLOSSARY_CSS,
+           PEER_RULES,
+           glossary_html,
+           rule_name,
+           term_link,
+)
 from .heatmap import confidence_heatmap
 from .labels import token_label, token_repr
 from .markup import esc
@@ -18,7 +26,7 @@ from .ranks import rank_lanes
 from .story import STORY_CSS, arrival_html, story_facts, story_sentence, tour_card
 from .timeline import fills, last_forward_round, predictions
 
-__all__ = ["GLOSSARY_CSS", "glossary_html", "term_link", "esc", "answer_mark", "branches_table", "explain_round", "token_canvas", "canvas_text", "tfo_map", "tokens_per_round_chart",
+__all__ = ["COMMIT_RULE_NAMES", "FEWER_FORWARDS_SLOWER", "GLOSSARY_CSS", "PEER_RULES", "glossary_html", "rule_name", "term_link", "esc", "answer_mark", "branches_table", "explain_round", "token_canvas", "canvas_text", "tfo_map", "tokens_per_round_chart",
            "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
            "token_label", "token_repr", "fills", "last_forward_round", "predictions", "STORY_CSS", "arrival_html", "story_facts", "story_sentence",
            "tour_card"]

@@ -13,7 +13,7 @@ import math
 
 from lopa.rules import score_split
 
-from .glossary import term_link
+from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
 from .labels import token_label, token_repr
 from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
@@ -68,6 +68,8 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     if record.kind == "final":
         return ('<div class="lopa-branches">Final round: the anchor\'s commits completed every block, so there '
                 'was nothing left to verify and no forward ran.</div>')
+    if int(run.settings.get("k") or 0) == 0:
+        return no_branches(run, record)
     finite = [s for s in record.branch_scores if not math.isinf(s)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     anchor_score = record.branch_scores[0]
@@ -112,6 +114,18 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
             f'font-size:13px">{head}{"".join(rows)}</table>{legend}</div>')
 
 
+def no_branches(run, record) -> str:
+    """The one line shown in place of the table where a run has no lookahead (k = 0): there is only the
+    anchor, so nothing to rank."""
+    rule = str(run.settings.get("commit", "threshold"))
+    what = ("the prompt forward verifies the first window" if record.kind == "prefill" else
+            f"the {esc(rule_name(rule))} rule committed {len(record.anchor_positions)} token(s) and one forward "
+            "verified the window")
+    return (f'<div class="lopa-branches lopa-no-branches" data-round="{record.round}" data-branches="0">No branches '
+            f'to compare: k = 0, so each round has only the {term_link("commit rule", "commit rule")}\'s own commit '
+            f'(round {record.round}: {what}). Set k to 1 or more to see LoPA\'s lookahead branches over it.</div>')
+
+
 def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
     """A few plain sentences (Markdown) on round r: anchor, lookahead branches, winner, commits."""
     if not run.records:
@@ -130,13 +144,17 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         return (f"**Round {r} — finish.** {done}: every appended block is complete and no block will be added, "
                 "so no forward was needed. Decoding is done.")
     n_anchor = len(rec.anchor_positions)
-    anchor = (f"the commit rule on round {r - 1}'s winner predictions committed **{n_anchor}** token(s) "
-              f"(max prob > τ_conf = {tau}, or the single most confident position of a fully activated block)"
+    rule = str(s.get("commit", "threshold"))
+    how = (f"max prob > τ_conf = {tau}, or the single most confident position of a fully activated block"
+           if rule == "threshold" else f"{rule_name(rule)}: {COMMIT_RULE_NAMES[rule][2]}" if rule in COMMIT_RULE_NAMES
+           else f"commit = {rule}")
+    anchor = (f"the commit rule on round {r - 1}'s winner predictions committed **{n_anchor}** token(s) ({esc(how)})"
               if n_anchor else "no position qualified and no block was fully activated, so it commits nothing")
     k = len(rec.lookahead_positions)
     if k == 0:
         floor = float(s.get("lookahead_min_prob") or 0)
-        look = ("k = 0 (vanilla D2F): no lookahead branches, only the anchor was verified."
+        alone = "vanilla D2F" if rule == "threshold" else f"{esc(rule_name(rule))} alone"
+        look = (f"k = 0 ({alone}): no lookahead branches, only the anchor was verified."
                 if int(s["k"]) == 0 else "no lookahead branch this round (no masked position was left"
                 + (f", none had max prob ≥ the lookahead floor {floor:g}" if floor else "")
                 + ", or the adaptive branch budget chose none).")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from lopa.problems import final_answer
 from lopa.trace import metrics
 
+from .glossary import FEWER_FORWARDS_SLOWER
 from .labels import token_label
 from .markup import esc
 from .palette import text_on, viridis
@@ -76,11 +77,14 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
     name_a, name_b = esc(name_a), esc(name_b or f"LoPA (k = {b.settings.get('k', '?')})")
     d = run_diff(a, b)
     ma, mb = d["metrics"]
-    rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"), ("tokens (to first EOS)", "tokens_useful", "{}"),
+    rows = [("rounds", "rounds", "{}"), ("forwards", "forwards", "{}"),
+            ("token-forwards (positions all forwards processed)", "token_forwards", "{}"),
+            ("tokens (to first EOS)", "tokens_useful", "{}"),
             ("TPF (useful)", "tpf_useful", "{:.2f}"), ("TPF (paper count)", "tpf_paper", "{:.2f}"),
             ("TPF (authors': appended / (forwards + 1))", "tpf_authors", "{:.2f}"),
             ("fill spread (std. dev. of the round each answer token was filled in)", "fill_spread", "{:.2f}"),
-            ("latency (s)", "latency_s", "{:.2f}"), ("tokens/s", "tps", "{:.1f}")]
+            ("wall-clock (s)", "latency_s", "{:.2f}"), ("ms per forward", "ms_per_forward", "{:.1f}"),
+            ("tokens/s", "tps", "{:.1f}")]
     cell = lambda text: str(text).replace("|", "\\|")
     table = [f"| | {cell(name_a)} | {cell(name_b)} | Δ |", "|---|---:|---:|---:|"]
     for label, key, fmt in rows:
@@ -93,17 +97,28 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
              "round or with a different token (highlighted).")
     answers = answer_change(a.text, b.text)
     forwards = _change(ma["forwards"], mb["forwards"], "fewer forwards", "more forwards", "as many forwards")
+    compute = _change(ma["token_forwards"], mb["token_forwards"], "fewer token-forwards", "more token-forwards",
+                      "as many token-forwards")
     wall = _change(ma["latency_s"], mb["latency_s"], "less wall time", "more wall time", "the same wall time")
     # The headline says which way it went: a ratio under 1 written as "fewer" read as a speed-up.
     verdict = f"**Speed-up of {name_b} over {name_a}: {'' if mb['forwards'] < ma['forwards'] else 'none, '}{forwards}"
     return "\n".join([
         f"{verdict} (rounds {ma['rounds']} → {mb['rounds']}, Δ {d['delta_rounds']:+d}; TPF {ma['tpf_useful']:.2f} → "
-        f"{mb['tpf_useful']:.2f}); {wall} ({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
+        f"{mb['tpf_useful']:.2f}); {compute} ({ma['token_forwards']} → {mb['token_forwards']}); {wall} "
+        f"({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
         *table, "",
-        f"{where} {answers} Wall time is each run's own engine time. On a CPU a batched "
-        "k+1 forward costs more than a single one, so fewer rounds need not mean proportionally less time; on a GPU "
-        "at batch 1 it nearly does (design note, last section).",
+        f"{where} {answers} Wall-clock is each run's own engine time{_device(ma, mb)}. {FEWER_FORWARDS_SLOWER} On a "
+        "GPU at batch 1 the k + 1 branches cost little more than one, so fewer forwards nearly means less time "
+        "(design note, last section).",
     ])
+
+
+def _device(ma: dict, mb: dict) -> str:
+    """Where the two runs' wall-clock was measured, in words ("" when neither trace says)."""
+    devices = [m["device"] for m in (ma, mb) if m["device"]]
+    if not devices:
+        return ""
+    return f", on {esc(devices[0])}" if len(set(devices)) == 1 else f", on {esc(ma['device'] or '?')} and {esc(mb['device'] or '?')}"
 
 
 def _diff_cell(p: int, fill_round, token, other_round, differs: bool, top: int, names, mask_id) -> str:

@@ -1,10 +1,10 @@
-"""Live counters (rounds, tokens, TPF, TPS, elapsed); the comparison of two runs is in compare.py."""
+"""Live counters (rounds, forwards, token-forwards, tokens, TPF, TPS, wall-clock, elapsed); the comparison of two runs is in compare.py."""
 
 from __future__ import annotations
 
 from lopa.trace import metrics
 
-from .glossary import term_link
+from .glossary import FEWER_FORWARDS_SLOWER, rule_name, term_link
 from .markup import esc
 
 STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
@@ -18,11 +18,14 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
     boxes = [
         ("rounds", "rounds", f"{m['rounds']}", "model forwards + a possible final no-forward round"),
         ("forwards", "forwards", f"{m['forwards']}", "forward passes; a batched k+1 forward counts once"),
+        ("token-forwards", "token-forwards", f"{m['token_forwards']}", "the positions every forward processed, "
+         "summed: a batched verify of k + 1 branches over W positions counts (k + 1)·W, the prompt once"),
         ("tokens", "tokens", f"{m['tokens_useful']}", "generated tokens up to and including the first EOS"),
         ("tpf", "TPF", f"{m['tpf_useful']:.2f}", f"ours: useful tokens (to the first EOS) per real forward; the authors' TPF (every appended "
                 f"position, EOS padding included, over forwards + 1): {m['tpf_authors']:.2f}"),
         ("tps", "tokens/s", f"{m['tps']:.1f}", f"engine latency only; excluding the first round: {m['tps_excl_first']:.1f}"),
-        ("latency", "latency", f"{m['latency_s']:.2f} s", "sum of the engine's round times"),
+        ("latency", "wall-clock", f"{m['latency_s']:.2f} s", "the engine's own time, the sum of its round times"
+         + (f", on {m['device']}" if m["device"] else "")),
         ("ttft", "first token", f"{m['ttft_s']:.2f} s", "time to the first committed token (the prompt round and "
          "the first round that commits)"),
         ("ms-per-forward", "ms/forward", f"{m['ms_per_forward']:.1f}", "engine time per forward: the cost of a round"),
@@ -30,6 +33,11 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
          "window positions verified per forward, all branches together (windows × tokens)"),
         ("elapsed", "elapsed", f"{elapsed_s:.1f} s", "wall clock since the button was pressed"),
     ]
+    rule = str((getattr(run, "settings", None) or {}).get("commit", "threshold"))
+    if rule != "threshold":    # a peer's rule (or one token a round) decided the commits, not D2F's threshold
+        boxes.insert(1, ("commit", "commit rule", rule_name(rule), f"commit = {rule}: what each round commits"))
+    if m["device"]:            # what the wall-clock was measured on
+        boxes.append(("device", "device", m["device"], "what this run's forwards ran on"))
     model = (getattr(run, "spec", None) or {}).get("name")
     if model:                  # the model this run decoded with (each session picks its own)
         boxes.insert(0, ("model", "model", str(model), "the model this run decoded with"))
@@ -46,7 +54,8 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
     gloss = (f'<div class="lopa-counters-gloss" style="font-size:12px;color:#555;margin-top:3px">'
              f'{term_link("TPF")} = tokens per forward (answer tokens up to the first {term_link("EOS")}, the '
              f'end-of-sequence token); {term_link("verified/forward")} = positions the model checks per forward, all '
-             f'k + 1 branches together; a <a href="#term-forward">forward</a> is one model pass. '
+             f'k + 1 branches together; a <a href="#term-forward">forward</a> is one model pass; '
+             f'{term_link("token-forwards")} = the positions all forwards processed. {esc(FEWER_FORWARDS_SLOWER)} '
              f'<a href="#glossary">All terms</a></div>')
     return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{esc(status)}">{head}'
             f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div>{gloss}</div>')

@@ -3,7 +3,46 @@ the tour and the studies link to (`#glossary`), plus one-line glosses for where 
 
 from __future__ import annotations
 
+from lopa.settings import COMMIT_RULES
+
 from .markup import esc
+
+# The commit rules a decode can take (the `commit` setting, lopa.settings.COMMIT_RULES): {rule: (its name on the
+# page, what it does in a few words (the tour's line), what it commits (the glossary's line))}. The peers' rules
+# are lopa/peers.py's; LoPA's lookahead (k > 0) runs over any of them.
+COMMIT_RULE_NAMES = {
+    "threshold": ("D2F threshold", "commits every position over τ_conf",
+                  "D2F's and Fast-dLLM's threshold rule: every masked position whose max prob clears τ_conf, else "
+                  "the single most confident (the default)."),
+    "top1": ("one token per round", "commits the single most confident position",
+             "exactly one position a round, the most confident."),
+    "eb": ("EB-Sampler", "commits the surest positions within an entropy budget",
+           "entropy-bounded unmasking (Ben-Hamu et al. 2025): the surest positions while their summed entropy, less "
+           "the largest, stays within γ (eb_gamma)."),
+    "factor": ("Fast-dLLM factor", "commits more positions the surer the n-th surest is",
+               "Fast-dLLM's factor rule (Wu et al. 2025): the n most probable positions while (n + 1)(1 − c_(n)) "
+               "stays within f (factor_f)."),
+    "frechet": ("Fast-dLLM++ Fréchet", "commits n positions while a bound says all n are likely right",
+                "Fast-dLLM++'s profile rule: the n most probable positions while the Fréchet bound that all n are "
+                "right beats the best competitor by frechet_margin."),
+    "joint": ("SGLang JointThreshold", "D2F's threshold with its fallback ranked by max prob",
+              "SGLang's JointThreshold (its mask-to-token step): every max prob above τ_conf, else the single most "
+              "probable position."),
+    "stable": ("stability rule after LESS", "commits confident positions whose guess held since the round before",
+               "a position whose max prob clears τ_conf, whose top token is the one the round before predicted and "
+               "whose top probability barely moved (stable_js)."),
+}
+PEER_RULES = tuple(rule for rule in COMMIT_RULES if rule not in ("threshold", "top1"))
+# Why a forward count alone can mislead about time: said where forwards and token-forwards sit side by side.
+FEWER_FORWARDS_SLOWER = ("Fewer forwards can still be slower: a batched verify of k + 1 branches is one forward but "
+                         "(k + 1)·W token-forwards (W = the window's positions), and a machine that is already busy "
+                         "with one branch, a CPU above all, pays for every one of them.")
+
+
+def rule_name(rule: str) -> str:
+    """A commit rule's name on the page (COMMIT_RULE_NAMES), or the rule itself when it has none."""
+    return COMMIT_RULE_NAMES.get(rule, (rule,))[0]
+
 
 # (term, anchor, what it means) in the order a visitor meets them.
 TERMS = (
@@ -22,11 +61,21 @@ TERMS = (
      "branch score C(B) is the mean Conf of the positions a branch leaves masked."),
     ("TPF", "tpf", "tokens per forward: answer tokens (up to the first EOS) divided by forwards. Higher means fewer "
      "model passes for the same text."),
+    ("token-forwards", "token-forwards", "the positions every forward processed, summed: a batched verify of k + 1 "
+     "branches over a window of W positions counts (k + 1)·W, the prompt counts once. The compute a forward count "
+     "hides."),
+    ("wall-clock", "wall-clock", "the engine's own seconds for a run (the sum of its rounds), on the device the "
+     "counters name."),
     ("EOS", "eos", "the end-of-sequence token: the answer ends at the first one."),
     ("verified/forward", "verified", "positions the model checks per forward, all branches together (k + 1 windows "
      "× window length): the work a round batches."),
     ("TFO", "tfo", "token filling order: which position is committed in which round. The TFO maps colour each "
      "position by the round that filled it."),
+    ("commit rule", "commit-rule", "what a round commits (the commit setting): D2F's threshold by default, or one "
+     "of the peers below. LoPA's lookahead (k > 0) runs on top of any of them: the rule decides what each branch "
+     "commits."),
+    *((name, f"rule-{rule}", f"commit = {rule}: {words}") for rule, (name, _, words) in COMMIT_RULE_NAMES.items()
+      if rule in PEER_RULES),
     ("AFP", "afp", "average finalization parallelism (studies): tokens over the distinct rounds that committed "
      "any; 1 is one token a round."),
     ("tau(LTR)", "tau-ltr", "Kendall's tau between an order and left to right (studies): 1 fills strictly left to "
