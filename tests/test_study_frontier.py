@@ -73,8 +73,11 @@ def test_the_summary_pools_each_cell_and_finds_the_references_from_the_table():
     assert s["goal"]["d2f"] == "threshold tau_conf=0.9 k=0" and s["goal"]["lopa"] == "threshold tau_conf=0.9 k=4"
     eb = by["eb eb_gamma=1 k=0"]          # TPF 12 >= LoPA's 6, 600 tokens/s = 4x D2F's, D2F's accuracy
     assert eb["goal"] and s["goal"]["reached_by"] == ["eb eb_gamma=1 k=0"]
-    assert s["lopa"] == {"tpf": True, "token_forwards": True, "tps": True}       # the only one at 100%: on every front
-    assert s["d2f"] == {"tpf": False, "token_forwards": False, "tps": False}    # eb matches its accuracy, beats the rest
+    assert s["lopa"]["front"] == {"tpf": True, "token_forwards": True, "tps": True}   # the only one at 100%
+    # eb matches D2F's accuracy and beats it on all three; LoPA too, on TPF and tokens/s (more accurate).
+    assert s["d2f"]["front"] == {"tpf": False, "token_forwards": False, "tps": False}
+    assert s["d2f"]["dominated_by"] == {"tpf": 2, "token_forwards": 1, "tps": 2}
+    assert s["d2f"]["best"] == {"tpf": 12.0, "token_forwards": 100, "tps": pytest.approx(600)}
     assert "reached by" not in frontier.report(s) and "eb eb_gamma=1 k=0" in frontier.report(s).splitlines()[-1]
 
 

@@ -156,8 +156,24 @@ def summarize_frontier(df) -> dict:
     if reached:
         out["goal"] = reached
         for role in ("d2f", "lopa"):
-            ref = next(r for r in rows if r["cell"] == refs[role])
-            out[role] = {measure: ref[f"front_{measure}"] for measure, _ in MEASURES}
+            out[role] = placement(rows, refs[role])
+    return out
+
+
+def placement(rows: list[dict], name: str) -> dict:
+    """Where cell `name` sits on each front: {"front": {measure: on it}, "dominated_by": {measure: how many
+    cells beat it (accuracy and that measure at least as good, one better)}, "best": {measure: the best
+    value of any cell at least as accurate}}."""
+    acc = lambda r: r["accuracy"] if r["accuracy"] is not None else 0.0   # noqa: E731
+    me = next(r for r in rows if r["cell"] == name)
+    out = {"front": {}, "dominated_by": {}, "best": {}}
+    for measure, sign in MEASURES:
+        as_good = [r for r in rows if acc(r) >= acc(me)]
+        out["front"][measure] = me[f"front_{measure}"]
+        out["dominated_by"][measure] = sum(sign * r[measure] >= sign * me[measure]
+                                           and (acc(r) > acc(me) or sign * r[measure] > sign * me[measure])
+                                           for r in as_good)
+        out["best"][measure] = (max if sign > 0 else min)(r[measure] for r in as_good)
     return out
 
 
@@ -218,15 +234,17 @@ def report(summary: dict) -> str:
     if g:
         for role in ("d2f", "lopa"):
             where = summary[role]
-            on = [m for m, _ in MEASURES if where[m]]
-            lines.append(f"{role.upper() if role == 'd2f' else 'LoPA'} ({g[role]}) is on the front of accuracy against "
-                         f"{', '.join(WORDS[m] for m in on) if on else 'none of the three'}")
+            parts = [f"{WORDS[m]}: on the front" if where["front"][m] else
+                     f"{WORDS[m]}: {where['dominated_by'][m]} decoders beat it (best at its accuracy {format(where['best'][m], FORMATS[m])})"
+                     for m, _ in MEASURES]
+            lines.append(f"{'D2F' if role == 'd2f' else 'LoPA'} ({g[role]}): " + "; ".join(parts))
         lines.append(f"goal (accuracy within {g['accuracy_points']:g} point of D2F, TPF >= LoPA's, tokens/s >= "
                      f"{g['tps_ratio']:g}x D2F's): " + (", ".join(g["reached_by"]) if g["reached_by"] else "reached by none"))
     return "\n".join(lines)
 
 
 WORDS = {"tpf": "TPF", "token_forwards": "token-forwards", "tps": "tokens/s"}
+FORMATS = {"tpf": ".2f", "token_forwards": ".0f", "tps": ".0f"}
 
 
 def main(argv=None) -> int:
