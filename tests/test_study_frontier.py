@@ -94,6 +94,14 @@ def test_each_rule_sweeps_its_own_knob_from_the_settings_own_value():
     assert frontier.sweep_values(DecodeSettings(tau_conf=0.7), "threshold", 3) == [0.7, 0.5]  # no value twice
 
 
+def test_the_command_line_refuses_an_unknown_rule_or_k_naming_the_flag(capsys):
+    for flags, words in ((["--rules", "bogus"], "--rules: unknown rule 'bogus'"), (["--ks", "x"], "--ks: whole numbers"),
+                         (["--ks", "0,-1"], "--ks: give k from 0 to"), (["--values", "4"], "--values must be in [1, 3]")):
+        with pytest.raises(SystemExit):
+            frontier.main(flags)
+        assert words in capsys.readouterr().err, flags
+
+
 # -- end to end on a tiny model -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lopa.settings import DecodeSettings
+from lopa.settings import MAX_LOOKAHEAD, DecodeSettings
 from lopa.study.common import decode_one, start, write_results
 from lopa.study.declaration import Knob, Study
 from lopa.study.stats import pareto_front
@@ -259,8 +259,8 @@ def main(argv=None) -> int:
         ks = sorted({int(k) for k in args.ks.split(",") if k.strip()})
     except ValueError:
         parser.error(f"--ks: whole numbers, comma-separated (e.g. 0,4,14); got {args.ks!r}")
-    if not ks:
-        parser.error("--ks: give at least one k, e.g. 0,4,14")
+    if not ks or not 0 <= ks[0] <= ks[-1] <= MAX_LOOKAHEAD:
+        parser.error(f"--ks: give k from 0 to {MAX_LOOKAHEAD}, comma-separated, e.g. 0,4,14; got {args.ks!r}")
     import pandas as pd
     from tqdm import tqdm
 
