@@ -64,8 +64,8 @@ def test_run_step_and_compare_name_every_bad_input(model, kind):
 @pytest.mark.parametrize("kind", HOSTILE)
 def test_studies_rounds_formats_runs_and_tokens_name_every_bad_input(model, kind):
     bad, session = HOSTILE[kind], Session()
-    for i, name in enumerate(("study", "problems", "random orders", "problem seed")):
-        args = ["orders", 1, 1, 15]
+    for i, name in enumerate(("study", "problems", "random orders", "knob values per rule", "problem seed")):
+        args = ["orders", 1, 1, 1, 15]
         args[i] = bad
         message = list(studies.run_study(studies.new_study_state(), *args))[-1][0]
         assert refused(message, name), (name, message[:300])

@@ -277,6 +277,6 @@ def test_the_studies_follow_the_session_model(folders):
     session = Session(model=str(folders[1]))
     assert "No shipped results for **tiny-1**" in studies.show_shipped("orders", session)[0]
     assert "on open-gsm-dllm" in studies.show_shipped("orders", Session())[0]    # another session: the default's
-    last = list(studies.run_study(studies.new_study_state(), "orders", 1, 1, 15, session))[-1]
+    last = list(studies.run_study(studies.new_study_state(), "orders", 1, 1, seed=15, session=session))[-1]
     assert last[0].startswith("Done"), last[0]
     assert "live: tiny-1" in last[2].layout.title.text

@@ -33,7 +33,7 @@ def named(outputs):
 def test_a_live_study_streams_progress_and_ends_with_its_plot(study, monkeypatch):
     monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16,
                                                                                  tau_conf=0.12, tau_add=0.3, tau_act=0.6))
-    outs = [named(o) for o in studies.run_study(studies.new_study_state(), study, 1, 2, 15)]
+    outs = [named(o) for o in studies.run_study(studies.new_study_state(), study, 1, 2, seed=15)]
     assert "<progress" in outs[-2]["study_progress"] and "Done" in outs[-1]["study_status"]
     assert isinstance(outs[-1]["study_plot"], go.Figure) and outs[-1]["study_summary"].startswith("```")
     done = [int(o["study_progress"].split('value="')[1].split('"')[0]) for o in outs if "value=" in o["study_progress"]]
@@ -60,7 +60,7 @@ def test_the_live_cost_table_pools_each_decoder_s_decodes():
 def test_stop_ends_a_live_study_after_the_current_decode(study, monkeypatch):
     monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
-    gen = studies.run_study(state, study, 2, 3, 15)
+    gen = studies.run_study(state, study, 2, 3, seed=15)
     next(gen), next(gen)                                   # started, first decode done
     assert studies.stop_study(state) == stop_pending() and state["stop"]
     last = named(list(gen)[-1])
@@ -78,11 +78,11 @@ def test_a_stop_pressed_after_run_but_before_the_run_starts_is_kept(monkeypatch)
     assert studies.stop_study(state) == "Nothing is running."
     studies.arm_study(state)
     assert studies.stop_study(state) == stop_pending() and state["stop"]      # the run still waits in the queue
-    outs = [named(o) for o in studies.run_study(state, "orders", 2, 3, 15)]
+    outs = [named(o) for o in studies.run_study(state, "orders", 2, 3, seed=15)]
     assert "Stopped before the first decode" in outs[-1]["study_status"] and len(outs) == 2
     assert not state["running"] and not state["armed"]
     # The API calls run_study without Run's first step: a stale flag from an earlier run does not stop it.
-    outs = [named(o) for o in studies.run_study(state, "orders", 1, 1, 15)]
+    outs = [named(o) for o in studies.run_study(state, "orders", 1, 1, seed=15)]
     assert "Done:" in outs[-1]["study_status"] and "stopped" not in outs[-1]["study_status"]
 
 
@@ -90,7 +90,7 @@ def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
     """The search is a problem's long step: it reports each rollout, and Stop is read there."""
     monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=16))
     state = studies.new_study_state()
-    gen = studies.run_study(state, "headroom", 2, 1, 15)
+    gen = studies.run_study(state, "headroom", 2, 1, seed=15)
     for out in map(named, gen):
         if "Searching problem 1" in str(out["study_status"]):
             studies.stop_study(state)
@@ -105,9 +105,9 @@ def test_stop_reaches_a_headroom_run_inside_its_search(monkeypatch):
 
 @pytest.mark.parametrize("bad, message", [((99, 2), "problems"), ((2, 0), "random orders"), (("x", 2), "whole number")])
 def test_live_study_inputs_are_bounded_with_a_message(bad, message):
-    out = named(list(studies.run_study(studies.new_study_state(), "orders", *bad, 15))[-1])
+    out = named(list(studies.run_study(studies.new_study_state(), "orders", *bad, seed=15))[-1])
     assert message in out["study_status"] and "Error" in out["study_status"]
-    out = named(list(studies.run_study(studies.new_study_state(), "<b>x</b>", 1, 1, 15))[-1])
+    out = named(list(studies.run_study(studies.new_study_state(), "<b>x</b>", 1, 1, seed=15))[-1])
     assert "study must be one of" in out["study_status"] and "&lt;b&gt;x&lt;/b&gt;" in out["study_status"]
 
 

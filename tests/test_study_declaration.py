@@ -94,15 +94,16 @@ def test_a_study_in_one_new_file_is_a_command_with_its_knobs(toy, capsys):
 def test_a_study_in_one_new_file_is_in_the_apps_list_with_an_input_for_its_live_knob(toy):
     from app import studies
     from app.panels import build_studies_panel
-    assert ("5. A toy study", "toy") in studies.study_choices()
+    last = f"{len(studies.study_choices())}. A toy study"        # it ranks after every shipped study
+    assert studies.study_choices()[-1] == (last, "toy")
     assert studies.live_knobs()["laps"][1] == ("toy",) and studies.live_knobs()["random"][1] == ("orders", "headroom")
     assert "laps" in studies.run_signature().parameters
     with gr.Blocks():
         panel = build_studies_panel()
-    assert ("5. A toy study", "toy") in panel["study"].choices
+    assert (last, "toy") in panel["study"].choices
     assert panel["study_laps"].label == "laps (toy)" and panel["study_laps"].value == 2
     assert panel["study_random"].label == "random orders (orders, headroom)" and panel["study_random"].value == 5
-    assert studies.knob_keys() == ["study_random", "study_laps"]
+    assert studies.knob_keys() == ["study_random", "study_values", "study_laps"]
 
 
 @pytest.fixture
@@ -154,7 +155,8 @@ def test_each_app_study_s_live_run_takes_its_declared_knobs_and_no_other():
     taken = {name: list(inspect.signature(lopa.study.STUDIES[name].load().live).parameters)[3:]
              for name in lopa.study.APP_STUDIES}
     assert taken == {name: [k.name for k in lopa.study.STUDIES[name].live_knobs] for name in lopa.study.APP_STUDIES}
-    assert taken == {"orders": ["random"], "calibration": [], "adaptive": [], "headroom": ["random"]}
+    assert taken == {"orders": ["random"], "calibration": [], "adaptive": [], "headroom": ["random"],
+                     "frontier": ["values"]}
 
 
 def test_two_studies_of_one_name_are_refused(tmp_path, monkeypatch):

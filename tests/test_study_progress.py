@@ -45,7 +45,7 @@ def problems(n):
 def test_every_unit_of_a_live_study_is_counted_once_and_the_count_ends_at_its_total(loaded, decodes, study):
     module = STUDIES[study].load()
     done, totals, units = 0, [], 0
-    for step in module.live(loaded, problems(2), SETTINGS, **STUDIES[study].live_values({"random": 2})):
+    for step in module.live(loaded, problems(2), SETTINGS, **STUDIES[study].live_values({"random": 2, "values": 1})):
         if "done" not in step:
             assert "summary" in step                       # the one step that is no unit of work
             continue
@@ -96,7 +96,7 @@ def progress(out) -> tuple[int, int]:
 
 @pytest.mark.parametrize("study", APP_STUDIES)
 def test_the_progress_bar_moves_a_decode_at_a_time_to_its_end(app_studies, study):
-    outs = list(app_studies.run_study(app_studies.new_study_state(), study, 2, 2, 15))
+    outs = list(app_studies.run_study(app_studies.new_study_state(), study, 2, 2, seed=15))
     bars = [b for b in map(progress, outs[1:]) if b is not None]       # after the "where" line
     done = [d for d, _ in bars]
     assert all(b - a in (0, 1) for a, b in zip(done, done[1:]))
@@ -109,9 +109,9 @@ def test_statuses_alone_are_held_back_to_the_interval_and_the_count_still_ends_a
                                                                                            monkeypatch):
     """The search reports every rollout; with an interval no run reaches, only the first status after each
     decode shows on its own, a held-back one goes with the next decode's bar, and the run ends as before."""
-    every = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, 15))
+    every = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, seed=15))
     monkeypatch.setattr(app_studies, "STATUS_EVERY_S", 1e9)
-    held = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, 15))
+    held = list(app_studies.run_study(app_studies.new_study_state(), "headroom", 2, 1, seed=15))
     texts = [str(out[0]) for out in held if isinstance(out[0], str)]
     assert len(held) < len(every) and set(texts) <= {str(out[0]) for out in every}
     assert progress(held[-1]) == progress(every[-1]) and held[-1][0] == every[-1][0]
@@ -121,7 +121,7 @@ def test_statuses_alone_are_held_back_to_the_interval_and_the_count_still_ends_a
 
 def test_stop_inside_the_headroom_search_starts_no_decode_after_it(app_studies, decodes):
     state = app_studies.new_study_state()
-    run = app_studies.run_study(state, "headroom", 2, 1, 15)
+    run = app_studies.run_study(state, "headroom", 2, 1, seed=15)
     for out in run:
         if "rollout 1 of" in str(out[0]) and "problem 1" in str(out[0]):
             app_studies.stop_study(state)
@@ -137,7 +137,7 @@ def test_stop_inside_the_headroom_search_starts_no_decode_after_it(app_studies, 
 def test_a_stopped_run_summarizes_and_plots_its_complete_problems_only(app_studies):
     """Stopped inside problem 2: the numbers, the plot and its title say 1 problem, not 2."""
     state = app_studies.new_study_state()
-    run = app_studies.run_study(state, "orders", 3, 2, 15)
+    run = app_studies.run_study(state, "orders", 3, 2, seed=15)
     per_problem = len(STUDIES["orders"].load().order_runs(SETTINGS, 2))
     for out in run:
         bar = progress(out)

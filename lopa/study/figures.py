@@ -361,3 +361,74 @@ def _save(fig, path) -> None:
     fig.get_figure().clf()
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+# -- frontier -----------------------------------------------------------------------------------------
+FRONTIER_PANELS = (("tpf", "tokens per forward", "accuracy vs TPF"),
+                   ("token_forwards", "token-forwards per answer (fewer is better)", "accuracy vs token-forwards"),
+                   ("tps", "tokens per second", "accuracy vs tokens/s"))
+RULE_COLOURS_COMMIT = {"threshold": "#E69F00", "eb": "#0072B2", "factor": "#009E73", "frechet": "#CC79A7",
+                       "joint": "#56B4E9", "stable": "#D55E00"}
+
+
+def _frontier_label(r: dict) -> str:
+    return f"{r['rule']} {r['knob'].replace('_', ' ')} {r['value']:g}, k = {r['k']}"
+
+
+def frontier_figure(summary: dict, title: str = "") -> go.Figure:
+    """Accuracy against TPF, token-forwards per answer and tokens/s, one point per decoder (colour: its
+    commit rule; circle: k = 0, diamond: with lookahead; larger and outlined: on that panel's front,
+    which is joined); D2F and LoPA labelled."""
+    fig = make_subplots(1, 3, horizontal_spacing=0.07, subplot_titles=[p[2] for p in FRONTIER_PANELS])
+    rows = summary.get("cells", [])
+    refs = {summary["goal"][role]: name for role, name in (("d2f", "D2F"), ("lopa", "LoPA"))} if summary.get("goal") else {}
+    shown = set()
+    for col, (measure, axis, _) in enumerate(FRONTIER_PANELS, 1):
+        for r in rows:
+            acc = (r["accuracy"] or 0.0) * 100
+            on = r[f"front_{measure}"]
+            legend = r["rule"] not in shown
+            shown.add(r["rule"])
+            fig.add_trace(go.Scatter(
+                x=[r[measure]], y=[acc], mode="markers+text" if r["cell"] in refs else "markers",
+                text=[refs.get(r["cell"], "")], textposition="top center", name=r["rule"], legendgroup=r["rule"],
+                showlegend=legend, hovertext=_frontier_label(r),
+                marker=dict(size=12 if on else 7, color=RULE_COLOURS_COMMIT.get(r["rule"], "#999999"),
+                            symbol="diamond" if r["k"] else "circle",
+                            line=dict(color="black", width=1.5 if on else 0))), 1, col)
+        front = sorted((r[measure], (r["accuracy"] or 0.0) * 100) for r in rows if r[f"front_{measure}"])
+        if front:
+            fig.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines", showlegend=False,
+                                     line=dict(color="#bbbbbb", dash="dot")), 1, col)
+        fig.update_xaxes(title_text=axis, row=1, col=col)
+    fig.update_yaxes(title_text="accuracy, %", row=1, col=1)
+    return _layout(fig, title, height=480)
+
+
+def frontier_png(summary: dict, title: str, path) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4), dpi=110, sharey=True)
+    rows = summary.get("cells", [])
+    refs = {summary["goal"][role]: name for role, name in (("d2f", "D2F"), ("lopa", "LoPA"))} if summary.get("goal") else {}
+    for ax, (measure, axis, name) in zip(axes, FRONTIER_PANELS):
+        for r in rows:
+            on = r[f"front_{measure}"]
+            ax.scatter(r[measure], (r["accuracy"] or 0.0) * 100, marker="D" if r["k"] else "o", s=70 if on else 25,
+                       color=RULE_COLOURS_COMMIT.get(r["rule"], "#999999"), edgecolor="k" if on else "none")
+            if r["cell"] in refs:
+                ax.annotate(refs[r["cell"]], (r[measure], (r["accuracy"] or 0.0) * 100), fontsize=8, xytext=(4, 4),
+                            textcoords="offset points")
+        front = sorted((r[measure], (r["accuracy"] or 0.0) * 100) for r in rows if r[f"front_{measure}"])
+        ax.plot([p[0] for p in front], [p[1] for p in front], ls=":", color="#999")
+        ax.set_xlabel(axis)
+        ax.set_title(name, fontsize=9)
+    axes[0].set_ylabel("accuracy, %")
+    from matplotlib.lines import Line2D
+    rules = list(dict.fromkeys(r["rule"] for r in rows))
+    handles = ([Line2D([], [], ls="", marker="o", color=RULE_COLOURS_COMMIT.get(rule, "#999999"), label=rule) for rule in rules]
+               + [Line2D([], [], ls="", marker="o", color="#666", label="k = 0"),
+                  Line2D([], [], ls="", marker="D", color="#666", label="with lookahead"),
+                  Line2D([], [], ls="", marker="o", color="white", markeredgecolor="k", markersize=9, label="on the front")])
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=len(handles), frameon=False)
+    _suptitle(fig, title)
+    _save(fig, path)
