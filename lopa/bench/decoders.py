@@ -63,13 +63,15 @@ PEER_ROWS = [f"d2f-{rule}" for rule in PEER_RULES] + [f"lopa-k4-{rule}" for rule
 
 def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
     """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>`, a peer's
-    commit rule `-<rule>` (PEER_RULES: `d2f-eb`, `lopa-k4-frechet`) and/or `-floor<p>` (a lookahead
-    floor: `lopa-k14-floor0.3`)."""
+    commit rule `-<rule>` (PEER_RULES: `d2f-eb`, `lopa-k4-frechet`), `-d<D>` (a lookahead depth:
+    `lopa-k14-d2`) and/or `-floor<p>` (a lookahead floor: `lopa-k14-floor0.3`)."""
     row, _, order = name.rpartition("-")
     if order in ORDERS:
         return row_settings(row, base).replace(order=order)
     if row and order in PEER_RULES:      # eb reads entropy from Conf (DecodeSettings requires neg_entropy with it)
         return row_settings(row, base).replace(commit=order, **({"confidence": "neg_entropy"} if order == "eb" else {}))
+    if row and order[:1] == "d" and order[1:].isdigit():       # a lookahead depth: lopa-k14-d2 (lopa/chains.py)
+        return row_settings(row, base).replace(lookahead_depth=int(order[1:]))
     if row and order.startswith("floor"):
         try:
             floor = float(order.removeprefix("floor"))
@@ -148,6 +150,10 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "latency_s_mean": pool["latency_s_mean"],
         # the cost beside TPF: what the forwards processed, and where the wall-clock was measured
         "token_forwards_mean": pool["token_forwards_mean"],
+        # lookahead chains (lookahead_depth > 1): the share of their tokens past the first that verification kept,
+        # and the tokens past the first that winning chains committed, per forward
+        "chain_kept_share": pool["chain_kept"] / pool["chain_tokens"] if pool["chain_tokens"] else float("nan"),
+        "chain_won_per_forward": pool["chain_won"] / pool["forwards"] if pool["forwards"] else 0.0,
         "device": next((r["device"] for r in rows if r.get("device")), ""),
         # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
         "fill_spread": pool["fill_spread_mean"],
