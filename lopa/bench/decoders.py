@@ -15,7 +15,8 @@ Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F van
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, a peer's commit
 rule `-eb`, `-factor`, `-frechet`, `-joint` or `-stable` (lopa/peers.py: `d2f-eb` is the rule alone,
-`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), and a
+`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), a `-d<D>`
+lookahead depth (chains of up to D tokens per branch, lopa/chains.py: `lopa-k14-d2`), and a
 `-floor<p>` lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
 settings flag applies to every row; each row sets its own decoder, k and commit rule). The rows are
 interleaved: each problem is decoded by every row, in rotating order, before the next, so their
