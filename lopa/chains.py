@@ -99,3 +99,18 @@ def kept_lengths(plan: ChainPlan, tokens: torch.Tensor, row_token: list[torch.Te
 def candidate_rows(plan: ChainPlan, kept: list[int]) -> list[int]:
     """The rows the branch score chooses among: the anchor (row 0), then each branch's kept prefix."""
     return [0] + [rows[n - 1] for rows, n in zip(plan.row_of, kept)]
+
+
+def chain_plan(look_pos: torch.Tensor, free: torch.Tensor, depth: int) -> ChainPlan:
+    """The round's chains (one per lookahead position, up to `depth` window positions each, drawn from
+    `free` [W]) and the rows verifying them; depth 1: the anchor and one row per lookahead position."""
+    return plan_chains(CHAIN_PROPOSALS[PROPOSAL](look_pos, free, depth))
+
+
+def chain_fields(plan: ChainPlan, kept: list[int], branches: list[Branch]) -> dict:
+    """A round's chains as the trace records them (RoundRecord.chain_*): generated positions and tokens of
+    every branch's chain, the row of each of its prefixes, and how many of its tokens were kept."""
+    w0 = branches[0].window_start
+    return {"chain_positions": [(c + w0).tolist() for c in plan.chains],
+            "chain_tokens": [branches[rows[-1]].window()[c].tolist() for c, rows in zip(plan.chains, plan.row_of)],
+            "chain_rows": [list(rows) for rows in plan.row_of], "chain_kept": list(kept)}

@@ -20,7 +20,7 @@ from itertools import count
 import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
-from lopa.chains import CHAIN_PROPOSALS, PROPOSAL, ChainPlan, candidate_rows, kept_lengths, plan_branches, plan_chains
+from lopa.chains import ChainPlan, candidate_rows, chain_fields, chain_plan, kept_lengths, plan_branches
 from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, trace_order
 from lopa.rules import branch_scores, select_winner
@@ -171,7 +171,7 @@ class Decoder:
             branches = plan_branches(anchor, plan, predictions[0])
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
-            # 4. verify: one forward over all k + 1 windows
+            # 4. verify: one forward over all rows (the k + 1 windows; with chains, every prefix of every chain)
             verified = self.executor.verify(branches)
             # 5. score (paper: mean Conf of the masked positions; settings.branch_score); 6. cut each chain where
             #    its verification stops, and select among the anchor and the kept chains
@@ -287,12 +287,6 @@ def previous_predictions(previous, window_start: int, width: int) -> tuple[torch
             torch.where(known, max_prob0[index], float("nan")) if token0.numel() else torch.full((width,), float("nan")))
 
 
-def chain_plan(look_pos: torch.Tensor, free: torch.Tensor, depth: int) -> ChainPlan:
-    """The round's chains (one per lookahead position, up to `depth` window positions each, drawn from
-    `free` [W]) and the rows verifying them; depth 1: the anchor and one row per lookahead position."""
-    return plan_chains(CHAIN_PROPOSALS[PROPOSAL](look_pos, free, depth))
-
-
 def masked_predictions(branch: Branch, verified: Verified, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Branch j's still-masked window positions [M], their max_prob [M] and Conf [M]."""
     masked = branch.window() == branch.mask_id
@@ -338,14 +332,6 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced),
         **({} if chains is None else chain_fields(chains[0], chains[1], branches)))
 
-
-def chain_fields(plan: ChainPlan, kept: list[int], branches: list[Branch]) -> dict:
-    """A round's chains as the trace records them (RoundRecord.chain_*): generated positions and tokens of
-    every branch's chain, the row of each of its prefixes, and how many of its tokens were kept."""
-    w0 = branches[0].window_start
-    return {"chain_positions": [(c + w0).tolist() for c in plan.chains],
-            "chain_tokens": [branches[rows[-1]].window()[c].tolist() for c, rows in zip(plan.chains, plan.row_of)],
-            "chain_rows": [list(rows) for rows in plan.row_of], "chain_kept": list(kept)}
 
 
 def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,

@@ -8,8 +8,15 @@ from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings
 from lopa.blocks import Branch
-from lopa.chains import adjacent_chains, candidate_rows, kept_lengths, plan_branches, plan_chains, ranked_chains
-from lopa.engine import chain_plan
+from lopa.chains import (
+    adjacent_chains,
+    candidate_rows,
+    chain_plan,
+    kept_lengths,
+    plan_branches,
+    plan_chains,
+    ranked_chains,
+)
 from lopa.rules import select_winner
 
 M = 99                                                       # the mask token id
@@ -164,3 +171,45 @@ def test_depth_1_equals_lopa_token_for_token_and_deeper_chains_change_the_run(at
     if k > 1:
         deeper = Decoder(model, spec, s.replace(lookahead_depth=3)).run(PROMPT)
         assert [r.branch_tokens for r in deeper.records] != [r.branch_tokens for r in run.records]
+
+
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_a_run_with_chains_forks_from_a_saved_state_as_it_replays_and_a_trace_script_reproduces_it(attention, tmp_path):
+    """The chains of a round follow from its anchor, its lookahead positions and the state, so a fork that
+    resumes from a saved state, one that replays the recorded decisions, and a replay of the trace as a
+    script (which pins only anchors and lookahead positions) all decode the run again."""
+    from lopa import RunResult
+    from lopa.engine import fork
+    from lopa.script import script_from_trace
+    spec, model = tiny_spec(attention=attention), tiny_qwen2(seed=1)
+    s = SETTINGS.replace(attention=attention, lookahead_depth=3)
+    parent = Decoder(model, spec, s, keep_states=True).run(PROMPT)
+    loaded = RunResult.load(parent.save(tmp_path / "run.json"))
+    resumed, replayed = fork(parent, at_round=1), fork(loaded, at_round=1, model=Loaded(model, spec))
+    scripted = Decoder(model, spec, s, script=script_from_trace(loaded)).run(PROMPT)
+    for run in (resumed, replayed, scripted):
+        assert run.tokens == parent.tokens
+        assert [(r.chain_positions, r.chain_kept, r.winner) for r in run.records] == \
+            [(r.chain_positions, r.chain_kept, r.winner) for r in parent.records]
+
+
+class Loaded:
+    """What fork() needs of a loaded model to replay a trace: a Decoder for given settings."""
+    def __init__(self, model, spec):
+        self.model, self.spec = model, spec
+
+    def decoder(self, settings, order=None):
+        return Decoder(self.model, self.spec, settings, order=order)
+
+
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_chains_decode_the_same_on_the_batched_path_and_both_references(attention):
+    """The deeper rows go through every executor: the batched forward, one forward per row on its own cache
+    copy, and no cache at all decide the same chains, cuts and winners."""
+    spec, model = tiny_spec(attention=attention), tiny_qwen2(seed=1)
+    s = SETTINGS.replace(attention=attention, lookahead_depth=3)
+    runs = [Decoder(model, spec, s, executor=e).run(PROMPT) for e in ("batched", "per_branch", "uncached")]
+    for run in runs[1:]:
+        assert run.tokens == runs[0].tokens
+        assert [(r.chain_kept, r.winner, r.branch_tokens) for r in run.records] == \
+            [(r.chain_kept, r.winner, r.branch_tokens) for r in runs[0].records]

@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from lopa import engine
+from lopa import chains, engine
 from lopa.blocks import Branch
 from lopa.forward import Verified
 from lopa.settings import DecodeSettings
@@ -29,10 +29,10 @@ def test_depth_1_branches_add_one_predicted_token_each():
     anchor = branch([5, M, M, M])
     tokens = torch.tensor([50, 51, 52, 53])                 # [W] the previous winner's predictions
     free = torch.tensor([False, True, True, True])
-    got = engine.plan_branches(anchor, engine.chain_plan(torch.tensor([3, 1]), free, 1), tokens)
+    got = chains.plan_branches(anchor, chains.chain_plan(torch.tensor([3, 1]), free, 1), tokens)
     assert [b.tokens.tolist() for b in got] == [[5, M, M, M], [5, M, M, 53], [5, 51, M, M]]
     assert anchor.tokens.tolist() == [5, M, M, M]
-    assert engine.plan_branches(anchor, engine.chain_plan(torch.tensor([], dtype=torch.long), free, 1), tokens) == [anchor]
+    assert chains.plan_branches(anchor, chains.chain_plan(torch.tensor([], dtype=torch.long), free, 1), tokens) == [anchor]
 
 
 def test_scores_are_the_rule_over_each_branch_s_masked_positions():
