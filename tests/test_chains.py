@@ -213,3 +213,21 @@ def test_chains_decode_the_same_on_the_batched_path_and_both_references(attentio
         assert run.tokens == runs[0].tokens
         assert [(r.chain_kept, r.winner, r.branch_tokens) for r in run.records] == \
             [(r.chain_kept, r.winner, r.branch_tokens) for r in runs[0].records]
+
+
+def test_the_cut_on_hand_made_logits():
+    """From logits to the cut: rows' logits [R, W, V] reduced as the engine does (lopa.rules.summarize); the
+    row holding the chain's first token still prefers its second (kept), the row holding two prefers another
+    token than the chain's third (cut there)."""
+    from lopa.rules import summarize
+    plan = plan_chains([torch.tensor([1, 2, 3])])             # rows: (), (1,), (1, 2), (1, 2, 3)
+    tokens = torch.tensor([0, 4, 2, 3])                       # [W] proposed: 4 at 1, 2 at 2, 3 at 3
+    logits = torch.zeros(4, 4, 5)                             # [R, W, V]
+    logits[1, 2, 2] = 3.0                                     # row (1,): position 2 -> token 2, as proposed
+    logits[2, 3, 1] = 3.0                                     # row (1, 2): position 3 -> token 1, not 3
+    token, max_prob, _ = summarize(logits, "max_prob", 0.0)
+    assert kept_lengths(plan, tokens, list(token), list(max_prob)) == [2]
+    assert kept_lengths(plan, tokens, list(token), list(max_prob), floor=0.9) == [1]    # softmax: 0.83 < 0.9
+    logits[2, 3, 3] = 4.0                                     # now row (1, 2) prefers token 3 too
+    token, max_prob, _ = summarize(logits, "max_prob", 0.0)
+    assert kept_lengths(plan, tokens, list(token), list(max_prob)) == [3]
