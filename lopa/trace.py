@@ -68,6 +68,17 @@ class RoundRecord:
             out.append((self.lookahead_positions[self.winner - 1], self.lookahead_tokens[self.winner - 1], True))
         return out
 
+    def row_fills(self, j: int) -> list[tuple[int, int]]:
+        """(position, token) that verified row j fills beyond the anchor: lookahead branch j's one token, or with
+        chains the prefix of the first chain that row holds; [] for the anchor (row 0)."""
+        if j == 0:
+            return []
+        for positions, tokens, rows in zip(self.chain_positions, self.chain_tokens, self.chain_rows):
+            if j in rows:
+                n = rows.index(j) + 1
+                return list(zip(positions[:n], tokens[:n]))
+        return [(self.lookahead_positions[j - 1], self.lookahead_tokens[j - 1])]
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
