@@ -20,6 +20,7 @@ from itertools import count
 import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
+from lopa.chains import ChainPlan, candidate_rows, chain_fields, chain_plan, kept_lengths, plan_branches
 from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, trace_order
 from lopa.rules import branch_scores, select_winner
@@ -162,22 +163,29 @@ class Decoder:
                 self.state = anchor
                 yield final_record(r, anchor, commits, s, start, committed=anchor.n_filled() - filled)
                 return
-            # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each
-            look_pos = order.lookahead(view, free_positions(anchor, commits.positions))
-            branches = [anchor] + lookahead_branches(anchor, look_pos, predictions[0])
+            # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each, or
+            #    a chain of up to lookahead_depth tokens each, every prefix a row of the batch (lopa/chains.py)
+            free = free_positions(anchor, commits.positions)
+            look_pos = order.lookahead(view, free)
+            plan = chain_plan(look_pos, free & (predictions[1] >= s.lookahead_min_prob), s.lookahead_depth)
+            branches = plan_branches(anchor, plan, predictions[0])
             # 3. block management on every branch (lengths may now differ)
             branches = [b.with_block_added(s, self.spec) for b in branches]
-            # 4. verify: one forward over all k + 1 windows
+            # 4. verify: one forward over all rows (the k + 1 windows; with chains, every prefix of every chain)
             verified = self.executor.verify(branches)
-            # 5. score (paper: mean Conf of the masked positions; settings.branch_score) and 6. select
+            # 5. score (paper: mean Conf of the masked positions; settings.branch_score); 6. cut each chain where
+            #    its verification stops, and select among the anchor and the kept chains
             scores = score_branches(branches, verified, s)
-            winner = int(select_winner(scores))
+            kept = kept_lengths(plan, predictions[0], *zip(*(verified.branch(j)[:2] for j in range(len(branches)))),
+                                floor=s.lookahead_min_prob)
+            candidates = candidate_rows(plan, kept)
+            winner = candidates[int(select_winner(scores[candidates]))]
             # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
             predictions = self._commit(branches, verified, winner)
             # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
             record = round_record(r, "round", branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
-                                  forced=commits.forced)
+                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None)
             self._save(r, predictions)
             yield record
             if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
@@ -279,11 +287,6 @@ def previous_predictions(previous, window_start: int, width: int) -> tuple[torch
             torch.where(known, max_prob0[index], float("nan")) if token0.numel() else torch.full((width,), float("nan")))
 
 
-def lookahead_branches(anchor: Branch, look_pos: torch.Tensor, tokens: torch.Tensor) -> list[Branch]:
-    """One branch per lookahead position p (window index): the anchor plus the predicted token tokens[p] [W]."""
-    return [anchor.with_tokens(anchor.window_start + p, tokens[p]) for p in look_pos]
-
-
 def masked_predictions(branch: Branch, verified: Verified, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Branch j's still-masked window positions [M], their max_prob [M] and Conf [M]."""
     masked = branch.window() == branch.mask_id
@@ -299,9 +302,10 @@ def score_branches(branches: list[Branch], verified: Verified, settings: DecodeS
 
 def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, scores: list[float], winner: int,
                  state: Branch, settings: DecodeSettings, start: float, positions=None, committed: int = 0,
-                 forced=()) -> RoundRecord:
+                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None) -> RoundRecord:
     """The record of a round with a forward: its decisions (positions: anchor and lookahead window
-    indices, none for the prefill), every branch as verified, and the state after the commit."""
+    indices, none for the prefill; chains: the round's ChainPlan and how much of each chain was kept,
+    recorded when lookahead_depth > 1), every branch (row) as verified, and the state after the commit."""
     anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
     w0 = branches[0].window_start
     per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
@@ -325,7 +329,9 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         branch_rank=verified.ranks or [0] * len(branches),
         winner=winner, block_states=state.states(settings), committed=committed,
         n_cached_blocks=state.n_cached, forward_seconds=verified.seconds,
-        round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced))
+        round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced),
+        **({} if chains is None else chain_fields(chains[0], chains[1], branches)))
+
 
 
 def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,

@@ -24,7 +24,9 @@ from lopa.settings import (
     MAX_ADAPTIVE_RELEASE,
     MAX_BLOCK_SIZE,
     MAX_LOOKAHEAD,
+    MAX_LOOKAHEAD_DEPTH,
     MAX_NEW_TOKENS,
+    MAX_ROWS,
     MAX_SEED,
     ORDERS,
     SETTINGS,
@@ -69,9 +71,16 @@ def _positions(n: int):
 # the item or key costs to read (lopa.read_budget.read_cost), so a hostile file of bad items could
 # outgrow its read.
 def _branches(item):
-    """One entry per branch, each a list of `item` that stops at its first bad entry too."""
+    """One entry per branch (a verified row: k + 1, or more with lookahead chains), each a list of `item`
+    that stops at its first bad entry too."""
     return Annotated[list[Annotated[list[item], Field(fail_fast=True)]],
-                     Field(min_length=1, max_length=MAX_LOOKAHEAD + 1, fail_fast=True)]
+                     Field(min_length=1, max_length=MAX_ROWS, fail_fast=True)]
+
+
+def _chains(item):
+    """One entry per lookahead branch, each a list of `item`, one per token of its chain."""
+    return Annotated[list[Annotated[list[item], Field(max_length=MAX_LOOKAHEAD_DEPTH, fail_fast=True)]],
+                     Field(max_length=MAX_LOOKAHEAD, fail_fast=True)]
 
 
 def _stored(spec) -> tuple:
@@ -202,10 +211,10 @@ class Record(StrictModel):
     branch_max_prob: _branches(Prob)
     branch_conf: _branches(Finite)
     branch_argmax: _branches(Id)
-    branch_scores: list[float] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1, fail_fast=True)
-    branch_rank: list[Annotated[int, Field(ge=0, le=4096)]] = Field(min_length=1, max_length=MAX_LOOKAHEAD + 1,
+    branch_scores: list[float] = Field(min_length=1, max_length=MAX_ROWS, fail_fast=True)
+    branch_rank: list[Annotated[int, Field(ge=0, le=4096)]] = Field(min_length=1, max_length=MAX_ROWS,
                                                                       fail_fast=True)
-    winner: Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD)]
+    winner: Annotated[int, Field(ge=0, lt=MAX_ROWS)]
     block_states: list[Literal[BLOCK_STATES]] = Field(min_length=1, max_length=MAX_POSITIONS, fail_fast=True)
     committed: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
     n_cached_blocks: Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
@@ -213,6 +222,11 @@ class Record(StrictModel):
     round_seconds: Seconds
     extra: Extra = Extra()
     forced: list[Forced] = Field(default=[], max_length=MAX_POSITIONS, fail_fast=True)
+    chain_positions: _chains(Pos) = []
+    chain_tokens: _chains(Id) = []
+    chain_rows: _chains(Annotated[int, Field(ge=0, lt=MAX_ROWS)]) = []
+    chain_kept: list[Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD_DEPTH)]] = Field(default=[], max_length=MAX_LOOKAHEAD,
+                                                                                  fail_fast=True)
 
     @field_validator("branch_scores")
     @classmethod
@@ -239,6 +253,18 @@ class Record(StrictModel):
             raise ValueError("anchor_positions and anchor_tokens differ in length")
         if len(self.lookahead_positions) != len(self.lookahead_tokens):
             raise ValueError("lookahead_positions and lookahead_tokens differ in length")
+        chains = (self.chain_positions, self.chain_tokens, self.chain_rows)
+        if self.chain_kept or any(chains):
+            if {len(c) for c in (*chains, self.chain_kept)} != {len(self.lookahead_positions)}:
+                raise ValueError("chain_positions, chain_tokens, chain_rows and chain_kept need one entry per lookahead branch")
+            for j, (positions, tokens, rows, kept) in enumerate(zip(*chains, self.chain_kept)):
+                if not len(positions) == len(tokens) == len(rows) or not 1 <= kept <= len(positions):
+                    raise ValueError(f"chain {j}: positions, tokens and rows differ in length, or it keeps "
+                                     f"{kept} of its {len(positions)} tokens")
+                if any(row >= n for row in rows):
+                    raise ValueError(f"chain {j}: a row is not one of the {n} branches")
+            if self.winner and self.winner not in {rows[kept - 1] for rows, kept in zip(self.chain_rows, self.chain_kept)}:
+                raise ValueError(f"winner {self.winner} is neither the anchor nor a chain's kept row")
         return self
 
 
@@ -274,13 +300,14 @@ class Trace(BaseModel):
                 raise ValueError(f"{where}.window_start: {record.window_start} is past max_new_tokens {limit}")
             positions = {"anchor_positions": record.anchor_positions, "lookahead_positions": record.lookahead_positions,
                          **{f"branch_positions.{j}": p for j, p in enumerate(record.branch_positions)},
+                         **{f"chain_positions.{j}": p for j, p in enumerate(record.chain_positions)},
                          "forced": [f.position for f in record.forced]}
             for name, values in positions.items():
                 bad = next((p for p in values if p >= limit), None)
                 if bad is not None:
                     raise ValueError(f"{where}.{name}: position {bad} is outside the sequence (max_new_tokens {limit})")
             ids = [*record.anchor_tokens, *record.lookahead_tokens, *(t for row in record.branch_tokens for t in row),
-                   *(t for row in record.branch_argmax for t in row)]
+                   *(t for row in record.branch_argmax for t in row), *(t for row in record.chain_tokens for t in row)]
             if any(t >= vocab for t in ids):
                 raise ValueError(f"{where}: a token id is outside the vocabulary ({vocab} ids)")
         if any(t >= vocab for t in [*self.tokens, *self.prompt_ids]):

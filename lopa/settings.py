@@ -43,6 +43,10 @@ BRANCH_SCORE_RULES = ("mean", "loo", "min", "window", "segment", "count")
 # k verifies k + 1 windows in one batch; past 32 the batch stops being "small" even on a GPU,
 # and the paper never uses more than 14 (Table 5).
 MAX_LOOKAHEAD = 32
+# A lookahead branch commits a chain of at most this many tokens (lopa/chains.py); each adds a row per branch
+# to the round's batch, so a round verifies at most 1 + MAX_LOOKAHEAD * MAX_LOOKAHEAD_DEPTH rows.
+MAX_LOOKAHEAD_DEPTH = 8
+MAX_ROWS = 1 + MAX_LOOKAHEAD * MAX_LOOKAHEAD_DEPTH
 MAX_TEMPERATURE = 10.0
 # Bounds a run (and so a trace, lopa.schema) may declare: far above the paper's 512 new tokens in
 # blocks of 32, small enough that a trace's figures stay within memory.
@@ -241,6 +245,11 @@ class DecodeSettings:
     stable_js: float = setting(
         0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' top-1 "
         "distributions at a position it commits", low=0.0, high=0.6931471805599453)
+    lookahead_depth: int = setting(
+        1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
+        "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "
+        "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1, app=False,
+        label="lookahead depth")
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():

@@ -47,14 +47,37 @@ class RoundRecord:
     # Decisions a script or a fork forced this round (lopa/script.py), e.g. {"action": "commit",
     # "position": 12, "token": 7}, {"action": "hold", "position": 14}; empty for the policy's own.
     forced: list = field(default_factory=list)
+    # Lookahead chains (lookahead_depth > 1; empty at depth 1, where branch j's chain is its lookahead token and
+    # its row is j). Per lookahead branch j, in rank order: its chain's generated positions and tokens, the row
+    # (index into the branch_* lists) of each prefix of the chain, and how many of its tokens were kept. The
+    # winner is then the kept prefix's row of the branch that won (lopa/chains.py).
+    chain_positions: list = field(default_factory=list)
+    chain_tokens: list = field(default_factory=list)
+    chain_rows: list = field(default_factory=list)
+    chain_kept: list = field(default_factory=list)
 
     def filled(self) -> list[tuple[int, int, bool]]:
         """(position, token, by lookahead) committed by this round: the anchor's, then the winning
-        branch's lookahead token (none when the anchor won)."""
+        branch's lookahead token, or the kept part of its chain (none when the anchor won)."""
         out = [(p, t, False) for p, t in zip(self.anchor_positions, self.anchor_tokens)]
-        if self.winner > 0 and self.winner - 1 < len(self.lookahead_positions):
+        if self.winner > 0 and self.chain_rows:
+            j = next(j for j, (rows, n) in enumerate(zip(self.chain_rows, self.chain_kept)) if rows[n - 1] == self.winner)
+            out += [(p, t, True) for p, t in zip(self.chain_positions[j][:self.chain_kept[j]],
+                                                 self.chain_tokens[j][:self.chain_kept[j]])]
+        elif self.winner > 0 and self.winner - 1 < len(self.lookahead_positions):
             out.append((self.lookahead_positions[self.winner - 1], self.lookahead_tokens[self.winner - 1], True))
         return out
+
+    def row_fills(self, j: int) -> list[tuple[int, int]]:
+        """(position, token) that verified row j fills beyond the anchor: lookahead branch j's one token, or with
+        chains the prefix of the first chain that row holds; [] for the anchor (row 0)."""
+        if j == 0:
+            return []
+        for positions, tokens, rows in zip(self.chain_positions, self.chain_tokens, self.chain_rows):
+            if j in rows:
+                n = rows.index(j) + 1
+                return list(zip(positions[:n], tokens[:n]))
+        return [(self.lookahead_positions[j - 1], self.lookahead_tokens[j - 1])]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -175,6 +198,7 @@ def pooled(rows: list[dict], tokens: str = "tokens_useful", forwards: str = "for
             "tps_excl_first": useful / (latency - first) if latency > first else 0.0,
             "rounds": rounds, "forward_s": forward_s,
             "token_forwards": total("token_forwards"), "token_forwards_mean": mean("token_forwards"),
+            "chain_tokens": total("chain_tokens"), "chain_kept": total("chain_kept"), "chain_won": total("chain_won"),
             "ms_per_forward": 1e3 * forward_s / n_forwards if n_forwards else 0.0,
             # engine time outside the model's forwards (the decisions around it), per round of any kind
             "bookkeeping_ms_per_round": 1e3 * (latency - forward_s) / rounds if rounds else 0.0,
@@ -222,6 +246,11 @@ def metrics(run: RunResult | None) -> dict:
         "ms_per_forward": 1e3 * forward_s / forwards if forwards else 0.0,
         "verified_per_forward": verified / forwards if forwards else 0.0,
         "token_forwards": sum(token_forwards(r, n_prompt) for r in records),
+        # lookahead chains (lookahead_depth > 1): tokens the chains proposed past their first, how many of those
+        # the verification stood behind, and how many the winning chains committed
+        "chain_tokens": sum(len(c) - 1 for r in records for c in r.chain_positions),
+        "chain_kept": sum(n - 1 for r in records for n in r.chain_kept),
+        "chain_won": sum(sum(ahead for _, _, ahead in r.filled()) - 1 for r in records if r.chain_kept and r.winner),
         "device": records[0].extra.get("device", "") if records else "",
         **fill_landscape(records, useful),
     }

@@ -168,7 +168,7 @@ MODES = {"block_causal": {}, "full": {"cache_schedule": "authors", "mask_argmax"
 @pytest.mark.parametrize("k", [0, 4, 8])
 @pytest.mark.parametrize("attention", list(MODES))
 def test_engine_equals_the_authors_loop_on_the_bundled_model(bundled, attention, k):
-    settings = DecodeSettings(k=k, attention=attention, **PAPER, **MODES[attention])
+    settings = DecodeSettings(k=k, attention=attention, lookahead_depth=1, **PAPER, **MODES[attention])   # LoPA as published
     reference = AuthorsReference(bundled.model, bundled.spec, settings.replace(mask_argmax="authors"))
     for question in heldout_prompts(N_PROMPTS):
         decoder = bundled.decoder(settings)

@@ -123,7 +123,7 @@ def test_no_decoder_beats_the_pipeline_floor():
     loaded = load()
     problems = read_jsonl(DATA_FILES["heldout"])[:6]
     base = DecodeSettings(max_new_tokens=96, attention=loaded.spec.attention, block_size=16)
-    for name in ("d2f", "lopa-k4", "lopa-k14"):
+    for name in ("d2f", "lopa-k4", "lopa-k14", "lopa-k4-d3"):
         settings = bench.row_settings(name, base)
         rows = bench.run_decoder(loaded, name, settings, problems)
         for r in rows:
@@ -146,6 +146,11 @@ def test_row_names_and_settings_flags_reach_every_row():
     assert bench.row_settings("lopa-k4-random-floor0.5", base).order == "random"
     with pytest.raises(ValueError, match="floor as a number"):
         bench.row_settings("lopa-k4-floorhigh", base)
+    assert bench.row_settings("lopa-k14-d2", base) == base.replace(k=14, lookahead_depth=2)
+    assert bench.row_settings("lopa-k4-random-d3-floor0.3", base) == \
+        base.replace(k=4, order="random", lookahead_depth=3, lookahead_min_prob=0.3)
+    with pytest.raises(ValueError, match="lookahead depth must be an integer in 1..8"):
+        bench.row_settings("lopa-k4-d9", base)
     # every settings flag the bench accepts is passed on (it once dropped --order, --branch-score, ...)
     parser = argparse.ArgumentParser()
     add_settings_arguments(parser, choose_decoder=False)

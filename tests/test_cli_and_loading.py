@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import EOS_ID, MASK_ID, save_tiny_model_dir, tiny_qwen2, tiny_spec
 
-from lopa import Decoder, DecodeSettings
+from lopa import Decoder, DecodeSettings, RunResult
 from lopa.cli import main
 from lopa.models import load
 
@@ -43,6 +43,16 @@ def test_cli_generate_decodes_with_a_peer_s_rule_and_prints_the_cost_counters(mo
     assert code == 0 and "token_forwards" in out and "latency_s" in out and "device           cpu" in out
     settings = json.loads(trace.read_text())["settings"]
     assert (settings["commit"], settings["frechet_margin"], settings["k"]) == ("frechet", -0.5, 2)
+
+
+def test_cli_generate_decodes_with_lookahead_chains_and_the_trace_carries_them(model_dir, tmp_path):
+    trace = tmp_path / "run.json"
+    assert main(["generate", "--model", str(model_dir), "--prompt", "how many apples does Tom have ?", "--k", "3",
+                 "--lookahead-depth", "3", "--max-new-tokens", "16", "--trace", str(trace)]) == 0
+    run = RunResult.load(trace)
+    assert run.settings["lookahead_depth"] == 3
+    rounds = [r for r in run.records if r.kind == "round" and r.lookahead_positions]
+    assert rounds and all(len(r.chain_kept) == len(r.lookahead_positions) for r in rounds)
 
 
 def test_cli_help_lists_the_settings(capsys):

@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from lopa import engine
+from lopa import chains, engine
 from lopa.blocks import Branch
 from lopa.forward import Verified
 from lopa.settings import DecodeSettings
@@ -25,12 +25,14 @@ def test_free_positions_are_masked_and_not_the_anchor_s_and_the_anchor_is_untouc
     assert torch.equal(anchor.tokens, before)
 
 
-def test_lookahead_branches_add_one_predicted_token_each():
+def test_depth_1_branches_add_one_predicted_token_each():
     anchor = branch([5, M, M, M])
     tokens = torch.tensor([50, 51, 52, 53])                 # [W] the previous winner's predictions
-    got = engine.lookahead_branches(anchor, torch.tensor([3, 1]), tokens)
-    assert [b.tokens.tolist() for b in got] == [[5, M, M, 53], [5, 51, M, M]]
-    assert anchor.tokens.tolist() == [5, M, M, M] and engine.lookahead_branches(anchor, torch.tensor([]), tokens) == []
+    free = torch.tensor([False, True, True, True])
+    got = chains.plan_branches(anchor, chains.chain_plan(torch.tensor([3, 1]), free, 1), tokens)
+    assert [b.tokens.tolist() for b in got] == [[5, M, M, M], [5, M, M, 53], [5, 51, M, M]]
+    assert anchor.tokens.tolist() == [5, M, M, M]
+    assert chains.plan_branches(anchor, chains.chain_plan(torch.tensor([], dtype=torch.long), free, 1), tokens) == [anchor]
 
 
 def test_scores_are_the_rule_over_each_branch_s_masked_positions():

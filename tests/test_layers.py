@@ -130,9 +130,9 @@ def test_no_folder_reaches_another_that_reaches_it_back():
 def test_the_core_is_exactly_the_engine():
     """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
-    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "cli", "engine", "exact", "forward",
-                    "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "resolution", "rules", "schema", "script",
-                    "settings", "trace"]
+    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "engine", "exact",
+                    "forward", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "resolution", "rules",
+                    "schema", "script", "settings", "trace"]
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):

@@ -179,6 +179,22 @@ def test_branch_parallel_equals_single_process(groups, loaded, world, attention)
     assert attention != "block_causal" or skipped > 0
 
 
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_branch_parallel_equals_single_process_with_lookahead_chains(groups, loaded, attention):
+    """lookahead_depth > 1 spreads every prefix row over the ranks; the decode is the single process's,
+    chains, cuts and the cache included."""
+    settings = DecodeSettings(k=3, lookahead_depth=3, attention=attention, **LIVELY)
+    ref, ref_executor = single(loaded, settings)
+    group = groups[2]
+    bp = group.decoder(settings).run(PROMPT)
+    assert bp.tokens == ref.tokens and decisions(bp) == decisions(ref)
+    assert [(r.chain_kept, r.winner) for r in bp.records] == [(r.chain_kept, r.winner) for r in ref.records]
+    assert any(len(r.branch_tokens) > settings.k + 1 for r in bp.records)
+    want = kv_digest(ref_executor.kv).tolist()
+    for got in group.digests():
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
+
+
 def test_sampling_is_reproducible_per_world_size(groups):
     settings = DecodeSettings(k=3, temperature=1.0, seed=3, **LIVELY)
     a = groups[2].decoder(settings).run(PROMPT)

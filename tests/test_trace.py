@@ -88,6 +88,7 @@ def test_metrics(run):
     assert m["tokens_useful"] <= m["tokens_paper"]
     assert m["tps_excl_first"] >= m["tps"] > 0
     assert sum(r.committed for r in run.records) == len(run.tokens)
+    assert m["chain_tokens"] == m["chain_kept"] == m["chain_won"] == 0          # depth 1: no chains
 
 
 def rederive(run, s: DecodeSettings) -> None:
@@ -119,11 +120,60 @@ def rederive(run, s: DecodeSettings) -> None:
         if rec.kind == "round":
             scores = torch.stack([branch_score(torch.tensor(c)) for c in rec.branch_conf])
             assert scores.tolist() == pytest.approx(rec.branch_scores)
-            assert int(select_winner(torch.tensor(rec.branch_scores))) == rec.winner
+            free = left & (max_prob >= s.lookahead_min_prob)
+            candidates = rederive_chains(rec, pos[look], dict(zip(pos[free].tolist(), argmax[free].tolist())), s) \
+                if s.lookahead_depth > 1 else list(range(len(rec.branch_scores)))
+            assert candidates[int(select_winner(torch.tensor(rec.branch_scores)[candidates]))] == rec.winner
+
+
+def rederive_chains(rec, look_pos, token_at: dict[int, int], s: DecodeSettings) -> list[int]:
+    """A round's chains from its lookahead (lopa.chains, left to right: q_j, then the next free positions
+    after it; token_at: free position -> the last winner's prediction there), each verified row's tokens
+    from them, and how much of each chain was kept from the rows' own predictions: token i >= 2 stands when
+    the row holding the chain's first i - 1 tokens predicts it there. -> the rows the winner is chosen
+    among (the anchor, each kept chain)."""
+    w0, anchor_row = rec.window_start, rec.branch_tokens[0]
+    for j, q in enumerate(look_pos.tolist()):
+        chain = ([q] + sorted(p for p in token_at if p > q))[:s.lookahead_depth]
+        assert rec.chain_positions[j] == chain and rec.chain_tokens[j] == [token_at[p] for p in chain]
+        for i, row in enumerate(rec.chain_rows[j]):        # the row of the chain's first i + 1 tokens holds them
+            expected = list(anchor_row)
+            for p in chain[:i + 1]:
+                expected[p - w0] = token_at[p]
+            assert rec.branch_tokens[row][:len(expected)] == expected
+        kept = 1
+        while kept < len(chain):
+            seen = predictions(rec, rec.chain_rows[j][kept - 1]).get(chain[kept])
+            if seen is None or seen.token != token_at[chain[kept]] or seen.max_prob < s.lookahead_min_prob:
+                break
+            kept += 1
+        assert rec.chain_kept[j] == kept
+    return [0] + [rows[n - 1] for rows, n in zip(rec.chain_rows, rec.chain_kept)]
 
 
 def test_every_decision_can_be_rederived_from_the_trace(run):
     rederive(run, SETTINGS)
+
+
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_every_chain_and_how_much_of_it_was_kept_rederives_from_the_trace(attention, depth, tmp_path):
+    """Lookahead chains (lookahead_depth > 1): each round's chains, their rows, the cut and the winner
+    re-derive from the saved trace alone; the run commits exactly the kept tokens."""
+    s = SETTINGS.replace(lookahead_depth=depth, attention=attention)
+    made = Decoder(tiny_qwen2(seed=1), tiny_spec(attention=attention), s).run(PROMPT)
+    loaded = RunResult.load(made.save(tmp_path / "chains.json"))
+    assert loaded.records == made.records
+    rounds = [r for r in loaded.records if r.kind == "round"]
+    assert any(max(r.chain_kept) > 1 for r in rounds) and any(len(r.branch_scores) > s.k + 1 for r in rounds)
+    if depth == 2:                          # some chain was cut (and re-derives so)
+        assert any(n < len(c) for r in rounds for c, n in zip(r.chain_positions, r.chain_kept))
+    rederive(loaded, s)
+    assert sum(r.committed for r in loaded.records) == len(loaded.tokens)
+    assert [len(r.filled()) for r in rounds] == [r.committed for r in rounds]
+    m = loaded.metrics()                    # the chains' counters: proposed past the first, kept, won
+    assert m["chain_tokens"] == sum(len(c) - 1 for r in rounds for c in r.chain_positions) >= m["chain_kept"] > 0
+    assert m["chain_won"] == sum(len(r.filled()) - len(r.anchor_positions) - 1 for r in rounds if r.winner) > 0
 
 
 # Each peer's knob set where the tiny random model (max probs near 0.1) commits more than one position a

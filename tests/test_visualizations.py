@@ -303,3 +303,28 @@ def test_round_view_splits_the_winners_gain_into_removal_and_change(lopa):
     assert "Why it won" in text and f"{parts['removal']:+.3f}" in text and "*removal*" in text
     other = dict(run.settings, branch_score="min")                  # another rule: no split is claimed
     assert "Why it won" not in explain_round(type(run)(**{**run.__dict__, "settings": other}), r, names)
+
+
+def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
+    """lookahead_depth > 1: every verified row is a branch row (the deeper ones labelled as chains with their
+    tokens), every round explains its winner, and the heatmap marks every position a row filled."""
+    tokenizer = tiny_tokenizer()
+    s = DecodeSettings(k=3, lookahead_depth=3, **LIVELY)
+    run = Decoder(tiny_qwen2(seed=1), tiny_spec(), s, tokenizer).run(PROMPT)
+    names = {i: tokenizer.decode([i]) for i in range(len(tokenizer))}
+    rounds = [r for r, rec in enumerate(run.records) if rec.kind == "round"]
+    assert any(len(run.records[r].branch_scores) > s.k + 1 for r in rounds)
+    for r in rounds:
+        rec = run.records[r]
+        table = branches_table(run, r, names)
+        assert table.count('<tr class="lopa-branch') == len(rec.branch_scores)
+        assert ("chain" in table) == any(len(rec.row_fills(j)) > 1 for j in range(len(rec.branch_scores)))
+        text = explain_round(run, r, names)
+        assert f"Winner: B{rec.winner}" in text or (rec.winner == 0 and "Winner: the anchor" in text)
+        if len(rec.row_fills(rec.winner)) > 1:
+            assert f"a chain of {len(rec.row_fills(rec.winner))} tokens" in text
+        fig = confidence_heatmap(run, r, names)
+        marked = [(x, y) for t in fig.data if t.name == "lookahead token" for x, y in zip(t.x, t.y)]
+        assert len(marked) == sum(len(rec.row_fills(j)) for j in range(1, len(rec.branch_scores)))
+    assert [rec.row_fills(j) for rec in run.records if rec.kind == "round" for j in (0, 1)][:2] == \
+        [[], [(run.records[rounds[0]].lookahead_positions[0], run.records[rounds[0]].lookahead_tokens[0])]]

@@ -40,10 +40,10 @@ def _lookahead_conf(run, r: int, pos: int) -> float:
 
 def split(record, j: int, settings: dict) -> dict | None:
     """The removal / change split of lookahead branch j's ΔC (mean rule only; None otherwise)."""
-    if j == 0 or settings.get("branch_score", "mean") != "mean" or record.kind != "round":
-        return None
+    if j == 0 or settings.get("branch_score", "mean") != "mean" or record.kind != "round" or len(record.row_fills(j)) != 1:
+        return None                                      # a chain of several tokens has no one-position split
     return score_split(record.branch_positions[0], record.branch_conf[0], record.branch_positions[j],
-                       record.branch_conf[j], record.lookahead_positions[j - 1])
+                       record.branch_conf[j], record.row_fills(j)[0][0])
 
 
 def _split_text(parts: dict | None) -> str:
@@ -82,8 +82,12 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
                     f"{_positions_text(record.anchor_positions, record.anchor_tokens, names, mask_id)}"
                     if record.anchor_positions else "anchor commits nothing")
             colour = ANCHOR_COLOUR
+        elif len(record.row_fills(j)) > 1:               # a chain's prefix (lookahead_depth > 1)
+            positions, tokens = zip(*record.row_fills(j))
+            name, colour = f"B{j} chain", LOOKAHEAD_COLOUR
+            adds = f"anchor + {len(positions)} tokens: {esc(_positions_text(positions, tokens, names, mask_id))}"
         else:
-            pos, tok = record.lookahead_positions[j - 1], record.lookahead_tokens[j - 1]
+            pos, tok = record.row_fills(j)[0]
             name, colour = f"B{j} lookahead", LOOKAHEAD_COLOUR
             adds = (f"anchor + position {pos} ← <b title=\"{esc(token_repr(tok, names))}\">"
                     f"{esc(token_label(tok, names, mask_id))}</b> (its Conf was {_lookahead_conf(run, r, pos):.3f})")
@@ -166,8 +170,17 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
     if w == 0:
         win = (f"**Winner: the anchor** (C = {_score(score0)}). No extra token raised the mean confidence of the "
                "remaining positions, so only the anchor's tokens are kept.")
+    elif len(rec.row_fills(w)) > 1:                       # a chain (lookahead_depth > 1): which of it was kept
+        fills, sw = rec.row_fills(w), rec.branch_scores[w]
+        chain = next(j for j, rows in enumerate(rec.chain_rows) if w in rows)
+        cut = len(rec.chain_positions[chain]) - len(fills)
+        win = (f"**Winner: B{w}**, a chain of {len(fills)} tokens "
+               f"({esc(_positions_text(*zip(*fills), names, mask_id))}): mean Conf of its "
+               f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}, the highest among the anchor "
+               "and each branch's kept chain." + (f" Its last {cut} proposed token(s) were cut: the row before "
+                                                  "them no longer predicted them." if cut else ""))
     else:
-        pos, tok = rec.lookahead_positions[w - 1], rec.lookahead_tokens[w - 1]
+        pos, tok = rec.row_fills(w)[0]
         sw = rec.branch_scores[w]
         gain = "" if math.isinf(sw) or math.isinf(score0) else f" ({sw - score0:+.3f} over the anchor's {score0:.3f})"
         win = (f"**Winner: B{w}**, which adds <code>{esc(token_label(tok, names, mask_id))}</code> at position {pos}: mean Conf of its "

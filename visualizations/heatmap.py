@@ -35,8 +35,8 @@ def _row_label(record, j: int, names, mask_id) -> str:
     if j == 0:
         text = f"B0 anchor  C={score_text}"
     else:
-        tok = token_label(record.lookahead_tokens[j - 1], names, mask_id)
-        text = f"B{j} +{tok}@{record.lookahead_positions[j - 1]}  C={score_text}"
+        fills = "+".join(f"{token_label(t, names, mask_id)}@{p}" for p, t in record.row_fills(j))
+        text = f"B{j} +{fills}  C={score_text}"
     return ("★ " + text) if j == record.winner else text
 
 
@@ -52,7 +52,8 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     mask_id, metric = int(run.spec["mask_token_id"]), run.settings["confidence"]
     conf = [dict(zip(p, c)) for p, c in zip(rec.branch_positions, rec.branch_conf)]      # per branch: pos -> Conf
     argmax = [dict(zip(p, t)) for p, t in zip(rec.branch_positions, rec.branch_argmax)]
-    columns = sorted(set().union(*map(set, rec.branch_positions), rec.lookahead_positions))  # [M] positions
+    columns = sorted(set().union(*map(set, rec.branch_positions), rec.lookahead_positions,
+                                 *map(set, rec.chain_positions)))                          # [M] positions
     x = [str(p) for p in columns]
     # Anchor strip: [1, M]
     anchor_z = [[conf[0].get(p, NAN) for p in columns]]
@@ -76,11 +77,12 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
         labels = [_row_label(rec, j, names, mask_id) for j in range(1, k + 1)]
         for j in range(1, k + 1):
             row_z, row_h = [], []
+            placed = dict(rec.row_fills(j))                  # position -> token this row filled beyond the anchor
             for p in columns:
-                if p == rec.lookahead_positions[j - 1]:
+                if p in placed:
                     row_z.append(NAN)
                     row_h.append(f"position {p}<br>B{j} placed its lookahead token "
-                                 f"{token_text(rec.lookahead_tokens[j - 1], names)!r} here")
+                                 f"{token_text(placed[p], names)!r} here")
                     marks[0].append(str(p))
                     marks[1].append(labels[j - 1])
                 elif p in conf[j] and p in conf[0]:

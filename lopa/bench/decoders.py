@@ -15,7 +15,8 @@ Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F van
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, a peer's commit
 rule `-eb`, `-factor`, `-frechet`, `-joint` or `-stable` (lopa/peers.py: `d2f-eb` is the rule alone,
-`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), and a
+`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), a `-d<D>`
+lookahead depth (chains of up to D tokens per branch, lopa/chains.py: `lopa-k14-d2`), and a
 `-floor<p>` lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
 settings flag applies to every row; each row sets its own decoder, k and commit rule). The rows are
 interleaved: each problem is decoded by every row, in rotating order, before the next, so their
@@ -60,13 +61,15 @@ PEER_ROWS = [f"d2f-{rule}" for rule in PEER_RULES] + [f"lopa-k4-{rule}" for rule
 
 def row_settings(name: str, base: DecodeSettings) -> DecodeSettings:
     """A row name is a decoder (`d2f`, `lopa-k4`, ...), optionally followed by `-<order>`, a peer's
-    commit rule `-<rule>` (PEER_RULES: `d2f-eb`, `lopa-k4-frechet`) and/or `-floor<p>` (a lookahead
-    floor: `lopa-k14-floor0.3`)."""
+    commit rule `-<rule>` (PEER_RULES: `d2f-eb`, `lopa-k4-frechet`), `-d<D>` (a lookahead depth:
+    `lopa-k14-d2`) and/or `-floor<p>` (a lookahead floor: `lopa-k14-floor0.3`)."""
     row, _, order = name.rpartition("-")
     if order in ORDERS:
         return row_settings(row, base).replace(order=order)
     if row and order in PEER_RULES:      # eb reads entropy from Conf (DecodeSettings requires neg_entropy with it)
         return row_settings(row, base).replace(commit=order, **({"confidence": "neg_entropy"} if order == "eb" else {}))
+    if row and order[:1] == "d" and order[1:].isdigit():       # a lookahead depth: lopa-k14-d2 (lopa/chains.py)
+        return row_settings(row, base).replace(lookahead_depth=int(order[1:]))
     if row and order.startswith("floor"):
         try:
             floor = float(order.removeprefix("floor"))
@@ -137,6 +140,10 @@ def summarize_rows(name: str, settings: DecodeSettings, rows: list[dict]) -> dic
         "latency_s_mean": pool["latency_s_mean"],
         # the cost beside TPF: what the forwards processed, and where the wall-clock was measured
         "token_forwards_mean": pool["token_forwards_mean"],
+        # lookahead chains (lookahead_depth > 1): the share of their tokens past the first that verification kept,
+        # and the tokens past the first that winning chains committed, per forward
+        "chain_kept_share": pool["chain_kept"] / pool["chain_tokens"] if pool["chain_tokens"] else float("nan"),
+        "chain_won_per_forward": pool["chain_won"] / pool["forwards"] if pool["forwards"] else 0.0,
         "device": next((r["device"] for r in rows if r.get("device")), ""),
         # how uneven the filling order was (lopa.trace.fill_landscape), mean over problems
         "fill_spread": pool["fill_spread_mean"],
