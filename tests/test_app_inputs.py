@@ -102,11 +102,11 @@ def test_the_served_endpoints_answer_raw_hostile_json_with_the_input_s_name(mode
             for api, prefix in (("run", ["hi"]), ("step", ["hi"]), ("compare", ["hi", "D2F vanilla (k = 0)"])):
                 message = call(api, [*prefix, *values(name, bad)])
                 assert refused(message, name), (api, name, message[:300])
-        assert refused(call("run_study", ["orders", "abc", 1, 15]), "problems")
+        assert refused(call("run_study", ["orders", "abc", 1, 1, 15]), "problems")
         for bad in ("abc", float("nan"), [1], BIG, {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}):
             with pytest.raises(AssertionError, match="the trace file must be a .json or .parquet file uploaded"):
                 call("load_trace", [bad])                       # an event: error with the input's message
-        assert refused(call("run_study", [BIG, 1, 1, 15]), "study")
+        assert refused(call("run_study", [BIG, 1, 1, 1, 15]), "study")
         assert "Done" in call("run", ["hi", *values()])             # and it still serves
     finally:
         demo.close()

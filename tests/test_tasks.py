@@ -217,6 +217,7 @@ def test_each_task_is_declared_once_and_data_names_it(tmp_path):
     assert picks == {"synthetic": "synthetic", "heldout": "synthetic", "gsm8k": "gsm8k", "humaneval": "humaneval",
                      str(data): "humaneval", str(tmp_path / "g.jsonl"): "synthetic"}
     assert [t.code for t in TASKS.values()] == [False, False, True, True, False, True, True]
+    assert task_for("").name == "synthetic"           # no --data: the model's own family, whatever folder this is
     # the eval tasks' local copies name them too
     plus = write_jsonl(tmp_path / "plus.jsonl", [{"task_id": "Mbpp/2", "prompt": "", "entry_point": "f",
                                                   "canonical_solution": "", "base_input": [], "plus_input": []}])

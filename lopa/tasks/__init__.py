@@ -40,6 +40,8 @@ def task_for(data: str) -> Task:
     model's own family (synthetic, heldout, any GSM8K-format file or list of prompts)."""
     if data in TASKS:
         return TASKS[data]
+    if not data:                  # no --data: the model's own family (Path("") would be the working folder)
+        return synthetic.TASK
     row = sources.first_row(data) or {}
     if {"base_input", "plus_input"} <= set(row):
         return evalplus.MBPP_PLUS if str(row["task_id"]).startswith("Mbpp/") else evalplus.HUMANEVAL_PLUS
