@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 import torch
-from tiny import LIVELY, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
+from tiny import LIVELY, study_setup, tiny_qwen2, tiny_spec, tiny_tokenizer
 
 from lopa import Decoder, DecodeSettings
 from lopa.cli import main as lopa_main
@@ -189,12 +189,7 @@ def test_the_branch_score_setting_survives_a_trace_round_trip(tmp_path):
 # -- each study end to end, against `lopa generate` ---------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("study")
-    model = save_tiny_model_dir(root / "model")
-    data = root / "p.jsonl"
-    data.write_text("\n".join(json.dumps({"question": q, "answer": f"he buys <<1+2=3>>3\n#### {a}"})
-                              for q, a in [("Tom has 3 apples ?", 3), ("how many apples does Tom have ?", 4)]))
-    return model, data, root
+    return study_setup(tmp_path_factory.mktemp("study"))
 
 
 FLAGS = ["--block-size", "8", "--max-new-tokens", "16", "--tau-conf", "0.12", "--tau-add", "0.3", "--tau-act", "0.6",

@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 import pytest
-from tiny import save_tiny_model_dir
+from tiny import study_setup
 
 from lopa import DecodeSettings
 from lopa.study import STUDIES, frontier
@@ -105,12 +105,7 @@ def test_the_command_line_refuses_an_unknown_rule_or_k_naming_the_flag(capsys):
 # -- end to end on a tiny model -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("frontier")
-    model = save_tiny_model_dir(root / "model")
-    data = root / "p.jsonl"
-    data.write_text("\n".join(json.dumps({"question": q, "answer": f"he buys <<1+2=3>>3\n#### {a}"})
-                              for q, a in [("Tom has 3 apples ?", 3), ("how many apples does Tom have ?", 4)]))
-    return model, data, root
+    return study_setup(tmp_path_factory.mktemp("frontier"))
 
 
 def test_the_study_writes_its_files_and_each_row_is_that_decode(tiny_setup):

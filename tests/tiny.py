@@ -73,3 +73,13 @@ def decisions(run):
     and executor extras left out: they differ by design)."""
     return [(r.anchor_positions, r.anchor_tokens, r.lookahead_positions, r.lookahead_tokens, r.winner,
              r.block_states, r.branch_positions) for r in run.records]
+
+
+def study_setup(root):
+    """A tiny model and two GSM8K-format problems under `root`, for a study end to end: (model, data, root)."""
+    import json
+    model = save_tiny_model_dir(root / "model")
+    data = root / "p.jsonl"
+    data.write_text("\n".join(json.dumps({"question": q, "answer": f"he buys <<1+2=3>>3\n#### {a}"})
+                              for q, a in [("Tom has 3 apples ?", 3), ("how many apples does Tom have ?", 4)]))
+    return model, data, root
