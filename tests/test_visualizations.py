@@ -122,6 +122,9 @@ def test_branches_table_and_explanation_name_the_winner(lopa):
     assert "prompt forward" in explain_round(run, 0, names)
     if run.records[-1].kind == "final":
         assert "no forward" in branches_table(run, len(run.records) - 1, names)
+        # the final round points to where the branches are to be seen
+        last = max(i for i, x in enumerate(run.records) if x.kind == "round" and x.lookahead_positions)
+        assert f"the last round with lookahead branches is round {last}" in explain_round(run, len(run.records) - 1, names)
 
 
 def test_heatmap_shows_each_branch_minus_the_anchor_with_the_lookahead_cell_marked(lopa):

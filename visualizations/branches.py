@@ -130,6 +130,17 @@ def no_branches(run, record) -> str:
             f'(round {record.round}: {what}). Set k to 1 or more to see LoPA\'s lookahead branches over it.</div>')
 
 
+def _last_branches(run, r: int) -> str:
+    """Where a finished run's branches are to be seen: the final round has none (its table and heatmap are
+    empty), so the explanation points to the last round before `r` that had lookahead branches."""
+    last = max((i for i, x in enumerate(run.records[:r]) if x.kind == "round" and x.lookahead_positions), default=None)
+    if last is None:
+        return ""
+    won = " (a lookahead branch won it)" if run.records[last].winner > 0 else " (the anchor won it)"
+    return (f" This round has no branches to show: the last round with lookahead branches is round {last}{won}; "
+            "move the slider there to see its branches and heatmap.")
+
+
 def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
     """A few plain sentences (Markdown) on round r: anchor, lookahead branches, winner, commits."""
     if not run.records:
@@ -146,7 +157,7 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         done = (f"The anchor committed the last {len(rec.anchor_positions)} token(s)" if rec.anchor_positions
                 else f"Round {r - 1} already completed the last masked positions")
         return (f"**Round {r} — finish.** {done}: every appended block is complete and no block will be added, "
-                "so no forward was needed. Decoding is done.")
+                f"so no forward was needed. Decoding is done.{_last_branches(run, r)}")
     n_anchor = len(rec.anchor_positions)
     rule = str(s.get("commit", "threshold"))
     how = (f"max prob > τ_conf = {tau}, or the single most confident position of a fully activated block"
