@@ -4,6 +4,7 @@ The checks tie every drawn value back to the trace: cells per state, heatmap del
 TFO rounds. Nothing here depends on the model being any good.
 """
 
+import dataclasses
 import html as html_lib
 import math
 import re
@@ -92,6 +93,13 @@ def test_canvas_text_is_what_the_canvas_holds_at_each_round(lopa):
         expected = "".join(names[done[p].token] if p in done else "▢" for p in range(end))
         assert canvas_text(run, r, names) == expected
     assert canvas_text(run, 0, names) != run.text                  # the prefill's commits only
+    # the latest round of a run still decoding (read from its tokens) is what its rounds' commits give
+    mask = run.spec["mask_token_id"]
+    for r in range(1, last):
+        done = fills(run.records, r)
+        live = dataclasses.replace(run, records=run.records[:r + 1],
+                                   tokens=[done[p].token if p in done else mask for p in range(len(run.tokens))])
+        assert canvas_text(live, r, names) == canvas_text(run, r, names)
     assert canvas_text(RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[]), 0) == ""
 
 

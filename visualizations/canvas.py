@@ -125,17 +125,23 @@ def canvas_text(run, r: int, names: dict[int, str] | None = None) -> str:
     """The answer as the canvas holds it after round `r`: the committed tokens in position order, a ▢ for
     each position still masked before the last committed one, up to the first committed EOS. Once the
     last round holds no masked position, the run's own text (the tokenizer's decode of the whole answer,
-    which joins tokens that one-token decodes would split)."""
+    which joins tokens that one-token decodes would split).
+
+    The latest round is read from the run's tokens (what the canvas holds now), not rebuilt from every
+    round's commits: a live Run asks for it at each round it streams."""
     if not run.records:
         return ""
     r = max(0, min(r, len(run.records) - 1))
-    done, eos = fills(run.records, r), set(run.spec.get("eos_token_ids") or ())
+    last, eos = r == len(run.records) - 1, set(run.spec.get("eos_token_ids") or ())
+    if last:
+        held = {p: t for p, t in enumerate(run.tokens) if t != run.spec.get("mask_token_id")}
+    else:
+        held = {p: fill.token for p, fill in fills(run.records, r).items()}
     out = []
-    for p in range(max(done, default=-1) + 1):
-        fill = done.get(p)
-        if fill is not None and fill.token in eos:
+    for p in range(max(held, default=-1) + 1):
+        if held.get(p) in eos:
             break
-        out.append("▢" if fill is None else token_text(fill.token, names))
-    if r == len(run.records) - 1 and "▢" not in out:
+        out.append(token_text(held[p], names) if p in held else "▢")
+    if last and "▢" not in out:
         return run.text
     return "".join(out)
