@@ -1,8 +1,9 @@
 """The run list of one session: the original runs, their forks and forks of forks, as a small tree.
 
 Ids spell the tree: run "2" is the second original, "2.1" its first fork, "2.1.3" that fork's
-third fork; the tour's recorded runs are "tour 1" and "tour 2". Each entry keeps the latest RunResult snapshot (live while it decodes) and its token
-names. Labels are plain text (gradio renders radio labels as text, not HTML).
+third fork; the tour's recorded runs are "tour 1" and "tour 2". Each entry keeps the latest RunResult
+snapshot (live while it decodes) and its token names. Labels are plain text (gradio renders radio
+labels as text, not HTML).
 """
 
 from __future__ import annotations
