@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 from lopa.models import ASSETS, DEFAULT_MODEL
 from lopa.models.folder import check_folder, quoted, read_config, stored_shapes
-from lopa.models.loading import ROOT
+from lopa.models.loading import RENAMED, ROOT, bundled_folder  # noqa: F401  (the app names them here)
 
 from .examples import example_groups
 
@@ -29,24 +28,11 @@ SHOWS = {
 }
 
 
-# Traces and links recorded before a bundled model was renamed still find its tokenizer.
-RENAMED = {"tiny-gsm-dllm": "sure-gsm-dllm"}
-
-
 def bundled_models() -> list[tuple[str, str]]:
     """(label, folder) of every model under assets/models, the default first, each labelled by what it shows."""
     folders = sorted((p for p in MODELS_DIR.iterdir() if (p / "config.json").is_file()),
                      key=lambda p: (p.resolve() != DEFAULT_MODEL.resolve(), p.name)) if MODELS_DIR.is_dir() else []
     return [(f"{p.name}: {SHOWS.get(p.name, 'bundled model')}", str(p)) for p in folders]
-
-
-def bundled_folder(name: str) -> Path | None:
-    """The folder of the bundled model called `name` (a plain name, never a path), else None."""
-    name = RENAMED.get(name, name)
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", name) and ".." not in name \
-            and (MODELS_DIR / name / "config.json").is_file():
-        return MODELS_DIR / name
-    return None
 
 
 def allowed_model_roots() -> list[Path] | None:

@@ -83,6 +83,16 @@ def test_cli_refuses_missing_model(tmp_path, capsys):
     assert "no model at" in capsys.readouterr().err
 
 
+def test_a_bundled_model_loads_by_its_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                 # no assets/ here: the name alone must find the folder
+    assert load("sure-gsm-dllm").spec.name == "sure-gsm-dllm"
+    assert load("tiny-gsm-dllm").spec.name == "sure-gsm-dllm"      # its name before it was renamed
+    with pytest.raises(FileNotFoundError, match="bundled model's name"):
+        load("no-such-dllm")
+    with pytest.raises(FileNotFoundError):
+        load("../sure-gsm-dllm")               # a name, never a path
+
+
 def test_empty_and_oversized_prompts_are_refused(model_dir):
     loaded = load(model_dir)
     decoder = loaded.decoder(DecodeSettings(block_size=8, max_new_tokens=16))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lopa.models.families import checkpoint_family, load_family, merge_lora
 from lopa.models.folder import check_name
-from lopa.models.loading import DEFAULT_MODEL, LoadedModel, load_hf
+from lopa.models.loading import DEFAULT_MODEL, LoadedModel, bundled_folder, load_hf
 from lopa.models.presets import CHECKPOINTS_DIR, PRESETS, resolve_preset
 
 
@@ -31,13 +31,15 @@ def load(model: str | Path | None = None, device: str | None = None, trust_remot
                          "for a directory use --model DIR [--lora ADAPTER_DIR]")
     path = Path(model)
     check_name(path)                # a name no file system holds fails every lookup below with an OSError
+    if not path.is_dir():
+        path = bundled_folder(str(model)) or path   # a bundled model by its name: --model sure-gsm-dllm
     if not (path / "config.json").is_file():
         if (path / "adapter_config.json").is_file():
             raise ValueError(f"{path} is a LoRA adapter, not a model: pass the base model and the adapter "
                              f"(--model BASE_DIR --lora {path})")
         raise FileNotFoundError(
             f"no model at {path}: expected a Hugging Face directory with config.json and weights "
-            f"(the bundled model lives in {DEFAULT_MODEL}), or a preset name: {', '.join(PRESETS)}")
+            f"(the bundled model lives in {DEFAULT_MODEL}), a bundled model's name, or a preset name: {', '.join(PRESETS)}")
     if checkpoint_family(path) != "hf":
         return load_family(path, device=device, trust_remote_code=trust_remote_code, lora=lora)
     loaded = load_hf(path, device=device, trust_remote_code=trust_remote_code)

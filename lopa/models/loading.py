@@ -17,6 +17,7 @@ which makes the same choice per forward (FlashAttention for full-attention round
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,19 @@ _INSTALLED = (PACKAGE / "assets").is_dir()
 ASSETS = PACKAGE / "assets" if _INSTALLED else PACKAGE.parent / "assets"
 ROOT = Path.cwd() if _INSTALLED else PACKAGE.parent       # the checkout, or where an installed lopa runs
 DEFAULT_MODEL = ASSETS / "models" / "open-gsm-dllm"
+# Traces and links recorded before a bundled model was renamed still find its tokenizer.
+RENAMED = {"tiny-gsm-dllm": "sure-gsm-dllm"}
 # Architectures initialised from autoregressive LMs predict token i at output i - 1.
 SHIFTED_MODEL_TYPES = {"qwen2", "dream", "llama", "mistral"}
+
+
+def bundled_folder(name: str) -> Path | None:
+    """The folder of the bundled model called `name` (a plain name, never a path), else None."""
+    name = RENAMED.get(name, name)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}", name) and ".." not in name \
+            and (ASSETS / "models" / name / "config.json").is_file():
+        return ASSETS / "models" / name
+    return None
 
 
 @dataclass
