@@ -80,6 +80,22 @@ def test_canvas_shows_every_position_with_its_state(lopa):
     assert "committed by this round's anchor" in hover and "max prob" in hover and "token '" in hover
 
 
+def test_canvas_cells_carry_their_colour_and_the_stylesheet_their_look(lopa):
+    """A live Run re-sends the canvas at every round: each cell holds only its colour, the states' look is
+    CANVAS_CSS, on the page once."""
+    from visualizations import CANVAS_CSS
+    from visualizations.canvas import STATE_STYLE
+    run, names = lopa
+    for r in range(len(run.records)):
+        styles = re.findall(r'<div class="lopa-cell[^>]*style="([^"]*)"', token_canvas(run, r, names))
+        assert styles and all({d.split(":")[0] for d in st.split(";")} <= {"background", "color", "--fill"}
+                              for st in styles), styles[:3]
+    for state, (border, _, _) in STATE_STYLE.items():
+        assert f".lopa-{state}{{border:{border};" in CANVAS_CSS
+    from app.page import LAUNCH_KWARGS
+    assert CANVAS_CSS in LAUNCH_KWARGS["css"]
+
+
 def test_canvas_text_is_what_the_canvas_holds_at_each_round(lopa):
     """"output so far" at round r: the tokens committed by r, in place, ▢ where one is still masked before the
     last committed; the final round gives the run's own text."""
