@@ -31,6 +31,8 @@ from .viz import (
     canvas_text,
     confidence_heatmap,
     counters_html,
+    detail_note,
+    detail_round,
     esc,
     explain_round,
     rank_lanes,
@@ -68,8 +70,10 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
     run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
     r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
     names = session.names
-    render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
-              "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
+    d = detail_round(run.records, r)       # the final round has no branches: the last round that had them
+    render = {"canvas": lambda: token_canvas(run, r, names),
+              "branches": lambda: detail_note(run, r) + branches_table(run, d, names),
+              "heatmap": lambda: confidence_heatmap(run, d, names), "ranks": lambda: rank_lanes(run, d, names),
               "chart": lambda: tokens_per_round_chart(run, r),
               "explanation": lambda: explain_round(run, r, names)}
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)

@@ -12,6 +12,7 @@ from . import denoise, disk, forks, frames, share, studies, tour
 from .inputs import shown
 from .panels import (
     INTRO,
+    RUN_VIEW_JS,
     build_arrival_panel,
     build_compare_panel,
     build_controls,
@@ -52,6 +53,15 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #model-panel {order: 5}
   #settings-panel {order: 6}
   #arrival-actions {flex-direction: column; align-items: stretch}
+  /* the tour and Run on the first screen, the recorded story after them */
+  #arrival-actions {order: -1}
+  /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
+  #round-view > * {order: 3}
+  #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
+  #round-view > #canvas {order: 2}
+  .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
+  .lopa-counter > div:last-child {font-size: 15px !important}
+  .lopa-counters-gloss {display: none}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
 }
@@ -63,7 +73,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript)]})

@@ -19,6 +19,8 @@ from visualizations import (
     comparison_summary,
     confidence_heatmap,
     counters_html,
+    detail_note,
+    detail_round,
     explain_round,
     tfo_map,
     token_canvas,
@@ -146,9 +148,12 @@ def test_branches_table_and_explanation_name_the_winner(lopa):
     assert "prompt forward" in explain_round(run, 0, names)
     if run.records[-1].kind == "final":
         assert "no forward" in branches_table(run, len(run.records) - 1, names)
-        # the final round points to where the branches are to be seen
+        # the final round's detail views show the last round with branches, and say so
+        end = len(run.records) - 1
         last = max(i for i, x in enumerate(run.records) if x.kind == "round" and x.lookahead_positions)
-        assert f"the last round with lookahead branches is round {last}" in explain_round(run, len(run.records) - 1, names)
+        assert detail_round(run.records, end) == last and detail_round(run.records, last) == last
+        assert f"below are round {last}'s, the last round with lookahead branches" in explain_round(run, end, names)
+        assert f'data-detail-round="{last}"' in detail_note(run, end) and detail_note(run, last) == ""
 
 
 def test_heatmap_shows_each_branch_minus_the_anchor_with_the_lookahead_cell_marked(lopa):

@@ -17,7 +17,7 @@ from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
 from .labels import token_label, token_repr
 from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
-from .timeline import predictions
+from .timeline import detail_round, predictions
 
 
 def _score(x: float) -> str:
@@ -131,14 +131,22 @@ def no_branches(run, record) -> str:
 
 
 def _last_branches(run, r: int) -> str:
-    """Where a finished run's branches are to be seen: the final round has none (its table and heatmap are
-    empty), so the explanation points to the last round before `r` that had lookahead branches."""
-    last = max((i for i, x in enumerate(run.records[:r]) if x.kind == "round" and x.lookahead_positions), default=None)
-    if last is None:
+    """Where a finished run's branches are to be seen: the final round has none, so its branches table,
+    heatmap and rank lanes show the last round before `r` that had lookahead branches (detail_round)."""
+    last = detail_round(run.records, r)
+    if last == r:
         return ""
     won = " (a lookahead branch won it)" if run.records[last].winner > 0 else " (the anchor won it)"
-    return (f" This round has no branches to show: the last round with lookahead branches is round {last}{won}; "
-            "move the slider there to see its branches and heatmap.")
+    return (f" This round has no branches of its own: the branches, heatmap and rank lanes below are round "
+            f"{last}'s, the last round with lookahead branches{won}; move the slider there to see its canvas.")
+
+
+def detail_note(run, r: int) -> str:
+    """The line above the branches table when it shows another round than the slider's (detail_round)."""
+    last = detail_round(run.records, r) if run.records else r
+    return "" if last == r else (f'<div class="lopa-detail-note" data-detail-round="{last}">Round {r} is the finish, '
+                                 f'with no branches: shown below is round {last}, the last round with lookahead '
+                                 'branches.</div>')
 
 
 def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
