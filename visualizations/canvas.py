@@ -93,6 +93,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
     done = fills(run.records, r)
     predicted = predictions(record)
     first_window_block = record.window_start // N
+    chain = [p for p, _, ahead in record.filled() if ahead]                      # the winner's kept chain ...
+    chain = chain if len(chain) > 1 else []                                      # ... of more than one token
     rows = []
     for b, block_state in enumerate(record.block_states):
         cells = []
@@ -101,7 +103,11 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             if fill is not None:
                 state = fill.how if fill.round == r else (CACHED if b < record.n_cached_blocks else COMMITTED)
                 why = f"committed in round {fill.round} by the {'anchor' if fill.how == ANCHOR else 'lookahead'}"
-                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
+                i = chain.index(pos) + 1 if fill.round == r and pos in chain else 0   # its place in a kept chain
+                why += f" (token {i} of the {len(chain)} the winning chain kept)" if i else ""
+                cell = _cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why)
+                cells.append(cell.replace('lopa-lookahead"', f'lopa-lookahead lopa-chain" data-chain="{i}"', 1)
+                             .replace(">+</span>", f">+{i}</span>", 1) if i else cell)   # numbered, not one "+"
             else:
                 guess = predicted.get(pos)
                 why = "prediction of the winning branch's forward this round" if guess else "not predicted yet"
