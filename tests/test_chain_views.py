@@ -110,9 +110,9 @@ def test_the_explanation_says_in_one_line_why_the_winning_chain_was_cut():
 def test_the_canvas_numbers_the_winner_s_kept_chain():
     canvas = token_canvas(chain_run(at3=(13, 0.7)), 1, NAMES)
     for pos, i in ((2, 1), (3, 2)):
-        cell = re.search(rf'<div class="lopa-cell[^>]*data-pos="{pos}".*?</div>', canvas).group(0)
-        assert f'class="lopa-cell lopa-lookahead lopa-chain" data-chain="{i}"' in cell and f">+{i}</span>" in cell
-        assert f"token {i} of the 2 the winning chain kept" in html.unescape(cell)
+        cell = re.search(rf'<div class="lopa-cell [^>]*data-position="{pos}".*?</div>', canvas).group(0)
+        assert re.search(r'class="lopa-cell lopa-lookahead lopa-chain\b', cell) and f">+{i}</span>" in cell
+        assert f'data-chain="{i}" title="token {i} of the 2 the winning chain kept' in cell
     one = token_canvas(chain_run(at3=(77, 0.7)), 1, NAMES)     # a chain cut to one token reads as LoPA's one "+"
     assert "lopa-chain" not in one and one.count('data-state="lookahead"') == 1 and ">+</span>" in one
 

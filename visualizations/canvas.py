@@ -103,11 +103,12 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             if fill is not None:
                 state = fill.how if fill.round == r else (CACHED if b < record.n_cached_blocks else COMMITTED)
                 why = f"committed in round {fill.round} by the {'anchor' if fill.how == ANCHOR else 'lookahead'}"
-                i = chain.index(pos) + 1 if fill.round == r and pos in chain else 0   # its place in a kept chain
-                why += f" (token {i} of the {len(chain)} the winning chain kept)" if i else ""
-                cell = _cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why)
-                cells.append(cell.replace('lopa-lookahead"', f'lopa-lookahead lopa-chain" data-chain="{i}"', 1)
-                             .replace(">+</span>", f">+{i}</span>", 1) if i else cell)   # numbered, not one "+"
+                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
+                if fill.round == r and pos in chain:     # lookahead_depth > 1: its tokens numbered, not one "+"
+                    i = chain.index(pos) + 1
+                    cells[-1] = (cells[-1].replace("lopa-lookahead", "lopa-lookahead lopa-chain", 1).replace(
+                        ' title="', f' data-chain="{i}" title="token {i} of the {len(chain)} the winning chain kept&#10;',
+                        1).replace(">+</span>", f">+{i}</span>", 1))
             else:
                 guess = predicted.get(pos)
                 why = "prediction of the winning branch's forward this round" if guess else "not predicted yet"
