@@ -350,7 +350,8 @@ def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
         rec = run.records[r]
         table = branches_table(run, r, names)
         assert table.count('<tr class="lopa-branch') == len(rec.branch_scores)
-        assert ("chain" in table) == any(len(rec.row_fills(j)) > 1 for j in range(len(rec.branch_scores)))
+        assert ("chain" in table) == bool(rec.chain_rows)          # a round with chains has their column
+        assert all(f"B{j} chain" in table for j in range(len(rec.branch_scores)) if len(rec.row_fills(j)) > 1)
         text = explain_round(run, r, names)
         assert f"Winner: B{rec.winner}" in text or (rec.winner == 0 and "Winner: the anchor" in text)
         if len(rec.row_fills(rec.winner)) > 1:

@@ -103,6 +103,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
     done = fills(run.records, r)
     predicted = predictions(record)
     first_window_block = record.window_start // N
+    chain = [p for p, _, ahead in record.filled() if ahead]                      # the winner's kept chain ...
+    chain = chain if len(chain) > 1 else []                                      # ... of more than one token
     rows = []
     for b, block_state in enumerate(record.block_states):
         cells = []
@@ -114,6 +116,11 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                 why = (f"committed by this round's {who}" if fill.round == r else
                        f"committed in round {fill.round} by the {who}" + (", block cached" if state == CACHED else ""))
                 cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
+                if fill.round == r and pos in chain:     # lookahead_depth > 1: its tokens numbered, not one "+"
+                    i = chain.index(pos) + 1
+                    cells[-1] = (cells[-1].replace("lopa-lookahead", "lopa-lookahead lopa-chain", 1).replace(
+                        ' title="', f' data-chain="{i}" title="token {i} of the {len(chain)} the winning chain kept&#10;',
+                        1).replace(">+</span>", f">+{i}</span>", 1))
             else:
                 guess = predicted.get(pos)
                 why = ("still masked, predicted by the winning branch's forward (click: what if it were filled "
