@@ -52,6 +52,8 @@ CANVAS_CSS = (
     # Not committed: a pale cell with the prediction's confidence (--fill) as a thick bottom stripe.
     + f".lopa-cell.lopa-masked{{color:{MASKED_TEXT};"
       f"background:linear-gradient(0deg,var(--fill,{MISSING_COLOUR}) 0 7px,{MASKED_BACKGROUND} 7px)}}"
+    # a kept chain (lookahead_depth > 1): a double border, each token numbered in its tag
+    + f".lopa-cell.lopa-chain{{border:4px double {LOOKAHEAD_COLOUR}}}"
     ".lopa-block{display:flex;align-items:center;border-left:4px solid transparent;padding-left:4px;margin:2px 0}"
     ".lopa-block.lopa-in-window{border-left-color:#333333}"
     ".lopa-block-label{width:78px;font-size:11px;line-height:1.1;flex:none}"
