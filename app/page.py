@@ -61,7 +61,6 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #round-view > #canvas {order: 2}
   .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
   .lopa-counter > div:last-child {font-size: 15px !important}
-  .lopa-counters-gloss {display: none}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
 }
