@@ -234,6 +234,32 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
                                  "Run to continue to the end.")
 
 
+# A visitor's first Run that ends sooner than this is shown again, round by round, one every REPLAY_STEP_S:
+# its rounds streamed live, but the canvas refreshes every REFRESH_S["html"], so a decode of a few tenths
+# of a second showed its first and last rounds only. Once a session: later Runs rest on their end.
+REPLAY_UNDER_S, REPLAY_STEP_S = 1.0, 0.15
+ARRIVING_OUTPUTS = ("round_slider", "canvas", "answer")
+
+
+def show_rounds_arriving(session: Session):
+    """ARRIVING_OUTPUTS, once per round of the session's first Run when it finished in under REPLAY_UNDER_S
+    (else nothing): the round on the slider and the canvas, ending on the Run's final round. Anything the
+    visitor starts meanwhile (Run, Step, Reset, another run) ends it; the slider and Play cancel it
+    (app/wiring.py)."""
+    run = session.run
+    if (session.shown_arriving or run is None or run.stopped or session.source != "live" or session.live is not None
+            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S):
+        # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
+        yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
+        return
+    session.shown_arriving = True
+    for r in range(session.n_rounds):
+        if session.run is not run or session.streaming or session.live is not None:
+            return                                       # the visitor moved on
+        yield gr.update(value=r), token_canvas(run, r, session.names), answer_at(session, r)
+        time.sleep(REPLAY_STEP_S)
+
+
 def stop_pending():
     """What a Stop shows while a stream runs: nothing. The stream ends within a step and its last status
     says it stopped; Stop is answered outside the queue and the stream's updates through it, in no

@@ -127,9 +127,11 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 def round_view(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
     c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
-    w.on(c["run"].click, cb.run_stream, w.decode_inputs, live, api_name="run", show_progress="hidden", **MODEL)
-    w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private", show_progress="hidden",
-         **MODEL)
+    arriving = w.pick(*cb.ARRIVING_OUTPUTS)
+    runs = [w.on(c["run"].click, cb.run_stream, w.decode_inputs, live, api_name="run", show_progress="hidden", **MODEL),
+            w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private",
+                 show_progress="hidden", **MODEL)]
+    replays = [w.then(dep, cb.show_rounds_arriving, [session], arriving, **VIEW) for dep in runs]
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     w.on(c["step"].click, cb.step_once, w.decode_inputs, live, api_name="step", show_progress="hidden", **MODEL)
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round. It answers at
@@ -141,9 +143,9 @@ def round_view(w: Wiring) -> None:
     w.on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
          show_progress="hidden", **MODEL)
     w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
-         trigger_mode="always_last", show_progress="hidden", **VIEW)
+         trigger_mode="always_last", show_progress="hidden", cancels=replays, **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
-         [c["timer"], c["play"], c["playing"]], api_visibility="private", **VIEW)
+         [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, **VIEW)
     w.on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],
          [c["round_slider"], c["timer"], c["play"], c["playing"], *view, c["answer"]], api_visibility="private",
          show_progress="hidden", **VIEW)

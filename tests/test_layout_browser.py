@@ -71,6 +71,20 @@ def test_the_tour_and_run_are_on_the_first_screen_and_run_brings_its_rounds_into
     assert page.locator("#status").inner_text().startswith("Done")
 
 
+def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, monkeypatch):
+    from app import callbacks as cb
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
+    page.evaluate("""() => { const seen = window.__seen = [];
+        new MutationObserver(() => { const c = document.querySelector('#canvas .lopa-canvas');
+            if (c && seen[seen.length - 1] !== c.dataset.round) seen.push(c.dataset.round); })
+        .observe(document.querySelector('#canvas'), {subtree: true, childList: true}); }""")
+    page.click("#run")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    n = int(page.locator("#counters .lopa-counters").get_attribute("data-rounds"))
+    page.wait_for_function(f"window.__seen.slice(-{n}).join() === [...Array({n}).keys()].join()")
+    assert page.locator("#round-slider input[type=range]").input_value() == str(n - 1)
+
+
 def test_settings_are_closed_and_name_those_the_visitor_set(page):
     title = page.locator("#settings").inner_text().split("\n")[0]
     assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "set by you" in title)
