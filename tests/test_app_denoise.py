@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from servers import free_port, launch_chromium, needs_chromium
-from test_diffusion_gemma import CANVAS, tiny_diffusion_gemma
-from tiny import tiny_tokenizer
+from test_diffusion_gemma import CANVAS
 
 from app import canvas_traces, denoise
 from app.budget import LEDGER
@@ -22,18 +21,11 @@ from app.models import MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
+from lopa.models.tiny import save_tiny_diffusion_gemma, tiny_diffusion_gemma, tiny_tokenizer
 from lopa.settings import CANVAS_SETTINGS
 from visualizations.denoise import denoise_step_html
 
 PROMPT = "how many apples does Tom have"
-
-
-def save_tiny_diffusion_gemma(folder: Path) -> Path:
-    """The tiny DiffusionGemma of tests/test_diffusion_gemma.py, saved with a tokenizer."""
-    model = tiny_diffusion_gemma()
-    model.save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
