@@ -4,6 +4,7 @@ its style (CSS) and how it is served (LAUNCH_KWARGS), and the Blocks subclass th
 from __future__ import annotations
 
 import gradio as gr
+from gradio import utils as gr_utils
 from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
@@ -97,6 +98,25 @@ class Explorer(gr.Blocks):
             given = given.get("path") if isinstance(given, dict) else given
             raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
                            print_exception=False) from None
+
+    def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
+        """Gradio's API description, where a parameter the endpoint's function declares with default None
+        is listed with that default (None: unset, the picked model's own value; app.wiring.named) instead of
+        the input's initial value on the page (the bundled model's, which a caller would send back as its own
+        choice). What "Use via API" and gradio_client read."""
+        info = super().get_api_info(all_endpoints=all_endpoints, page=page)
+        for fn in self.fns.values():
+            endpoint = info["named_endpoints"].get(f"/{fn.api_name}")
+            if endpoint is None or fn.fn is None:
+                continue
+            unset = {name for name, has_default, default, _ in gr_utils.get_function_params(fn.fn)
+                     if has_default and default is None}
+            for parameter in endpoint["parameters"]:
+                if parameter["parameter_name"] in unset:
+                    parameter.update(parameter_has_default=True, parameter_default=None)
+                    kind = parameter["python_type"]
+                    kind["type"] += "" if "None" in kind["type"] else " | None"
+        return info
 
 
 def build_demo() -> gr.Blocks:
