@@ -11,7 +11,9 @@ from fake_model import EOS, FakeDLLM
 from tiny import study_setup
 
 from lopa import Decoder, DecodeSettings, ModelSpec
+from lopa.models.loading import ASSETS
 from lopa.study import STUDIES, depth
+from lopa.study.common import STUDIES_DIR
 
 PROMPT = torch.tensor([7, 8, 9])
 SPEC = ModelSpec(mask_token_id=0, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)
@@ -144,3 +146,23 @@ def test_the_study_writes_its_files_and_each_row_is_that_decode(tmp_path):
     cuts = pd.read_parquet(out / "depth_cuts.parquet")
     assert list(cuts.columns) == depth.CUT_COLUMNS
     assert len(cuts) == df.cut.sum() and set(cuts.cell) <= {"lopa-k2-d3"}
+
+
+# -- the shipped results ----------------------------------------------------------------------------------
+SHIPPED = sorted(p.parent for p in STUDIES_DIR.glob("*/depth.json"))
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_summary_is_the_one_its_tables_give_for_the_weights_that_ship(folder):
+    import math
+
+    from lopa.study.common import load_results, weights_digest
+    tables, meta = load_results("depth", folder)
+    assert meta["command"].startswith("python -m lopa.study depth") and "CPU" in meta["hardware"] and meta["date"]
+    assert meta["weights_sha256"] == weights_digest(ASSETS / "models" / folder.name), \
+        f"rerun python -m lopa.study depth --model {folder.name} --out assets/studies/{folder.name}"
+    again = depth.summarize_depth(tables[""], tables["cuts"])
+    same = lambda a, b: a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b))  # noqa: E731
+    for mine, shipped in zip(again["cells"], meta["summary"]["cells"], strict=True):
+        assert all(same(mine[key], shipped[key]) for key in mine), mine["cell"]
+    assert again["goal"] == meta["summary"]["goal"]
