@@ -56,7 +56,7 @@ def test_a_request_reads_every_input_with_clear_messages():
     for bad, message in [(dict(max_new_tokens=30), "multiple of block_size"), (dict(tau_conf=1.5), "tau_conf"),
                          (dict(k=2.5), "whole number"), (dict(block_size=None), "empty"), (dict(k=99), "lookahead branches")]:
         with pytest.raises(ValueError, match=message):
-            read_request(values(**bad)).resolve()
+            read_request(values(**bad), frozenset(SETTING_NAMES)).resolve()     # a page that set each input
 
 
 def test_run_streams_rounds_live_and_renders_the_final_state():
