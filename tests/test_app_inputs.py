@@ -53,6 +53,9 @@ def test_run_step_and_compare_name_every_bad_input(model, kind):
         step = cb.step_once(Session(), "hi", *values(name, bad))[0]
         compare = list(compare_stream(Session(), "hi", "D2F vanilla (k = 0)", *values(name, bad)))[-1][0]
         for endpoint, message in (("run", run), ("step", step), ("compare", compare)):
+            if kind == "none" and name in SETTING_NAMES:     # a caller with no page leaves it unset: the model's own
+                assert "Error" not in message, (endpoint, name, message[:300])
+                continue
             assert refused(message, name), (endpoint, name, kind, message[:300])
     for message in (list(cb.run_stream(Session(), bad, *values()))[-1][0],
                     list(compare_stream(Session(), bad, "D2F vanilla (k = 0)", *values()))[-1][0]):
@@ -98,7 +101,7 @@ def test_the_served_endpoints_answer_raw_hostile_json_with_the_input_s_name(mode
 
     try:
         for name, bad in (("tau_conf", float("nan")), ("block_size", "abc"), ("order", BIG), ("seed", float("inf")),
-                          ("workers", [1]), ("backend", BIG), ("confidence", None)):
+                          ("workers", [1]), ("backend", BIG), ("confidence", 7)):
             for api, prefix in (("run", ["hi"]), ("step", ["hi"]), ("compare", ["hi", "D2F vanilla (k = 0)"])):
                 message = call(api, [*prefix, *values(name, bad)])
                 assert refused(message, name), (api, name, message[:300])
