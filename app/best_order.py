@@ -37,12 +37,15 @@ def _skip() -> tuple:
 
 def _where(choice: dict) -> str:
     """Where the order found first left LoPA's choice, in words."""
-    lopa = ("verified no extra token" if choice["lopa_position"] is None
-            else f"added position {choice['lopa_position']}")
+    def added(key: str) -> str:          # a depth-2 search's step may add two positions (lookahead_depth > 1)
+        many = choice.get(f"{key}s") or ([] if choice[key] is None else [choice[key]])
+        return f"position{'s' * (len(many) > 1)} {' and '.join(map(str, many))}"
+
+    lopa = "verified no extra token" if choice["lopa_position"] is None else f"added {added('lopa_position')}"
     if choice["position"] is None:
         best = "the best order found kept the anchor's commits alone"
     else:
-        best = (f"the best order found filled position {choice['position']} (ranked {choice['conf_rank']} of "
+        best = (f"the best order found filled {added('position')} (its first ranked {choice['conf_rank']} of "
                 f"{choice['free']} free positions by Conf, max prob {choice['max_prob']:.2f})")
     return (f"They part in **round {choice['round']}**: LoPA {lopa}, {best}, and that saved "
             f"{choice['saved']} forward(s).")

@@ -156,3 +156,13 @@ def test_the_search_does_not_start_while_its_sessions_decode_streams():
     session.streaming = True                                 # this session's Run, in the model slot beside it
     last = named(list(best_order.compare_with_best(session))[-1])
     assert "still running" in last["best_status"] and session.streaming and not session.searching
+
+
+def test_where_the_order_found_parts_names_every_position_of_a_two_token_step():
+    from app.best_order import _where
+    one = {"round": 3, "saved": 1, "position": 12, "positions": [12], "lopa_position": 9, "lopa_positions": [9],
+           "conf_rank": 2, "free": 7, "max_prob": 0.61}
+    assert "LoPA added position 9, the best order found filled position 12 (its first ranked 2" in _where(one)
+    two = {**one, "positions": [12, 14], "lopa_positions": [9, 10]}          # a depth-2 search (lookahead_depth 2)
+    assert "LoPA added positions 9 and 10, the best order found filled positions 12 and 14" in _where(two)
+    assert "verified no extra token" in _where({**one, "lopa_position": None, "lopa_positions": []})
