@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                 raw = loaded.decoder(s.replace(mask_argmax="authors"))
                 try:
                     raw.run(q)
-                except DecodeStalled:        # the authors' rule spins where the mask is the argmax everywhere
+                except DecodeStalled:        # the authors' rule can stall: the positions it picks predict the mask
                     row["mask_argmax_stalled"].append(i)
                 row["mask_argmax_predictions"] += sum(t == loaded.spec.mask_token_id for r in raw.records
                                                       for a in r.branch_argmax for t in a)
