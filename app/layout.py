@@ -22,9 +22,10 @@ def settings_title(session):
 
 
 # -- Stop buttons show whether something runs ----------------------------------------------------
-def stop_enabled():
-    """A Stop button as something starts (its Run was pressed)."""
-    return gr.update(interactive=True)
+# A Stop button as something starts (its Run was pressed): an update made in the page, no request. As a
+# server call it went first, before the job's own request, on every Run: one more round trip for the Run
+# to wait on, the longest when other visitors keep the server busy.
+ENABLE_STOP_JS = "() => ({__type__: 'update', interactive: true})"
 
 
 def stop_disabled():

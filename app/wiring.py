@@ -355,11 +355,11 @@ def enable_stops(c: dict) -> None:
     own listeners on those buttons: Gradio 6.31's page runs the listeners of one event in the order they
     were added and awaits each queued one to its end before it sends the next (Blocks.dispatch: `for await`
     over the job's stream), so a Stop enabled by a listener added after Run's was enabled only once the
-    Run had ended. Outside the queue: they only touch buttons."""
+    Run had ended. In the page (layout.ENABLE_STOP_JS): they only touch buttons."""
     for stop_name, starts in STOP_STARTS.items():
         for name in starts:
             trigger = c[name].submit if name == "prompt" else c[name].click
-            trigger(layout.stop_enabled, None, c[stop_name], **QUIET)
+            trigger(None, None, c[stop_name], js=layout.ENABLE_STOP_JS, **QUIET)
 
 
 def stop_buttons(c: dict) -> None:

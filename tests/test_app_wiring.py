@@ -6,6 +6,7 @@ in) has a listener that would send a request from an idle page."""
 import pytest
 
 from app import build_demo, wiring
+from app.layout import ENABLE_STOP_JS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -19,7 +20,8 @@ def listeners():
         for block_id, event in fn.targets:
             block = demo.blocks.get(block_id)
             name = "page" if block is None or block is demo else (block.elem_id or type(block).__name__)
-            out.setdefault((name, event), []).append(fn.name)
+            out.setdefault((name, event), []).append(fn.name if fn.fn is not None or fn.js != ENABLE_STOP_JS
+                                                     else "enable-stop (in the page)")
     return out
 
 
@@ -28,7 +30,7 @@ def test_each_stop_is_enabled_before_the_job_it_stops_starts(listeners):
         for start in starts:
             event = "submit" if start == "prompt" else "click"
             handlers = listeners[(start.replace("_", "-"), event)]
-            assert handlers[0] == "stop_enabled" and len(handlers) >= 2, (start, handlers)
+            assert handlers[0] == "enable-stop (in the page)" and len(handlers) >= 2, (start, handlers)
 
 
 def test_the_page_load_reads_the_link_then_warms_the_model(listeners):
