@@ -113,11 +113,13 @@ def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
     due = tuple(kind for kind, every in REFRESH_S.items()
                 if final or (session.run is not None and now - session.last_render[kind] >= every))
     session.last_render.update({kind: now for kind in due})
-    answer = answer_at(session)
     counters = counters_html(session.run, session.elapsed, session.status())
     if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
         counters += answer_mark(check_answer(session.run.prompt, session.run.text))
-    return (status, counters, _slider(session), answer) + view(session, kinds=due) + run_list_outputs(session, final)
+    # The slider and "output so far" move with the canvas (REFRESH_S["html"]), not at every round: each of
+    # their updates has the page measure and lay itself out again, and a Run streams dozens of rounds a second.
+    moving = (_slider(session), answer_at(session)) if "html" in due else (gr.skip(), gr.skip())
+    return (status, counters, *moving) + view(session, kinds=due) + run_list_outputs(session, final)
 
 
 def _start_or_continue(session: Session, prompt: str, values, rounds: int | None = None) -> dict:

@@ -106,6 +106,12 @@ def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
     assert plots[0] is False and plots[1] is True and not any(plots[2:-1]) and plots[-1] is True
     assert html[0] is False and all(html[1:])                       # cheap HTML views: every round
     assert all(not is_skip(o["counters"]) for o in outs)             # counters move every round
+    assert all(not is_skip(o["round_slider"]) and not is_skip(o["answer"]) for o in outs[1:])   # with the canvas
+    monkeypatch.setattr(cb, "REFRESH_S", {"html": 3600.0, "plots": 3600.0})
+    session = Session()
+    outs = drain(cb.run_stream(session, PROMPT, *values()))
+    assert all(is_skip(o["round_slider"]) and is_skip(o["answer"]) for o in outs[2:-1])         # ... and only then
+    assert outs[-1]["answer"] == session.run.text and not is_skip(outs[-1]["round_slider"])
 
 
 def test_stop_cancels_within_one_round():
