@@ -73,6 +73,11 @@ class GiveWay:
             self._running -= 1
             self._ended.notify_all()
 
+    def busy(self) -> bool:
+        """Whether a visitor's decode runs right now."""
+        with self._ended:
+            return self._running > 0
+
     def wait(self, bound_s: float = GIVE_WAY_S) -> bool:
         """Until no visitor's decode runs, at most bound_s; True when none does."""
         with self._ended:

@@ -19,7 +19,7 @@ from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from .boundary import stream_jobs
+from .boundary import TURNS, stream_jobs
 from .examples import check_answer
 from .inputs import text, whole
 from .model_cache import MODELS
@@ -238,7 +238,9 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
 
 # A visitor's first Run that ends sooner than this is shown again, round by round, one every REPLAY_STEP_S:
 # its rounds streamed live, but the canvas refreshes every REFRESH_S["html"], so a decode of a few tenths
-# of a second showed its first and last rounds only. Once a session: later Runs rest on their end.
+# of a second showed its first and last rounds only. Once a session: later Runs rest on their end. It is
+# for the visitor's eyes and no one waits on it: while another visitor's decode runs it is left out, or
+# jumps to its end (boundary.TURNS), so it never shares the CPU with someone's Run.
 REPLAY_UNDER_S, REPLAY_STEP_S = 1.0, 0.15
 ARRIVING_OUTPUTS = ("round_slider", "canvas", "answer")
 
@@ -250,7 +252,7 @@ def show_rounds_arriving(session: Session):
     (app/wiring.py)."""
     run = session.run
     if (session.shown_arriving or run is None or run.stopped or session.source != "live" or session.live is not None
-            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S):
+            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()):
         # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
         yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
         return
@@ -258,7 +260,11 @@ def show_rounds_arriving(session: Session):
     for r in range(session.n_rounds):
         if session.run is not run or session.streaming or session.live is not None:
             return                                       # the visitor moved on
+        if TURNS.busy():                                 # someone's decode: straight to the end
+            r = session.n_rounds - 1
         yield gr.update(value=r), token_canvas(run, r, session.names), answer_at(session, r)
+        if r == session.n_rounds - 1:
+            return
         time.sleep(REPLAY_STEP_S)
 
 

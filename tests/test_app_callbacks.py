@@ -89,6 +89,24 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     drain(cb.run_stream(slow, PROMPT, *values()))
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
     assert list(cb.show_rounds_arriving(slow)) == skips
+    from app.boundary import TURNS
+    crowd, busy = Session(), Session()
+    for s in (crowd, busy):
+        drain(cb.run_stream(s, PROMPT, *values()))
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    TURNS.start()                                    # another visitor's decode runs: no replay to share the CPU with
+    try:
+        assert list(cb.show_rounds_arriving(crowd)) == skips
+    finally:
+        TURNS.end()
+    replay = cb.show_rounds_arriving(busy)
+    first = named(next(replay), cb.ARRIVING_OUTPUTS)
+    TURNS.start()                                    # one starts meanwhile: straight to the final round
+    try:
+        rest = [named(o, cb.ARRIVING_OUTPUTS) for o in replay]
+    finally:
+        TURNS.end()
+    assert first["round_slider"]["value"] == 0 and [o["round_slider"]["value"] for o in rest] == [busy.n_rounds - 1]
     moved_on = Session()
     drain(cb.run_stream(moved_on, PROMPT, *values()))
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
