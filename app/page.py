@@ -25,7 +25,7 @@ from .panels import (
     build_trace_panel,
 )
 from .session import SESSION_TTL_S, Session, end_session
-from .viz import GLOSSARY_CSS
+from .viz import GLOSSARY_CSS, THEME_COLOURS
 from .wiring import QUEUE, wire
 
 CSS = """
@@ -47,6 +47,12 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 /* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
 #study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
   border: none !important; margin: 0 !important; overflow: hidden}
+/* No plotly toolbar: it covered the figures' titles (a tap shows it on a phone); drag zooms, a double-click resets. */
+.js-plotly-plot .modebar-container {display: none !important}
+/* Tables scroll sideways inside their panel rather than break a number over two lines; only the first
+   column (the row's label) wraps. */
+.prose table {display: block; max-width: 100%; overflow-x: auto}
+.prose table td:not(:first-child), .prose table th:not(:first-child) {white-space: nowrap}
 @media (max-width: 640px) {
   /* Phone: the model's description after the prompt, Run and the examples. */
   #model-panel {order: 5}
@@ -54,6 +60,11 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #arrival-actions {flex-direction: column; align-items: stretch}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
+  /* The two TFO maps one under the other, after both runs' counters and answers (not each under its own run's),
+     so the tour's step on the filling order shows both on one screen. */
+  #compare-sides > .column {display: contents}
+  #compare-sides > .column > * {flex: 1 1 100%}
+  #base-tfo, #lopa-tfo {order: 1}
 }
 """
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
@@ -63,7 +74,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript)]})
