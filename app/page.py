@@ -38,6 +38,7 @@ CSS = """
 #branches {min-width: 0; max-width: 100%}
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
 #branches table {min-width: 560px}
+#branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}

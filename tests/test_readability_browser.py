@@ -112,8 +112,12 @@ NUMBER = re.compile(r"^[-+−]?\d[\d.,]*\s?(×|%|s|ms)?$")
 def test_numbers_in_tables_stay_on_one_line(page):
     run_and_compare(page)
     cells = page.evaluate("""() => [...document.querySelectorAll('td, th')].filter((c) => c.offsetParent !== null)
-      .map((c) => { const r = document.createRange(); r.selectNodeContents(c);
-        const lines = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+      .map((c) => { const lines = new Set();              // the distinct line tops of the cell's text (not of a bar in it)
+        const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+        for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+          const r = document.createRange(); r.selectNodeContents(n);
+          [...r.getClientRects()].filter((b) => b.width > 0).forEach((b) => lines.add(Math.round(b.top)));
+        }
         const table = c.closest('table').getBoundingClientRect();
         return {text: c.innerText.trim(), lines: lines.size, where: c.closest('[id]')?.id, right: table.right}; })""")
     numbers = [c for c in cells if NUMBER.match(c["text"])]

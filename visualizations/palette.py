@@ -72,6 +72,13 @@ def text_on(background: str) -> str:
     return "#000000" if contrast("#000000", background) >= contrast("#ffffff", background) else "#ffffff"
 
 
+def swatch(colour: str) -> str:
+    """A legend's colour key: a small box outlined in dark grey, so it reads on white whatever its fill (a
+    coloured ■ was text, and Okabe-Ito orange on white is 2.2:1)."""
+    return (f'<span class="lopa-swatch" style="display:inline-block;width:10px;height:10px;vertical-align:-1px;'
+            f'background:{esc(colour)};border:1px solid #333333"></span>')
+
+
 def viridis_legend(label: str) -> str:
     """A small HTML gradient bar 0 -> 1 for viridis fills."""
     stops = ", ".join(VIRIDIS)
