@@ -108,9 +108,14 @@ async (probes) => {
       if (!fg) { bad.push({text: text.slice(0, 30), where: "unparsed colour " + cs.color}); continue; }
     }
     if (bgs.some((b) => !b)) { bad.push({text: text.slice(0, 30), where: "no background " + el.tagName + " " + el.className}); continue; }
-    let alpha = el.closest("svg") ? +(cs.fillOpacity || 1) : 1;
-    for (let e = el; e && e.nodeType === 1; e = e.parentElement) alpha *= +getComputedStyle(e).opacity;
-    const worst = Math.min(...bgs.map((b) => ratio(over([fg[0], fg[1], fg[2], fg[3] * alpha], b), b)));
+    // An ancestor's opacity fades the text and the backgrounds drawn inside it alike over what lies outside it.
+    let faded = 1, group = null;
+    for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+      const o = +getComputedStyle(e).opacity; if (o < 1) { faded *= o; group = e; } }
+    const outside = group ? backgrounds(group.parentElement, y)[0] : null;
+    const fade = (c) => (group ? over([c[0], c[1], c[2], faded], outside) : c);
+    const fgAlpha = fg[3] * (el.closest("svg") ? +(cs.fillOpacity || 1) : 1);
+    const worst = Math.min(...bgs.map((b) => ratio(fade(over([fg[0], fg[1], fg[2], fgAlpha], b)), fade(b))));
     checked += 1;
     for (const [label, selector] of Object.entries(probes)) {
       if (el.closest(selector)) found[label] = Math.min(found[label] ?? Infinity, +worst.toFixed(2));
