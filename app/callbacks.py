@@ -31,6 +31,8 @@ from .viz import (
     canvas_text,
     confidence_heatmap,
     counters_html,
+    detail_note,
+    detail_round,
     esc,
     explain_round,
     rank_lanes,
@@ -68,8 +70,10 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
     run = session.run or RunResult(prompt="", prompt_ids=[], settings={}, spec={}, records=[], tokens=[])
     r = max(0, session.n_rounds - 1 if r is None else min(int(r), session.n_rounds - 1))
     names = session.names
-    render = {"canvas": lambda: token_canvas(run, r, names), "branches": lambda: branches_table(run, r, names),
-              "heatmap": lambda: confidence_heatmap(run, r, names), "ranks": lambda: rank_lanes(run, r, names),
+    d = detail_round(run.records, r)       # the final round has no branches: the last round that had them
+    render = {"canvas": lambda: token_canvas(run, r, names),
+              "branches": lambda: detail_note(run, r) + branches_table(run, d, names),
+              "heatmap": lambda: confidence_heatmap(run, d, names), "ranks": lambda: rank_lanes(run, d, names),
               "chart": lambda: tokens_per_round_chart(run, r),
               "explanation": lambda: explain_round(run, r, names)}
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
@@ -228,6 +232,32 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
         return live_outputs(session, f"Done: {describe_run(session)} Step again to start a new decode.")
     return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
                                  "Run to continue to the end.")
+
+
+# A visitor's first Run that ends sooner than this is shown again, round by round, one every REPLAY_STEP_S:
+# its rounds streamed live, but the canvas refreshes every REFRESH_S["html"], so a decode of a few tenths
+# of a second showed its first and last rounds only. Once a session: later Runs rest on their end.
+REPLAY_UNDER_S, REPLAY_STEP_S = 1.0, 0.15
+ARRIVING_OUTPUTS = ("round_slider", "canvas", "answer")
+
+
+def show_rounds_arriving(session: Session):
+    """ARRIVING_OUTPUTS, once per round of the session's first Run when it finished in under REPLAY_UNDER_S
+    (else nothing): the round on the slider and the canvas, ending on the Run's final round. Anything the
+    visitor starts meanwhile (Run, Step, Reset, another run) ends it; the slider and Play cancel it
+    (app/wiring.py)."""
+    run = session.run
+    if (session.shown_arriving or run is None or run.stopped or session.source != "live" or session.live is not None
+            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S):
+        # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
+        yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
+        return
+    session.shown_arriving = True
+    for r in range(session.n_rounds):
+        if session.run is not run or session.streaming or session.live is not None:
+            return                                       # the visitor moved on
+        yield gr.update(value=r), token_canvas(run, r, session.names), answer_at(session, r)
+        time.sleep(REPLAY_STEP_S)
 
 
 def stop_pending():

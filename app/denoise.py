@@ -48,8 +48,11 @@ DENOISE_OUTPUTS = ("denoise_status", "denoise_counters", "denoise_slider", "deno
                    "denoise_heatmap")
 # Denoising forwards one decode may take (canvases x max denoising steps): DiffusionGemma's own defaults
 # (one canvas of 256 tokens, 48 steps) take 48; the bound keeps a decode from holding the model slot,
-# which every session's Run shares, for more than a few hundred forwards.
+# which every session's Run shares, for more than a few hundred forwards. A length left unset is fitted
+# under it (fitted): a checkpoint with short canvases decodes fewer new tokens than its own 256.
 MAX_FORWARDS = 512
+# What DiffusionGemma's generate takes when the checkpoint's generation config names neither length.
+OWN_TOKENS, OWN_STEPS = 256, 48
 MAX_PROMPT_TOKENS = 4096
 # Wall clock a decode may take before its next forward is refused (seconds).
 DECODE_SECONDS = float(os.environ.get("LOPA_CANVAS_DECODE_S", "300"))
@@ -63,7 +66,9 @@ STEP_CAPTION = ("This step's canvas: the token drawn at each position (hover: th
                 "entropy); boxed draws were accepted and kept, faded ones re-noised for the next step.")
 SETTLED_CAPTION = "The answer: each token with the step of its canvas from which the sampler kept accepting it."
 NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model box above (a Hugging Face folder "
-             "whose config says `diffusion_gemma`), or open a saved canvas trace.")
+             "whose config says `diffusion_gemma`), or open a saved canvas trace. To try one in seconds, "
+             "`python -m lopa.models.tiny checkpoints/diffusiongemma-tiny` writes a tiny random one "
+             "(docs/checkpoints.md).")
 
 
 # -- the model: in the app's models' cache, under its own loader -------------------------------------
@@ -161,7 +166,9 @@ def folder_line(session) -> str:
     folder = getattr(session, "canvas_model", None)
     if not folder:
         return NO_FOLDER
-    return f"**DiffusionGemma checkpoint:** `{esc(Path(folder).name)}`, decoded on its own sampler by Decode."
+    return (f"**DiffusionGemma checkpoint:** `{esc(Path(folder).name)}`, decoded on its own sampler by Decode. Left at "
+            f"0, the lengths are the checkpoint's own, with fewer new tokens where they would take more than "
+            f"{MAX_FORWARDS} forwards.")
 
 
 def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_denoising_steps=None, entropy_bound=None,
@@ -187,7 +194,9 @@ def decode_canvas(session, view: CanvasView, prompt, max_new_tokens=None, max_de
         view.hold(run, names)
     except (ValueError, OSError) as err:
         return (error_status(err),) + unchanged()
-    status = (f"Decoded on DiffusionGemma's sampler (seed {seed}): {run.forwards} denoising forwards over "
+    lengths = run.settings
+    status = (f"Decoded on DiffusionGemma's sampler (seed {seed}), {lengths['max_new_tokens']} new tokens at up to "
+              f"{lengths['max_denoising_steps']} denoising steps a canvas: {run.forwards} denoising forwards over "
               f"{view.summary['canvases']} canvas(es). Drag the step slider to see each step's canvas.")
     return (status,) + render(view, 0)
 
@@ -224,10 +233,12 @@ def _unset(value) -> bool:
 def _decode(model, tokenizer, name: str, prompt: str, seed: int, generation: dict) -> CanvasRun:
     """lopa.models.diffusion_gemma.decode within MAX_FORWARDS and DECODE_SECONDS."""
     from lopa.models.diffusion_gemma import decode
-    own = model.generation_config
-    tokens = generation.setdefault("max_new_tokens", getattr(own, "max_new_tokens", None) or 256)
-    steps = generation.setdefault("max_denoising_steps", getattr(own, "max_denoising_steps", None) or 48)
-    forwards = -(-tokens // model.config.canvas_length) * steps
+    own, canvas = model.generation_config, model.config.canvas_length
+    tokens, steps = fitted(canvas, getattr(own, "max_new_tokens", None) or OWN_TOKENS,
+                           getattr(own, "max_denoising_steps", None) or OWN_STEPS,
+                           generation.get("max_new_tokens"), generation.get("max_denoising_steps"))
+    generation = {**generation, "max_new_tokens": tokens, "max_denoising_steps": steps}
+    forwards = -(-tokens // canvas) * steps
     if forwards > MAX_FORWARDS:
         raise ValueError(f"{tokens} new tokens at {steps} denoising steps may take {forwards} forwards "
                          f"({model.config.canvas_length} tokens a canvas); this app runs at most {MAX_FORWARDS} a "
@@ -254,6 +265,19 @@ def _decode(model, tokenizer, name: str, prompt: str, seed: int, generation: dic
                          "lower max new tokens or max denoising steps") from None
     finally:
         hook.remove()
+
+
+def fitted(canvas: int, own_tokens: int, own_steps: int, tokens: int | None = None,
+           steps: int | None = None) -> tuple[int, int]:
+    """(max_new_tokens, max_denoising_steps) of a decode on a checkpoint with `canvas` tokens a canvas: the
+    visitor's where set (never changed: _decode refuses a pair over MAX_FORWARDS), else the checkpoint's own
+    (own_tokens, own_steps) lowered to fit MAX_FORWARDS, the steps of a canvas kept first and the new tokens
+    (canvases) cut to what the rest allows."""
+    if steps is None:
+        steps = max(1, min(own_steps, MAX_FORWARDS // (-(-tokens // canvas) if tokens else 1)))
+    if tokens is None:
+        tokens = min(own_tokens, max(1, MAX_FORWARDS // steps) * canvas)
+    return tokens, steps
 
 
 def trace_names(tokenizer, run: CanvasRun) -> dict:
@@ -309,7 +333,7 @@ def error_status(err) -> str:
 def _limit_label(name: str) -> str:
     """The label of a whole-number panel setting: its name, unset, and its range (CANVAS_SETTINGS)."""
     spec = CANVAS_SETTINGS[name]
-    return f"{spec.label} (0: the checkpoint's own; {spec.low} to {spec.high})"
+    return f"{spec.label} (0: the checkpoint's own, within {MAX_FORWARDS} forwards; {spec.low} to {spec.high})"
 
 
 def build_denoise_panel() -> dict:

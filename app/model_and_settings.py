@@ -24,8 +24,8 @@ from .viz import esc
 
 # The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).
 OWN = "the model's own settings (k = 4)"
-# A paper row's settings that the page has inputs for (SETTING_NAMES): the others (app=False, e.g. lookahead
-# depth) stay at the engine's values, which are the paper's, and are never the visitor's.
+# A paper row's settings that the page has inputs for (SETTING_NAMES): one without an input (app=False) would
+# stay at the engine's value and never be the visitor's.
 PRESETS = {OWN: None,
            **{f"paper: {name}": {n: v for n, v in preset.items() if n in SETTING_NAMES}
               for name, preset in PAPER_PRESETS.items()}}

@@ -4,6 +4,7 @@ its style (CSS) and how it is served (LAUNCH_KWARGS), and the Blocks subclass th
 from __future__ import annotations
 
 import gradio as gr
+from gradio import utils as gr_utils
 from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
@@ -12,6 +13,7 @@ from . import denoise, disk, forks, frames, share, studies, tour
 from .inputs import shown
 from .panels import (
     INTRO,
+    RUN_VIEW_JS,
     build_arrival_panel,
     build_compare_panel,
     build_controls,
@@ -25,7 +27,7 @@ from .panels import (
     build_trace_panel,
 )
 from .session import SESSION_TTL_S, Session, end_session
-from .viz import GLOSSARY_CSS, THEME_COLOURS
+from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
 from .wiring import QUEUE, wire
 
 CSS = """
@@ -59,6 +61,14 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #model-panel {order: 5}
   #settings-panel {order: 6}
   #arrival-actions {flex-direction: column; align-items: stretch}
+  /* the tour and Run on the first screen, the recorded story after them */
+  #arrival-actions {order: -1}
+  /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
+  #round-view > * {order: 3}
+  #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
+  #round-view > #canvas {order: 2}
+  .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
+  .lopa-counter > div:last-child {font-size: 15px !important}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
   /* The two TFO maps one under the other, after both runs' counters and answers (not each under its own run's),
@@ -75,7 +85,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript)]})
@@ -100,6 +110,25 @@ class Explorer(gr.Blocks):
             given = given.get("path") if isinstance(given, dict) else given
             raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
                            print_exception=False) from None
+
+    def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
+        """Gradio's API description, where a parameter the endpoint's function declares with default None
+        is listed with that default (None: unset, the picked model's own value; app.wiring.named) instead of
+        the input's initial value on the page (the bundled model's, which a caller would send back as its own
+        choice). What "Use via API" and gradio_client read."""
+        info = super().get_api_info(all_endpoints=all_endpoints, page=page)
+        for fn in self.fns.values():
+            endpoint = info["named_endpoints"].get(f"/{fn.api_name}")
+            if endpoint is None or fn.fn is None:
+                continue
+            unset = {name for name, has_default, default, _ in gr_utils.get_function_params(fn.fn)
+                     if has_default and default is None}
+            for parameter in endpoint["parameters"]:
+                if parameter["parameter_name"] in unset:
+                    parameter.update(parameter_has_default=True, parameter_default=None)
+                    kind = parameter["python_type"]
+                    kind["type"] += "" if "None" in kind["type"] else " | None"
+        return info
 
 
 def build_demo() -> gr.Blocks:

@@ -234,6 +234,21 @@ def build_studies_panel() -> dict:
 
 
 # ---- ARRIVAL AND THE GUIDED TOUR (app/tour.py) ----------------------------------------------------
+# After a Run (the prompt's, or the arrival view's, which presses it) the round view comes into view
+# where it is off screen: on a phone it sits below the examples and settings, a screen or more down.
+# In the page, not a server event: nothing is sent for it.
+RUN_VIEW_JS = """<script>
+document.addEventListener("click", (event) => {
+  const arrival = event.target.closest && event.target.closest("#arrival-run");
+  if (!arrival && !(event.target.closest && event.target.closest("#run"))) return;
+  if (arrival) document.querySelector("#run")?.click();
+  const view = document.querySelector("#round-view");
+  const top = view ? view.getBoundingClientRect().top : 0;
+  if (view && (top < 0 || top > innerHeight * 0.4)) view.scrollIntoView({block: "start"});
+});
+</script>"""
+
+
 def build_arrival_panel() -> dict:
     """The first screen: the recorded D2F and LoPA runs of the default example side by side (drawn into
     the page itself, so it shows without a click or a request), and the way into the tour."""
@@ -242,6 +257,8 @@ def build_arrival_panel() -> dict:
         story = gr.HTML(arrival(), elem_id="arrival")
         with gr.Row(equal_height=True, elem_id="arrival-actions"):
             start = gr.Button("▶ Take the guided tour", variant="primary", scale=0, min_width=220, elem_id="tour-start")
+            # Presses the prompt's Run in the page itself (RUN_VIEW_JS): one Run, whichever button.
+            gr.Button("▶ Run the first example", scale=0, min_width=220, elem_id="arrival-run")
             gr.HTML('<a href="#all-controls" style="font-size:15px;line-height:40px">Run your own prompt ↓ (then '
                     'fork, compare, studies)</a>', elem_id="all-controls-link")
     return {"arrival": story, "tour_start": start}

@@ -6,7 +6,8 @@ one) and keeps, as what the visitor set, the settings they touched (Session.touc
 hand, a paper preset, a shared link); every other setting is unset and takes the model's own value or
 the app's default. Unset means that and only that: an input touched and left equal to what the page
 showed is still the visitor's. A caller with no page (an API client: its session's `touched` is None)
-touched every input it sends. `Request.resolve` is the one resolution (lopa.resolution.resolve) that
+touched every input it sends a value for; one it sends as None (or blank) is unset, which is what the
+API lists as the default of every setting (app.page.Explorer.get_api_info). `Request.resolve` is the one resolution (lopa.resolution.resolve) that
 Run, Step, Compare, the share link and the command line take their settings from; the settings title
 counts the touched names and resolves nothing.
 """
@@ -53,9 +54,12 @@ def read_request(values, touched=None) -> Request:
     if len(values) not in (n, n + nb):
         raise ValueError(f"expected the {n} settings {SETTING_NAMES} (optionally followed by {BACKEND_NAMES}), "
                          f"got {len(values)} values")
-    given = check_settings(dict(zip(SETTING_NAMES, values)))
+    sent = dict(zip(SETTING_NAMES, values))
+    if touched is None:         # no page: what the caller left out (None, blank) is unset; the page names an empty box
+        sent = {name: v for name, v in sent.items() if not (v is None or (isinstance(v, str) and not v.strip()))}
+    given = check_settings(sent)
     backend = backend_from_ui(*values[n:])
-    return Request({name: given[name] for name in touched_names(touched)}, backend)
+    return Request({name: given[name] for name in touched_names(touched) if name in given}, backend)
 
 
 def shown_settings(spec: ModelSpec | None = None) -> DecodeSettings:

@@ -120,6 +120,7 @@ class Session:
     # The settings inputs this visitor set (by hand, a preset, a link): their request (app/request.py); the others
     # show the model's own values. None until the page loads: a caller with no page sets every input it sends.
     touched: frozenset | None = None
+    shown_arriving: bool = False          # the first fast Run's rounds were shown again (callbacks.show_rounds_arriving)
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),

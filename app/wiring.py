@@ -26,7 +26,7 @@ from . import (
 )
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
-from .session import BACKEND_NAMES, SETTING_NAMES, end_page
+from .session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page
 
 MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
 # The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
@@ -37,6 +37,14 @@ LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
 STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
 QUEUE = dict(max_size=32, default_concurrency_limit=1)
+# What "Use via API" says of the page's own decode endpoints: they answer with the page's HTML and plots.
+UNSET = ("Every setting left out (None) takes the picked model's own value (its attention, block size, ...), "
+         "as the page shows it.")
+RUN_API = ("The page's Run: streams the page's counters, canvas and plots round by round. For a decode as JSON "
+           "(answer, settings, metrics, trace), use /decode. " + UNSET)
+COMPARE_API = ("The page's Compare: the chosen baseline and LoPA decoded side by side, streamed as the page's panels "
+               "(for JSON, call /decode once per decoder). " + UNSET)
+STEP_API = "The page's Step: one round of the decode Run would stream (for JSON, use /decode). " + UNSET
 
 
 def as_updates(fn, outputs):
@@ -71,6 +79,29 @@ def as_updates(fn, outputs):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         return convert(fn(*args, **kwargs))
+    return call
+
+
+def named(fn, *leading: str):
+    """`fn(session, *leading, *settings, *backend)` with the signature Gradio names an endpoint's API
+    parameters from (else `param_2` ... for its *values): the settings by name, each None by default (unset:
+    the picked model's own value, app.request.read_request; the API lists it so, app.page.Explorer), the
+    backend at the page's initial values."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(name, kind) for name in ("session", *leading)]
+    params += [inspect.Parameter(name, kind, default=None) for name in SETTING_NAMES]
+    params += [inspect.Parameter(name, kind, default=default)
+               for name, default in zip(BACKEND_NAMES, (SINGLE, WORKER_RANGE[0]))]
+
+    if inspect.isgeneratorfunction(fn):         # a stream stays one (Gradio and as_updates ask)
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            yield from fn(*args, **kwargs)
+    else:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            return fn(*args, **kwargs)
+    call.__signature__ = inspect.Signature(params)
     return call
 
 
@@ -127,11 +158,15 @@ def wire(demo: gr.Blocks, c: dict) -> None:
 def round_view(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
     c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
-    w.on(c["run"].click, cb.run_stream, w.decode_inputs, live, api_name="run", show_progress="hidden", **MODEL)
-    w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private", show_progress="hidden",
-         **MODEL)
+    arriving = w.pick(*cb.ARRIVING_OUTPUTS)
+    runs = [w.on(c["run"].click, named(cb.run_stream, "prompt"), w.decode_inputs, live, api_name="run",
+                 api_description=RUN_API, show_progress="hidden", **MODEL),
+            w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private",
+                 show_progress="hidden", **MODEL)]
+    replays = [w.then(dep, cb.show_rounds_arriving, [session], arriving, **VIEW) for dep in runs]
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
-    w.on(c["step"].click, cb.step_once, w.decode_inputs, live, api_name="step", show_progress="hidden", **MODEL)
+    w.on(c["step"].click, named(cb.step_once, "prompt"), w.decode_inputs, live, api_name="step",
+         api_description=STEP_API, show_progress="hidden", **MODEL)
     # Stop bypasses the queue: it only sets a flag the running decode checks after each round. It answers at
     # once, so it draws no progress over the status it answers in (nor its timer before the status's text).
     w.on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop",
@@ -141,9 +176,9 @@ def round_view(w: Wiring) -> None:
     w.on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
          show_progress="hidden", **MODEL)
     w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
-         trigger_mode="always_last", show_progress="hidden", **VIEW)
+         trigger_mode="always_last", show_progress="hidden", cancels=replays, **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
-         [c["timer"], c["play"], c["playing"]], api_visibility="private", **VIEW)
+         [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, **VIEW)
     w.on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],
          [c["round_slider"], c["timer"], c["play"], c["playing"], *view, c["answer"]], api_visibility="private",
          show_progress="hidden", **VIEW)
@@ -184,8 +219,8 @@ def settings_panel(w: Wiring) -> None:
 def compare_panel(w: Wiring) -> None:
     """Compare (LoPA against a baseline, both live), its Stop, and two runs of the list compared."""
     c, out = w.c, w.pick(*COMPARE_OUTPUTS)
-    w.on(c["compare"].click, compare_stream, [w.session, c["prompt"], c["baseline"], *w.decode_inputs[2:]], out,
-         api_name="compare", show_progress="hidden", **MODEL)
+    w.on(c["compare"].click, named(compare_stream, "prompt", "baseline"), [w.session, c["prompt"], c["baseline"], *w.decode_inputs[2:]], out,
+         api_name="compare", api_description=COMPARE_API, show_progress="hidden", **MODEL)
     w.on(c["compare_stop"].click, stop_compare, [w.session], [c["compare_status"]], queue=False,
          api_visibility="private", show_progress="hidden")
     w.on(c["compare_runs"].click, compare_runs, [w.session, c["compare_a"], c["compare_b"]], out,

@@ -22,7 +22,7 @@ import torch
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.chains import ChainPlan, candidate_rows, chain_fields, chain_plan, kept_lengths, plan_branches
 from lopa.forward import Executor, Verified, make_executor
-from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, trace_order
+from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.rules import branch_scores, select_winner
 from lopa.script import Forced, ScriptedOrder, script_from_trace
 from lopa.settings import DecodeSettings, ModelSpec
@@ -154,7 +154,7 @@ class Decoder:
         s, order = self.settings, self.order
         for r in count(1 if resume is None else resume.round + 1):
             self._check_progress(r)
-            start, filled = time.perf_counter(), self.state.n_filled()
+            start, filled, before = time.perf_counter(), self.state.n_filled(), (self.state, predictions)
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
             view = self._view(r, predictions)
             commits = order.anchor(view)
@@ -190,6 +190,8 @@ class Decoder:
             yield record
             if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
                 return
+            if self._repeats(r, before, predictions, commits, look_pos, free):
+                raise DecodeStalled(stall_message(record, s, self.spec.mask_token_id))
 
     def _prefill(self, prompt_ids: torch.Tensor):
         """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
@@ -209,23 +211,47 @@ class Decoder:
         return predictions
 
     def _check_progress(self, r: int) -> None:
-        """Every round commits at least one token (the first unfinished block is always fully activated)
-        unless a script holds every candidate back, or, under mask_argmax="authors", the model's argmax
-        is the mask token at every open position (the authors' loop spins there for good). A clear
-        error instead, never an endless loop."""
+        """Every round fills at least one position (the first unfinished block is always fully activated)
+        unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
+        commit rule picks predict the mask token and no lookahead branch wins. A stall that must repeat is
+        named as soon as it happens (_repeats); one that might not (a draw per round: random order,
+        temperature > 0) ends here, at the round past what max_new_tokens could need: never an endless loop."""
         s = self.settings
         if r > s.max_new_tokens + 1 + self.scripted_rounds:
-            raise DecodeStalled(f"decoding made no progress after {r - 1} rounds" + (
-                ": the model predicts the mask token at every open position, which the authors' rule "
-                "(mask_argmax='authors') leaves masked; use mask_argmax='next_best'"
-                if s.mask_argmax == "authors" else ""))
+            raise DecodeStalled(f"decoding made no progress: {r - 1} rounds did not fill the {s.max_new_tokens} "
+                                "new tokens" + (
+                                    ", as rounds whose chosen positions predict the mask token (which mask_argmax="
+                                    "'authors' writes back) fill nothing; use mask_argmax='next_best'"
+                                    if s.mask_argmax == "authors" else ""))
+
+    def _repeats(self, r: int, before: tuple[Branch, Predictions], predictions: Predictions, commits: Commits,
+                 look_pos: torch.Tensor, free: torch.Tensor) -> bool:
+        """Whether every later round would repeat round r, which left the state as it was: the same
+        predictions (greedy, so no draw can differ), a policy that decides from the view alone, no script
+        ahead, and the same decisions on the next round's view (whose previous predictions are this
+        round's). Then rounds r + 1, r + 2, ... see one view, decide alike and change nothing."""
+        state, given = before
+        if (self.settings.temperature > 0 or self.state.n_cached != state.n_cached
+                or not torch.equal(self.state.tokens, state.tokens)
+                or not all(torch.equal(a, b) for a, b in zip(predictions, given))
+                or not stationary(self.base_order)
+                or any(later > r for later in getattr(self.order, "script", ()))):
+            return False
+        view = self._round_view(r + 1, predictions, self.previous)
+        again = self.order.anchor(view)
+        return (torch.equal(again.positions, commits.positions) and torch.equal(again.tokens, commits.tokens)
+                and torch.equal(self.order.lookahead(view, free), look_pos))
 
     def _view(self, r: int, predictions: Predictions) -> RoundView:
         """What the order policy sees: the state's window and the previous winner's predictions."""
+        view = self._round_view(r, predictions, self.previous)
+        self.previous = (self.state.window_start, predictions[0], predictions[1])
+        return view
+
+    def _round_view(self, r: int, predictions: Predictions, previous) -> RoundView:
         state = self.state
         token, max_prob, conf = predictions
-        prev_token, prev_max_prob = previous_predictions(self.previous, state.window_start, token.numel())
-        self.previous = (state.window_start, token, max_prob)
+        prev_token, prev_max_prob = previous_predictions(previous, state.window_start, token.numel())
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
                          state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
                          self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob)
@@ -346,6 +372,21 @@ def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSetti
         block_states=anchor.states(settings), committed=committed,
         n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
         forced=list(commits.forced))
+
+def stall_message(record: RoundRecord, settings: DecodeSettings, mask_id: int) -> str:
+    """What round `record` did that every later round would repeat, and what to change."""
+    picked = [p for p, t in zip(record.anchor_positions, record.anchor_tokens) if t == mask_id]
+    shown = ", ".join(map(str, picked[:8])) + (", ..." if len(picked) > 8 else "")
+    said = (f"the commit rule picked position{'s' * (len(picked) > 1)} {shown}, where the model's top token is the "
+            "mask token, which mask_argmax='authors' writes back (the position stays masked)" if picked
+            else "the commit rule picked no position")
+    n = len(record.lookahead_positions)
+    lost = ("no lookahead branch was tried" if n == 0 else "the lookahead branch that won holds the mask token too"
+            if record.winner else "its lookahead branch did not win" if n == 1 else f"none of its {n} lookahead branches won")
+    fix = "; use mask_argmax='next_best'" if settings.mask_argmax == "authors" else ""
+    return (f"decoding made no progress at round {record.round} and cannot: {said}, and {lost}; every later round "
+            f"would repeat it{fix}")
+
 
 def check_prompt(ids: torch.Tensor, settings: DecodeSettings, spec: ModelSpec) -> None:
     """A prompt the model can decode with these settings, or a ValueError saying what to shorten."""

@@ -85,6 +85,7 @@ class ConfidenceOrder:
     """The paper's order. Subclasses change only the two rankings: `fallback_rank` picks the
     commit rule's single position when nothing passes tau_conf, `lookahead_rank` the k branches."""
     name = "confidence"
+    stationary = True       # decides from the view alone (lopa.order.stationary)
 
     def fallback_rank(self, view: RoundView) -> torch.Tensor:      # [W], higher = first
         return view.conf
@@ -119,6 +120,7 @@ class ConfidenceOrder:
 
 class RandomOrder(ConfidenceOrder):
     name = "random"
+    stationary = False      # a draw per round
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -193,6 +195,7 @@ class AdaptiveOrder:
     win, release, lift: the gain model of lopa.rules.choose_k (make_order passes the settings'
     adaptive_win, adaptive_release and adaptive_lift, the running model's when a calibration fitted them)."""
     name = "adaptive"
+    stationary = True
 
     def __init__(self, cost, base: OrderPolicy | None = None, near: float = ADAPTIVE_NEAR, win: float = 0.35,
                  release: float = 0.2, lift: float = 0.0):
@@ -227,6 +230,8 @@ class FlooredOrder:
     """A lookahead floor around any policy (DecodeSettings.lookahead_min_prob; docs/method.md,
     departure 8): a position is a lookahead candidate only if its max_prob is at least `floor`, so a
     round may verify fewer than k branches. The anchor is the base policy's, untouched."""
+
+    stationary = True
 
     def __init__(self, base: OrderPolicy, floor: float):
         self.base, self.floor = base, floor
@@ -263,6 +268,18 @@ class SecondBranchAt:
 ORDERS = {"confidence": ConfidenceOrder, "random": RandomOrder, "left_to_right": LeftToRightOrder,
           "adaptive": AdaptiveOrder, "least_confident": LeastConfidentOrder,
           "highest_entropy": HighestEntropyOrder, "mixed": MixedOrder}
+
+
+def stationary(policy: OrderPolicy) -> bool:
+    """Whether `policy` decides from the round's view alone, never from the round's number (a draw seeded
+    per round, a study's chosen round): then a round whose view repeats makes the same decisions (the
+    engine's stall check, lopa.engine). A policy says so with `stationary = True`; a wrapper (`base`) is
+    as stationary as what it wraps; one that does not say is not."""
+    while policy is not None:
+        if not getattr(policy, "stationary", False):
+            return False
+        policy = getattr(policy, "base", None)
+    return True
 
 
 def linear_cost(settings: DecodeSettings) -> list[float]:

@@ -248,7 +248,7 @@ class DecodeSettings:
     lookahead_depth: int = setting(
         1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "
-        "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1, app=False,
+        "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1,
         label="lookahead depth")
 
     def __post_init__(self) -> None:

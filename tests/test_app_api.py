@@ -11,7 +11,7 @@ from servers import free_port
 from tiny import app_model
 
 from app import build_demo
-from app.session import APP_DEFAULTS, SETTING_NAMES
+from app.session import APP_DEFAULTS, BACKEND_NAMES, SETTING_NAMES
 
 pytestmark = pytest.mark.timeout(300)                 # starts the app on a local port
 
@@ -96,6 +96,26 @@ def test_trace_round_trip_through_the_api(client, tmp_path):
         out = predict(replay, handle_file(path), api_name="/load_trace")
         assert out[0].startswith("Replaying") and rounds(out[1]) == rounds(run_final[1])
         assert 'data-status="replay"' in out[1] and out[3] == run_final[3]  # same answer text
+
+
+def test_run_names_its_settings_and_one_left_out_takes_the_models_own(client):
+    """/run lists its settings by name, each None by default (unset), and points to /decode; a caller
+    that leaves them out decodes with the picked model's own values (this model's block size is 8, not
+    the bundled model's 32), one it names with its value."""
+    from app.model_cache import MODELS
+    from app.request import Request
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    for name in ("/run", "/step"):
+        parameters = endpoints[name]["parameters"]
+        assert [p["parameter_name"] for p in parameters] == ["prompt", *SETTING_NAMES, *BACKEND_NAMES]
+        assert all(p["parameter_has_default"] and p["parameter_default"] is None for p in parameters[1:-2])
+    assert "/decode" in endpoints["/run"]["description"]
+    own = Request().resolve(MODELS.get(str(MODELS.default)).spec).to_dict()
+    for asked, expected in [({}, own), ({"k": 2}, {**own, "k": 2})]:
+        assert final(client.submit(prompt=PROMPT, **asked, api_name="/run"))[0].startswith("Done")
+        file_update, _ = predict(client, "JSON", api_name="/export_trace")
+        settings = json.loads(open(file_update["value"] if isinstance(file_update, dict) else file_update).read())["settings"]
+        assert settings == expected and settings["block_size"] == 8 != APP_DEFAULTS["block_size"]
 
 
 def test_step_then_stop_and_per_session_state(client, url):

@@ -149,6 +149,17 @@ def test_run_an_example_live(page, monkeypatch):
     n = rounds(page)
     assert n >= 3 and "Done" in page.locator("#status").inner_text()
     assert page.locator("#canvas .lopa-cell").count() >= 32
+    # each state's look comes from the page's stylesheet (CANVAS_CSS), not from the cell
+    look = page.evaluate("""() => Object.fromEntries(['masked', 'committed', 'cached'].map(s => {
+        const c = document.querySelector(`#canvas .lopa-cell[data-state='${s}']`);
+        if (!c) return [s, null];
+        const st = getComputedStyle(c);
+        return [s, [st.borderTopStyle, st.height, st.fontFamily, st.backgroundImage.startsWith('linear-gradient')]];
+    }))""")
+    for state, style in look.items():
+        if style:
+            assert style[1] == "30px" and "monospace" in style[2], (state, style)
+            assert style[0] == {"masked": "dotted"}.get(state, "solid") and style[3] == (state == "masked"), (state, style)
     assert float(page.locator("#counters [data-counter='elapsed']").get_attribute("data-value").split()[0]) > 0
     seen = page.evaluate("window.__rounds")
     assert seen == sorted(seen) and len(set(seen)) >= n // 2          # the counter moved round by round

@@ -56,7 +56,7 @@ def test_a_request_reads_every_input_with_clear_messages():
     for bad, message in [(dict(max_new_tokens=30), "multiple of block_size"), (dict(tau_conf=1.5), "tau_conf"),
                          (dict(k=2.5), "whole number"), (dict(block_size=None), "empty"), (dict(k=99), "lookahead branches")]:
         with pytest.raises(ValueError, match=message):
-            read_request(values(**bad)).resolve()
+            read_request(values(**bad), frozenset(SETTING_NAMES)).resolve()     # a page that set each input
 
 
 def test_run_streams_rounds_live_and_renders_the_final_state():
@@ -71,6 +71,31 @@ def test_run_streams_rounds_live_and_renders_the_final_state():
     assert last["status"].startswith("Done") and not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS)
     assert f'data-round="{len(run.records) - 1}"' in last["canvas"] and last["answer"] == run.text
     assert session.names                                             # token strings from the tokenizer
+
+
+def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
+    monkeypatch.setattr(cb, "REPLAY_STEP_S", 0.0)
+    session = Session()
+    drain(cb.run_stream(session, PROMPT, *values()))
+    n = session.n_rounds
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", session.elapsed + 1.0)     # this Run counts as fast
+    shown = [named(o, cb.ARRIVING_OUTPUTS) for o in cb.show_rounds_arriving(session)]
+    assert [o["round_slider"]["value"] for o in shown] == list(range(n))
+    assert all(f'data-round="{r}"' in o["canvas"] for r, o in enumerate(shown))
+    assert [o["answer"] for o in shown] == [canvas_text(session.run, r, session.names) for r in range(n)]
+    skips = [tuple(gr.skip() for _ in cb.ARRIVING_OUTPUTS)]              # nothing changes (none would blank them)
+    assert list(cb.show_rounds_arriving(session)) == skips               # once a session
+    slow = Session()
+    drain(cb.run_stream(slow, PROMPT, *values()))
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
+    assert list(cb.show_rounds_arriving(slow)) == skips
+    moved_on = Session()
+    drain(cb.run_stream(moved_on, PROMPT, *values()))
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    replay = cb.show_rounds_arriving(moved_on)
+    next(replay)
+    moved_on.streaming = True                                            # the visitor pressed Run again
+    assert list(replay) == []
 
 
 def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):

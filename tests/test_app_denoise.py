@@ -9,10 +9,10 @@ import os
 import re
 from pathlib import Path
 
+import gradio as gr
 import pytest
 from servers import free_port, launch_chromium, needs_chromium
-from test_diffusion_gemma import CANVAS, tiny_diffusion_gemma
-from tiny import tiny_tokenizer
+from test_diffusion_gemma import CANVAS
 
 from app import canvas_traces, denoise
 from app.budget import LEDGER
@@ -22,18 +22,11 @@ from app.models import MODELS_DIR
 from app.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
+from lopa.models.tiny import save_tiny_diffusion_gemma, tiny_diffusion_gemma, tiny_tokenizer
 from lopa.settings import CANVAS_SETTINGS
 from visualizations.denoise import denoise_step_html
 
 PROMPT = "how many apples does Tom have"
-
-
-def save_tiny_diffusion_gemma(folder: Path) -> Path:
-    """The tiny DiffusionGemma of tests/test_diffusion_gemma.py, saved with a tokenizer."""
-    model = tiny_diffusion_gemma()
-    model.save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +119,42 @@ def test_decode_records_each_step_and_the_slider_shows_it(allowed):
     assert all(isinstance(x, dict) and x.get("__type__") == "update" for x in denoise.show_step(view, "nine"))
 
 
+def test_the_panels_defaults_decode_the_tiny_checkpoint_the_documented_command_writes(tmp_path, monkeypatch):
+    """`python -m lopa.models.tiny DIR` (docs/checkpoints.md) writes a folder the loader opens; picked in the model
+    box, the panel decodes it at its defaults (every number 0: the checkpoint's own, 256 tokens at 48 steps, which
+    on 8-token canvases would take 1536 forwards), fitted under the bound: 48 steps, as many canvases as fit."""
+    from lopa.models.diffusion_gemma import load_diffusion_gemma
+    from lopa.models.tiny import main
+    page = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text()
+    command = re.search(r"^python -m lopa\.models\.tiny (\S+)$", page, re.M)
+    target = tmp_path / Path(command.group(1)).name
+    assert main([str(target)]) == 0
+    model, _ = load_diffusion_gemma(target, "cpu")
+    assert model.config.canvas_length == CANVAS
+    monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
+    session, view = Session(), denoise.CanvasView()
+    pick_model(session, str(target))
+    assert session.canvas_model == str(target)
+    with gr.Blocks():
+        panel = denoise.build_denoise_panel()
+    defaults = [panel[name].value for name in denoise.PANEL_INPUTS]            # what the page shows and sends
+    out = dict(zip(denoise.DENOISE_OUTPUTS, denoise.decode_canvas(session, view, PROMPT, *defaults)))
+    assert "80 new tokens at up to 48 denoising steps" in out["denoise_status"], out["denoise_status"]   # 10 canvases
+    assert view.run["settings"]["max_new_tokens"] == 80 and view.summary["forwards"] <= denoise.MAX_FORWARDS
+
+
+@pytest.mark.parametrize("set_tokens, set_steps, expected", [
+    (None, None, (80, 48)),          # the checkpoint's own steps, as many 8-token canvases as 512 forwards allow
+    (16, None, (16, 48)),            # two canvases: its own 48 steps fit
+    (400, None, (400, 10)),          # 50 canvases: 10 steps each
+    (None, 100, (40, 100)),          # 5 canvases of 100 steps
+    (2048, 256, (2048, 256)),        # both set: the visitor's (the decode then refuses the pair)
+])
+def test_lengths_left_unset_fit_the_bound(set_tokens, set_steps, expected):
+    assert denoise.fitted(8, 256, 48, set_tokens, set_steps) == expected
+    assert denoise.fitted(256, 256, 48) == (256, 48)          # DiffusionGemma's own canvas: one canvas, unchanged
+
+
 def test_decode_is_bounded_and_bad_numbers_are_named(allowed, monkeypatch):
     view, session = denoise.CanvasView(), Session(canvas_model=str(allowed))
     def message(*numbers, prompt=PROMPT):
@@ -133,8 +162,8 @@ def test_decode_is_bounded_and_bad_numbers_are_named(allowed, monkeypatch):
         assert all(x.get("__type__") == "update" for x in out[1:])      # nothing else changes
         return out[0]
     assert f"at most {denoise.MAX_FORWARDS} a decode" in message(2048, 256, None, 0)
-    # 0 (a cleared box) is the checkpoint's own: generate's defaults here, 256 tokens at 48 steps, over the bound
-    assert "256 new tokens at 48 denoising steps may take 1536 forwards" in message(0, 0.0, "0", 0)
+    # A length the visitor set is theirs: the pair over the bound is refused, not changed.
+    assert "256 new tokens at 48 denoising steps may take 1536 forwards" in message(256, 48, None, 0)
     # The panel's settings are the registry's (lopa.settings.CANVAS_SETTINGS), read and worded by it.
     assert "seed must be an integer in 0..2147483647 (a number), got &#x27;x&#x27;" in message(8, 2, None, "x")
     assert "entropy bound must be in (0, 1000], got &#x27;-1&#x27;" in message(8, 2, "-1", 0)

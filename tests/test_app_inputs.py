@@ -23,7 +23,7 @@ BIG = "9" * 100_000
 HOSTILE = {"text": "abc", "nan": float("nan"), "inf": float("inf"), "none": None, "list": [1, 2], "big": BIG}
 GOOD = {**APP_DEFAULTS, **LIVELY, "max_new_tokens": 16}
 INPUTS = (*SETTING_NAMES, "backend", "workers")
-LABELS = {"k": "k (lookahead branches)", "workers": "workers (ranks"}
+LABELS = {"k": "k (lookahead branches)", "lookahead_depth": "lookahead depth", "workers": "workers (ranks"}
 MAX_MESSAGE = 600
 
 

@@ -68,6 +68,13 @@ def test_unset_means_untouched_and_a_touched_value_equal_to_the_shown_one_is_the
     assert read_request(values(k=4, seed=9), {"k"}).settings == {"k": 4}
     # No page (an API client): every input it sends is its own. A bad input is named, touched or not.
     assert read_request(values()).settings == {n: SETTINGS[n] for n in SETTING_NAMES}
+    # ... and one it sends as None (or blank: what the API lists as every setting's default) is unset; on the
+    # page an emptied box is the visitor's, and named.
+    assert read_request(values(k=None, attention=" ")).settings == {n: SETTINGS[n] for n in SETTING_NAMES
+                                                                    if n not in ("k", "attention")}
+    assert read_request([None] * len(SETTING_NAMES)).settings == {}
+    with pytest.raises(ValueError, match="is empty"):
+        read_request(values(k=None), {"k"})
     with pytest.raises(ValueError, match="tau_add must be"):
         read_request(values(tau_add="x"), {"k"})
 

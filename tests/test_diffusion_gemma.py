@@ -6,32 +6,13 @@ import json
 
 import pytest
 import torch
-from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
-from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaTextConfig
 
 from lopa.models import load
 from lopa.models.canvas_trace import CanvasRun, settled_step
 from lopa.models.diffusion_gemma import decode, entropy_bound_accept, linear_temperature, token_entropy
+from lopa.models.tiny import DIFFUSION_GEMMA_CANVAS, DIFFUSION_GEMMA_VOCAB, tiny_diffusion_gemma
 
-VOCAB, CANVAS = 64, 8
-
-
-def tiny_diffusion_gemma():
-    """A two-layer DiffusionGemma (one sliding, one full attention layer, 4 experts) with a
-    two-layer vision tower: the stock classes at a size a CPU runs in milliseconds."""
-    text = DiffusionGemmaTextConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, global_head_dim=16, max_position_embeddings=256, sliding_window=16,
-        layer_types=["sliding_attention", "full_attention"], num_experts=4, top_k_experts=2, moe_intermediate_size=16,
-        eos_token_id=1, pad_token_id=0)
-    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
-    torch.manual_seed(0)
-    model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(text_config=text, vision_config=vision,
-                                                                 canvas_length=CANVAS)).eval()
-    with torch.no_grad():   # sharper predictions than random weights give: several acceptances a step
-        model.model.decoder.norm.weight.mul_(30)
-    return model
+VOCAB, CANVAS = DIFFUSION_GEMMA_VOCAB, DIFFUSION_GEMMA_CANVAS
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import torch
 from fake_model import EOS, MASK, FakeDLLM, table_script
 
 from lopa import Decoder, DecodeSettings, ModelSpec
+from lopa.engine import DecodeStalled
 from lopa.rules import summarize
 
 PROMPT = torch.tensor([7, 8, 9])
@@ -148,6 +149,34 @@ def test_a_committed_mask_token_leaves_the_position_masked_as_in_the_authors_loo
     assert ours.records[1].anchor_positions == [0, 2, 3] and ours.records[1].committed == 3
     assert authors.tokens == ours.tokens == [7, 5, 6, EOS]
     assert [r.kind for r in authors.records] == [r.kind for r in ours.records] == ["prefill", "round", "final"]
+
+
+# Position 1 ranks the mask token first (0.8, the most confident open position: the commit rule's pick once
+# nothing passes tau_conf) until it sees position 3; positions 2 and 3 predict real tokens below tau_conf.
+STALLS = {0: (5, 0.95), 1: lambda seen: (5, 0.8) if 3 in seen else (MASK, 0.8), 2: (6, 0.7), 3: (7, 0.2)}
+AUTHORS = dict(k=1, tau_conf=0.9, block_size=4, max_new_tokens=4, confidence="max_prob", mask_argmax="authors")
+
+
+def test_a_stall_is_named_at_the_round_it_begins_with_what_happened():
+    """Round 2 commits the mask token at position 1 and its one lookahead branch (position 2, the most
+    confident free one) loses: nothing changes, and under the paper's order every later round would be
+    the same. The error comes right after round 2 and says that, not that every open position predicts
+    the mask (positions 2 and 3 predict tokens 6 and 7)."""
+    decoder = Decoder(FakeDLLM(len(PROMPT), table_script(STALLS)), SPEC, DecodeSettings(**AUTHORS), executor="uncached")
+    with pytest.raises(DecodeStalled) as stalled:
+        decoder.run(PROMPT)
+    assert [r.round for r in decoder.records] == [0, 1, 2] and decoder.records[2].committed == 0
+    message = str(stalled.value)
+    assert "round 2" in message and "position 1, where the model's top token is the mask token" in message
+    assert "lookahead branch did not win" in message and message.endswith("use mask_argmax='next_best'")
+    assert "every open position" not in message
+
+
+def test_a_round_that_fills_nothing_is_no_stall_when_a_later_round_may_differ():
+    """Under the random order each round draws its lookahead afresh: rounds 2 and 3 fill nothing, round 4's
+    draw (position 3) wins and the decode ends."""
+    run_ = run(STALLS, order="random", order_seed=4, **AUTHORS)
+    assert [r.committed for r in run_.records] == [0, 1, 0, 0, 1, 2] and run_.tokens == [5, 5, 6, 7]
 
 
 # -- the peers' commit rules through the engine: lookahead at k = 0 is the rule alone ----------------------

@@ -21,7 +21,6 @@ import gradio as gr
 import pytest
 from gradio_client import Client
 from servers import plain, serve_demo
-from test_app_denoise import save_tiny_diffusion_gemma
 from tiny import PROMPT, save_tiny_model_dir
 
 from app import denoise, model_and_settings, share
@@ -33,6 +32,7 @@ from app.session import Session
 from lopa.cli import main
 from lopa.models import DEFAULT_MODEL
 from lopa.models.folder import MAX_JSON_DEPTH, json_depth, quoted, read_json
+from lopa.models.tiny import save_tiny_diffusion_gemma
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]
 

@@ -59,6 +59,32 @@ def test_run_sits_with_the_prompt_and_examples_within_a_screen_of_the_comparison
     assert box(page, "#arrival .lopa-story-side[data-run='lopa']")["top"] < 1.5 * screen
 
 
+def test_the_tour_and_run_are_on_the_first_screen_and_run_brings_its_rounds_into_view(page):
+    screen = page.viewport_size["height"]
+    for button in ("#tour-start", "#arrival-run"):
+        assert box(page, button)["bottom"] <= screen, (button, box(page, button))
+    page.click("#arrival-run")                                        # presses the prompt's Run
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    top = page.evaluate("scrollY")
+    counters, cells = box(page, "#counters"), box(page, "#canvas .lopa-block-cells")
+    assert top <= counters["top"] and cells["top"] < top + screen, (top, counters, cells)
+    assert page.locator("#status").inner_text().startswith("Done")
+
+
+def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, monkeypatch):
+    from app import callbacks as cb
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
+    page.evaluate("""() => { const seen = window.__seen = [];
+        new MutationObserver(() => { const c = document.querySelector('#canvas .lopa-canvas');
+            if (c && seen[seen.length - 1] !== c.dataset.round) seen.push(c.dataset.round); })
+        .observe(document.querySelector('#canvas'), {subtree: true, childList: true}); }""")
+    page.click("#run")
+    page.wait_for_selector("#counters .lopa-counters[data-status='done']")
+    n = int(page.locator("#counters .lopa-counters").get_attribute("data-rounds"))
+    page.wait_for_function(f"window.__seen.slice(-{n}).join() === [...Array({n}).keys()].join()")
+    assert page.locator("#round-slider input[type=range]").input_value() == str(n - 1)
+
+
 def test_settings_are_closed_and_name_those_the_visitor_set(page):
     title = page.locator("#settings").inner_text().split("\n")[0]
     assert title.startswith("Decoding settings:") and ("all at the defaults" in title or "set by you" in title)

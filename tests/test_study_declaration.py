@@ -134,8 +134,7 @@ def test_the_shipped_files_are_the_ones_the_declarations_name():
     folders = [d for d in STUDIES_DIR.iterdir() if d.is_dir()]
     assert folders
     for folder in folders:
-        for name in lopa.study.APP_STUDIES:
-            study = lopa.study.STUDIES[name]
+        for name, study in lopa.study.STUDIES.items():        # the app's and the command line's alike
             if not (folder / study.file("json")).is_file():
                 continue                                # not shipped for this model
             shipped = sorted(p.name for p in folder.iterdir() if p.name.split(".")[0] in

@@ -114,9 +114,9 @@ def test_the_search_a_round_at_a_time_and_its_deadline():
 
 def test_the_rollout_stops_at_the_bound():
     lopa = lopa_run()
-    child, ran = headroom.rollout(lopa, 0, 1, bound=2)
+    child, ran = headroom.rollout(lopa, 0, (1,), bound=2)
     assert child is None and ran == 1          # its first forward already reaches 2 in all
-    child, ran = headroom.rollout(lopa, 0, KEY, bound=99)
+    child, ran = headroom.rollout(lopa, 0, (KEY,), bound=99)
     assert child is not None and child.metrics()["forwards"] == 2 and ran == 1
 
 
@@ -180,3 +180,69 @@ def test_headroom_study_writes_its_files_and_agrees_with_lopa_generate(tmp_path,
     assert lopa_main(["generate", "--model", str(model), "--prompt", question, *flags, "--k", "2"]) == 0
     forwards = int(re.search(r"forwards\s+(\d+)", capsys.readouterr().out).group(1))
     assert forwards == df[(df.problem == 1) & (df.config == "lopa") & (df.k == 2)].iloc[0].forwards
+
+
+# -- depth 2: two-step departures, and LoPA's own round read from the winning chain --------------------
+KEYS = (5, 6)    # the two positions that, once both filled, make every other position sure
+
+
+def two_key_script(g, visible):
+    """As key_script, but every other position is sure only once BOTH keys are visible: one key alone pays
+    nothing, so a search of one extra token per round cannot find the two-step order."""
+    if g == 0:
+        return 5, 0.95
+    if g >= 8:
+        return EOS, 0.99
+    if g in KEYS:
+        return 4 + g, 0.3
+    return 4 + g, 0.99 if all(k in visible for k in KEYS) else 0.6 - 0.025 * g
+
+
+def test_at_depth_2_lopa_s_round_is_the_winning_chain_and_the_search_finds_the_two_step_order():
+    deep = SETTINGS.replace(lookahead_depth=2)
+    lopa = lopa_run(deep, two_key_script)
+    # LoPA at depth 2 wins with a chain: its winner is a row past the k one-token rows, so reading it as a
+    # lookahead index (winner - 1) names no branch at all.
+    chained = [r for r in lopa.records if r.kind == "round" and r.winner > len(r.lookahead_positions)]
+    assert chained and all(len(headroom.lopa_extra(r)) == 2 for r in chained)
+    best, choices, spent = headroom.search(lopa)
+    assert best.records[1].anchor_positions == [0, *KEYS] and best.metrics()["forwards"] == 2
+    assert best.tokens == lopa.tokens and spent > 0
+    first = choices[0]
+    assert (first["round"], sorted(first["positions"])) == (1, list(KEYS))
+    assert first["lopa_positions"] == [p for p, _, ahead in lopa.records[1].filled() if ahead]
+    assert first["position"] == first["positions"][0] and first["lopa_position"] == (first["lopa_positions"] or [None])[0]
+    # One extra token per round (depth 1, the same script) cannot see it: each key alone saves nothing.
+    shallow = lopa_run(SETTINGS, two_key_script)
+    one_step, _, _ = headroom.search(shallow)
+    assert one_step.metrics()["forwards"] > 2
+
+
+def test_two_step_candidates_are_pairs_of_the_pool_and_the_engine_s_adjacent_chains_each_once():
+    free = [3, 1, 7, 2, 9]                      # LoPA's ranking, best first
+    pairs = headroom.two_step_candidates(free, free, pair_pool=2)
+    assert pairs == [(3, 1), (3, 7), (1, 2), (7, 9), (3, 2)]   # (3, 1) pooled; then each with the next free after it
+    assert headroom.two_step_candidates(free, free, pair_pool=0) == [(3, 7), (1, 2), (7, 9), (3, 2)]
+
+
+def test_every_round_of_a_depth_2_run_is_searched_against_lopa_s_own_chain():
+    lopa = lopa_run(SETTINGS.replace(lookahead_depth=2), two_key_script)
+    # One single and one chain a round: too few to find the keys, so the search walks every round of the order
+    # it finds, the last of them one where LoPA's winner is its chain (5, 6), row 2 of a k = 1 round.
+    steps = list(headroom.iter_search(lopa, max_candidates=1, pair_pool=0))
+    best = steps[-1]["best"]
+    assert [s["round"] for s in steps] == list(range(1, best.metrics()["forwards"]))
+    last = best.records[steps[-1]["round"]]
+    assert last.winner == 2 and last.lookahead_positions == [5] and headroom.lopa_extra(last) == (5, 6)
+    assert best.metrics()["forwards"] < lopa.metrics()["forwards"] and best.tokens == lopa.tokens
+    for c in steps[-1]["choices"]:
+        own = [p for p, _, ahead in lopa.records[c["round"]].filled() if ahead]
+        assert c["lopa_positions"] == own and set(c["positions"]) != set(own)
+
+
+def test_departures_read_the_winning_chain_not_a_lookahead_index():
+    from lopa.study.departures import lookahead_completions
+    lopa = lopa_run(SETTINGS.replace(lookahead_depth=2), two_key_script)
+    # round 6: the chain (5, 6) wins as row 2 of a k = 1 round; it fills 5 and 6, and position 7 is the anchor's
+    # (the block of 8 is then complete: one event, the last round with a forward)
+    assert lookahead_completions(lopa, SETTINGS.block_size) == (1, 0)

@@ -19,6 +19,8 @@ from visualizations import (
     comparison_summary,
     confidence_heatmap,
     counters_html,
+    detail_note,
+    detail_round,
     explain_round,
     tfo_map,
     token_canvas,
@@ -80,6 +82,22 @@ def test_canvas_shows_every_position_with_its_state(lopa):
     assert "committed by this round's anchor" in hover and "max prob" in hover and "token '" in hover
 
 
+def test_canvas_cells_carry_their_colour_and_the_stylesheet_their_look(lopa):
+    """A live Run re-sends the canvas at every round: each cell holds only its colour, the states' look is
+    CANVAS_CSS, on the page once."""
+    from visualizations import CANVAS_CSS
+    from visualizations.canvas import STATE_STYLE
+    run, names = lopa
+    for r in range(len(run.records)):
+        styles = re.findall(r'<div class="lopa-cell[^>]*style="([^"]*)"', token_canvas(run, r, names))
+        assert styles and all({d.split(":")[0] for d in st.split(";")} <= {"background", "color", "--fill"}
+                              for st in styles), styles[:3]
+    for state, (border, _, _) in STATE_STYLE.items():
+        assert f".lopa-{state}{{border:{border};" in CANVAS_CSS
+    from app.page import LAUNCH_KWARGS
+    assert CANVAS_CSS in LAUNCH_KWARGS["css"]
+
+
 def test_canvas_text_is_what_the_canvas_holds_at_each_round(lopa):
     """"output so far" at round r: the tokens committed by r, in place, ▢ where one is still masked before the
     last committed; the final round gives the run's own text."""
@@ -130,9 +148,12 @@ def test_branches_table_and_explanation_name_the_winner(lopa):
     assert "prompt forward" in explain_round(run, 0, names)
     if run.records[-1].kind == "final":
         assert "no forward" in branches_table(run, len(run.records) - 1, names)
-        # the final round points to where the branches are to be seen
+        # the final round's detail views show the last round with branches, and say so
+        end = len(run.records) - 1
         last = max(i for i, x in enumerate(run.records) if x.kind == "round" and x.lookahead_positions)
-        assert f"the last round with lookahead branches is round {last}" in explain_round(run, len(run.records) - 1, names)
+        assert detail_round(run.records, end) == last and detail_round(run.records, last) == last
+        assert f"below are round {last}'s, the last round with lookahead branches" in explain_round(run, end, names)
+        assert f'data-detail-round="{last}"' in detail_note(run, end) and detail_note(run, last) == ""
 
 
 def test_heatmap_shows_each_branch_minus_the_anchor_with_the_lookahead_cell_marked(lopa):
@@ -329,7 +350,8 @@ def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
         rec = run.records[r]
         table = branches_table(run, r, names)
         assert table.count('<tr class="lopa-branch') == len(rec.branch_scores)
-        assert ("chain" in table) == any(len(rec.row_fills(j)) > 1 for j in range(len(rec.branch_scores)))
+        assert ("chain" in table) == bool(rec.chain_rows)          # a round with chains has their column
+        assert all(f"B{j} chain" in table for j in range(len(rec.branch_scores)) if len(rec.row_fills(j)) > 1)
         text = explain_round(run, r, names)
         assert f"Winner: B{rec.winner}" in text or (rec.winner == 0 and "Winner: the anchor" in text)
         if len(rec.row_fills(rec.winner)) > 1:

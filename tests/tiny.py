@@ -1,4 +1,4 @@
-"""Tiny real models built inside tests: a random Qwen2 and a word-level tokenizer, saved in
+"""Tiny real models built inside tests: a random Qwen2 and the word-level tokenizer of lopa.models.tiny, saved in
 the same on-disk format as the bundled model (config.json with `lopa`, safetensors, tokenizer)."""
 
 from contextlib import contextmanager
@@ -7,9 +7,8 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from lopa import ModelSpec
+from lopa.models.tiny import WORDS, tiny_tokenizer  # noqa: F401  (the tests import the tokenizer from here too)
 
-WORDS = ["<|mask|>", "<|endoftext|>", "<|pad|>"] + [str(d) for d in range(10)] + \
-        "Question : Answer how many apples does Tom have ? he buys gives + - = #### and".split()
 MASK_ID, EOS_ID, PAD_ID = 0, 1, 2
 
 
@@ -24,15 +23,6 @@ def tiny_qwen2(seed=0, layers=2, vocab=len(WORDS)):
 def tiny_spec(**changes):
     base = dict(mask_token_id=MASK_ID, eos_token_ids=(EOS_ID,), logit_shift=True, max_context=512)
     return ModelSpec(**{**base, **changes})
-
-
-def tiny_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="?"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                                 pre_tokenizers.Digits(individual_digits=True)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token="<|mask|>", eos_token="<|endoftext|>",
-                                   pad_token="<|pad|>", unk_token="?")
 
 
 def save_tiny_model_dir(path, with_spec=True, with_mask=True, seed=0):

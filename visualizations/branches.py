@@ -17,7 +17,7 @@ from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
 from .labels import token_label, token_repr
 from .markup import esc
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR, swatch
-from .timeline import predictions
+from .timeline import detail_round, predictions
 
 
 def _score(x: float) -> str:
@@ -58,6 +58,73 @@ def _positions_text(positions, tokens, names, mask_id, limit=6) -> str:
     return ", ".join(parts[:limit]) + more
 
 
+def chain_of(record, j: int) -> int | None:
+    """The chain (index into record.chain_*, rank order) verified row j belongs to: one whose kept prefix it is
+    (the branch score chose among those), else the first that holds it; None for the anchor or without chains."""
+    holding = [c for c, rows in enumerate(record.chain_rows) if j in rows]
+    kept = [c for c in holding if record.chain_rows[c][record.chain_kept[c] - 1] == j]
+    return (kept or holding or [None])[0]
+
+
+def chain_cut(record, c: int, floor: float) -> dict | None:
+    """Where chain c was cut, re-derived from the trace's numbers (lopa.chains.kept_lengths): its first token
+    not kept, the row holding the chain before it, and that row's prediction at its position. `failed` names the
+    test it missed: "token" (the row predicts another token there), "floor" (the same token, at a max prob under
+    the lookahead floor, the run's lookahead_min_prob) or "none" (the recorded numbers pass both). None when the
+    chain was kept whole."""
+    n, positions = record.chain_kept[c], record.chain_positions[c]
+    if n >= len(positions):
+        return None
+    pos, token, row = positions[n], record.chain_tokens[c][n], record.chain_rows[c][n - 1]
+    masked = record.branch_positions[row]
+    at = masked.index(pos) if pos in masked else None          # a shared trace may hold no prediction there
+    predicted = None if at is None else record.branch_argmax[row][at]
+    max_prob = math.nan if at is None else record.branch_max_prob[row][at]
+    failed = "none" if at is None else "token" if predicted != token else "floor" if max_prob < floor else "none"
+    return {"kept": n, "proposed": len(positions), "position": pos, "token": token, "row": row,
+            "predicted": predicted, "max_prob": max_prob, "floor": floor, "failed": failed}
+
+
+def cut_sentence(record, c: int, names, mask_id: int, floor: float) -> str:
+    """One line (plain text, not yet escaped) on why chain c was cut, or that it was kept whole."""
+    cut, first = chain_cut(record, c, floor), record.chain_rows[c][0]
+    if cut is None:
+        n = len(record.chain_positions[c])
+        return (f"B{first}'s chain was kept whole ({n} tokens)." if n > 1 else
+                f"B{first}'s chain proposed one token (no later position free for it) and kept it.")
+    proposed = repr(token_label(cut["token"], names, mask_id))
+    predicted = "nothing" if cut["predicted"] is None else repr(token_label(cut["predicted"], names, mask_id))
+    holds = "its first token" if cut["kept"] == 1 else f"its first {cut['kept']} tokens"
+    said = (f"predicts {predicted} there (max prob {cut['max_prob']:.3f}), not the chain's {proposed}"
+            if cut["failed"] == "token" else
+            f"predicts the chain's {proposed} there at max prob {cut['max_prob']:.3f}, under the lookahead floor "
+            f"{cut['floor']:g}" if cut["failed"] == "floor" else
+            f"predicts the chain's {proposed} there at max prob {cut['max_prob']:.3f}, which passes both "
+            "tests: the recorded numbers do not show why it was cut" if cut["predicted"] is not None else
+            "records no prediction there: the trace does not show why it was cut")
+    return (f"B{first}'s chain was cut after {cut['kept']} of its {cut['proposed']} tokens: at position "
+            f"{cut['position']}, row B{cut['row']} (the anchor plus {holds}) {said}.")
+
+
+def _chain_cell(record, j: int, names, mask_id: int, floor: float) -> str:
+    """Row j's chain (lookahead_depth > 1): its proposed tokens in order, kept ✓ or cut ✗ (the cut token's title says
+    why), and what this row was for the branch score."""
+    c = chain_of(record, j)
+    if c is None:
+        return ""
+    n, rows = record.chain_kept[c], record.chain_rows[c]
+    why = esc(cut_sentence(record, c, names, mask_id, floor))
+    tokens = [f'<b class="lopa-chain-kept">{p}←{esc(token_label(t, names, mask_id))} ✓</b>' if i < n else
+              f'<s class="lopa-chain-cut" title="{why}">{p}←{esc(token_label(t, names, mask_id))}</s> ✗'
+              for i, (p, t) in enumerate(zip(record.chain_positions[c], record.chain_tokens[c]))]
+    held = rows.index(j) + 1
+    role = ("the kept chain (the row the branch score weighed)" if held == n else
+            "inside the kept chain (its prediction kept the next token)" if held < n else
+            "past the cut (verified, not a candidate)")
+    return (f'<span data-chain="{c}" data-kept="{n}">B{rows[0]}: {" ".join(tokens)}<br>'
+            f'<small>kept {n} of {len(rows)}; this row: {role}</small></span>')
+
+
 def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     """HTML table of round r's branches; the winner's row is outlined and starred."""
     if not run.records:
@@ -73,6 +140,7 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     finite = [s for s in record.branch_scores if not math.isinf(s)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
     anchor_score = record.branch_scores[0]
+    floor, chained = float(run.settings.get("lookahead_min_prob") or 0), bool(record.chain_rows)
     rows = []
     for j, score in enumerate(record.branch_scores):
         win = j == record.winner
@@ -99,11 +167,13 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
         rows.append(
             f'<tr class="lopa-branch{" lopa-winner" if win else ""}" data-branch="{j}" style="{style}">'
             f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else esc(adds)}</td>'
+            + (f'<td style="font-size:12px">{_chain_cell(record, j, names, mask_id, floor)}</td>' if chained else "") +
             f'<td style="text-align:right">{len(record.branch_positions[j])}</td>'
             f'<td style="text-align:right">{_ready(record, j, tau)}</td>'
             f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td>'
             f'<td style="text-align:right;font-size:12px">{_split_text(split(record, j, run.settings))}</td></tr>')
-    head = ("<tr><th>branch</th><th>what it fills</th><th>masked left</th>"
+    head = ("<tr><th>branch</th><th>what it fills</th>" + ("<th>chain: kept ✓ / cut ✗</th>" if chained else "")
+            + "<th>masked left</th>"
             f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th>"
             '<th title="removal: the gain from its own filled position leaving the mean; change: what the extra '
             'token did to the other positions">Δ = removal + change</th></tr>')
@@ -113,7 +183,9 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
               f'rank order). {term_link("Conf")} = {esc(str(run.settings["confidence"]))} (a masked position\'s '
               f'confidence score); {term_link("τ_conf")} = the threshold a commit needs. '
               'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '
-              'itself (removal); only the change is the extra token raising the confidence of the others.</div>')
+              'itself (removal); only the change is the extra token raising the confidence of the others.'
+              + (' Chains: every prefix of every chain is a row; the winner is chosen among the anchor and each '
+                 'chain\'s kept prefix, so a row past a cut does not compete.' if chained else '') + '</div>')
     return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
             f'font-size:13px">{head}{"".join(rows)}</table>{legend}</div>')
 
@@ -131,14 +203,22 @@ def no_branches(run, record) -> str:
 
 
 def _last_branches(run, r: int) -> str:
-    """Where a finished run's branches are to be seen: the final round has none (its table and heatmap are
-    empty), so the explanation points to the last round before `r` that had lookahead branches."""
-    last = max((i for i, x in enumerate(run.records[:r]) if x.kind == "round" and x.lookahead_positions), default=None)
-    if last is None:
+    """Where a finished run's branches are to be seen: the final round has none, so its branches table,
+    heatmap and rank lanes show the last round before `r` that had lookahead branches (detail_round)."""
+    last = detail_round(run.records, r)
+    if last == r:
         return ""
     won = " (a lookahead branch won it)" if run.records[last].winner > 0 else " (the anchor won it)"
-    return (f" This round has no branches to show: the last round with lookahead branches is round {last}{won}; "
-            "move the slider there to see its branches and heatmap.")
+    return (f" This round has no branches of its own: the branches, heatmap and rank lanes below are round "
+            f"{last}'s, the last round with lookahead branches{won}; move the slider there to see its canvas.")
+
+
+def detail_note(run, r: int) -> str:
+    """The line above the branches table when it shows another round than the slider's (detail_round)."""
+    last = detail_round(run.records, r) if run.records else r
+    return "" if last == r else (f'<div class="lopa-detail-note" data-detail-round="{last}">Round {r} is the finish, '
+                                 f'with no branches: shown below is round {last}, the last round with lookahead '
+                                 'branches.</div>')
 
 
 def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
@@ -174,22 +254,21 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
                 + (f", none had max prob ≥ the lookahead floor {floor:g}" if floor else "")
                 + ", or the adaptive branch budget chose none).")
     else:
+        made = (f"each started a chain of up to {s.get('lookahead_depth', 1)} tokens, every prefix of every chain a row."
+                f" All {len(rec.branch_scores)} rows" if rec.chain_rows else
+                f"each made one branch: the anchor plus that single extra token. All {k + 1} branches")
         look = (f"the {k} most confident remaining positions ({', '.join(map(str, rec.lookahead_positions[:8]))}"
-                f"{'…' if k > 8 else ''}) each made one branch: the anchor plus that single extra token. All {k + 1} "
-                f"branches were verified in one batched forward ({rec.forward_seconds * 1e3:.0f} ms).")
+                f"{'…' if k > 8 else ''}) {made} were verified in one batched forward ({rec.forward_seconds * 1e3:.0f} ms).")
     score0, w = rec.branch_scores[0], rec.winner
     if w == 0:
         win = (f"**Winner: the anchor** (C = {_score(score0)}). No extra token raised the mean confidence of the "
                "remaining positions, so only the anchor's tokens are kept.")
     elif len(rec.row_fills(w)) > 1:                       # a chain (lookahead_depth > 1): which of it was kept
         fills, sw = rec.row_fills(w), rec.branch_scores[w]
-        chain = next(j for j, rows in enumerate(rec.chain_rows) if w in rows)
-        cut = len(rec.chain_positions[chain]) - len(fills)
         win = (f"**Winner: B{w}**, a chain of {len(fills)} tokens "
                f"({esc(_positions_text(*zip(*fills), names, mask_id))}): mean Conf of its "
                f"{len(rec.branch_positions[w])} still-masked positions is {_score(sw)}, the highest among the anchor "
-               "and each branch's kept chain." + (f" Its last {cut} proposed token(s) were cut: the row before "
-                                                  "them no longer predicted them." if cut else ""))
+               "and each branch's kept chain.")
     else:
         pos, tok = rec.row_fills(w)[0]
         sw = rec.branch_scores[w]
@@ -199,6 +278,9 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
                f"{k + 1}. With that one token fixed, {_ready(rec, w, tau)} position(s) clear τ_conf "
                f"(anchor: {_ready(rec, 0, tau)}) and become the next round's anchor.{_why(split(rec, w, s))}"
                f"{_own(_proposed(run, r, pos), tau)}")
+    if w > 0 and rec.chain_rows:                          # lookahead_depth > 1: why the winning chain ends where it does
+        floor = float(s.get("lookahead_min_prob") or 0)
+        win += f" *Chain:* {esc(cut_sentence(rec, chain_of(rec, w), names, mask_id, floor))}"
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")

@@ -21,12 +21,15 @@ from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, v
 from .timeline import ANCHOR, fills, predictions
 
 CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
+# Each state's look lives in CANVAS_CSS, once on the page, not in every cell: a live Run re-sends the
+# whole canvas at every round it streams, to every browser watching, and inline styles made each
+# cell about five times longer.
 STATE_STYLE = {
     CACHED: ("1px solid #bbbbbb", "opacity:0.45;", ""),
     COMMITTED: ("1px solid #555555", "", ""),
     ANCHOR: (f"3px solid {ANCHOR_COLOUR}", "", "A"),
     "lookahead": (f"3px dashed {LOOKAHEAD_COLOUR}", "", "+"),
-    MASKED: ("1px dotted #777777", "font-style:italic;", ""),
+    MASKED: ("1px dotted #777777", "font-style:italic;cursor:pointer;", ""),   # a masked cell opens the what-if panel
 }
 STATE_WORDS = {
     CACHED: "committed earlier, block cached",
@@ -38,6 +41,24 @@ STATE_WORDS = {
 BLOCK_WORDS = {"cached": "cached", "complete": "complete", "active_full": "active (full)",
                "active_semi": "active (semi)"}
 MASKED_BACKGROUND = "#f7f7f7"
+MASKED_TEXT = "#444444"
+# The cell grows with its token (a long one was cut) and keeps room on the right for the A / + tag.
+CANVAS_CSS = (
+    ".lopa-cell{position:relative;box-sizing:border-box;min-width:40px;height:30px;padding:0 3px;margin:1px;"
+    "border-radius:3px;font:11px/26px monospace;text-align:center;overflow:hidden;white-space:nowrap}"
+    ".lopa-cell.lopa-tagged{padding:0 11px 0 3px}"
+    ".lopa-tag{position:absolute;top:-1px;right:2px;font-size:9px;font-weight:700;font-style:normal}"
+    + "".join(f".lopa-{state}{{border:{border};{extra}}}" for state, (border, extra, _) in STATE_STYLE.items())
+    # Not committed: a pale cell with the prediction's confidence (--fill) as a thick bottom stripe.
+    + f".lopa-cell.lopa-masked{{color:{MASKED_TEXT};"
+      f"background:linear-gradient(0deg,var(--fill,{MISSING_COLOUR}) 0 7px,{MASKED_BACKGROUND} 7px)}}"
+    # a kept chain (lookahead_depth > 1): a double border, each token numbered in its tag
+    + f".lopa-cell.lopa-chain{{border:4px double {LOOKAHEAD_COLOUR}}}"
+    ".lopa-block{display:flex;align-items:center;border-left:4px solid transparent;padding-left:4px;margin:2px 0}"
+    ".lopa-block.lopa-in-window{border-left-color:#333333}"
+    ".lopa-block-label{width:78px;font-size:11px;line-height:1.1;flex:none}"
+    ".lopa-block-cells{display:flex;flex-wrap:wrap}"
+)
 
 
 def _fmt(x: float) -> str:
@@ -45,28 +66,19 @@ def _fmt(x: float) -> str:
 
 
 def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str) -> str:
-    border, extra, tag = STATE_STYLE[state]
+    tag = STATE_STYLE[state][2]
     fill = viridis(max_prob) if not math.isnan(max_prob) else MISSING_COLOUR
-    if state == MASKED:
-        # Not committed: a pale cell with the prediction's confidence as a thick bottom stripe.
-        background, colour = f"linear-gradient(0deg, {fill} 0 7px, {MASKED_BACKGROUND} 7px)", "#444444"
-    else:
-        background, colour = fill, text_on(fill)
+    style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
     label = token_label(token, names, mask_id) if token is not None else "▢"
-    title = (f"position {pos} — {STATE_WORDS[state]}&#10;{esc(why)}&#10;"
+    # The hover says what the legend cannot (when, by whom, which token); the state's own words are in
+    # the legend, sent once.
+    title = (f"position {pos}: {esc(why)}&#10;"
              f"token {esc(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
-    corner = (f'<span style="position:absolute;top:-1px;right:2px;font-size:9px;font-weight:700;font-style:normal">'
-              f'{tag}</span>') if tag else ""
-    pointer = "cursor:pointer;" if state == MASKED else ""       # a masked cell opens the what-if panel
-    # The cell grows with its token (a long one was cut) and keeps room on the right for the A / + tag,
-    # which sat on the token's last letter.
-    pad = "0 11px 0 3px" if tag else "0 3px"
-    return (f'<div class="lopa-cell lopa-{state}" data-pos="{pos}" data-position="{pos}" data-state="{state}" '
-            f'title="{title}" style="{pointer}position:relative;box-sizing:border-box;min-width:40px;height:30px;'
-            f'padding:{pad};margin:1px;border:{border};'
-            f'border-radius:3px;background:{background};color:{colour};font:11px/26px monospace;text-align:center;'
-            f'overflow:hidden;white-space:nowrap;{extra}">{esc(label)}{corner}</div>')
+    corner = f'<span class="lopa-tag">{tag}</span>' if tag else ""
+    tagged = " lopa-tagged" if tag else ""
+    return (f'<div class="lopa-cell lopa-{state}{tagged}" data-position="{pos}" data-state="{state}" '
+            f'title="{title}" style="{style}">{esc(label)}{corner}</div>')
 
 
 def canvas_legend() -> str:
@@ -93,6 +105,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
     done = fills(run.records, r)
     predicted = predictions(record)
     first_window_block = record.window_start // N
+    chain = [p for p, _, ahead in record.filled() if ahead]                      # the winner's kept chain ...
+    chain = chain if len(chain) > 1 else []                                      # ... of more than one token
     rows = []
     for b, block_state in enumerate(record.block_states):
         cells = []
@@ -100,21 +114,26 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             fill = done.get(pos)
             if fill is not None:
                 state = fill.how if fill.round == r else (CACHED if b < record.n_cached_blocks else COMMITTED)
-                why = f"committed in round {fill.round} by the {'anchor' if fill.how == ANCHOR else 'lookahead'}"
+                who = "anchor" if fill.how == ANCHOR else "winning branch's lookahead"
+                why = (f"committed by this round's {who}" if fill.round == r else
+                       f"committed in round {fill.round} by the {who}" + (", block cached" if state == CACHED else ""))
                 cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
+                if fill.round == r and pos in chain:     # lookahead_depth > 1: its tokens numbered, not one "+"
+                    i = chain.index(pos) + 1
+                    cells[-1] = (cells[-1].replace("lopa-lookahead", "lopa-lookahead lopa-chain", 1).replace(
+                        ' title="', f' data-chain="{i}" title="token {i} of the {len(chain)} the winning chain kept&#10;',
+                        1).replace(">+</span>", f">+{i}</span>", 1))
             else:
                 guess = predicted.get(pos)
-                why = "prediction of the winning branch's forward this round" if guess else "not predicted yet"
+                why = ("still masked, predicted by the winning branch's forward (click: what if it were filled "
+                       "first?)" if guess else "still masked, not predicted yet")
                 cells.append(_cell(pos, MASKED, guess.token if guess else None,
                                    guess.max_prob if guess else float("nan"),
                                    guess.conf if guess else float("nan"), names, mask_id, why))
-        in_window = b >= first_window_block
-        bar = "4px solid #333333" if in_window else "4px solid transparent"
+        in_window = " lopa-in-window" if b >= first_window_block else ""
         label = f"block {b}<br><small>{esc(BLOCK_WORDS.get(block_state, block_state))}</small>"
-        rows.append(f'<div class="lopa-block" data-block="{b}" style="display:flex;align-items:center;'
-                    f'border-left:{bar};padding-left:4px;margin:2px 0">'
-                    f'<div style="width:78px;font-size:11px;line-height:1.1;flex:none">{label}</div>'
-                    f'<div style="display:flex;flex-wrap:wrap">{"".join(cells)}</div></div>')
+        rows.append(f'<div class="lopa-block{in_window}" data-block="{b}"><div class="lopa-block-label">{label}</div>'
+                    f'<div class="lopa-block-cells">{"".join(cells)}</div></div>')
     note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({esc(record.kind)}) — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
             f' Hover a cell for its token and probabilities.</div>')

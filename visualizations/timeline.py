@@ -21,6 +21,15 @@ def last_forward_round(records) -> int:
     return max((i for i, r in enumerate(records) if r.kind != "final"), default=0)
 
 
+def detail_round(records, r: int) -> int:
+    """The round whose branches, heatmap and rank lanes stand for round r: r itself, except at the final
+    round, which has no forward and no branches; there, the last round before it that had lookahead
+    branches (r if none had)."""
+    if not records or records[r].kind != "final":
+        return r
+    return max((i for i, x in enumerate(records[:r]) if x.kind == "round" and x.lookahead_positions), default=r)
+
+
 def n_positions(record, block_size: int) -> int:
     """Generated positions appended so far (all blocks, cached or not) after this record."""
     return len(record.block_states) * block_size

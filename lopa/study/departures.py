@@ -49,17 +49,18 @@ def score_gap(a, b):
 
 
 def lookahead_completions(run, N):
-    """Rounds where the winning lookahead token completed a block whose predecessors are complete:
+    """Rounds where the winning lookahead token (or kept chain) completed a block whose predecessors are complete:
     (all of them, those followed by another forward, where the two schedules can differ)."""
     events, followed = 0, 0
     last = max(r.round for r in run.records if r.kind != "final")
     for r in run.records:
         if r.kind != "round" or r.winner == 0:
             continue
-        p = r.lookahead_positions[r.winner - 1]
+        # the winner's lookahead token, or its kept chain (lookahead_depth > 1: the winner is a row, not an index)
+        extra = [p for p, _, ahead in r.filled() if ahead]
         tokens = r.branch_tokens[r.winner]                         # the winner's window, after the round
-        w0, block = r.window_start, p // N
-        if all(t != run.spec["mask_token_id"] for t in tokens[:(block + 1) * N - w0]):
+        w0 = r.window_start
+        if any(all(t != run.spec["mask_token_id"] for t in tokens[:(p // N + 1) * N - w0]) for p in extra):
             events += 1
             followed += r.round < last
     return events, followed

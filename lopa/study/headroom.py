@@ -18,9 +18,15 @@ Budget, per round of the order found: one rollout per candidate, every free posi
 reaches the best count so far; one round deep, searched again at every round; LoPA at the starting
 run's k below.
 
+At lookahead depth 2 or more (--lookahead-depth: LoPA's branches commit chains, lopa/chains.py) a round may
+also take two extra tokens: the candidates add every pair among the --pair-pool most confident free positions
+and every chain the engine proposes (a position and the next free one after it), LoPA's round at that depth
+below; LoPA's own round there is the winner's kept chain, whichever row of the batch it was.
+
 What it cannot see: orders that pay only after two or more departures from LoPA in a row (each departure
-must pay on its own, under LoPA below it); another token than the model's top one at the extra position;
-more than one extra token per round. So the best order may reach a TPF higher still.
+must pay on its own, under LoPA below it); another token than the model's top one at an extra position;
+more than one extra token per round at depth 1, more than two at any depth. So the best order may reach a
+TPF higher still.
 
 For each problem: vanilla D2F (k = 0), LoPA at each k of --ks (the paper's order), R random orders at k
 (seeds 0..R-1) and the order found. Writes headroom.csv / .parquet (one row per decode),
@@ -44,6 +50,7 @@ from lopa.tasks import task_for
 from lopa.trace import RunResult, pooled, predictions
 
 DEFAULT_KS = (1, 2, 4, 8, 14)
+PAIR_POOL = 8        # at depth >= 2: every pair among the 8 best ranked free positions (and every adjacent chain)
 STUDY = Study(
     "headroom", "How far LoPA is from the best order found", rank=5, n=60, per_row=("order", "order_seed"),  # each run sets its order
     knobs=(Knob("ks", str, ",".join(map(str, DEFAULT_KS)),
@@ -52,6 +59,8 @@ STUDY = Study(
                 label="random orders"),
            Knob("max_candidates", int, 0, "rollouts per round: the M most confident free positions (0 = every one; default)",
                 low=0),
+           Knob("pair_pool", int, PAIR_POOL, f"at --lookahead-depth 2 or more: pairs among the P most confident free "
+                f"positions per round (default {PAIR_POOL}), besides every adjacent chain", low=0),
            Knob("bootstrap", int, 1000, "bootstrap resamples (default 1000)", low=1)),
     tables=("", "choices"), figure=True, app=True)
 
@@ -61,13 +70,13 @@ def _forwards(records) -> int:
     return sum(r.kind != "final" for r in records)
 
 
-def rollout(parent: RunResult, at_round: int, position: int | None, bound: int) -> tuple[RunResult | None, int]:
+def rollout(parent: RunResult, at_round: int, positions: tuple[int, ...], bound: int) -> tuple[RunResult | None, int]:
     """`parent` forked after `at_round`: its round at_round + 1 is the anchor's commits plus the model's top
-    token at `position` (None: the anchor alone), verified as one branch, then the parent's policy to the
+    tokens at `positions` (none: the anchor alone), verified as one branch, then the parent's policy to the
     end. -> (the fork, or None once it reaches `bound` forwards in all; forwards it ran)."""
     decoder = fork_decoder(parent)
     total, ran = _forwards(parent.records[:at_round + 1]), 0
-    stream = decoder.stream_fork(parent, at_round, {} if position is None else {position: None}, lookahead=())
+    stream = decoder.stream_fork(parent, at_round, dict.fromkeys(positions), lookahead=())
     with closing(stream):
         for record in stream:
             ran += record.kind != "final"
@@ -76,57 +85,97 @@ def rollout(parent: RunResult, at_round: int, position: int | None, bound: int) 
     return decoder.result(), ran
 
 
-def search(lopa_run: RunResult, max_candidates: int = 0) -> tuple[RunResult, list[dict], int]:
+def lopa_extra(step) -> tuple[int, ...]:
+    """The positions a round's winner filled beyond the anchor: its lookahead token, or the kept part of its
+    chain (lookahead_depth > 1, where the winner is a row of the chain plan, not a lookahead index); ()
+    where the anchor won."""
+    return tuple(p for p, _, ahead in step.filled() if ahead)
+
+
+def two_step_candidates(ranked: list[int], free: list[int], pair_pool: int) -> list[tuple[int, int]]:
+    """The two-token departures a round tries at depth >= 2: every pair among the `pair_pool` first positions of
+    `ranked` (LoPA's ranking, best first), and every chain the engine's proposal makes (lopa.chains.adjacent_chains:
+    a position of `ranked` and the next free position after it), each pair once, best ranked first."""
+    rank = {p: i for i, p in enumerate(free)}
+    pool = ranked[:pair_pool]
+    pairs = [(p, q) for i, p in enumerate(pool) for q in pool[i + 1:]]
+    after = sorted(free)
+    for p in ranked:
+        later = [q for q in after if q > p]
+        if later:
+            pairs.append((p, later[0]))
+    seen, out = set(), []
+    for pair in pairs:
+        pair = tuple(sorted(pair, key=rank.__getitem__))
+        if frozenset(pair) not in seen:
+            seen.add(frozenset(pair))
+            out.append(pair)
+    return out
+
+
+def search(lopa_run: RunResult, max_candidates: int = 0, pair_pool: int = PAIR_POOL) -> tuple[RunResult, list[dict], int]:
     """The best order found from `lopa_run`, a LoPA run decoded in this process with keep_states.
     -> (its run, one dict per round where it left LoPA's choice, forwards the rollouts ran)."""
     best, choices, spent = lopa_run, [], 0
-    for step in iter_search(lopa_run, max_candidates):
+    for step in iter_search(lopa_run, max_candidates, pair_pool=pair_pool):
         best, choices, spent = step["best"], step["choices"], step["spent"]
     return best, choices, spent
 
 
 def iter_search(lopa_run: RunResult, max_candidates: int = 0, deadline: float | None = None,
-                each_rollout: bool = False):
+                each_rollout: bool = False, pair_pool: int = PAIR_POOL):
     """search() a round at a time: after each searched round, {"best": the order found so far (a whole run:
     the rounds not searched yet as the rollout below left them), "choices", "spent", "round": the round just
     searched, "rounds": the best run's rounds with a forward, "out_of_time"}. With `deadline` (a
     time.perf_counter() value) no rollout starts after it: the round in hand keeps the best of the rollouts
     it ran, and the search ends there. With `each_rollout`, also {"rollout": j, "of": the round's rollouts,
     "round": the round being searched, "rounds": forwards of the best run so far} after each rollout (a
-    rollout is a decode: a live run counts them and reads Stop between them)."""
+    rollout is a decode: a live run counts them and reads Stop between them). A run at lookahead_depth >= 2
+    is searched over two-step departures too (two_step_candidates, `pair_pool`), LoPA below at its depth."""
+    depth = int(lopa_run.settings.get("lookahead_depth", 1))
     best, choices, spent, r = lopa_run, [], 0, 0
     while r + 1 < len(best.records) and best.records[r + 1].kind != "final":
         seen, step = predictions(best.records[r]), best.records[r + 1]      # round r + 1 decides from round r
         anchor = set(step.anchor_positions)
         free = sorted((p for p in seen if p not in anchor), key=lambda p: -seen[p].conf)   # LoPA's ranking
         ranked = free[:max_candidates] if max_candidates else free
-        lopa_choice = step.lookahead_positions[step.winner - 1] if step.winner else None
+        lopa_choice = lopa_extra(step)
         bound, found, late = _forwards(best.records), None, False
-        candidates = [p for p in ranked if p != lopa_choice] + ([None] if lopa_choice is not None else [])
-        for j, position in enumerate(candidates, 1):
+        tried = [(p,) for p in ranked] + (two_step_candidates(ranked, free, pair_pool) if depth >= 2 else [])
+        candidates = [c for c in tried if set(c) != set(lopa_choice)] + ([()] if lopa_choice else [])
+        for j, positions in enumerate(candidates, 1):
             if deadline is not None and time.perf_counter() >= deadline:
                 late = True
                 break
-            child, ran = rollout(best, r, position, bound)
+            child, ran = rollout(best, r, positions, bound)
             spent += ran
             if child is not None:                      # strictly fewer forwards (ties keep the earlier)
-                best_child, bound, found = child, _forwards(child.records), position
+                best_child, bound, found = child, _forwards(child.records), positions
             if each_rollout:
                 yield {"rollout": j, "of": len(candidates), "round": r + 1, "rounds": _forwards(best.records)}
         if bound < _forwards(best.records):
-            front = min(free) if free else 0
-            choices.append({"round": r + 1, "position": found, "lopa_position": lopa_choice,
-                            "conf_rank": None if found is None else free.index(found) + 1, "free": len(free),
-                            "max_prob": None if found is None else seen[found].max_prob,
-                            "offset": None if found is None else found - front,
-                            "in_lopa_top_k": found is not None and found in step.lookahead_positions,
-                            "saved": _forwards(best.records) - bound})
+            choices.append(choice_row(r + 1, found, lopa_choice, free, seen, step, _forwards(best.records) - bound))
             best = best_child
         r += 1
         yield {"best": best, "choices": choices, "spent": spent, "round": r, "rounds": _forwards(best.records),
                "out_of_time": late}
         if late:
             return
+
+
+def choice_row(round_: int, found: tuple[int, ...], lopa_choice: tuple[int, ...], free: list[int], seen: dict,
+               step, saved: int) -> dict:
+    """A round where the order found left LoPA's choice: "position" (and "conf_rank", "max_prob", "offset") its
+    first extra position, the best ranked (None: the anchor alone), "positions" all of them; LoPA's as
+    "lopa_position" (its first) and "lopa_positions"."""
+    first = found[0] if found else None
+    front = min(free) if free else 0
+    return {"round": round_, "position": first, "lopa_position": lopa_choice[0] if lopa_choice else None,
+            "conf_rank": None if first is None else free.index(first) + 1, "free": len(free),
+            "max_prob": None if first is None else seen[first].max_prob,
+            "offset": None if first is None else first - front,
+            "in_lopa_top_k": first is not None and first in step.lookahead_positions,
+            "saved": saved, "positions": list(found), "lopa_positions": list(lopa_choice)}
 
 
 # -- the runs of one problem ---------------------------------------------------------------------------
@@ -138,7 +187,8 @@ def configurations(base: DecodeSettings, ks, random_orders: int) -> list[tuple[s
 
 
 def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random_orders: int,
-                  max_candidates: int = 0, data: str = "", shots: int = 0, search_rounds: bool = False):
+                  max_candidates: int = 0, data: str = "", shots: int = 0, search_rounds: bool = False,
+                  pair_pool: int = PAIR_POOL):
     """(row, choices) per decode, problem by problem, the search last (a stopped study has whole problems).
     The search starts from the LoPA run with the fewest forwards (the smallest k on a tie). With
     `search_rounds`, also (None, {"problem", "rollout", "of", "round", "rounds"}) after each rollout of the
@@ -159,7 +209,7 @@ def iter_headroom(loaded, problems: list[dict], base: DecodeSettings, ks, random
         start_k = min(lopa_runs, key=lambda k: (lopa_runs[k].metrics()["forwards"], k))
         t0 = time.perf_counter()
         best, choices, spent = lopa_runs[start_k], [], 0
-        for step in iter_search(lopa_runs[start_k], max_candidates, each_rollout=search_rounds):
+        for step in iter_search(lopa_runs[start_k], max_candidates, each_rollout=search_rounds, pair_pool=pair_pool):
             if "rollout" in step:
                 yield None, {"problem": problem["id"], **step}
                 continue
@@ -358,7 +408,7 @@ def png(tables: dict, summary: dict, title: str, path) -> None:
 
 
 CHOICE_COLUMNS = ["problem", "round", "position", "lopa_position", "conf_rank", "free", "max_prob", "offset",
-                  "in_lopa_top_k", "saved"]
+                  "in_lopa_top_k", "saved", "positions", "lopa_positions"]
 
 
 def main(argv=None) -> int:
@@ -377,12 +427,13 @@ def main(argv=None) -> int:
     rows, choices = [], []
     total = len(problems) * (len(configurations(base, ks, args.random)) + 1)
     for row, chosen in tqdm(iter_headroom(loaded, problems, base, ks, args.random, args.max_candidates, args.data,
-                                          args.shots), total=total, leave=False):
+                                          args.shots, pair_pool=args.pair_pool), total=total, leave=False):
         rows.append(row)
         choices += chosen
     df, choices_df = pd.DataFrame(rows), pd.DataFrame(choices, columns=CHOICE_COLUMNS)
     summary = summarize_headroom(df, choices_df, base.k, args.bootstrap)
-    summary["budget"] = {"depth": 1, "candidates": args.max_candidates or "every free position",
+    summary["budget"] = {"depth": base.lookahead_depth, "candidates": args.max_candidates or "every free position",
+                         **({"pair_pool": args.pair_pool} if base.lookahead_depth > 1 else {}),
                          "k_below": "the k of the LoPA run with the fewest forwards, over --ks", "ks": ks,
                          "wall_s": time.perf_counter() - t0}
     print(report(summary))
