@@ -89,3 +89,19 @@ def test_every_figure_is_tall_enough_and_its_title_lines_short_enough_for_a_phon
                 for line in re.sub(r"<[^>]+>", "\n", part.replace("<br>", "\n")).split("\n"):
                     assert len(line.strip()) <= limit, line
     assert title_lines("a " * 40, 40).count("<br>") >= 1
+
+
+def test_canvas_and_denoise_cells_never_fade_their_text(run):
+    """A cached block's cell and a re-noised draw are muted by a faded fill with text_on it, not by an opacity
+    (which fades the text too: black at 0.45 on viridis's middle is 2.6:1)."""
+    from visualizations import token_canvas
+    from visualizations.canvas import CANVAS_CSS
+    from visualizations.denoise import denoise_step_html
+    result, names = run
+    html = "".join(token_canvas(result, r, names) for r in range(len(result.records)))
+    assert "lopa-cached" in html and "opacity" not in html and "opacity" not in CANVAS_CSS
+    for background, colour in re.findall(r"background:(#[0-9a-f]{6});color:(#[0-9a-f]{6})", html):
+        assert contrast(background, colour) >= AA, (background, colour)
+    record = {"accepted": [0], "tokens_in": [5, 6], "sampled": [7, 8], "entropy": [0.1, 0.9], "canvas": 0, "step": 0,
+              "temperature": 1.0, "stopped": False}
+    assert "opacity" not in denoise_step_html({"records": [record]}, 0, names)

@@ -66,6 +66,12 @@ def contrast(a: str, b: str) -> float:
     return (lb + 0.05) / (la + 0.05)
 
 
+def faded(colour: str, amount: float = 0.55) -> str:
+    """`colour` mixed with white (`amount` of white): a muted fill that still carries its hue. Text on it takes
+    text_on(faded(...)); an opacity would fade the text with it, below 4.5:1."""
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in _rgb(colour))
+
+
 def text_on(background: str) -> str:
     """Black or white text, whichever contrasts more with `background`. They tie at luminance 0.179,
     where each gives 4.58:1, so the pick always meets WCAG AA (4.5:1)."""
