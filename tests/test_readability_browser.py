@@ -58,7 +58,7 @@ def run_and_compare(page) -> None:
     page.wait_for_selector("#compare-summary table")
     for side in ("#base-tfo", "#lopa-tfo"):
         page.wait_for_selector(f"{side} .gtitle")
-X
+        page.wait_for_selector(f"{side} .textpoint")                # the cells' round numbers
     open_accordion(page, "#settings", "#k")
     page.click("#study-interactive")
     page.wait_for_function("document.querySelector('#study-plot .gtitle')?.textContent.length > 0")
