@@ -27,7 +27,7 @@ from .panels import (
     build_trace_panel,
 )
 from .session import SESSION_TTL_S, Session, end_session
-from .viz import CANVAS_CSS, GLOSSARY_CSS
+from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
 from .wiring import QUEUE, wire
 
 CSS = """
@@ -40,6 +40,7 @@ CSS = """
 #branches {min-width: 0; max-width: 100%}
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
 #branches table {min-width: 560px}
+#branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}
@@ -49,6 +50,12 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 /* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
 #study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
   border: none !important; margin: 0 !important; overflow: hidden}
+/* No plotly toolbar: it covered the figures' titles (a tap shows it on a phone); drag zooms, a double-click resets. */
+.js-plotly-plot .modebar-container {display: none !important}
+/* Tables scroll sideways inside their panel rather than break a number over two lines; only the first
+   column (the row's label) wraps. */
+.prose table {display: block; max-width: 100%; overflow-x: auto}
+.prose table td:not(:first-child), .prose table th:not(:first-child) {white-space: nowrap}
 @media (max-width: 640px) {
   /* Phone: the model's description after the prompt, Run and the examples. */
   #model-panel {order: 5}
@@ -64,6 +71,11 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   .lopa-counter > div:last-child {font-size: 15px !important}
   .lopa-story-sentence {font-size: 15px !important}
   .lopa-tok {font-size: 11px !important; line-height: 16px !important; padding: 0 3px !important}
+  /* The two TFO maps one under the other, after both runs' counters and answers (not each under its own run's),
+     so the tour's step on the filling order shows both on one screen. */
+  #compare-sides > .column {display: contents}
+  #compare-sides > .column > * {flex: 1 1 100%}
+  #base-tfo, #lopa-tfo {order: 1}
 }
 """
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
@@ -73,7 +85,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default(), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript)]})

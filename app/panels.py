@@ -176,7 +176,7 @@ def build_compare_panel() -> dict:
         compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
         stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="compare-stop")
     status = gr.Markdown(elem_id="compare-status")
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="compare-sides"):
         with gr.Column():
             base_counters = gr.HTML(elem_id="base-counters")
             base_answer = gr.Textbox(label="run A / baseline output", lines=3, interactive=False, elem_id="base-answer")

@@ -80,6 +80,8 @@ TOUR_CSS = """
 .lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px; scroll-margin-top: 12px}
 #arrival, #tour-card {overflow-wrap: anywhere}
 body.lopa-tour-closed #tour-dock {display: none !important}
+/* A phone's screen is short: the dock leaves room for the panel a step points at (two maps at the filling order). */
+@media (max-width: 640px) {#tour-dock {max-height: 28vh}}
 """
 CSS = TOUR_CSS + STORY_CSS                  # the page's CSS for the arrival view and the tour
 

@@ -22,6 +22,7 @@ from .glossary import (
 from .heatmap import confidence_heatmap
 from .labels import token_label, token_repr
 from .markup import esc
+from .palette import THEME_COLOURS
 from .ranks import rank_lanes
 from .story import STORY_CSS, arrival_html, story_facts, story_sentence, tour_card
 from .timeline import detail_round, fills, last_forward_round, predictions
@@ -30,3 +31,4 @@ __all__ = ["CANVAS_CSS", "COMMIT_RULE_NAMES", "FEWER_FORWARDS_SLOWER", "GLOSSARY
            "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
            "token_label", "token_repr", "detail_round", "fills", "last_forward_round", "predictions", "STORY_CSS", "arrival_html", "story_facts", "story_sentence",
            "tour_card"]
+__all__ += ["THEME_COLOURS"]

@@ -16,7 +16,7 @@ from lopa.rules import score_split
 from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
 from .labels import token_label, token_repr
 from .markup import esc
-from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, WINNER_COLOUR, swatch
 from .timeline import detail_round, predictions
 
 
@@ -177,9 +177,9 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
             f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th>"
             '<th title="removal: the gain from its own filled position leaving the mean; change: what the extra '
             'token did to the other positions">Δ = removal + change</th></tr>')
-    legend = (f'<div style="font-size:12px;margin-top:4px">Bars: <span style="color:{ANCHOR_COLOUR}">■</span> anchor, '
-              f'<span style="color:{LOOKAHEAD_COLOUR}">■</span> lookahead branch, '
-              f'<span style="color:{WINNER_COLOUR}">■</span> ★ winner (highest C; ties go to lookahead branches in '
+    legend = (f'<div style="font-size:12px;margin-top:4px">Bars: {swatch(ANCHOR_COLOUR)} anchor, '
+              f'{swatch(LOOKAHEAD_COLOUR)} lookahead branch, '
+              f'{swatch(WINNER_COLOUR)} ★ winner (highest C; ties go to lookahead branches in '
               f'rank order). {term_link("Conf")} = {esc(str(run.settings["confidence"]))} (a masked position\'s '
               f'confidence score); {term_link("τ_conf")} = the threshold a commit needs. '
               'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '

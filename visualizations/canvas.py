@@ -17,7 +17,7 @@ import math
 
 from .labels import token_label, token_repr, token_text
 from .markup import esc
-from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, text_on, viridis, viridis_legend
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, faded, text_on, viridis, viridis_legend
 from .timeline import ANCHOR, fills, predictions
 
 CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
@@ -25,7 +25,7 @@ CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
 # whole canvas at every round it streams, to every browser watching, and inline styles made each
 # cell about five times longer.
 STATE_STYLE = {
-    CACHED: ("1px solid #bbbbbb", "opacity:0.45;", ""),
+    CACHED: ("1px solid #bbbbbb", "", ""),          # its fill faded (_fill), not the cell: its text stays at 4.5:1
     COMMITTED: ("1px solid #555555", "", ""),
     ANCHOR: (f"3px solid {ANCHOR_COLOUR}", "", "A"),
     "lookahead": (f"3px dashed {LOOKAHEAD_COLOUR}", "", "+"),
@@ -65,9 +65,15 @@ def _fmt(x: float) -> str:
     return "?" if x is None or math.isnan(x) else f"{x:.3f}"
 
 
+def _fill(state: str, max_prob: float) -> str:
+    """A cell's fill: viridis of its max prob, faded for a cached block's cell."""
+    fill = viridis(max_prob) if not math.isnan(max_prob) else MISSING_COLOUR
+    return faded(fill) if state == CACHED else fill
+
+
 def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str) -> str:
     tag = STATE_STYLE[state][2]
-    fill = viridis(max_prob) if not math.isnan(max_prob) else MISSING_COLOUR
+    fill = _fill(state, max_prob)
     style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
     label = token_label(token, names, mask_id) if token is not None else "▢"
     # The hover says what the legend cannot (when, by whom, which token); the state's own words are in
@@ -85,11 +91,11 @@ def canvas_legend() -> str:
     swatches = []
     for state, words in STATE_WORDS.items():
         border, extra, tag = STATE_STYLE[state]
-        bg = (f"linear-gradient(0deg, {viridis(0.5)} 0 5px, {MASKED_BACKGROUND} 5px)" if state == MASKED
-              else viridis(0.5))
+        fill = _fill(state, 0.5)
+        bg = f"linear-gradient(0deg, {fill} 0 5px, {MASKED_BACKGROUND} 5px)" if state == MASKED else fill
         swatches.append(f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px">'
                         f'<span style="display:inline-block;width:22px;height:16px;border:{border};border-radius:3px;'
-                        f'background:{bg};{extra};color:#fff;font-size:9px;text-align:right">{tag}</span>'
+                        f'background:{bg};{extra};color:{text_on(fill)};font-size:9px;text-align:right">{tag}</span>'
                         f'{esc(words)}</span>')
     return (f'<div class="lopa-legend" style="margin:4px 0 6px 0">{"".join(swatches)}'
             f'{viridis_legend("fill = max prob")}</div>')

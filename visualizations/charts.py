@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 
 from .compare import DIFF_COLOUR
+from .heatmap import MIN_HEIGHT
 from .labels import token_text
-from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS
+from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS, text_on, viridis
 from .timeline import committed_per_round, fills, n_positions
+
+
+def title_lines(text: str, width: int = 40) -> str:
+    """A figure title broken into lines of at most `width` characters: plotly never wraps a title, and on a
+    phone the figure is about 320 px wide (40 characters at its 13 px)."""
+    return "<br>".join(textwrap.wrap(text, width)) if text else ""
 
 
 def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
@@ -20,11 +29,14 @@ def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
                          marker_color=LOOKAHEAD_COLOUR, marker_pattern_shape="/"))
     if current is not None and run.records:
         fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="rgba(0,0,0,0.08)", line_width=0)
-    fig.update_layout(barmode="stack", height=270, margin=dict(l=10, r=10, t=36, b=36),
-                      title=dict(text="Tokens committed per round" + (f" (shaded: round {current})" if current is not None
-                                 and run.records else ""), font=dict(size=13)),
+    # The legend at the foot of the figure (container coordinates, under the x axis's title): at the top right it
+    # ran into the title on a phone.
+    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=36, b=84),
+                      title=dict(text="Tokens committed per round" + (f"<br><sup>shaded: round {current}</sup>"
+                                 if current is not None and run.records else ""), font=dict(size=13)),
                       xaxis=dict(title_text="round", rangemode="tozero"), yaxis=dict(title_text="tokens"),
-                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"), plot_bgcolor="white")
+                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
+                      plot_bgcolor="white")
     return fig
 
 
@@ -38,7 +50,8 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
     fig = go.Figure()
     if not run.records:
         fig.add_annotation(text="No rounds yet.", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(height=200, xaxis=dict(visible=False), yaxis=dict(visible=False), title=title)
+        fig.update_layout(height=MIN_HEIGHT, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                          title=dict(text=title_lines(title), font=dict(size=13)))
         return fig
     N = int(run.settings["block_size"])
     done = fills(run.records)
@@ -54,19 +67,27 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
                             f"token {token_text(fill.token, names)!r}" if fill else f"position {b * N + i}<br>masked")
     # zmin < zmax always: a colour bar over an empty range makes plotly.js throw on every relayout.
     top = max(zmax or max((f.round for f in done.values()), default=1), 2)
-    fig.add_trace(go.Heatmap(z=z, text=text, texttemplate="%{text}", textfont=dict(size=9), customdata=hover,
-                             hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS, zmin=1, zmax=top,
-                             xgap=1, ygap=1, colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
+    fig.add_trace(go.Heatmap(z=z, customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS,
+                             zmin=1, zmax=top, xgap=1, ygap=1,
+                             colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
+    # The round numbers, each in black or white by its cell's fill (text_on: >= 4.5:1); plotly's own heatmap
+    # text picks one by a brightness rule that gave 3.7:1 on viridis's middle.
+    cells = [(i, b, row[i]) for b, row in enumerate(z) for i in range(N) if row[i] is not None]
+    fig.add_trace(go.Scatter(x=[i for i, _, _ in cells], y=[b for _, b, _ in cells], mode="text",
+                             text=[str(v) for _, _, v in cells], hoverinfo="skip", showlegend=False,
+                             textfont=dict(size=12, color=[text_on(viridis((v - 1) / (top - 1))) for _, _, v in cells])))
     marked = sorted(p for p in (highlight or ()) if p < n_blocks * N)
     if marked:
         fig.add_trace(go.Scatter(x=[p % N for p in marked], y=[p // N for p in marked], mode="markers",
                                  name="filled in a different round than the other run", hoverinfo="skip",
                                  marker=dict(symbol="square-open", size=15, color=DIFF_COLOUR, line=dict(width=2.5))))
-        fig.update_layout(legend=dict(orientation="h", y=-0.25, x=1, xanchor="right"))
+        fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0))
     fig.update_yaxes(autorange="reversed", title_text="block", dtick=1)
     fig.update_xaxes(title_text="position in block")
-    fig.update_layout(title=dict(text=title or "Token filling order (round each position was committed)",
+    fig.update_layout(title=dict(text=title_lines(title) if title else
+                                 "Token filling order<br><sup>the round each position was committed</sup>",
                                  font=dict(size=13)),
                       # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
-                      height=230 + 26 * n_blocks, margin=dict(l=10, r=10, t=40, b=36), plot_bgcolor="#f2f2f2")
+                      height=max(MIN_HEIGHT, 200 + 26 * n_blocks) + (30 if marked else 0),
+                      margin=dict(l=10, r=10, t=56, b=66 if marked else 36), plot_bgcolor="#f2f2f2")
     return fig

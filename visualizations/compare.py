@@ -13,7 +13,7 @@ from lopa.trace import metrics
 from .glossary import FEWER_FORWARDS_SLOWER
 from .labels import token_label
 from .markup import esc
-from .palette import text_on, viridis
+from .palette import SUBDUED_TEXT, text_on, viridis
 from .timeline import commits, fills
 
 DIFF_COLOUR = "#D55E00"       # Okabe-Ito vermillion: a position filled in a different round
@@ -130,7 +130,7 @@ def _diff_cell(p: int, fill_round, token, other_round, differs: bool, top: int, 
            + (f", token {token_label(token, names, mask_id)}" if token is not None else ""))
     return (f'<div class="lopa-diff-cell" data-position="{p}" data-differs="{int(differs)}" title="{esc(tip)}" '
             f'style="box-sizing:border-box;width:19px;height:18px;margin:1px;border:{border};border-radius:2px;'
-            f'background:{fill};color:{text_on(fill) if fill_round is not None else "#999"};font:9px/14px monospace;'
+            f'background:{fill};color:{text_on(fill) if fill_round is not None else SUBDUED_TEXT};font:9px/14px monospace;'
             f'text-align:center">{esc(label)}</div>')
 
 

@@ -6,9 +6,7 @@ from lopa.trace import metrics
 
 from .glossary import FEWER_FORWARDS_SLOWER, rule_name, term_link
 from .markup import esc
-
-STATUS_COLOURS = {"running": "#0072B2", "done": "#009E73", "stopped": "#D55E00", "idle": "#666666",
-                  "replay": "#CC79A7", "paused": "#E69F00"}
+from .palette import STATUS_COLOURS
 
 
 def counters_html(run, elapsed_s: float, status: str = "running", title: str = "") -> str:

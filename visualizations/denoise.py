@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from .labels import token_label, token_repr
 from .markup import esc
-from .palette import ANCHOR_COLOUR, VIRIDIS, text_on, viridis
+from .palette import ANCHOR_COLOUR, VIRIDIS, faded, text_on, viridis
 
 
 def _records(run: dict, canvas: int) -> list[dict]:
@@ -65,10 +65,10 @@ def denoise_step_html(run: dict, index: int, names: dict[int, str] | None = None
     cells = []
     for p, (seen, drawn) in enumerate(zip(r["tokens_in"], r["sampled"])):
         sure = 1.0 / (1.0 + r["entropy"][p])          # 1 at zero entropy, falls as the prediction spreads
-        fill = viridis(sure)
         kept = p in accepted
+        fill = viridis(sure) if kept else faded(viridis(sure))    # a re-noised draw muted by its fill (text stays AA)
         style = (f"background:{fill};color:{text_on(fill)};padding:2px 4px;margin:1px;display:inline-block;"
-                 + ("border:2px solid #000;" if kept else "border:1px dotted #777;opacity:0.5;"))
+                 + ("border:2px solid #000;" if kept else "border:1px dotted #777;"))
         tip = f"position {p}: saw {token_repr(seen, names)}, drew {token_repr(drawn, names)}, " \
               f"entropy {r['entropy'][p]:.3f}, {'kept' if kept else 're-noised'}"
         cells.append(f'<span title="{esc(tip)}" style="{style}">{esc(token_label(drawn, names))}</span>')

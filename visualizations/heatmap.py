@@ -19,12 +19,13 @@ from .labels import token_label, token_text
 from .palette import DIVERGING, VIRIDIS, WINNER_COLOUR
 
 NAN = float("nan")
+MIN_HEIGHT = 260        # px: every figure of the page is at least this tall, a phone's included
 
 
 def _message_figure(text: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    fig.update_layout(height=220, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
+    fig.update_layout(height=MIN_HEIGHT, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
                       margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
     return fig
 
@@ -47,8 +48,8 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     r = max(0, min(r, len(run.records) - 1))
     rec = run.records[r]
     if rec.kind == "final" or not rec.branch_positions or not rec.branch_positions[0]:
-        return _message_figure(f"Round {r}: nothing left masked, so no forward and no confidence to show.<br>"
-                               "Scrub back to an earlier round to see its branches.")
+        return _message_figure(f"Round {r}: nothing left masked,<br>so no forward and no confidence to show.<br>"
+                               "Scrub back to an earlier round<br>to see its branches.")
     mask_id, metric = int(run.spec["mask_token_id"]), run.settings["confidence"]
     conf = [dict(zip(p, c)) for p, c in zip(rec.branch_positions, rec.branch_conf)]      # per branch: pos -> Conf
     argmax = [dict(zip(p, t)) for p, t in zip(rec.branch_positions, rec.branch_argmax)]
@@ -102,9 +103,10 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
                                  text=hover, hoverinfo="text", xgap=1, ygap=1, name="Δ Conf vs anchor",
                                  colorbar=dict(title=dict(text="Δ Conf<br>vs anchor", side="right"), len=0.58,
                                                y=0.0, yanchor="bottom", thickness=12)), row=2, col=1)
+        # No legend: the title says what ✕ is, and a legend under the plot sat on the x axis's title on a phone.
         fig.add_trace(go.Scatter(x=marks[0], y=marks[1], mode="markers", name="lookahead token",
                                  marker=dict(symbol="x", size=10, color="black", line=dict(width=1, color="white")),
-                                 hoverinfo="skip", showlegend=True), row=2, col=1)
+                                 hoverinfo="skip", showlegend=False), row=2, col=1)
         fig.update_yaxes(autorange="reversed", row=2, col=1)
         if rec.winner > 0:
             fig.add_shape(type="rect", xref="x2 domain", yref="y2", x0=0, x1=1, y0=rec.winner - 1.5,
@@ -115,10 +117,11 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     # Categories fill the width exactly (the marker trace would otherwise pad the range).
     fig.update_xaxes(type="category", range=[-0.5, len(columns) - 0.5])
     fig.update_xaxes(title_text="masked window position", row=rows, col=1)
+    # Short title lines: plotly never wraps a title, and a phone gives the figure about 320 px.
     fig.update_layout(
-        title=dict(text=f"Round {r}: top, the anchor's Conf; below, each branch's Conf minus the anchor's<br>"
-                        "<sup>blue = its one extra token (✕) raised the others' Conf, red = lowered it; outline/★ = "
-                        "winner</sup>", font=dict(size=13)),
-        height=min(230 + 26 * (k + 1), 680), margin=dict(l=10, r=10, t=64, b=40), plot_bgcolor="#f2f2f2",
-        legend=dict(orientation="h", y=-0.15 if k else -0.4, x=1, xanchor="right"))
+        title=dict(text=f"Round {r}: the anchor's Conf (top row)<br>and each branch's Conf − the anchor's<br>"
+                        "<sup>blue: its one extra token (✕) raised the others' Conf,<br>red: lowered it; "
+                        "outline and ★: the winner</sup>", font=dict(size=13)),
+        height=min(max(MIN_HEIGHT, 250 + 26 * (k + 1)), 700), margin=dict(l=10, r=10, t=96, b=40),
+        plot_bgcolor="#f2f2f2", showlegend=False)
     return fig

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .heatmap import _message_figure
+from .heatmap import MIN_HEIGHT, _message_figure
 from .palette import OKABE_ITO, WINNER_COLOUR
 
 PHASES = {   # phase -> (legend name, colour): Okabe-Ito, colour-blind safe
@@ -101,16 +101,18 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
             hovertemplate=f"broadcast of the winner's new cache entries: {_bytes(extra.get('commit_bytes'))}"
                           "<extra></extra>"))
     if parallel:
-        notes.append(f"{world} ranks; exchanged {_bytes(extra.get('bytes'))} "
-                     f"(full logits would be {_bytes(extra.get('full_logits_bytes'))})")
+        notes.append(f"{world} ranks; exchanged {_bytes(extra.get('bytes'))}")
+        notes.append(f"(full logits would be {_bytes(extra.get('full_logits_bytes'))})")
         if "ipc_s" in extra:
             notes.append(f"app ↔ rank 0 {1e3 * float(extra['ipc_s']):.1f} ms")
     else:
         notes.append("single process")
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=lanes, title_text="")
     fig.update_xaxes(title_text="time in the round (ms)", range=[0, end * 1.35], rangemode="tozero")
-    fig.update_layout(barmode="overlay", height=210 + 46 * world, margin=dict(l=10, r=10, t=44, b=90),
-                      title=dict(text=f"Rank lanes, round {record.round} ({record.kind}) — " + "; ".join(notes),
-                                 font=dict(size=13)),
+    fig.update_layout(barmode="overlay", height=max(MIN_HEIGHT, 210 + 46 * world) + 14 * len(notes),
+                      margin=dict(l=10, r=10, t=36 + 14 * len(notes), b=90),
+                      # One note a line, small: plotly never wraps a title, and a phone gives it about 320 px.
+                      title=dict(text=f"Rank lanes, round {record.round} ({record.kind})<br><sup>"
+                                      + "<br>".join(notes) + "</sup>", font=dict(size=13)),
                       legend=dict(orientation="h", yanchor="top", y=-0.3, x=0), plot_bgcolor="white")
     return fig

@@ -101,7 +101,8 @@ STORY_CSS = """
 .lopa-story-bar {height: 8px; background: #0072B2; border-radius: 4px; margin: 3px 0 6px 0}
 .lopa-story-tokens {display: flex; flex-wrap: wrap; gap: 2px; align-items: baseline}
 .lopa-tok {display: inline-block; padding: 1px 4px; border-radius: 3px; font: 13px/20px monospace; background: #f2f2f2}
-.lopa-tok sub {font-size: 10px; margin-left: 2px}
+/* The round number takes its token's colour (text_on the token's fill), not the page's prose colour. */
+.lopa-tok sub {font-size: 10px; margin-left: 2px; color: inherit}
 .lopa-break {flex-basis: 100%; height: 0}
 .lopa-story-legend {font-size: 13px; margin-top: 8px; color: #333}
 .lopa-story-scale {display: inline-flex; align-items: center; gap: 4px}

@@ -44,7 +44,7 @@ def shipped_title(study: str, meta: dict) -> str:
 def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
     """Title lines escaped one by one and joined with <br> (escaping the joined text showed a literal <br>);
     room above the subplot titles for every title line, and the legend below the x axis title."""
-    lines = title_lines(title, 55)
+    lines = title_lines(title, 40)     # a phone gives the figure about 320 px
     # Subplot titles wrapped too: side by side on a phone-width plot they ran into each other.
     extra = 0
     for note in fig.layout.annotations:
@@ -53,7 +53,7 @@ def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
             note.text, extra = "<br>".join(wrapped), max(extra, len(wrapped) - 1)
     top = 50 + 18 * len(lines) + 16 * extra
     fig.update_layout(title=dict(text="<br>".join(html.escape(line) for line in lines), font=dict(size=13),
-                                 x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=8, l=8)),
+                                 x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=14, l=8)),   # t: its first line whole
                       height=height + 18 * len(lines), template="plotly_white",
                       margin=dict(l=50, r=20, t=top, b=70 + 22 * legend_rows),
                       legend=dict(orientation="h", x=0, y=-0.22, yanchor="top"))
