@@ -45,6 +45,12 @@ def test_shipped_figures_read_as_words(study):
     for trace in fig.data:
         if trace.type == "bar" and trace.textposition == "outside":
             assert trace.cliponaxis is False                                  # "100%" above a bar stays whole
+    # each subplot title fits its own panel's share of a phone's width (about 44 characters across)
+    domains = [fig.layout[k].domain for k in fig.layout if k.startswith("xaxis") and fig.layout[k].domain]
+    for note in fig.layout.annotations:
+        share = min((d[1] - d[0] for d in domains if d[0] <= (note.x or 0) <= d[1]), default=1.0)
+        words = [w for w in (note.text or "").split("<br>") if " " in w]     # a single long word cannot break
+        assert all(len(line) <= max(8, int(44 * share)) for line in words), (note.text, share)
 
 
 def test_title_lines_wrap_at_spaces_and_keep_breaks():

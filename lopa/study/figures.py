@@ -45,11 +45,16 @@ def _layout(fig, title: str, height: int = 460, legend_rows: int = 1):
     """Title lines escaped one by one and joined with <br> (escaping the joined text showed a literal <br>);
     room above the subplot titles for every title line, and the legend below the x axis title."""
     lines = title_lines(title, 40)     # a phone gives the figure about 320 px
-    # Subplot titles wrapped too: side by side on a phone-width plot they ran into each other.
+    # Subplot titles wrapped too, each to its own panel's share of a phone's width (about 44 characters of a
+    # 12 px title across the figure): side by side they ran into each other, a narrow panel's off the figure.
+    domains = [ax["domain"] for name, ax in fig.layout.to_plotly_json().items() if name.startswith("xaxis") and
+               isinstance(ax, dict) and ax.get("domain")]
     extra = 0
     for note in fig.layout.annotations:
-        if note.text and "<br>" not in note.text and len(note.text) > 36:
-            wrapped = textwrap.wrap(note.text, 36, break_long_words=False)
+        share = min((d[1] - d[0] for d in domains if d[0] <= (note.x or 0) <= d[1]), default=1.0)
+        fits = max(8, int(44 * share))
+        if note.text and "<br>" not in note.text and len(note.text) > fits:
+            wrapped = textwrap.wrap(note.text, fits, break_long_words=False)
             note.text, extra = "<br>".join(wrapped), max(extra, len(wrapped) - 1)
     top = 50 + 18 * len(lines) + 16 * extra
     fig.update_layout(title=dict(text="<br>".join(html.escape(line) for line in lines), font=dict(size=13),
