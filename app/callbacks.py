@@ -206,6 +206,7 @@ def drain(session: Session, begin, running: str, on_fault=None):
         status = on_fault(err)
     finally:                         # also when the browser goes away mid-run (GeneratorExit)
         session.streaming = False
+        session.moves_at_end = session.view_moves
         session.stop_clock()
     yield live_outputs(session, status)
 
@@ -252,14 +253,16 @@ def show_rounds_arriving(session: Session):
     (app/wiring.py)."""
     run = session.run
     if (session.shown_arriving or run is None or run.stopped or session.source != "live" or session.live is not None
-            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()):
+            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()
+            or session.view_moves != session.moves_at_end):       # the visitor is already scrubbing
         # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
         yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
         return
     session.shown_arriving = True
     for r in range(session.n_rounds):
-        if session.run is not run or session.streaming or session.live is not None:
-            return                                       # the visitor moved on
+        if (session.run is not run or session.streaming or session.live is not None
+                or session.view_moves != session.moves_at_end):
+            return                                       # the visitor moved on, or took the slider
         if TURNS.busy():                                 # someone's decode: straight to the end
             r = session.n_rounds - 1
         yield gr.update(value=r), token_canvas(run, r, session.names), answer_at(session, r)
@@ -303,11 +306,13 @@ def show_round(session: Session, r) -> tuple:
         r = whole("round", r, -MAX_ROUND, MAX_ROUND)
     except ValueError as err:
         raise gr.Error(str(err), print_exception=False) from None     # no status among these outputs
+    session.view_moves += 1                          # a replay of the last Run (show_rounds_arriving) gives way
     return view(session, r) + (answer_at(session, r),)
 
 
 def toggle_play(session: Session, playing: bool, r) -> tuple:
     """(timer, play button, playing). Play from the current round; from the start if at the end."""
+    session.view_moves += 1
     if playing or session.n_rounds < 2:
         return gr.Timer(active=False), gr.update(value="▶ Play"), False
     return gr.Timer(active=True), gr.update(value="⏸ Pause"), True

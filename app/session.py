@@ -121,6 +121,8 @@ class Session:
     # show the model's own values. None until the page loads: a caller with no page sets every input it sends.
     touched: frozenset | None = None
     shown_arriving: bool = False          # the first fast Run's rounds were shown again (callbacks.show_rounds_arriving)
+    view_moves: int = 0                   # the visitor moved the slider or pressed Play this many times ...
+    moves_at_end: int = 0                 # ... and this many when the last Run ended: none since, the replay may run
 
     # -- lifecycle of one decode -----------------------------------------------------------
     def begin(self, model: str, prompt: str, settings: DecodeSettings, backend: Backend = Backend(),

@@ -103,6 +103,25 @@ def launch_chromium(playwright, timeout_ms: int):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=timeout_ms)
 
 
+# The two window sizes a newcomer's page is measured at: a laptop and a phone.
+WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+
+
+def open_page(browser, url: str, size: dict, timeout_ms: int):
+    """Yield a new page of `size` with the app loaded (the arrival view and the first figure drawn), then
+    close it, asserting the page raised no script error. For a fixture: `yield from open_page(...)`."""
+    page = browser.new_page(viewport=size)
+    page.set_default_timeout(timeout_ms)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page.goto(url, timeout=timeout_ms)
+    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok")
+    page.wait_for_selector("#tokens-chart .js-plotly-plot")            # the page has loaded
+    yield page
+    assert not page.errors
+    page.close()
+
+
 def open_accordion(page, selector: str, inside: str, timeout_s: float = 180) -> None:
     """Open the accordion `selector` until `inside` (an element in it) shows, then let its inputs settle.
     A click while the page still mounts can be lost, so it is repeated (only while `inside` is hidden:

@@ -107,6 +107,16 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     finally:
         TURNS.end()
     assert first["round_slider"]["value"] == 0 and [o["round_slider"]["value"] for o in rest] == [busy.n_rounds - 1]
+    scrubbed = Session()
+    drain(cb.run_stream(scrubbed, PROMPT, *values()))
+    cb.show_round(scrubbed, 1)                       # the visitor took the slider before the replay began
+    assert list(cb.show_rounds_arriving(scrubbed)) == skips
+    scrubbing = Session()
+    drain(cb.run_stream(scrubbing, PROMPT, *values()))
+    replay = cb.show_rounds_arriving(scrubbing)
+    next(replay)
+    cb.show_round(scrubbing, 1)                      # ... or while it runs
+    assert list(replay) == []
     moved_on = Session()
     drain(cb.run_stream(moved_on, PROMPT, *values()))
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)

@@ -111,7 +111,7 @@ def test_decode_records_each_step_and_the_slider_shows_it(allowed):
         counters, slider, step, settled, heatmap = denoise.show_step(view, i)
         assert step.startswith(f'<div data-record="{i}">') and denoise_step_html(run, i, view.names) in step
         assert step.count("border:2px solid") == len(record["accepted"])          # accepted cells
-        assert step.count("opacity:0.5") == len(record["renoised"])               # re-noised cells
+        assert step.count("border:1px dotted #777") == len(record["renoised"])    # re-noised cells
         same_canvas = [r for r in run["records"] if r["canvas"] == record["canvas"]]
         assert [list(z) for z in heatmap.data[0].z] == [r["entropy"] for r in same_canvas]
     settled = [s for s in run["settled"] if s is not None]

@@ -7,12 +7,11 @@ closing the tour, and Next-then-Close at once leaving it closed. No timing asser
 
 
 import pytest
-from servers import needs_chromium, open_accordion, open_browser, serve_app, type_value
+from servers import WIDTHS, needs_chromium, open_accordion, open_browser, open_page, serve_app, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]
 
-WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take minutes, never fails a test
 STOPS = ("#stop", "#compare-stop", "#best-order-stop", "#study-stop")
 
@@ -29,16 +28,7 @@ def browser():
 
 @pytest.fixture(params=list(WIDTHS))
 def page(request, browser, url):
-    page = browser.new_page(viewport=WIDTHS[request.param])
-    page.set_default_timeout(WAIT_MS)
-    page.errors = []
-    page.on("pageerror", lambda err: page.errors.append(str(err)))
-    page.goto(url, timeout=WAIT_MS)
-    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok")
-    page.wait_for_selector("#tokens-chart .js-plotly-plot")            # the page has loaded
-    yield page
-    assert not page.errors
-    page.close()
+    yield from open_page(browser, url, WIDTHS[request.param], WAIT_MS)
 
 
 def box(page, selector: str) -> dict:

@@ -8,11 +8,10 @@ import re
 
 import pytest
 from readability import CONTRAST_JS, PLOTS_JS
-from servers import needs_chromium, open_accordion, open_browser, serve_app
+from servers import WIDTHS, needs_chromium, open_accordion, open_browser, open_page, serve_app
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]
 
-WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take minutes, never fails a test
 MIN_PLOT_PX = 240
 AA, AA_LARGE = 4.5, 3.0    # WCAG 2 contrast, 1.4.3: normal text, and text >= 24 px or bold >= 18.66 px
@@ -34,16 +33,7 @@ def browser():
 
 @pytest.fixture(params=list(WIDTHS))
 def page(request, browser, url):
-    page = browser.new_page(viewport=WIDTHS[request.param])
-    page.set_default_timeout(WAIT_MS)
-    page.errors = []
-    page.on("pageerror", lambda err: page.errors.append(str(err)))
-    page.goto(url, timeout=WAIT_MS)
-    page.wait_for_selector("#arrival .lopa-story-side[data-run='lopa'] .lopa-tok")
-    page.wait_for_selector("#tokens-chart .js-plotly-plot")            # the page has loaded
-    yield page
-    assert not page.errors
-    page.close()
+    yield from open_page(browser, url, WIDTHS[request.param], WAIT_MS)
 
 
 def run_and_compare(page) -> None:

@@ -14,7 +14,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from servers import launch_chromium, needs_chromium, serve_app
+from servers import WIDTHS, launch_chromium, needs_chromium, serve_app
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
@@ -22,7 +22,7 @@ pytestmark = [needs_chromium,
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 SCREENSHOTS = ROOT / "assets" / "screenshots"
-LAPTOP, PHONE = {"width": 1366, "height": 768}, {"width": 390, "height": 844}
+LAPTOP, PHONE = WIDTHS["laptop"], WIDTHS["phone"]
 WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take minutes, never fails a test
 
 
