@@ -180,7 +180,7 @@ def test_the_candidate_cannot_see_the_test_process_or_read_the_test():
     """The candidate looks for the test's process and text everywhere it can read; the tests then
     ask it what it found (any sighting fails the run)."""
     candidate = """
-import glob, os
+import os, sys
 seen = []
 for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
     try:
@@ -188,13 +188,17 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
     except OSError:
         pass
 sightings = [c for c in seen if b' test ' in c.replace(b'\\0', b' ')]
-texts = []
-for path in glob.glob('/sandbox/**', recursive=True) + glob.glob('/tmp/**', recursive=True):
-    try:
-        texts.append(open(path, errors='replace').read())
-    except OSError:
-        pass
-leaked = any('MARKER-' + '7f3a' in text for text in texts)   # not spelled out: this file is read too
+leaked = False
+for top in ('/sandbox', '/tmp'):
+    for folder, subfolders, files in os.walk(top):
+        if folder.startswith(sys.prefix):     # the interpreter, bound in read-only (a venv may live under /tmp)
+            subfolders.clear()
+            continue
+        for name in files:
+            try:                              # the marker not spelled out: this file is read too
+                leaked |= 'MARKER-' + '7f3a' in open(os.path.join(folder, name), errors='replace').read()
+            except OSError:
+                pass
 """
     test = "# MARKER-7f3a: only the test process has this text\nassert sightings == [] and not leaked\n"
     assert run(Program(candidate, test)).passed
