@@ -71,19 +71,24 @@ def _fill(state: str, max_prob: float) -> str:
     return faded(fill) if state == CACHED else fill
 
 
-def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str) -> str:
-    tag = STATE_STYLE[state][2]
+def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str,
+          chain: tuple[int, int] | None = None) -> str:
+    """One cell; `chain` (i, n): token i of the n the winning chain kept (lookahead_depth > 1), numbered in
+    its tag instead of one "+"."""
+    tag = STATE_STYLE[state][2] + (str(chain[0]) if chain else "")
     fill = _fill(state, max_prob)
     style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
     label = token_label(token, names, mask_id) if token is not None else "▢"
     # The hover says what the legend cannot (when, by whom, which token); the state's own words are in
     # the legend, sent once.
-    title = (f"position {pos}: {esc(why)}&#10;"
+    title = ((f"token {chain[0]} of the {chain[1]} the winning chain kept&#10;" if chain else "") +
+             f"position {pos}: {esc(why)}&#10;"
              f"token {esc(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
     corner = f'<span class="lopa-tag">{tag}</span>' if tag else ""
-    tagged = " lopa-tagged" if tag else ""
-    return (f'<div class="lopa-cell lopa-{state}{tagged}" data-position="{pos}" data-state="{state}" '
+    classes = f"lopa-{state}" + (" lopa-chain" if chain else "") + (" lopa-tagged" if tag else "")
+    numbered = f' data-chain="{chain[0]}"' if chain else ""
+    return (f'<div class="lopa-cell {classes}" data-position="{pos}" data-state="{state}"{numbered} '
             f'title="{title}" style="{style}">{esc(label)}{corner}</div>')
 
 
@@ -123,12 +128,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                 who = "anchor" if fill.how == ANCHOR else "winning branch's lookahead"
                 why = (f"committed by this round's {who}" if fill.round == r else
                        f"committed in round {fill.round} by the {who}" + (", block cached" if state == CACHED else ""))
-                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why))
-                if fill.round == r and pos in chain:     # lookahead_depth > 1: its tokens numbered, not one "+"
-                    i = chain.index(pos) + 1
-                    cells[-1] = (cells[-1].replace("lopa-lookahead", "lopa-lookahead lopa-chain", 1).replace(
-                        ' title="', f' data-chain="{i}" title="token {i} of the {len(chain)} the winning chain kept&#10;',
-                        1).replace(">+</span>", f">+{i}</span>", 1))
+                link = (chain.index(pos) + 1, len(chain)) if fill.round == r and pos in chain else None
+                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why, link))
             else:
                 guess = predicted.get(pos)
                 why = ("still masked, predicted by the winning branch's forward (click: what if it were filled "
