@@ -252,17 +252,20 @@ def show_rounds_arriving(session: Session):
     visitor starts meanwhile (Run, Step, Reset, another run) ends it; the slider and Play cancel it
     (app/wiring.py)."""
     run = session.run
-    if (session.shown_arriving or run is None or run.stopped or session.source != "live" or session.live is not None
-            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()
-            or session.view_moves != session.moves_at_end):       # the visitor is already scrubbing
+
+    def moved_on() -> bool:      # another run shown, a decode started, or the visitor took the slider or Play
+        return (session.run is not run or session.streaming or session.live is not None
+                or session.view_moves != session.moves_at_end)
+
+    if (session.shown_arriving or run is None or run.stopped or session.source != "live" or moved_on()
+            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()):
         # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
         yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
         return
     session.shown_arriving = True
     for r in range(session.n_rounds):
-        if (session.run is not run or session.streaming or session.live is not None
-                or session.view_moves != session.moves_at_end):
-            return                                       # the visitor moved on, or took the slider
+        if moved_on():
+            return
         if TURNS.busy():                                 # someone's decode: straight to the end
             r = session.n_rounds - 1
         yield gr.update(value=r), token_canvas(run, r, session.names), answer_at(session, r)

@@ -60,9 +60,8 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   /* Phone: the model's description after the prompt, Run and the examples. */
   #model-panel {order: 5}
   #settings-panel {order: 6}
-  #arrival-actions {flex-direction: column; align-items: stretch}
   /* the tour and Run on the first screen, the recorded story after them */
-  #arrival-actions {order: -1}
+  #arrival-actions {flex-direction: column; align-items: stretch; order: -1}
   /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
   #round-view > * {order: 3}
   #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
