@@ -18,6 +18,7 @@ one token: LoPA exactly. Pure helpers: no model, no `.item()` in the tensor help
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -94,6 +95,25 @@ def kept_lengths(plan: ChainPlan, tokens: torch.Tensor, row_token: list[torch.Te
             n += 1
         kept.append(n)
     return kept
+
+
+def chain_cut(record, c: int, floor: float) -> dict | None:
+    """Where chain c was cut, re-derived from the trace's numbers (kept_lengths, above): its first token
+    not kept, the row holding the chain before it, and that row's prediction at its position. `failed` names the
+    test it missed: "token" (the row predicts another token there), "floor" (the same token, at a max prob under
+    the lookahead floor, the run's lookahead_min_prob) or "none" (the recorded numbers pass both). None when the
+    chain was kept whole."""
+    n, positions = record.chain_kept[c], record.chain_positions[c]
+    if n >= len(positions):
+        return None
+    pos, token, row = positions[n], record.chain_tokens[c][n], record.chain_rows[c][n - 1]
+    masked = record.branch_positions[row]
+    at = masked.index(pos) if pos in masked else None          # a shared trace may hold no prediction there
+    predicted = None if at is None else record.branch_argmax[row][at]
+    max_prob = math.nan if at is None else record.branch_max_prob[row][at]
+    failed = "none" if at is None else "token" if predicted != token else "floor" if max_prob < floor else "none"
+    return {"kept": n, "proposed": len(positions), "position": pos, "token": token, "row": row,
+            "predicted": predicted, "max_prob": max_prob, "floor": floor, "failed": failed}
 
 
 def candidate_rows(plan: ChainPlan, kept: list[int]) -> list[int]:

@@ -10,9 +10,9 @@ import pytest
 from tiny import LIVELY, tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings
+from lopa.chains import chain_cut
 from lopa.trace import RoundRecord, RunResult
 from visualizations import branches_table, explain_round, token_canvas
-from visualizations.branches import chain_cut
 
 NAMES = {10: "ten", 12: "twelve", 13: "thirteen", 15: "fifteen", 16: "sixteen", 50: "fifty", 99: "ninety"}
 SPEC = {"mask_token_id": 1, "eos_token_ids": [2]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from lopa.chains import chain_cut
 from lopa.rules import score_split
 
 from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
@@ -64,25 +65,6 @@ def chain_of(record, j: int) -> int | None:
     holding = [c for c, rows in enumerate(record.chain_rows) if j in rows]
     kept = [c for c in holding if record.chain_rows[c][record.chain_kept[c] - 1] == j]
     return (kept or holding or [None])[0]
-
-
-def chain_cut(record, c: int, floor: float) -> dict | None:
-    """Where chain c was cut, re-derived from the trace's numbers (lopa.chains.kept_lengths): its first token
-    not kept, the row holding the chain before it, and that row's prediction at its position. `failed` names the
-    test it missed: "token" (the row predicts another token there), "floor" (the same token, at a max prob under
-    the lookahead floor, the run's lookahead_min_prob) or "none" (the recorded numbers pass both). None when the
-    chain was kept whole."""
-    n, positions = record.chain_kept[c], record.chain_positions[c]
-    if n >= len(positions):
-        return None
-    pos, token, row = positions[n], record.chain_tokens[c][n], record.chain_rows[c][n - 1]
-    masked = record.branch_positions[row]
-    at = masked.index(pos) if pos in masked else None          # a shared trace may hold no prediction there
-    predicted = None if at is None else record.branch_argmax[row][at]
-    max_prob = math.nan if at is None else record.branch_max_prob[row][at]
-    failed = "none" if at is None else "token" if predicted != token else "floor" if max_prob < floor else "none"
-    return {"kept": n, "proposed": len(positions), "position": pos, "token": token, "row": row,
-            "predicted": predicted, "max_prob": max_prob, "floor": floor, "failed": failed}
 
 
 def cut_sentence(record, c: int, names, mask_id: int, floor: float) -> str:

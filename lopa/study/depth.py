@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from lopa.chains import chain_cut
 from lopa.settings import MAX_LOOKAHEAD, MAX_LOOKAHEAD_DEPTH, DecodeSettings
 from lopa.study.common import decode_one, run_row, start, write_results
 from lopa.study.declaration import Knob, Study
@@ -82,8 +83,7 @@ def chain_cuts(records, block_size: int, depth: int) -> tuple[dict, list[dict]]:
         counts["rounds"] += 1
         counts["won_chain"] += sum(ahead for _, _, ahead in r.filled()) >= 2
         proposed = predictions(records[i - 1])
-        for j, (positions, tokens, rows, kept) in enumerate(zip(r.chain_positions, r.chain_tokens, r.chain_rows,
-                                                                 r.chain_kept)):
+        for j, (positions, kept) in enumerate(zip(r.chain_positions, r.chain_kept)):
             if len(positions) < 2:
                 continue
             counts["chains"] += 1
@@ -93,14 +93,13 @@ def chain_cuts(records, block_size: int, depth: int) -> tuple[dict, list[dict]]:
             if kept == len(positions):
                 continue
             counts["cut"] += 1
-            p, parent = positions[kept], rows[kept - 1]
-            at = r.branch_positions[parent].index(p)
-            argmax, row_prob = r.branch_argmax[parent][at], r.branch_max_prob[parent][at]
+            cut = chain_cut(r, j, 0.0)          # at no floor, a cut the token test did not make is the floor's
+            p = cut["position"]
             cuts.append({"round": r.round, "branch": j + 1, "chain": len(positions), "cut_at": kept + 1,
-                         "reason": "token" if argmax != tokens[kept] else "floor", "position": p,
+                         "reason": "token" if cut["failed"] == "token" else "floor", "position": p,
                          "gap": p - positions[kept - 1], "later_block": p // block_size > positions[kept - 1] // block_size,
                          "proposed_max_prob": proposed[p].max_prob if p in proposed else float("nan"),
-                         "row_max_prob": row_prob})
+                         "row_max_prob": cut["max_prob"]})
     return dict(counts), cuts
 
 
