@@ -45,9 +45,13 @@ class Requests:
         return [what for when, what in self.sent if when >= t]
 
 
-def open_page(browser, url: str):
-    """A new visitor (a browser context of its own: its own Gradio session) on a ready page."""
-    page = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+def open_page(browser, url: str, init_script: str | None = None):
+    """A new visitor (a browser context of its own: its own Gradio session) on a ready page: its page-load
+    events have answered (the tokens chart they end with is drawn), not only been sent."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    if init_script:
+        context.add_init_script(init_script)
+    page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
@@ -107,28 +111,27 @@ def test_an_idle_page_sends_nothing_while_other_visitors_work(browser, url):
         page.context.close()
 
 
-# Counts, from before any of the page's scripts run, the animation frames the page asks for.
+# Counts, from before any of the page's scripts run, the animation frames the page asks for, by caller.
 COUNT_FRAMES = """(() => { const frame = window.requestAnimationFrame.bind(window); window.__frames = 0;
-  window.requestAnimationFrame = (callback) => { window.__frames += 1; return frame(callback); }; })();"""
+  window.__callers = {};
+  window.requestAnimationFrame = (callback) => { window.__frames += 1;
+    const at = (new Error().stack || "").split("\\n").slice(2, 5).map(l => l.trim()).join(" < ").slice(-200);
+    window.__callers[at] = (window.__callers[at] || 0) + 1;
+    return frame(callback); }; })();"""
 
 
 def test_an_idle_page_asks_for_almost_no_frames(browser, url):
     """Gradio 6.31's app-level status tracker is unmounted while its timer loop runs, and the loop then asks
     for a frame 60 times a second for as long as the page is open (app/frames.py); with the guard, about one."""
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    context.add_init_script(COUNT_FRAMES)
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    requests = Requests(page)
-    page.goto(url, timeout=WAIT_MS)
-    page.wait_for_function("document.querySelector('#model-info')?.innerText.includes('loaded from')")
+    page, requests = open_page(browser, url, init_script=COUNT_FRAMES)
     settle(page, requests)
-    before = page.evaluate("window.__frames")
+    before = page.evaluate("window.__callers = {}, window.__frames")
     page.wait_for_timeout(5_000)
     frames = page.evaluate("window.__frames") - before
-    assert frames <= 25, f"an idle page asked for {frames} animation frames in 5 s"
+    callers = page.evaluate("window.__callers")
+    assert frames <= 25, f"an idle page asked for {frames} animation frames in 5 s, by caller: {callers}"
     run_to_the_end(page)                     # the page still works: its own trackers are not held back
-    context.close()
+    page.context.close()
 
 
 def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(browser, url, monkeypatch):
