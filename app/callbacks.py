@@ -76,6 +76,8 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
               "heatmap": lambda: confidence_heatmap(run, d, names), "ranks": lambda: rank_lanes(run, d, names),
               "chart": lambda: tokens_per_round_chart(run, r),
               "explanation": lambda: explain_round(run, r, names)}
+    if "plots" in kinds:
+        session.figures_stale = False
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
 
 
@@ -106,20 +108,52 @@ def run_list_outputs(session: Session, force: bool = False) -> tuple:
             gr.update(choices=choices, value=a), gr.update(choices=choices, value=b))
 
 
-def live_outputs(session: Session, status: str, final: bool = True) -> tuple:
+def live_outputs(session: Session, status: str, final: bool = True, lazy: bool = False) -> tuple:
     """LIVE_OUTPUTS for the latest round. Counters always; each kind of heavy output only when
-    `final` or REFRESH_S has passed since it was last sent (gr.skip() otherwise)."""
+    `final` or REFRESH_S has passed since it was last sent (gr.skip() otherwise). `lazy` (a page's final
+    state): the figures are left to draw_figures, which the page asks for once it shows them."""
     now = time.perf_counter()
     due = tuple(kind for kind, every in REFRESH_S.items()
                 if final or (session.run is not None and now - session.last_render[kind] >= every))
+    lazy = lazy and session.run is not None and "plots" in due
+    if lazy:
+        due = tuple(kind for kind in due if kind != "plots")
     session.last_render.update({kind: now for kind in due})
-    counters = counters_html(session.run, session.elapsed, session.status())
-    if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
-        counters += answer_mark(check_answer(session.run.prompt, session.run.text))
     # The slider and "output so far" move with the canvas (REFRESH_S["html"]), not at every round: each of
     # their updates has the page measure and lay itself out again, and a Run streams dozens of rounds a second.
     moving = (_slider(session), answer_at(session)) if "html" in due else (gr.skip(), gr.skip())
-    return (status, counters, *moving) + view(session, kinds=due) + run_list_outputs(session, final)
+    outputs = view(session, kinds=due)           # before the counters: drawing the figures marks them drawn
+    if lazy:
+        session.figures_stale = True
+    counters = counters_now(session, "stale" if lazy else "")
+    return (status, counters, *moving) + outputs + run_list_outputs(session, final)
+
+
+def counters_now(session: Session, figures: str = "") -> str:
+    """The counters of the session's run as they stand, with the answer's mark once it is done."""
+    counters = counters_html(session.run, session.elapsed, session.status(), figures=figures)
+    if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
+        counters += answer_mark(check_answer(session.run.prompt, session.run.text))
+    return counters
+
+
+# The figures a page's Run leaves for later (live_outputs lazy), in VIEW_OUTPUTS order.
+FIGURE_OUTPUTS = tuple(name for name in VIEW_OUTPUTS if VIEW_KINDS[name] == "plots")
+
+
+def draw_figures(session: Session) -> tuple:
+    """FIGURE_OUTPUTS and the counters: the figures a page's Run ended without, drawn when the page shows
+    them (app.panels.FIGURES_JS asks). Plotly drawing three figures was half of what a page spent on a
+    Run of the first example, most often for figures below the screen. Nothing when they are drawn already
+    (the slider or Play drew a round since) or a decode streams."""
+    if session.streaming:
+        return tuple(gr.skip() for _ in FIGURE_OUTPUTS) + (gr.skip(),)
+    if not session.figures_stale or session.run is None:
+        figures = tuple(gr.skip() for _ in FIGURE_OUTPUTS)
+    else:
+        shown = dict(zip(VIEW_OUTPUTS, view(session, kinds=("plots",))))
+        figures = tuple(shown[name] for name in FIGURE_OUTPUTS)
+    return figures + (counters_now(session, "drawn"),)
 
 
 def _start_or_continue(session: Session, prompt: str, values, rounds: int | None = None) -> dict:
@@ -208,7 +242,7 @@ def drain(session: Session, begin, running: str, on_fault=None):
         session.streaming = False
         session.moves_at_end = session.view_moves
         session.stop_clock()
-    yield live_outputs(session, status)
+    yield live_outputs(session, status, lazy=session.page)
 
 
 def step_once(session: Session, prompt: str, *values) -> tuple:

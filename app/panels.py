@@ -143,7 +143,9 @@ def build_round_view() -> dict:
     heatmap = gr.Plot(empty["heatmap"], label="confidence: branches × masked positions", elem_id="heatmap")
     ranks = gr.Plot(empty["ranks"], label="rank lanes: who computed which branch, and when", elem_id="rank-lanes")
     chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
-    return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
+    # Pressed by the page itself (FIGURES_JS) when a Run's figures come into view.
+    draw = gr.Button("draw the figures", elem_id="draw-figures", elem_classes=["lopa-hidden"])
+    return {"draw_figures": draw, "round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
             "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart,
             "clicked_cell": clicked, "whatif_panel": whatif_panel, "whatif_info": whatif_info,
             "whatif_token": whatif_token, "whatif_target": whatif_target, "fill_first": fill_first,
@@ -246,6 +248,33 @@ document.addEventListener("click", (event) => {
   const top = view ? view.getBoundingClientRect().top : 0;
   if (view && (top < 0 || top > innerHeight * 0.4)) view.scrollIntoView({block: "start"});
 });
+</script>"""
+
+
+# A page's Run ends without its figures (app/callbacks.py draw_figures); the counters then say
+# data-figures="stale", and the page asks for the figures once one of them is on the screen: at once when
+# it is, when the visitor scrolls to them otherwise. A page with nothing stale watches nothing and sends nothing.
+FIGURES_JS = """<script>
+(() => {
+  let seen = null, watching = null;
+  new MutationObserver(() => {
+    const stale = document.querySelector("#counters .lopa-counters[data-figures='stale']");
+    if (stale === seen) return;
+    seen = stale;
+    watching?.disconnect();
+    watching = null;
+    if (!stale) return;
+    const observer = watching = new IntersectionObserver((entries) => {
+      if (!entries.some((entry) => entry.isIntersecting)) return;
+      observer.disconnect();
+      document.querySelector("#draw-figures")?.click();
+    });
+    for (const id of ["#heatmap", "#rank-lanes", "#tokens-chart"]) {
+      const figure = document.querySelector(id);
+      if (figure) observer.observe(figure);
+    }
+  }).observe(document.documentElement, {childList: true, subtree: true});
+})();
 </script>"""
 
 

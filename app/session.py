@@ -121,6 +121,10 @@ class Session:
     # show the model's own values. None until the page loads: a caller with no page sets every input it sends.
     touched: frozenset | None = None
     shown_arriving: bool = False          # the first fast Run's rounds were shown again (callbacks.show_rounds_arriving)
+    # A page (not an API caller: share.on_load sets it) gets a Run's final figures when it scrolls to them
+    # (callbacks.draw_figures); figures_stale: the figures shown are not the run's last ones yet.
+    page: bool = False
+    figures_stale: bool = False
     view_moves: int = 0                   # the visitor moved the slider or pressed Play this many times ...
     moves_at_end: int = 0                 # ... and this many when the last Run ended: none since, the replay may run
 

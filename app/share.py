@@ -175,6 +175,7 @@ def on_load(request: gr.Request, session, *current):
     session itself, handed back so that Gradio keeps it as the page's (it times a State's time-to-live, and
     ends it with the page, from the event that last set it; app/page.py)."""
     query = dict(request.query_params) if request is not None else {}
+    session.page = True                   # a Run's final figures wait until the page shows them (callbacks.draw_figures)
     touched = set(getattr(session, "touched", None) or ())
     if not query:
         session.touched = frozenset(touched)

@@ -177,6 +177,8 @@ def round_view(w: Wiring) -> None:
          show_progress="hidden", **MODEL)
     w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
          trigger_mode="always_last", show_progress="hidden", cancels=replays, **VIEW)
+    w.on(c["draw_figures"].click, cb.draw_figures, [session], [*w.pick(*cb.FIGURE_OUTPUTS), c["counters"]],
+         api_visibility="private", show_progress="hidden", **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
          [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, **VIEW)
     w.on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],

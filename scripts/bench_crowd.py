@@ -58,8 +58,9 @@ QUIET_S = 3.0                 # an idle page has settled when it sent nothing fo
 SETTLE_BOUND_S = 60.0         # ...or this long has passed since it was ready (it then counts as not settled)
 READY = ["#run", "#tokens-chart .js-plotly-plot"]
 LOADED = "document.querySelector('#model-info')?.innerText.includes('loaded from')"
-# Stamps, on the page's own clock, the click on Run, the first round shown and the final state; notes
-# whether the round view's Stop was ever enabled while the counters said "running".
+# Stamps, on the page's own clock, the click on Run, the first round shown and the final state (the figures
+# on the screen included); notes whether the round view's Stop was ever enabled while the counters said
+# "running".
 OBSERVE_RUN = """() => {
   const t = window.__run = {click: null, first: null, done: null, sawRunning: false, stopEnabled: false};
   document.querySelector('#run').addEventListener('click', () => { t.click ??= performance.now(); }, true);
@@ -72,7 +73,12 @@ OBSERVE_RUN = """() => {
       t.stopEnabled ||= !document.querySelector('#stop').disabled;
     }
     if (Number(el.dataset.rounds) >= 1) t.first ??= performance.now();
-    if (el.dataset.status === 'done') t.done ??= performance.now();
+    // the final state: the run done and, where a figure is on the screen, the figures drawn (a page's Run
+    // leaves them until they are in view: app/callbacks.py draw_figures)
+    if (el.dataset.status !== 'done' || t.done !== null) return;
+    const shown = () => ['#heatmap', '#rank-lanes', '#tokens-chart'].some((id) => {
+      const r = document.querySelector(id).getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });
+    if (el.dataset.figures !== 'stale' || !shown()) t.done = performance.now();
   }).observe(box, {subtree: true, childList: true, attributes: true});
 }"""
 STUDY = "1. LoPA's orders against random orders"

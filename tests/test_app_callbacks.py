@@ -142,6 +142,30 @@ def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
     assert outs[-1]["answer"] == session.run.text and not is_skip(outs[-1]["round_slider"])
 
 
+def test_a_pages_run_leaves_its_figures_until_the_page_asks_for_them():
+    figures = cb.FIGURE_OUTPUTS + ("counters",)
+    api = Session()                                           # an API caller: the figures come with the end
+    everything = drain(cb.run_stream(api, PROMPT, *values()))[-1]
+    assert 'data-figures' not in everything["counters"] and not api.figures_stale
+    page = Session(page=True)
+    last = drain(cb.run_stream(page, PROMPT, *values()))[-1]
+    assert all(is_skip(last[n]) for n in cb.FIGURE_OUTPUTS) and 'data-figures="stale"' in last["counters"]
+    assert not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS if n not in cb.FIGURE_OUTPUTS)
+    drawn = named(cb.draw_figures(page), figures)
+    assert 'data-figures="drawn"' in drawn["counters"] and 'data-status="done"' in drawn["counters"]
+    for name in ("heatmap", "chart"):                         # the same figures the end would have carried
+        assert drawn[name].to_json() == everything[name].to_json()
+    assert [t.y for t in drawn["ranks"].data] == [t.y for t in everything["ranks"].data]   # (its x: measured times)
+    again = named(cb.draw_figures(page), figures)             # drawn already: nothing to draw
+    assert all(is_skip(again[n]) for n in cb.FIGURE_OUTPUTS) and 'data-figures="drawn"' in again["counters"]
+    drain(cb.run_stream(page, PROMPT, *values(seed=1)))
+    cb.show_round(page, 0)                                    # the slider drew a round's figures meanwhile
+    assert not page.figures_stale
+    assert all(is_skip(v) for v in cb.draw_figures(page)[:len(cb.FIGURE_OUTPUTS)])
+    page.streaming = True                                     # a new decode streams: its counters stay as sent
+    assert all(is_skip(v) for v in cb.draw_figures(page))
+
+
 def test_stop_cancels_within_one_round():
     session = Session()
     gen = cb.run_stream(session, PROMPT, *values())
