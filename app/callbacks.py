@@ -216,11 +216,12 @@ def drain(session: Session, begin, running: str, on_fault=None):
         yield live_outputs(session, error_message(err))
         return
     session.start_clock()
-    # The plots' clock starts with the job: a Run shorter than REFRESH_S["plots"] draws its figures once,
-    # at the end, not also at its first round (plotly is most of what a page spends on a Run).
-    session.last_render["plots"] = time.perf_counter()
     try:
         job = begin()
+        # The plots' clock starts with the job, after begin() (a new run starts every clock afresh): a Run
+        # shorter than REFRESH_S["plots"] draws its figures once, at the end, not also at its first round
+        # (plotly is most of what a page spends on a Run).
+        session.last_render["plots"] = time.perf_counter()
         session.stop_requested, session.streaming = False, True
         yield live_outputs(session, running, final=False)
         with closing(stream_jobs([job])) as chunks:     # closed: the decode stops (and can be resumed)

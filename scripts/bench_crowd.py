@@ -337,15 +337,30 @@ async def fork(page, bound_s: float) -> str:
     await slider.focus()
     await page.keyboard.press("Home")
     await page.keyboard.press("ArrowRight")
-    await shown(page, "#canvas .lopa-canvas[data-round='1']")
-    cell = page.locator("#canvas .lopa-cell[data-state='masked']").last
-    position = await cell.get_attribute("data-position")
-    await cell.click()
-    await until(page, f"document.querySelector('#whatif-info')?.innerText.includes('position {position}')")
-    await page.locator("#whatif-token label").nth(1).click()
-    await page.click("#fill-first")
-    await until(page, "document.querySelector('#status').innerText.includes('Fork of run') || "
-                                 "document.querySelector('#status').innerText.startsWith('Done')")
+    # The cell clicked is the one whose position is read: the canvas may be drawn again in between (the run
+    # list's last change after a search lands late), and a locator would find the new canvas's last cell.
+    for attempt in range(3):
+        await shown(page, "#canvas .lopa-canvas[data-round='1']")
+        cell = await page.locator("#canvas .lopa-canvas[data-round='1'] .lopa-cell[data-state='masked']").last.element_handle()
+        position = await cell.get_attribute("data-position")
+        try:
+            await cell.click(timeout=5_000)
+            break
+        except Exception:                       # drawn again meanwhile: read the new canvas
+            if attempt == 2:
+                raise
+    try:
+        step = f"the what-if panel for position {position}"
+        await until(page, f"document.querySelector('#whatif-info')?.innerText.includes('position {position}')")
+        await page.locator("#whatif-token label").nth(1).click()
+        await page.click("#fill-first")
+        step = "the fork's status"
+        await until(page, "document.querySelector('#status').innerText.includes('Fork of run') || "
+                                     "document.querySelector('#status').innerText.startsWith('Done')")
+    except Exception as err:                    # which wait, and what the page said meanwhile
+        said = (await page.inner_text("#status"))[:120].replace("\n", " ")
+        panel = await page.evaluate("document.querySelector('#whatif-info')?.innerText.slice(0, 160) ?? 'no panel'")
+        raise RuntimeError(f"waiting for {step}: {type(err).__name__}; status: {said!r}; what-if: {panel!r}") from err
     await shown(page, "#counters .lopa-counters[data-status='done']", timeout=bound_s * 1000)
     return f"forked at position {position}"
 
