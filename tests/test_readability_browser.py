@@ -41,7 +41,10 @@ def run_and_compare(page) -> None:
     the summary table), the settings open and the study's interactive plot."""
     page.click("#run")
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
-    # the final round's heatmap stands for the last round that had branches (visualizations.timeline.detail_round)
+    # the final round's heatmap stands for the last round that had branches (visualizations.timeline.detail_round);
+    # a Run's figures are drawn once the page shows them (app.callbacks.draw_figures)
+    page.locator("#heatmap").scroll_into_view_if_needed()
+    page.wait_for_selector("#counters .lopa-counters[data-figures='drawn']")
     page.wait_for_selector("#heatmap .gtitle")
     page.click("#compare")
     page.wait_for_selector("#lopa-counters .lopa-counters[data-status='done']")
