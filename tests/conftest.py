@@ -49,3 +49,17 @@ def require_bubblewrap() -> None:
 def bubblewrap():
     """For tests of what runs under bubblewrap: see require_bubblewrap."""
     require_bubblewrap()
+
+
+# The app served in this process and Debian's Chromium, for a browser test module (tests/servers.py); a
+# module that serves the app otherwise, or needs other waits, defines its own.
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    from servers import serve_app
+    yield from serve_app(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from servers import open_browser
+    yield from open_browser(180_000)          # a hang guard only

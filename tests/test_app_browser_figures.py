@@ -4,7 +4,7 @@ its three figures (app/callbacks.py draw_figures); the page asks for them once o
 Skips when /usr/bin/chromium is absent. Every wait has a timeout; none is a speed assertion."""
 
 import pytest
-from servers import needs_chromium, open_browser, serve_app
+from servers import needs_chromium
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]          # a hang guard
 
@@ -20,15 +20,6 @@ CHART_ROUNDS = ("Math.max(0, ...document.querySelector('#tokens-chart .js-plotly
                 ".map((trace) => (trace.x || []).length))")
 MARK = "document.querySelector('#counters .lopa-counters')?.dataset.figures"
 
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    yield from serve_app(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from open_browser(WAIT_MS)
 
 
 def open_page(browser, url: str, height: int):

@@ -7,7 +7,7 @@ closing the tour, and Next-then-Close at once leaving it closed. No timing asser
 
 
 import pytest
-from servers import WIDTHS, needs_chromium, open_accordion, open_browser, open_page, serve_app, type_value
+from servers import WIDTHS, needs_chromium, open_accordion, open_page, type_value
 
 pytestmark = [needs_chromium,
               pytest.mark.browser, pytest.mark.timeout(900)]
@@ -15,15 +15,6 @@ pytestmark = [needs_chromium,
 WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take minutes, never fails a test
 STOPS = ("#stop", "#compare-stop", "#best-order-stop", "#study-stop")
 
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    yield from serve_app(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from open_browser(WAIT_MS)
 
 
 @pytest.fixture(params=list(WIDTHS))

@@ -8,7 +8,7 @@ import re
 
 import pytest
 from readability import CONTRAST_JS, PLOTS_JS
-from servers import WIDTHS, needs_chromium, open_accordion, open_browser, open_page, serve_app
+from servers import WIDTHS, needs_chromium, open_accordion, open_page
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -20,15 +20,6 @@ NAMED = {"round numbers on the arrival view": "#arrival .lopa-tok sub",
          "help text of the settings": "#settings .info-text",
          "cell numbers of the TFO maps": "#lopa-tfo .textpoint, #base-tfo .textpoint"}
 
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    yield from serve_app(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from open_browser(WAIT_MS)
 
 
 @pytest.fixture(params=list(WIDTHS))
