@@ -21,8 +21,9 @@ springs animate for as long as the logo lives, orphaned with its tracker. A spri
 frame from the tracker's code (while the logo is shown: at full rate) and for the rest from Svelte's
 animation loop, one function that is the callback of every such frame: so every callback a status tracker
 ever asked a frame for, that loop included, gets its frames one second apart while no tracker is shown
-(measured before: 70-115 frames in 5 s of an idle page loaded on a busy machine, every one from that loop). Svelte's loop drives only springs, tweens and transitions with a tick function;
-this page's other animations (CSS, plotly) do not use it.
+(without this: 70-115 frames in 5 s of an idle page loaded on a busy machine, every one from that loop).
+Svelte's loop drives only springs, tweens and transitions with a tick function; this page's other
+animations (CSS, plotly) do not use it.
 tests/test_app_browser_crowd.py counts an idle page's frames.
 """
 
