@@ -17,7 +17,8 @@ A job: {"model": the model's folder, "prompt": str, "settings": DecodeSettings.t
 "resume": None | {"kind": "continue", "run_id", "trace"} | {"kind": "fork", "trace", "at_round",
 "commit", "hold"}}. A chunk: {"job": i, "records": [RoundRecord dict], "tokens", "text", "finished",
 "names": [[id, text], ...], "header": {...} on a job's first chunk}, or {"job": i, "error": message,
-"kind": "input" | "fault"}. Errors travel as values: ZeroGPU passes only an exception's class name.
+"kind": "input" | "fault" | "worker" (app/decode_pool.py: its worker stopped)}. Errors travel as values: ZeroGPU
+passes only an exception's class name.
 
 A paused decode is resumed from its trace: the worker replays the recorded decisions (one forward
 per recorded round, the engine's fork replay; same tokens) unless this process still holds the
@@ -38,6 +39,7 @@ from lopa.forward import top_tokens
 from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
+from .decode_pool import POOL, server_threads
 from .gpu import gpu
 from .model_cache import MODELS
 from .models import token_names, trace_ids
@@ -51,6 +53,9 @@ _lock = threading.Lock()
 # A long job (a study, the best-order search) waits at most this long between two of its decodes for the
 # visitors' own decodes to end (GiveWay).
 GIVE_WAY_S = 3.0
+# One branch-parallel decode at a time (_take_bp_turn), each waiting at most this long for the one before.
+BP_TURN = threading.Semaphore(1)
+BP_WAIT_S = 60.0
 
 
 class GiveWay:
@@ -128,7 +133,8 @@ def _drop(value) -> None:
 
 
 def forget_kept() -> None:
-    """Drop every kept decode (tests; a model switch)."""
+    """Drop every kept decode (tests; a model switch), here and in the decode workers."""
+    POOL.forget(None)
     with _lock:
         values = [value for _, value in _kept.values()]
         _kept.clear()
@@ -148,8 +154,10 @@ def forget_model(key: str) -> None:
 
 def forget_runs(run_ids) -> None:
     """Drop what is kept of the decodes `run_ids` (a closed page's runs: its paused decode, the states its
-    forks would resume from), so that they do not hold MAX_KEPT's places, nor their memory, for others."""
+    forks would resume from), so that they do not hold MAX_KEPT's places, nor their memory, for others; the
+    decode workers drop theirs too."""
     run_ids = set(run_ids) - {""}
+    POOL.forget(run_ids)
     with _lock:
         gone = [k for k in _kept if (k[1] if k[0] == "states" else k[0]) in run_ids]
         values = [_kept.pop(k)[1] for k in gone]
@@ -168,7 +176,13 @@ class _Job:
         self.first, self.done, self.named = True, False, set()
         workers = int(job.get("workers", 1))
         self.model = job["model"]
-        loaded = MODELS.acquire(self.model)   # held until pause(): the cache never evicts a model mid-decode
+        self.bp_turn = workers > 1 and _take_bp_turn()
+        try:
+            loaded = MODELS.acquire(self.model)   # held until pause(): the cache never evicts a model mid-decode
+        except BaseException:
+            if self.bp_turn:
+                BP_TURN.release()
+            raise
         self.held = True
         TURNS.start()                         # ended with the lease: the long jobs wait meanwhile
         self.tokenizer = loaded.tokenizer
@@ -246,6 +260,18 @@ class _Job:
             self.held = False
             TURNS.end()
             MODELS.release(self.model)
+            if self.bp_turn:
+                self.bp_turn = False
+                BP_TURN.release()
+
+
+def _take_bp_turn() -> bool:
+    """The branch-parallel ranks for one decode at a time: with decode workers the model slots are several
+    (app/wiring.py MODEL), and two decodes on one group of ranks would mix their messages."""
+    if not BP_TURN.acquire(timeout=BP_WAIT_S):
+        raise ValueError(f"the branch-parallel ranks are busy with another visitor's decode (waited "
+                         f"{BP_WAIT_S:.0f} s): try again when it ends, or choose the single-process backend")
+    return True
 
 
 def _error(index: int, err: Exception, workers: int) -> dict:
@@ -284,11 +310,27 @@ decode_rounds_on_gpu = gpu(decode_rounds)
 
 
 def stream_jobs(jobs: list[dict]):
-    """decode_rounds through the GPU boundary; the branch-parallel backend's ranks are CPU processes
-    this server started, so its jobs run here, outside any GPU call."""
+    """decode_rounds where it runs best: in a decode worker (app/decode_pool.py: small models on a CPU server,
+    so that two visitors' decodes run at once), else through the GPU boundary; the branch-parallel backend's
+    ranks are CPU processes this server started, so its jobs run here, outside any GPU call."""
     if any(int(job.get("workers", 1)) > 1 for job in jobs):
         return decode_rounds(jobs)
+    if not POOL.started():
+        POOL.start(MODELS.default, server_threads())      # app.serve starts it sooner; until ready, here
+    worker = POOL.take(jobs)
+    if worker is not None:
+        return _visitors_turn(POOL.stream(worker, jobs))
     return decode_rounds_on_gpu(jobs)
+
+
+def _visitors_turn(passes):
+    """A worker's decode counts as a visitor's decode here too: the long jobs give way to it (GiveWay)."""
+    TURNS.start()
+    try:
+        yield from passes
+    finally:
+        passes.close()
+        TURNS.end()
 
 
 def _check_made_with(loaded, trace: dict, what: str) -> None:

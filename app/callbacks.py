@@ -51,6 +51,11 @@ LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS +
 # at the end). HTML views cost the browser little; a plotly figure costs it 0.3-0.6 s in Gradio on
 # a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
 REFRESH_S = {"html": 0.25, "plots": 1.0}
+# While streaming, the least seconds between two messages of a Run (the counters' round): each message has
+# the page update and lay out its panels again, and the engine makes a round every few milliseconds on the
+# bundled models: a message per round kept a page's renderer busy for the whole Run and more (a crowd's
+# pages share the server's CPU where they run on it). Ten a second still shows the rounds arrive.
+MESSAGE_S = 0.1
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
               "explanation": "html"}
 
@@ -200,8 +205,8 @@ def describe_run(session: Session) -> str:
 
 # -- Run / Step / Stop / Reset ------------------------------------------------------------------
 def run_stream(session: Session, prompt: str, *values):
-    """Stream the decode live: one yield per round as the engine computes it (not a replay).
-    Counters every round; heavy outputs throttled by REFRESH_S, and always drawn at the end."""
+    """Stream the decode live as the engine computes it (not a replay): the first round at once, then the
+    counters at most every MESSAGE_S and heavy outputs by REFRESH_S, all drawn at the end."""
     yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
                      on_fault=lambda err: _bp_fault(session, err, session.backend))
 
@@ -224,13 +229,18 @@ def drain(session: Session, begin, running: str, on_fault=None):
         session.last_render["plots"] = time.perf_counter()
         session.stop_requested, session.streaming = False, True
         yield live_outputs(session, running, final=False)
+        sent = 0.0                                      # when the last round's message was sent; none yet
         with closing(stream_jobs([job])) as chunks:     # closed: the decode stops (and can be resumed)
             for (chunk,) in chunks:
                 record = session.apply(chunk)
                 if session.stop_requested and session.live is not None:
                     session.cancel()
                     break
-                if record is not None:      # the counters say which round; the status stays as sent
+                # The counters say which round (the status stays as sent): the first round at once, then at
+                # most one message each MESSAGE_S, however many rounds the engine makes meanwhile.
+                now = time.perf_counter()
+                if record is not None and (not sent or now - sent >= MESSAGE_S):
+                    sent = now
                     yield (gr.skip(),) + live_outputs(session, running, final=False)[1:]
         status = f"Done: {describe_run(session)}"
     except ValueError as err:

@@ -11,7 +11,9 @@ from its trace. The UI never touches engine tensors.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -80,9 +82,10 @@ class LiveRun:
 
     def apply(self, chunk: dict):
         """Take one chunk; returns its record (None if it has none). An error chunk raises ValueError
-        (the user's input) or RuntimeError (a branch-parallel fault)."""
+        (the user's input, or a decode worker that stopped: a message for the page) or RuntimeError (a
+        branch-parallel fault)."""
         if "error" in chunk:
-            raise (ValueError if chunk.get("kind") == "input" else RuntimeError)(chunk["error"])
+            raise (RuntimeError if chunk.get("kind") == "fault" else ValueError)(chunk["error"])
         self.header = self.header or chunk.get("header")
         new = [RoundRecord.from_dict(r) for r in chunk["records"]]
         self.records += new
@@ -278,6 +281,59 @@ class Session:
         if self.live is not None:
             return "paused"
         return "stopped" if self.run.stopped else "done"
+
+
+# A session's model events run one at a time, in the order they came, as when the server had one model slot:
+# with decode workers it has one per worker (app/wiring.py MODEL), and two events of one page (Run and a run's
+# selection, a Step, a model pick, a tour step and its Close) would otherwise race on its run list and
+# snapshots. Other sessions' events run beside them.
+TURN_WAIT_S = 600.0
+
+
+class Turn:
+    """A first-come first-served lock: each acquire() takes a ticket and waits for it to be served."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._next = self._serving = 0
+        self._gone: set[int] = set()          # tickets whose holder stopped waiting
+
+    def acquire(self, timeout: float) -> bool:
+        with self._changed:
+            ticket, self._next = self._next, self._next + 1
+            if self._changed.wait_for(lambda: self._serving == ticket, timeout=timeout):
+                return True
+            self._gone.add(ticket)
+            return False
+
+    def release(self) -> None:
+        with self._changed:
+            self._serving += 1
+            while self._serving in self._gone:
+                self._gone.remove(self._serving)
+                self._serving += 1
+            self._changed.notify_all()
+
+
+_turns: dict[int, Turn] = {}
+_turns_lock = threading.Lock()
+
+
+def take_turn(session) -> Turn | None:
+    """Wait (at most TURN_WAIT_S) for `session`'s earlier model events to end, and hold its turn: the caller
+    releases what this returns (None for a value that is not a Session: an API caller's missing state).
+    Raises gr.Error when the wait runs out."""
+    if not isinstance(session, Session):
+        return None
+    with _turns_lock:
+        turn = _turns.get(id(session))
+        if turn is None:
+            turn = _turns[id(session)] = Turn()
+            weakref.finalize(session, _turns.pop, id(session), None)
+    if not turn.acquire(timeout=TURN_WAIT_S):
+        raise gr.Error(f"this page's previous action on the model is still running after {TURN_WAIT_S:.0f} s: "
+                       "press Stop, or wait for it", print_exception=False)
+    return turn
 
 
 def forkable(loaded, backend: Backend) -> bool:

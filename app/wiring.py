@@ -1,8 +1,8 @@
 """The one place where components meet callbacks: wire() walks PANELS, a table of the page's panels,
 each connecting its own events in a few lines (app/page.py lays the panels out). Model events share
-one concurrency group of size 1 (the cached models are shared by all sessions and a CPU runs one forward
-well at a time); the long jobs (a search, a study) run in one beside it (LONG), and view-only events
-beside both."""
+one concurrency group (MODEL) with a slot per decode worker (app/decode_pool.py; one slot without them),
+each session's own model events one at a time (in_turn); the long jobs (a search, a study) run in a
+group beside it (LONG), and view-only events beside both."""
 
 from __future__ import annotations
 
@@ -26,9 +26,12 @@ from . import (
 )
 from . import callbacks as cb
 from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
-from .session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page
+from .decode_pool import POOL
+from .session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page, take_turn
 
-MODEL = dict(concurrency_id="model", concurrency_limit=1)   # every event that runs the model
+# Every event that runs the model: one slot per decode worker (app/decode_pool.py; one without workers), each
+# session's own events one at a time (in_turn).
+MODEL = dict(concurrency_id="model", concurrency_limit=max(1, POOL.size))
 # The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
 # MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended. Beside it,
 # the long job waits between two of its decodes while a visitor's decode runs (app/boundary.py GiveWay), so
@@ -82,6 +85,31 @@ def as_updates(fn, outputs):
     return call
 
 
+def in_turn(fn, at: int):
+    """`fn` run in its session's turn (app.session.take_turn): the session is its argument `at`. A stream holds
+    the turn until it ends or is closed."""
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            turn = take_turn(args[at] if len(args) > at else None)
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                if turn is not None:
+                    turn.release()
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        turn = take_turn(args[at] if len(args) > at else None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if turn is not None:
+                turn.release()
+    return call
+
+
 def named(fn, *leading: str):
     """`fn(session, *leading, *settings, *backend)` with the signature Gradio names an endpoint's API
     parameters from (else `param_2` ... for its *values): the settings by name, each None by default (unset:
@@ -129,7 +157,7 @@ class Wiring:
         checks answer a string in a number box with a traceback and echo a 100 KB value outside a
         dropdown's choices in full. Uploads keep theirs."""
         kwargs.setdefault("preprocess", False)
-        dep = event(as_updates(fn, outputs), inputs, outputs, **kwargs)
+        dep = event(as_updates(self.turns(fn, inputs, kwargs), outputs), inputs, outputs, **kwargs)
         owner = getattr(event, "__self__", None)
         for name in [n for n, x in self.c.items() if x is owner]:
             self.events.setdefault(name, []).append(dep)
@@ -139,7 +167,14 @@ class Wiring:
         """`fn` chained after `dep` (through as_updates, raw values), private and without progress unless
         `kwargs` say otherwise; queued unless queue=False."""
         quiet = dict(api_visibility="private", show_progress="hidden")
-        return dep.then(as_updates(fn, outputs), inputs, outputs, preprocess=False, **{**quiet, **kwargs})
+        return dep.then(as_updates(self.turns(fn, inputs, kwargs), outputs), inputs, outputs, preprocess=False,
+                        **{**quiet, **kwargs})
+
+    def turns(self, fn, inputs, kwargs):
+        """A model event's callback in its session's turn (in_turn), where the session is one of its inputs."""
+        if kwargs.get("concurrency_id") != MODEL["concurrency_id"] or self.session not in inputs:
+            return fn
+        return in_turn(fn, inputs.index(self.session))
 
 
 def wire(demo: gr.Blocks, c: dict) -> None:
@@ -172,7 +207,7 @@ def round_view(w: Wiring) -> None:
     w.on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop",
          show_progress="hidden")
     w.on(c["reset"].click, cb.reset_session, [session], live, api_name="reset", **VIEW)
-    # Selecting a run waits for a running decode (same slot) instead of racing its snapshots.
+    # Selecting a run waits for the session's running decode (its turn: in_turn) instead of racing its snapshots.
     w.on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
          show_progress="hidden", **MODEL)
     w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
@@ -293,7 +328,7 @@ def studies_panel(w: Wiring) -> None:
 
 def tour_panel(w: Wiring) -> None:
     """Arrival and the guided tour (app/tour.py): recorded runs, no model. A step selects a run of the
-    session's list, so it waits for a running decode like select_run (same slot) instead of racing it;
+    session's list, so it waits for a running decode like select_run (the session's turn) instead of racing it;
     Close queues behind a step already asked for, so the step cannot reopen the tour after it (the page
     hides the dock at once meanwhile: tour.TOUR_JS)."""
     c, out = w.c, w.pick(*tour.TOUR_OUTPUTS)

@@ -1,21 +1,24 @@
 """A crowd on one server: N real Chromium pages left idle while M visitors run Runs, Steps, forks, a live
 study and a best-order search through the page (Playwright + Debian's Chromium, one browser, a context
-per visitor). The app is served by a child process on 127.0.0.1, so its CPU and RSS are the server's alone.
+per visitor). The app is served by a child process on 127.0.0.1, so its CPU and RSS are the server's alone
+(its decode workers included: app/decode_pool.py).
 
-    python scripts/bench_crowd.py [--idle 6] [--active 2] [--watch-s 60] [--deadline-s 1200]
+    python scripts/bench_crowd.py [--idle 6] [--active 2] [--runs 3] [--watch-s 60] [--deadline-s 1200]
                                   [--model NAME] [--actions best_order,fork,steps,study] [--json out.json] [--strict]
 
 In order, on one server process:
 1. warm-up: one page loads, does a visitor's whole work (below) and closes; the server's RSS after that
    (the minimum over `--settle-s` seconds of samples, as at the end) is the baseline, and its peak counter (VmHWM) starts afresh;
-2. alone: the first example's Run on a fresh page with no other page open (`--alone` pages, one after
-   the other): seconds from the click to the first round shown and to the final state (the page's own
-   clock, read by a MutationObserver on the counters);
+2. alone: the first example's Run, `--runs` times on each of `--alone` fresh pages, one after the other, no
+   other page open, each Run once the page has settled after the one before: seconds from the click to the first round shown and to the final state (the page's own
+   clock, read by a MutationObserver on the counters), and the CPU seconds the server, its workers and the
+   browsers spent on it;
 3. crowd: N idle pages open and settle (no request for a few seconds after their load events); from then
    on every request each sends under /gradio_api/ is counted, by path (a queue join by the event that
-   sent it); the M active visitors then each run the same Run (timed as alone), then `--actions`: a
-   best-order search, a fork (Fill first on a masked cell at round 1), three Steps and Stop, and a live
-   study (one problem, one random order); the idle pages are watched for `--watch-s` seconds more after the last visitor ends;
+   sent it); the M active visitors then run the same Run `--runs` times, all pressing Run together each
+   time (timed as alone), then `--actions`: a best-order search, a fork (Fill first on a masked cell at
+   round 1), three Steps and Stop, and a live study (one problem, one random order); the idle pages are
+   watched for `--watch-s` seconds more after the last visitor ends;
 4. every page closes; RSS is sampled for `--settle-s` seconds and the minimum kept. (Gradio 6.31 keeps a
    closed page's session state for an hour, and glibc keeps freed heap until something trims it: both show
    here.)
@@ -23,9 +26,9 @@ In order, on one server process:
 Prints the figures, PASS / FAIL for each goal and, last, one JSON line (also written to `--json`).
 The goals (docs/deployment.md, "Crowd"): 0 requests from every idle page from the visitors' start to the
 end of the watch; the crowd's median final-state latency at most 1.5x the median alone; RSS after every
-page closed within 50 MB of the baseline. The model's events share one queue slot (app/wiring.py), so two
-visitors pressing Run together run one after the other: the second's latency includes the first's decode
-(each Run's `server_s`, the decode alone, is printed beside it). Exit code 0 unless --strict and a goal
+page closed within 50 MB of the baseline. The model's events have a queue slot per decode worker
+(app/wiring.py), so visitors pressing Run together decode at once, each in a worker of its own (each Run's
+`server_s`, the server's own time for it, is printed beside it). Exit code 0 unless --strict and a goal
 fails, or the benchmark itself could not run (2). Every wait has a timeout and the whole run a hard deadline;
 the server is killed at the end whatever happens. A figure, not a test: on a shared machine, say so.
 """
@@ -60,18 +63,22 @@ READY = ["#run", "#tokens-chart .js-plotly-plot"]
 LOADED = "document.querySelector('#model-info')?.innerText.includes('loaded from')"
 # Stamps, on the page's own clock, the click on Run, the first round shown and the final state (the figures
 # on the screen included); notes whether the round view's Stop was ever enabled while the counters said
-# "running".
+# "running". Installed once per page, and each call starts a new record (a page times several Runs): the
+# counters belong to this Run from its first "running" message on.
 OBSERVE_RUN = """() => {
-  const t = window.__run = {click: null, first: null, done: null, sawRunning: false, stopEnabled: false};
-  document.querySelector('#run').addEventListener('click', () => { t.click ??= performance.now(); }, true);
+  window.__run = {click: null, first: null, done: null, sawRunning: false, stopEnabled: false};
+  if (window.__observing) return;
+  window.__observing = true;
+  document.querySelector('#run').addEventListener('click', () => { window.__run.click ??= performance.now(); }, true);
   const box = document.querySelector('#counters');
   new MutationObserver(() => {
-    const el = box.querySelector('.lopa-counters');
+    const t = window.__run, el = box.querySelector('.lopa-counters');
     if (!el || t.click === null) return;
     if (el.dataset.status === 'running') {
       t.sawRunning = true;
       t.stopEnabled ||= !document.querySelector('#stop').disabled;
     }
+    if (!t.sawRunning) return;            // still the previous Run's counters
     if (Number(el.dataset.rounds) >= 1) t.first ??= performance.now();
     // the final state: the run done and, where a figure is on the screen, the figures drawn (a page's Run
     // leaves them until they are in view: app/callbacks.py draw_figures)
@@ -166,18 +173,38 @@ class Server:
                 time.sleep(0.5)
         raise RuntimeError(f"the server did not answer within {bound_s:.0f} s: {self.log_tail()}")
 
+    def settle_cpu(self, bound_s: float = 180.0, window_s: float = 2.0) -> float:
+        """Wait until the server and its children (decode workers starting, a model warming up) spend under 10%
+        of a core for `window_s` seconds, at most bound_s; returns the seconds waited."""
+        start = time.monotonic()
+        while time.monotonic() - start < bound_s:
+            before = self.cpu_s()
+            time.sleep(window_s)
+            if self.cpu_s() - before < 0.1 * window_s:
+                break
+        return time.monotonic() - start
+
     def log_tail(self, n: int = 1500) -> str:
         return self.log.read_text(errors="replace")[-n:] if self.log.is_file() else ""
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self.tick          # utime + stime
+        """CPU seconds of the server and its children (the decode workers), utime + stime."""
+        return sum(cpu_by_side(self.proc.pid)[side] for side in ("server", "workers"))
 
     def status_mb(self, field: str) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        """A /proc status figure in MB: VmRSS summed over the server and its children (the decode workers,
+        app/decode_pool.py; any branch-parallel ranks), anything else the server process's own (VmHWM)."""
+        pids = [self.proc.pid] + (descendants(self.proc.pid) if field == "VmRSS" else [])
+        total = 0.0
+        for pid in pids:
+            try:
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            except OSError:                   # a child that ended meanwhile
+                if pid == self.proc.pid:
+                    return float("nan")
+                continue
+            total += next((int(line.split()[1]) / 1024 for line in lines if line.startswith(field + ":")), 0.0)
+        return total
 
     def reset_peak(self) -> bool:
         """Start the kernel's peak-RSS counter (VmHWM) afresh: it then sees transients between samples."""
@@ -223,6 +250,41 @@ class Server:
                         for target, event in dep.get("targets", [])]
             names[fn] = f"{dep.get('api_name') or fn} ({', '.join(triggers[:2])}{', ...' if len(triggers) > 2 else ''})"
         return names
+
+    def first_prompt(self) -> str:
+        """The text the page's prompt box opens with (the first example)."""
+        return next(((c.get("props") or {}).get("value") or "" for c in self.config.get("components", [])
+                     if (c.get("props") or {}).get("elem_id") == "prompt"), "")
+
+
+# -- the server alone: API callers, no browser -------------------------------------------------------------
+def api_runs(url: str, prompt: str, callers: int, runs: int, bound_s: float) -> dict:
+    """Run through `/run` (gradio_client, a session per caller, no browser): `runs` times by one caller alone, then
+    `runs` times by all `callers` together; seconds from the call to the final state, as the server sends it.
+    What the server does for a crowd whose pages run on other machines (a Space's visitors)."""
+    from gradio_client import Client
+    clients = [Client(url, verbose=False) for _ in range(callers)]
+
+    def run(client) -> float:
+        start = time.perf_counter()
+        client.submit(prompt=prompt, api_name="/run").result(timeout=bound_s)
+        return round(time.perf_counter() - start, 3)
+
+    run(clients[0])                                   # the API path's first call (its imports, its session)
+    alone = [run(clients[0]) for _ in range(runs)]
+    together, gate = [], threading.Barrier(callers, timeout=bound_s)
+
+    def caller(client) -> None:
+        for _ in range(runs):
+            gate.wait()
+            together.append(run(client))
+    threads = [threading.Thread(target=caller, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(bound_s * (runs + 1))
+    return {"alone": alone, "together": sorted(together),
+            "ratio": round(statistics.median(together) / statistics.median(alone), 2) if together else None}
 
 
 def _die_with_parent(cpus: set[int] | None = None) -> None:
@@ -299,18 +361,48 @@ async def settle(page) -> bool:
     return False
 
 
-async def timed_run(page, prompt: str | None) -> dict:
+async def timed_run(page, prompt: str | None, cpu=None) -> dict:
     """The Run of the page's prompt (the first example, or `prompt`): seconds from the click to the first
-    round shown and to the final state, on the page's clock; the server's own decode seconds."""
+    round shown and to the final state, on the page's clock; the server's own decode seconds; with `cpu`
+    (cpu_by_side of this run's processes), the CPU seconds each side spent from the click to the final state."""
     if prompt:
         await page.locator("#prompt textarea").fill(prompt)
     await page.evaluate(OBSERVE_RUN)
+    before = cpu() if cpu else None
     await page.click("#run")
     await until(page, "window.__run.done !== null")
+    spent = {k: round(v - before.get(k, 0.0), 2) for k, v in cpu().items()} if cpu else None
     t = await page.evaluate("window.__run")
     server = await page.locator("#counters [data-counter='elapsed']").get_attribute("data-value")
-    return {"first_round_s": round((t["first"] - t["click"]) / 1000, 3), "final_s": round((t["done"] - t["click"]) / 1000, 3),
-            "server_s": float(server.split()[0]), "stop_enabled_while_running": t["stopEnabled"] if t["sawRunning"] else None}
+    out = {"first_round_s": round((t["first"] - t["click"]) / 1000, 3), "final_s": round((t["done"] - t["click"]) / 1000, 3),
+           "server_s": float(server.split()[0]), "stop_enabled_while_running": t["stopEnabled"] if t["sawRunning"] else None}
+    return out | ({"cpu_s": spent} if spent else {})
+
+
+def cpu_by_side(server_pid: int) -> dict:
+    """CPU seconds so far of the server process, of its children (the decode workers, any branch-parallel
+    ranks) and of this benchmark's browsers (every other process under this one), from /proc: what a Run
+    costs each side (processes that ended meanwhile are not counted)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick
+    children = descendants(server_pid)
+    browsers = [p for p in descendants(os.getpid()) if p != server_pid and p not in children]
+    out = {"server": cpu(server_pid), "workers": sum(map(cpu, children)), "browsers": sum(map(cpu, browsers))}
+    if os.environ.get("BENCH_KINDS"):
+        for p in browsers:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            kind = "node" if "node" in cmd.split("\0")[0] else next((a.split("=", 1)[1] for a in cmd.split("\0") if a.startswith("--type=")), "browser")
+            out[kind] = out.get(kind, 0.0) + cpu(p)
+    return out
 
 
 async def until_or_stop(page, done_js: str, stop: str, bound_s: float) -> str:
@@ -396,11 +488,23 @@ ACTIONS = {"best_order": lambda page, args: best_order(page, args.action_s),
            "study": lambda page, args: study(page, args.action_s)}
 
 
-async def visitor(page, args, delay_s: float = 0.0) -> dict:
-    """One active visitor's work, `delay_s` after the crowd starts: the timed Run, then `args.actions` in order,
-    each timed; an action that fails is noted and the next goes on."""
-    await asyncio.sleep(delay_s)
-    out = {"run": await timed_run(page, args.prompt), "actions": {}}
+async def visitor(page, args, delay_s: float = 0.0, together: asyncio.Barrier | None = None) -> dict:
+    """One active visitor's work: `args.runs` timed Runs, each `delay_s` after every visitor is ready for it
+    (`together`), then `args.actions` in order, each timed; an action that fails is noted and the next goes on."""
+    out = {"runs": [], "actions": {}}
+    for i in range(args.runs):
+        try:
+            if i:
+                await settle(page)            # the page's last Run ended (its replay of a fast first Run included)
+            if together is not None:
+                async with asyncio.timeout(args.wait_s):
+                    await together.wait()
+            await asyncio.sleep(delay_s)
+            out["runs"].append(await timed_run(page, args.prompt))
+        except BaseException:
+            if together is not None:
+                await together.abort()        # the other visitors stop waiting for this one
+            raise
     for name in args.actions:
         start = time.monotonic()
         try:
@@ -436,9 +540,12 @@ async def phases(server: Server, args, result: dict) -> None:
             for i in range(args.alone):
                 page = await open_page(browser, server.url, wait_ms, names)
                 await settle(page)
-                result["alone"].append(await timed_run(page, args.prompt))
+                for j in range(args.runs):
+                    if j:
+                        await settle(page)
+                    result["alone"].append(await timed_run(page, args.prompt, lambda: cpu_by_side(server.proc.pid)))
+                    log(f"alone {i + 1}: {fmt_run(result['alone'][-1])}")
                 await page.context.close()
-                log(f"alone {i + 1}: {fmt_run(result['alone'][-1])}")
             result["server"]["cpu_s"]["alone"] = round(server.cpu_s() - cpu, 2)
 
             log(f"opening {args.idle} idle and {args.active} active pages")
@@ -451,7 +558,8 @@ async def phases(server: Server, args, result: dict) -> None:
 
             start, cpu = time.monotonic(), server.cpu_s()
             log("active visitors start")
-            result["crowd"] = list(await asyncio.gather(*(visitor(pg, args, delay_s=i * args.stagger_s)
+            together = asyncio.Barrier(len(active))
+            result["crowd"] = list(await asyncio.gather(*(visitor(pg, args, i * args.stagger_s, together)
                                                           for i, pg in enumerate(active)), return_exceptions=True))
             result["crowd"] = [r if isinstance(r, dict) else {"error": f"{type(r).__name__}: {str(r)[:200]}"}
                                for r in result["crowd"]]
@@ -478,8 +586,11 @@ async def phases(server: Server, args, result: dict) -> None:
 
 
 def fmt_run(run: dict) -> str:
+    cpu = run.get("cpu_s")
     return (f"first round {run['first_round_s']:.2f} s, final state {run['final_s']:.2f} s "
-            f"(server decode {run['server_s']:.2f} s)")
+            f"(server decode {run['server_s']:.2f} s)"
+            + (f"; CPU s: server {cpu['server']:.2f}, workers {cpu['workers']:.2f}, browsers {cpu['browsers']:.2f}"
+               if cpu else ""))
 
 
 def log(text: str) -> None:
@@ -488,7 +599,7 @@ def log(text: str) -> None:
 
 def goals(result: dict) -> dict:
     idle = result.get("idle") or []
-    runs = [r["run"] for r in result.get("crowd", []) if "run" in r]
+    runs = [run for r in result.get("crowd", []) for run in r.get("runs", [])]
     alone = [r["final_s"] for r in result.get("alone", [])]
     rss = result["server"]["rss_mb"]
     ratio = (statistics.median(r["final_s"] for r in runs) / statistics.median(alone)) if runs and alone else None
@@ -507,19 +618,24 @@ def report(result: dict) -> None:
               + ("; ".join(f"{n} x {p}" for p, n in paths.most_common()) or "-"))
     if "warmup" in result:
         w = result["warmup"]
-        print(f"warm-up:     {fmt_run(w['run'])}; " + ", ".join(f"{n} {a['s']:.1f} s {'ok' if a['ok'] else 'FAILED'}"
+        print(f"warm-up:     {fmt_run(w['runs'][0])}; " + ", ".join(f"{n} {a['s']:.1f} s {'ok' if a['ok'] else 'FAILED'}"
                                                        for n, a in w["actions"].items()))
     for i, r in enumerate(result.get("alone", []), 1):
         print(f"alone {i}:     {fmt_run(r)}")
     for i, v in enumerate(result.get("crowd", []), 1):
-        if "run" not in v:
+        if "runs" not in v:
             print(f"visitor {i}:   {v.get('error')}")
             continue
-        stop = v["run"]["stop_enabled_while_running"]
-        print(f"visitor {i}:   {fmt_run(v['run'])}; Stop enabled while running: "
-              f"{'not seen running' if stop is None else 'yes' if stop else 'NO'}")
+        for run in v["runs"]:
+            stop = run["stop_enabled_while_running"]
+            print(f"visitor {i}:   {fmt_run(run)}; Stop enabled while running: "
+                  f"{'not seen running' if stop is None else 'yes' if stop else 'NO'}")
         for name, a in v["actions"].items():
             print(f"             {name:10s} {a['s']:7.1f} s  {'ok' if a['ok'] else 'FAILED'}  {a['note']}")
+    if result.get("api"):
+        a = result["api"]
+        print(f"API /run alone: {', '.join(f'{x:.2f}' for x in a['alone'])} s; {len(a['together']) // max(len(a['alone']), 1)}"
+              f" callers at once: {', '.join(f'{x:.2f}' for x in a['together'])} s; median ratio {a['ratio']}x")
     s = result["server"]
     print(f"server CPU s: {s['cpu_s']}; RSS MB: {s['rss_mb']} (peak: {'VmHWM since the baseline' if s.get('peak_is_vmhwm') else 'VmHWM since start'})")
     for name, g in result["goals"].items():
@@ -538,6 +654,8 @@ def main(argv=None) -> int:
                     help="visitor i starts i times this many seconds after the first (default 0: all press Run at "
                          "once; a few seconds: a visitor's Run meets the one before it at its search)")
     ap.add_argument("--alone", type=int, default=3, help="fresh pages, one at a time, timing Run alone (median)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="timed Runs on each alone page and by each active visitor (the visitors' Runs start together)")
     ap.add_argument("--actions", type=lambda text: [a for a in text.split(",") if a], default=list(ACTIONS),
                     help=f"what each visitor does after its Run, in order (default {','.join(ACTIONS)})")
     ap.add_argument("--action-s", type=float, default=180.0, help="a study or best-order search longer than this is stopped")
@@ -549,6 +667,8 @@ def main(argv=None) -> int:
     ap.add_argument("--split-cores", action="store_true",
                     help="the server on the first half of this machine's cores, the browsers on the rest: neither "
                          "slows the other, as on a Space whose visitors' browsers run on their own machines")
+    ap.add_argument("--api-callers", type=int, default=2,
+                    help="before the pages: /run by this many API callers at once against one alone, no browser (0: skip)")
     ap.add_argument("--json", type=Path, help="also write the JSON result here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
     ap.add_argument("--serve-port", type=int, help=argparse.SUPPRESS)          # the child's own mode
@@ -582,7 +702,12 @@ def main(argv=None) -> int:
     guard.start()
     try:
         server.wait_ready(min(180.0, args.deadline_s))
-        log(f"server pid {server.proc.pid} on {server.url}")
+        log(f"server pid {server.proc.pid} on {server.url}; quiet after {server.settle_cpu():.0f} s more "
+            "(its decode workers started)")
+        if args.api_callers:
+            log(f"the server alone: /run by 1 API caller, then by {args.api_callers} at once, {args.runs} times each")
+            result["api"] = api_runs(server.url, args.prompt or server.first_prompt(), args.api_callers, args.runs,
+                                     args.wait_s)
         remaining = args.deadline_s - (time.monotonic() - began) - args.settle_s - 15
         asyncio.run(asyncio.wait_for(phases(server, args, result), timeout=max(remaining, 1)))
         result["complete"] = True

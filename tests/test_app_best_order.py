@@ -12,7 +12,7 @@ from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.study.headroom import search
 from lopa.trace import RunResult
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("every_round")]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 SETTINGS = dict(APP_DEFAULTS, k=1, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32,

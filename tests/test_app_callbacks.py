@@ -16,8 +16,10 @@ from app.request import read_request
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from visualizations import canvas_text
 
-# gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests.
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests. Most tests here
+# step a Run round by round (tests/conftest.py every_round); the pace of a stream's messages is
+# test_a_runs_messages_come_at_most_every_message_s's.
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("every_round")]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 # Low thresholds so that a random model commits several tokens per round and lookahead matters.
@@ -71,6 +73,29 @@ def test_run_streams_rounds_live_and_renders_the_final_state():
     assert last["status"].startswith("Done") and not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS)
     assert f'data-round="{len(run.records) - 1}"' in last["canvas"] and last["answer"] == run.text
     assert session.names                                             # token strings from the tokenizer
+
+
+def test_a_runs_messages_come_at_most_every_message_s(monkeypatch):
+    """The first round at once, then a message at most every MESSAGE_S however many rounds the engine made
+    meanwhile, and the final state: each message has the page lay out its panels again."""
+    clock = [0.0]
+    real = cb.stream_jobs
+
+    def paced(jobs):                              # a round every 0.04 s on the clock the stream reads
+        for chunks in real(jobs):
+            clock[0] += 0.04
+            yield chunks
+    monkeypatch.setattr(cb, "stream_jobs", paced)
+    monkeypatch.setattr(cb.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(cb, "MESSAGE_S", 0.1)
+    session = Session()
+    counted = [int(named(out)["counters"].split('data-rounds="')[1].split('"')[0])
+               for out in cb.run_stream(session, PROMPT, *values())]
+    n = len(session.run.records)
+    assert n > 6 and counted[0] == 0 and counted[-1] == n
+    assert counted[1:-1] == list(range(1, n + 1, 3))       # rounds 1, 4, 7, ...: 0.12 s apart, the least >= 0.1 s
+    monkeypatch.setattr(cb, "MESSAGE_S", 0.0)
+    assert len(list(cb.run_stream(Session(), PROMPT, *values()))) == n + 2      # start, every round, the end
 
 
 def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):

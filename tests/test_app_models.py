@@ -20,7 +20,7 @@ from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("every_round")]
 
 SETTINGS = dict(APP_DEFAULTS, k=3, **LIVELY, attention="block_causal", temperature=0.0, seed=0)
 VALUES = [SETTINGS[n] for n in SETTING_NAMES]

@@ -19,7 +19,7 @@ from app.model_cache import MODELS
 from app.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("every_round")]
 
 PROMPT = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
 SETTINGS = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=32, confidence="max_prob",

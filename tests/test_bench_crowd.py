@@ -42,8 +42,9 @@ def server_gone(pid: int) -> bool:
 def test_the_smallest_crowd_runs_end_to_end_and_prints_every_figure(tmp_path):
     pytest.importorskip("playwright.async_api")
     out = tmp_path / "crowd.json"
-    proc, result = bench("--idle", "1", "--active", "1", "--watch-s", "3", "--alone", "1", "--settle-s", "3",
-                         "--actions", "steps", "--deadline-s", "420", "--json", str(out), timeout_s=540)
+    proc, result = bench("--idle", "1", "--active", "1", "--watch-s", "3", "--alone", "1", "--runs", "1", "--settle-s", "3",
+                         "--api-callers", "2", "--actions", "steps", "--deadline-s", "420", "--json", str(out),
+                         timeout_s=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["complete"] and result["error"] is None, proc.stdout[-3000:]
     assert json.loads(out.read_text()) == result
@@ -56,8 +57,11 @@ def test_the_smallest_crowd_runs_end_to_end_and_prints_every_figure(tmp_path):
     assert page["settled"] and page["load_requests"] > 0           # its load was seen, so requests are counted
     assert page["total"] == sum(page["during_active"].values()) + sum(page["during_watch"].values())
     [alone], [visitor] = result["alone"], result["crowd"]
-    for run in (alone, visitor["run"]):
+    for run in (alone, *visitor["runs"]):
         assert 0 < run["first_round_s"] <= run["final_s"] and run["server_s"] > 0, run
+    assert set(alone["cpu_s"]) >= {"server", "workers", "browsers"} and alone["cpu_s"]["browsers"] > 0
+    api = result["api"]                           # the server alone: one API caller, then two at once
+    assert len(api["alone"]) == 1 and len(api["together"]) == 2 and api["ratio"] > 0
     # The page is driven as a visitor would: a failed step means the figures no longer describe the app.
     assert visitor["actions"]["steps"]["ok"], visitor["actions"]
     server = result["server"]
