@@ -29,6 +29,14 @@ os.environ.setdefault("LOPA_DECODE_WORKERS", "0")
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def app_model_dir(tmp_path_factory):
+    """A fresh tiny model as the app's default model for the module (tests/tiny.py app_model); its folder."""
+    from tiny import app_model
+    with app_model(tmp_path_factory) as path:
+        yield path
+
+
 @pytest.fixture
 def every_round(monkeypatch):
     """A Run's stream sends every round (app.callbacks.MESSAGE_S = 0), for tests that step it round by round:

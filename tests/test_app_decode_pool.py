@@ -10,7 +10,6 @@ import time
 
 import gradio as gr
 import pytest
-from tiny import app_model
 
 from app import boundary, decode_pool
 from app import session as session_module
@@ -28,15 +27,9 @@ TIMING = ("forward_seconds", "round_seconds")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    with app_model(tmp_path_factory) as path:
-        yield path
-
-
-@pytest.fixture(scope="module")
-def pool(model_dir):
+def pool(app_model_dir):
     pool = DecodePool(2)
-    pool.start(model_dir, 1)
+    pool.start(app_model_dir, 1)
     end = time.monotonic() + 300
     while pool.ready() < 2 and time.monotonic() < end:
         time.sleep(0.2)
@@ -45,8 +38,8 @@ def pool(model_dir):
     pool.close()
 
 
-def job(model_dir, **changes) -> dict:
-    return {"model": str(model_dir), "prompt": PROMPT, "settings": SETTINGS.to_dict(), "workers": 1, "rounds": None,
+def job(app_model_dir, **changes) -> dict:
+    return {"model": str(app_model_dir), "prompt": PROMPT, "settings": SETTINGS.to_dict(), "workers": 1, "rounds": None,
             "keep_states": False, "resume": None, **changes}
 
 
@@ -63,24 +56,24 @@ def wait_ready(pool, n: int, bound_s: float = 300) -> None:
     assert pool.ready() == n
 
 
-def test_a_worker_decodes_what_this_process_decodes(pool, model_dir):
-    worker = pool.take([job(model_dir)])
+def test_a_worker_decodes_what_this_process_decodes(pool, app_model_dir):
+    worker = pool.take([job(app_model_dir)])
     assert worker is not None
-    there = [c for (c,) in pool.stream(worker, [job(model_dir)])]
-    here = [c for (c,) in boundary.decode_rounds([job(model_dir)])]
+    there = [c for (c,) in pool.stream(worker, [job(app_model_dir)])]
+    here = [c for (c,) in boundary.decode_rounds([job(app_model_dir)])]
     assert there[-1]["finished"] and len(there) > 3
     assert decided(there) == decided(here)
     assert there[-1]["text"] == here[-1]["text"]
 
 
-def test_two_workers_decode_two_jobs_at_once(pool, model_dir):
-    first, second = pool.take([job(model_dir)]), pool.take([job(model_dir)])
+def test_two_workers_decode_two_jobs_at_once(pool, app_model_dir):
+    first, second = pool.take([job(app_model_dir)]), pool.take([job(app_model_dir)])
     assert first is not None and second is not None and first is not second
-    a, b = pool.stream(first, [job(model_dir)]), pool.stream(second, [job(model_dir)])
+    a, b = pool.stream(first, [job(app_model_dir)]), pool.stream(second, [job(app_model_dir)])
     try:
         (a1,), (b1,) = next(a), next(b)          # both under way at once, in two processes
         assert a1["records"] and b1["records"] and not a1["finished"] and not b1["finished"]
-        assert pool.take([job(model_dir)], bound_s=0.5) is None      # none idle: the caller decodes here
+        assert pool.take([job(app_model_dir)], bound_s=0.5) is None      # none idle: the caller decodes here
         rest = [c for (c,) in a]
         assert rest[-1]["finished"]
     finally:
@@ -89,64 +82,53 @@ def test_two_workers_decode_two_jobs_at_once(pool, model_dir):
     wait_ready(pool, 2, 10)
 
 
-def test_steps_continue_in_the_worker_that_keeps_their_decode(pool, model_dir):
-    whole = [c for (c,) in boundary.decode_rounds([job(model_dir)])]
-    live = LiveRun(job(model_dir, rounds=1))
+def test_steps_continue_in_the_worker_that_keeps_their_decode(pool, app_model_dir):
+    whole = [c for (c,) in boundary.decode_rounds([job(app_model_dir)])]
+    live = LiveRun(job(app_model_dir, rounds=1))
     worker = pool.take([live.job])
     for _ in range(2):                            # Step, Step: one round each, the decode kept paused between
         (chunk,) = [c for (c,) in pool.stream(worker, [live.job])]
         live.apply(chunk)
         run = live.run
-        live.job = job(model_dir, rounds=1, resume={"kind": "continue", "run_id": run.run_id,
+        live.job = job(app_model_dir, rounds=1, resume={"kind": "continue", "run_id": run.run_id,
                                                     "trace": boundary.trace_of(run)})
         wait_ready(pool, 2, 10)
         assert pool.take([live.job]) is worker   # its home, though another worker is idle too
-    resume = job(model_dir, resume=live.job["resume"])
+    resume = job(app_model_dir, resume=live.job["resume"])
     rest = [c for (c,) in pool.stream(worker, [resume])]
     assert rest[-1]["tokens"] == whole[-1]["tokens"]
     assert [r for c in rest for r in decided([c])[0][0]] == [r for c in whole[2:] for r in decided([c])[0][0]]
 
 
-def test_a_stopped_run_continues_to_the_same_tokens(pool, model_dir):
-    """Stop while the worker ran ahead: the next Run replays the trace (in its home worker or another)."""
-    whole = [c for (c,) in boundary.decode_rounds([job(model_dir)])]
-    live = LiveRun(job(model_dir))
-    worker = pool.take([live.job])
-    passes = pool.stream(worker, [live.job])
-    for _ in range(2):
-        live.apply(next(passes)[0])
-    passes.close()
-    resume = job(model_dir, resume={"kind": "continue", "run_id": live.run.run_id, "trace": boundary.trace_of(live.run)})
-    wait_ready(pool, 2, 10)
-    again = pool.take([resume])
-    rest = [c for (c,) in pool.stream(again, [resume])]
-    assert rest[-1]["tokens"] == whole[-1]["tokens"]
-    assert [r for c in rest for r in decided([c])[0][0]] == [r for c in whole[2:] for r in decided([c])[0][0]]
+def test_a_stopped_run_continues_to_the_same_tokens_in_its_worker_or_another(pool, app_model_dir):
+    """Stop while the worker ran ahead: the next Run replays the trace, in its home worker, or in another
+    when someone else's job holds that one."""
+    whole = [c for (c,) in boundary.decode_rounds([job(app_model_dir)])]
+    for elsewhere in (False, True):
+        live = LiveRun(job(app_model_dir))
+        home = pool.take([live.job])
+        passes = pool.stream(home, [live.job])
+        for _ in range(2):
+            live.apply(next(passes)[0])
+        passes.close()
+        resume = job(app_model_dir, resume={"kind": "continue", "run_id": live.run.run_id,
+                                            "trace": boundary.trace_of(live.run)})
+        wait_ready(pool, 2, 10)
+        held = pool.take([job(app_model_dir)]) if elsewhere else None
+        assert held in (None, home)
+        worker = pool.take([resume])
+        assert worker is not None and (worker is home) != elsewhere
+        try:
+            rest = [c for (c,) in pool.stream(worker, [resume])]
+        finally:
+            if held is not None:
+                pool._give_back(held)
+        assert rest[-1]["tokens"] == whole[-1]["tokens"]
+        assert [r for c in rest for r in decided([c])[0][0]] == [r for c in whole[2:] for r in decided([c])[0][0]]
 
 
-def test_elsewhere_a_stopped_decode_is_replayed_to_the_same_tokens(pool, model_dir):
-    whole = [c for (c,) in boundary.decode_rounds([job(model_dir)])]
-    live = LiveRun(job(model_dir))
-    home = pool.take([live.job])
-    with_home = pool.stream(home, [live.job])
-    for _ in range(2):
-        live.apply(next(with_home)[0])
-    with_home.close()
-    resume = job(model_dir, resume={"kind": "continue", "run_id": live.run.run_id, "trace": boundary.trace_of(live.run)})
-    wait_ready(pool, 2, 10)
-    held = pool.take([job(model_dir)])            # someone else's job holds the home worker
-    assert held is home
-    other = pool.take([resume])
-    assert other is not None and other is not home
-    try:
-        rest = [c for (c,) in pool.stream(other, [resume])]
-    finally:
-        pool._give_back(held)
-    assert rest[-1]["tokens"] == whole[-1]["tokens"]
-
-
-def test_a_worker_that_dies_ends_its_decode_with_a_message_and_is_replaced(pool, model_dir):
-    live = LiveRun(job(model_dir))
+def test_a_worker_that_dies_ends_its_decode_with_a_message_and_is_replaced(pool, app_model_dir):
+    live = LiveRun(job(app_model_dir))
     worker = pool.take([live.job])
     passes = pool.stream(worker, [live.job])
     live.apply(next(passes)[0])
@@ -160,13 +142,13 @@ def test_a_worker_that_dies_ends_its_decode_with_a_message_and_is_replaced(pool,
     assert pool.replaced == replaced + 1
     wait_ready(pool, 2)                           # its replacement started
     assert worker.process.pid not in pool.pids()
-    again = pool.take([job(model_dir)])
-    assert [c for (c,) in pool.stream(again, [job(model_dir)])][-1]["finished"]
+    again = pool.take([job(app_model_dir)])
+    assert [c for (c,) in pool.stream(again, [job(app_model_dir)])][-1]["finished"]
 
 
-def test_a_closed_pages_runs_leave_the_workers(pool, model_dir, monkeypatch):
+def test_a_closed_pages_runs_leave_the_workers(pool, app_model_dir, monkeypatch):
     monkeypatch.setattr(boundary, "POOL", pool)
-    live = LiveRun(job(model_dir))
+    live = LiveRun(job(app_model_dir))
     worker = pool.take([live.job])
     passes = pool.stream(worker, [live.job])
     live.apply(next(passes)[0])
@@ -177,13 +159,13 @@ def test_a_closed_pages_runs_leave_the_workers(pool, model_dir, monkeypatch):
     assert run_id not in pool._homes
 
 
-def test_only_small_single_process_jobs_go_to_the_workers(pool, model_dir, monkeypatch):
-    assert pool.serves([job(model_dir)])
-    assert not pool.serves([job(model_dir, workers=2)])        # the branch-parallel backend has its own ranks
-    assert not pool.serves([job(model_dir), job(model_dir, workers=3)])
+def test_only_small_single_process_jobs_go_to_the_workers(pool, app_model_dir, monkeypatch):
+    assert pool.serves([job(app_model_dir)])
+    assert not pool.serves([job(app_model_dir, workers=2)])        # the branch-parallel backend has its own ranks
+    assert not pool.serves([job(app_model_dir), job(app_model_dir, workers=3)])
     monkeypatch.setattr(decode_pool, "POOL_MAX_PARAMS", 10)    # a model whose copy per worker would cost too much
-    assert not pool.serves([job(model_dir)]) and pool.take([job(model_dir)]) is None
-    assert not DecodePool(0).serves([job(model_dir)])          # none started
+    assert not pool.serves([job(app_model_dir)]) and pool.take([job(app_model_dir)]) is None
+    assert not DecodePool(0).serves([job(app_model_dir)])          # none started
 
 
 def test_the_worker_count_is_read_from_its_variable(monkeypatch):
@@ -245,7 +227,7 @@ def test_a_sessions_turns_are_served_in_the_order_asked_and_a_wait_given_up_bloc
 
 
 @pytest.fixture(scope="module")
-def served_with_workers(model_dir, pool):
+def served_with_workers(app_model_dir, pool):
     """The app served with the module's two workers and two model slots; every decode a worker runs waits,
     after its first round, until the other visitor's decode has reached its own first round (a barrier:
     with one model slot, or decodes taken in turn, it would wait in vain and the Run would fail)."""
@@ -266,7 +248,7 @@ def served_with_workers(model_dir, pool):
             passes.close()
 
     saved = (boundary.POOL, dict(wiring.MODEL), MODELS.default)
-    boundary.POOL, MODELS.default = pool, model_dir
+    boundary.POOL, MODELS.default = pool, app_model_dir
     pool.stream = stream
     wiring.MODEL["concurrency_limit"] = 2
     try:

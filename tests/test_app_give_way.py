@@ -4,8 +4,7 @@ are checked by their order and by threads, not by a clock (a bound is only a han
 
 import threading
 
-import pytest
-from tiny import LIVELY, PROMPT, app_model
+from tiny import LIVELY, PROMPT
 
 from app import boundary
 from app.boundary import GiveWay
@@ -35,13 +34,7 @@ def test_a_long_job_moves_on_after_the_bound_under_a_stream_of_runs():
     assert turns.wait(bound_s=0.05) is True
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    with app_model(tmp_path_factory) as path:
-        yield path
-
-
-def test_a_decode_counts_as_a_visitors_from_its_first_round_to_its_end(model_dir, monkeypatch):
+def test_a_decode_counts_as_a_visitors_from_its_first_round_to_its_end(app_model_dir, monkeypatch):
     turns = GiveWay()
     monkeypatch.setattr(boundary, "TURNS", turns)
     job = {"model": str(MODELS.folder(None)), "prompt": PROMPT, "rounds": None,

@@ -10,7 +10,6 @@ import types
 import gradio as gr
 import pytest
 from fake_spaces import FakeZeroGPU, WorkerError
-from tiny import app_model
 
 from app import boundary, forks, gpu, traces
 from app import callbacks as cb
@@ -37,15 +36,9 @@ def decisions(run):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    with app_model(tmp_path_factory) as path:
-        yield path
-
-
-@pytest.fixture(scope="module")
-def worker(model_dir):
+def worker(app_model_dir):
     fake = FakeZeroGPU(env={"LOPA_RESUME_CACHE": "0", "OMP_NUM_THREADS": "1"},
-                       setup=("fake_spaces", "load_app_model", (str(model_dir),)))
+                       setup=("fake_spaces", "load_app_model", (str(app_model_dir),)))
     yield fake
     fake.close()
 
