@@ -1,12 +1,13 @@
-"""Decode workers: on a CPU Space, the visitors' decodes (app/boundary.py decode_rounds: Run, Step, a fork,
-Compare, /decode) run in worker processes, so that two visitors' decodes run side by side.
+"""Decode workers: on a CPU Space (or wherever LOPA_DECODE_WORKERS says), the visitors' decodes (app/boundary.py
+decode_rounds: Run, Step, a fork, Compare, /decode) run in worker processes, so that two visitors' decodes run
+side by side, and a decode beside the server's own work for the streams.
 
 Why processes: the bundled models are small, so a decode is mostly Python between small torch calls, and
 Python threads take turns on one interpreter lock: in one process, two decodes in two threads took 0.25 s
-against 0.29 s one after the other. In two processes they run at once, each on a core. Where the pages
-run on the server's own cores (a laptop), they are off by default: two decodes at once then share the
-cores with the pages and both end late, where one after the other the first ends early
-(docs/deployment.md, "Crowd", has both figures).
+against 0.29 s one after the other. In two processes they run at once. Off a Space they are off by default:
+where the pages run on the server's own cores they take the cores the second decode would use, and two
+decodes at once then both end late where one after the other the first ends early (docs/deployment.md,
+"Crowd", has the figures of both).
 
     POOL.size          the workers this server has (decode_workers(): LOPA_DECODE_WORKERS, or a CPU Space's
                        cores; 0: every decode in this process)
@@ -64,8 +65,9 @@ def decode_workers() -> int:
     """The decode workers this server runs: LOPA_DECODE_WORKERS (0..MAX_WORKERS); unset, one per usable core (at
     most 4) on a CPU Hugging Face Space with two cores or more (SPACE_ID set: its visitors' pages run on their own
     machines), else 0. Each worker is an interpreter of its own with torch and a copy of the model (about
-    0.5 GB here), which a laptop serving its own page pays for nothing: there, the page and the server share the
-    cores, and a second decode at once only slows the first (docs/deployment.md, "Crowd")."""
+    0.5 GB). Where the pages share the server's cores (a laptop serving its own page), two decodes at once both
+    end late where one after the other the first ends early; where they do not (API callers here, a Space's
+    visitors), the workers made a Run faster and two at once end sooner (docs/deployment.md, "Crowd")."""
     text = os.environ.get(WORKERS_ENV, "").strip()
     if text:
         if not text.isdigit() or int(text) > MAX_WORKERS:
