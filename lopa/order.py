@@ -283,8 +283,11 @@ def stationary(policy: OrderPolicy) -> bool:
 
 
 def linear_cost(settings: DecodeSettings) -> list[float]:
-    """The adaptive order's cost model: a round with B branches costs 1 + branch_cost * (B - 1)."""
-    return [1.0 + settings.branch_cost * b for b in range(settings.k + 1)]
+    """The adaptive order's cost model: a round with b lookahead branches costs 1 + branch_cost * b * d rounds of
+    the anchor alone, d = lookahead_depth: each branch verifies up to d rows, one per token of its chain
+    (lopa/chains.py), and a row is what branch_cost prices. The gain model is fitted at depth 1, so at d > 1 the
+    budget is cautious: a kept chain may save more than one token's worth."""
+    return [1.0 + settings.branch_cost * b * settings.lookahead_depth for b in range(settings.k + 1)]
 
 
 def budget_warning(settings: DecodeSettings, cost=None) -> str | None:

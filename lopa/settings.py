@@ -55,8 +55,8 @@ MAX_NEW_TOKENS = 8192
 # Seeds are 32-bit: the random order derives one generator seed per round from order_seed, and
 # every derived seed must stay inside torch's 64-bit seed range.
 MAX_SEED = 2**32 - 1
-# The cost model of the adaptive order: a round with B branches costs
-# 1 + branch_cost * (B - 1) rounds of one branch (lopa.order.AdaptiveOrder).
+# The cost model of the adaptive order: a round with R rows in its verify batch costs
+# 1 + branch_cost * (R - 1) rounds of the anchor alone (lopa.order.linear_cost).
 MAX_BRANCH_COST = 100.0
 # The adaptive gain model (forwards a won round saves later: release + lift per position near tau_conf):
 # a fit is clipped here. A win cannot save more forwards than a decode has; these are far above any fit.
@@ -212,8 +212,9 @@ class DecodeSettings:
         "masked position). Ours: the branch score never checks the lookahead token itself (departure 8)",
         low=0.0, high=1.0, open_high=True, paper=0.0)
     branch_cost: float = setting(
-        1.0, "order=adaptive only: what one more branch adds to a round's seconds, in rounds of one branch "
-        "(1 = a compute-bound CPU; a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
+        1.0, "order=adaptive only: what one more row of the verify batch (a branch; each token of its chain at "
+        "lookahead_depth > 1) adds to a round's seconds, in rounds of the anchor alone (1 = a compute-bound CPU; "
+        "a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
     adaptive_rank: str = setting(
         "confidence", "order=adaptive only: the order whose lookahead ranking the budget verifies a prefix of: "
         "confidence (the paper's top-Conf) or another proposal rule (least_confident pays best on the regime "

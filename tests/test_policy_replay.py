@@ -20,6 +20,7 @@ from lopa.order import (
     SecondBranchAt,
     budget_warning,
     describe_order,
+    linear_cost,
     make_order,
     order_from_description,
     trace_order,
@@ -147,6 +148,7 @@ ADAPTIVE = DecodeSettings(order="adaptive", k=4, block_size=32, max_new_tokens=6
     ({"adaptive_win": 0.5, "adaptive_release": 0.0, "adaptive_lift": 0.05}, True),   # 0.5 * 0.05 * 64 = 1.6 > 1
     ({"branch_cost": 0.05}, True),                                         # 0.07 > 0.05: a GPU's cost
     ({"branch_cost": 0.0, "adaptive_win": 0.0}, True),                     # free branches: ties go to more k
+    ({"adaptive_win": 0.9, "adaptive_release": 2.3, "lookahead_depth": 3}, False),   # 2.07 < 3 rows a branch
 ])
 def test_budget_warning_says_when_no_round_can_branch(changes, branches):
     settings = ADAPTIVE.replace(**changes)
@@ -154,6 +156,11 @@ def test_budget_warning_says_when_no_round_can_branch(changes, branches):
     assert (warning is None) == branches
     if warning:
         assert "vanilla D2F" in warning and f"{settings.adaptive_win:.2f}" in warning
+
+
+def test_the_cost_model_counts_a_branchs_rows_at_every_depth():
+    assert linear_cost(ADAPTIVE) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert linear_cost(ADAPTIVE.replace(lookahead_depth=3, branch_cost=0.5)) == [1.0, 2.5, 4.0, 5.5, 7.0]
 
 
 def test_budget_warning_is_silent_unless_the_order_is_adaptive_with_branches():
