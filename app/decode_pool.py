@@ -237,6 +237,10 @@ class DecodePool:
             return None
         runs = [_continues(job) for job in jobs]
         with self._changed:
+            dead = [w for w in self._free if not w.alive()]
+        for worker in dead:                       # died while idle: replaced, never handed out
+            self._drop(worker)
+        with self._changed:
             if not self._changed.wait_for(lambda: self._free or not self._ready, timeout=bound_s):
                 return None
             if not self._free:

@@ -146,6 +146,19 @@ def test_a_worker_that_dies_ends_its_decode_with_a_message_and_is_replaced(pool,
     assert [c for (c,) in pool.stream(again, [job(app_model_dir)])][-1]["finished"]
 
 
+def test_a_worker_that_died_idle_is_replaced_not_handed_out(pool, app_model_dir):
+    wait_ready(pool, 2, 10)
+    idle = pool._free[0]
+    os.kill(idle.process.pid, signal.SIGKILL)
+    idle.process.wait(10)
+    worker = pool.take([job(app_model_dir)])
+    assert worker is not None and worker is not idle
+    try:
+        assert [c for (c,) in pool.stream(worker, [job(app_model_dir)])][-1]["finished"]
+    finally:
+        wait_ready(pool, 2)                       # its replacement started
+
+
 def test_a_closed_pages_runs_leave_the_workers(pool, app_model_dir, monkeypatch):
     monkeypatch.setattr(boundary, "POOL", pool)
     live = LiveRun(job(app_model_dir))
