@@ -315,7 +315,7 @@ def stream_jobs(jobs: list[dict]):
     ranks are CPU processes this server started, so its jobs run here, outside any GPU call."""
     if any(int(job.get("workers", 1)) > 1 for job in jobs):
         return decode_rounds(jobs)
-    if not POOL.started():
+    if POOL.size and not POOL.started():
         POOL.start(MODELS.default, server_threads())      # app.serve starts it sooner; until ready, here
     worker = POOL.take(jobs)
     if worker is not None:

@@ -283,10 +283,10 @@ class DecodePool:
     # -- decoding ------------------------------------------------------------------------------------
     def stream(self, worker: _Worker, jobs: list[dict]):
         """decode_rounds(jobs) in `worker` (from take()): yields each pass's chunks, the worker running up to AHEAD
-        passes ahead of the caller. Closing it stops the decode, which the worker keeps paused (up to AHEAD rounds
-        past the caller's last: continuing it then replays the trace, the same tokens). A worker that dies or hangs ends every job
-        with an error chunk (kind "worker") and is replaced; an exception in the worker is raised here as a
-        RuntimeError, as decode_rounds would raise it in this process."""
+        passes ahead of the caller. Closing it stops the decode, which the worker keeps paused (up to AHEAD
+        rounds past the caller's last: continuing it then replays the trace, the same tokens). A worker that dies
+        or hangs ends every job with an error chunk (kind "worker") and is replaced; an exception in the worker
+        is raised here as a RuntimeError, as decode_rounds would raise it in this process."""
         done = False
         try:
             with self._changed:

@@ -158,7 +158,6 @@ class Server:
                                       "--model", model], stdout=log.open("w"), stderr=subprocess.STDOUT,
                                      env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"},
                                      start_new_session=True, preexec_fn=lambda: _die_with_parent(cpus), cwd=ROOT)
-        self.tick = os.sysconf("SC_CLK_TCK")
 
     def wait_ready(self, bound_s: float) -> None:
         end = time.monotonic() + bound_s
@@ -189,7 +188,7 @@ class Server:
 
     def cpu_s(self) -> float:
         """CPU seconds of the server and its children (the decode workers), utime + stime."""
-        return sum(cpu_by_side(self.proc.pid)[side] for side in ("server", "workers"))
+        return sum(map(process_cpu_s, [self.proc.pid, *descendants(self.proc.pid)]))
 
     def status_mb(self, field: str) -> float:
         """A /proc status figure in MB: VmRSS summed over the server and its children (the decode workers,
@@ -371,7 +370,7 @@ async def timed_run(page, prompt: str | None, cpu=None) -> dict:
     before = cpu() if cpu else None
     await page.click("#run")
     await until(page, "window.__run.done !== null")
-    spent = {k: round(v - before.get(k, 0.0), 2) for k, v in cpu().items()} if cpu else None
+    spent = {k: round(v - before[k], 2) for k, v in cpu().items()} if cpu else None
     t = await page.evaluate("window.__run")
     server = await page.locator("#counters [data-counter='elapsed']").get_attribute("data-value")
     out = {"first_round_s": round((t["first"] - t["click"]) / 1000, 3), "final_s": round((t["done"] - t["click"]) / 1000, 3),
@@ -379,30 +378,23 @@ async def timed_run(page, prompt: str | None, cpu=None) -> dict:
     return out | ({"cpu_s": spent} if spent else {})
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (utime + stime) of process `pid` so far; 0 if it has ended."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_by_side(server_pid: int) -> dict:
     """CPU seconds so far of the server process, of its children (the decode workers, any branch-parallel
     ranks) and of this benchmark's browsers (every other process under this one), from /proc: what a Run
     costs each side (processes that ended meanwhile are not counted)."""
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def cpu(pid: int) -> float:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / tick
     children = descendants(server_pid)
     browsers = [p for p in descendants(os.getpid()) if p != server_pid and p not in children]
-    out = {"server": cpu(server_pid), "workers": sum(map(cpu, children)), "browsers": sum(map(cpu, browsers))}
-    if os.environ.get("BENCH_KINDS"):
-        for p in browsers:
-            try:
-                cmd = Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            kind = "node" if "node" in cmd.split("\0")[0] else next((a.split("=", 1)[1] for a in cmd.split("\0") if a.startswith("--type=")), "browser")
-            out[kind] = out.get(kind, 0.0) + cpu(p)
-    return out
+    return {"server": process_cpu_s(server_pid), "workers": sum(map(process_cpu_s, children)),
+            "browsers": sum(map(process_cpu_s, browsers))}
 
 
 async def until_or_stop(page, done_js: str, stop: str, bound_s: float) -> str:
