@@ -113,10 +113,11 @@ def run_list_outputs(session: Session, force: bool = False) -> tuple:
             gr.update(choices=choices, value=a), gr.update(choices=choices, value=b))
 
 
-def live_outputs(session: Session, status: str, final: bool = True, lazy: bool = False) -> tuple:
+def live_outputs(session: Session, status: str, final: bool = True, lazy: bool = False, replay: bool = False) -> tuple:
     """LIVE_OUTPUTS for the latest round. Counters always; each kind of heavy output only when
     `final` or REFRESH_S has passed since it was last sent (gr.skip() otherwise). `lazy` (a page's final
-    state): the figures are left to draw_figures, which the page asks for once it shows them."""
+    state): the figures are left to draw_figures, which the page asks for once it shows them. `replay` (a
+    page's Run, done): the counters say whether the page may ask for its rounds again (show_rounds_arriving)."""
     now = time.perf_counter()
     due = tuple(kind for kind, every in REFRESH_S.items()
                 if final or (session.run is not None and now - session.last_render[kind] >= every))
@@ -130,13 +131,15 @@ def live_outputs(session: Session, status: str, final: bool = True, lazy: bool =
     outputs = view(session, kinds=due)           # before the counters: drawing the figures marks them drawn
     if lazy:
         session.figures_stale = True
-    counters = counters_now(session, "stale" if lazy else "")
+    counters = counters_now(session, "stale" if lazy else "", replay)
     return (status, counters, *moving) + outputs + run_list_outputs(session, final)
 
 
-def counters_now(session: Session, figures: str = "") -> str:
-    """The counters of the session's run as they stand, with the answer's mark once it is done."""
-    counters = counters_html(session.run, session.elapsed, session.status(), figures=figures)
+def counters_now(session: Session, figures: str = "", replay: bool = False) -> str:
+    """The counters of the session's run as they stand, with the answer's mark once it is done; with
+    `replay`, the run's id where its rounds may be shown again (replay_due)."""
+    again = str(session.current or "run") if replay and replay_due(session) else ""
+    counters = counters_html(session.run, session.elapsed, session.status(), figures=figures, replay=again)
     if session.run is not None and not session.run.stopped and session.status() in ("done", "replay"):
         counters += answer_mark(check_answer(session.run.prompt, session.run.text))
     return counters
@@ -148,7 +151,7 @@ FIGURE_OUTPUTS = tuple(name for name in VIEW_OUTPUTS if VIEW_KINDS[name] == "plo
 
 def draw_figures(session: Session) -> tuple:
     """FIGURE_OUTPUTS and the counters: the figures a page's Run ended without, drawn when the page shows
-    them (app.panels.FIGURES_JS asks). Plotly drawing three figures was half of what a page spent on a
+    them (app.panels.PAGE_ASKS_JS asks). Plotly drawing three figures was half of what a page spent on a
     Run of the first example, most often for figures below the screen. Nothing when they are drawn already
     (the slider or Play drew a round since) or a decode streams."""
     if session.streaming:
@@ -208,12 +211,13 @@ def run_stream(session: Session, prompt: str, *values):
     """Stream the decode live as the engine computes it (not a replay): the first round at once, then the
     counters at most every MESSAGE_S and heavy outputs by REFRESH_S, all drawn at the end."""
     yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
-                     on_fault=lambda err: _bp_fault(session, err, session.backend))
+                     on_fault=lambda err: _bp_fault(session, err, session.backend), replay=True)
 
 
-def drain(session: Session, begin, running: str, on_fault=None):
+def drain(session: Session, begin, running: str, on_fault=None, replay: bool = False):
     """Begin a live decode (`begin()` returns its job), then yield LIVE_OUTPUTS after every round
-    the boundary sends back until it ends or Stop is pressed; the last yield is the final state.
+    the boundary sends back until it ends or Stop is pressed; the last yield is the final state (with
+    `replay`, a page's Run, marked where its rounds may be shown again: show_rounds_arriving).
     Shared by Run and the what-if forks."""
     try:
         session.check_free()
@@ -253,7 +257,7 @@ def drain(session: Session, begin, running: str, on_fault=None):
         session.streaming = False
         session.moves_at_end = session.view_moves
         session.stop_clock()
-    yield live_outputs(session, status, lazy=session.page)
+    yield live_outputs(session, status, lazy=session.page, replay=replay and session.page)
 
 
 def step_once(session: Session, prompt: str, *values) -> tuple:
@@ -286,9 +290,21 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
 # its rounds streamed live, but the canvas refreshes every REFRESH_S["html"], so a decode of a few tenths
 # of a second showed its first and last rounds only. Once a session: later Runs rest on their end. It is
 # for the visitor's eyes and no one waits on it: while another visitor's decode runs it is left out, or
-# jumps to its end (boundary.TURNS), so it never shares the CPU with someone's Run.
+# jumps to its end (boundary.TURNS), so it never shares the CPU with someone's Run. The page asks for it
+# (app.panels.PAGE_ASKS_JS) when a Run's final counters carry data-replay: a Run that needs none sends no
+# request for it (Gradio's page updates the loading state of every component it has seen on each message
+# of each event, so each event of a Run costs every page some CPU, more the more components it holds).
 REPLAY_UNDER_S, REPLAY_STEP_S = 1.0, 0.15
 ARRIVING_OUTPUTS = ("round_slider", "canvas", "answer")
+
+
+def replay_due(session: Session) -> bool:
+    """Whether the session's run is a first Run, finished in under REPLAY_UNDER_S, whose rounds
+    show_rounds_arriving would show again."""
+    run = session.run
+    return not (session.shown_arriving or run is None or run.stopped or session.source != "live"
+                or session.streaming or session.live is not None
+                or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S)
 
 
 def show_rounds_arriving(session: Session):
@@ -302,8 +318,7 @@ def show_rounds_arriving(session: Session):
         return (session.run is not run or session.streaming or session.live is not None
                 or session.view_moves != session.moves_at_end)
 
-    if (session.shown_arriving or run is None or run.stopped or session.source != "live" or moved_on()
-            or session.n_rounds < 3 or session.elapsed >= REPLAY_UNDER_S or TURNS.busy()):
+    if not replay_due(session) or moved_on() or TURNS.busy():
         # a generator that yields nothing has Gradio set every output to None: the canvas would go blank
         yield tuple(gr.skip() for _ in ARRIVING_OUTPUTS)
         return

@@ -12,7 +12,7 @@ from lopa.read_budget import MAX_TRACE_BYTES
 from . import denoise, disk, forks, frames, share, studies, tour
 from .inputs import shown
 from .panels import (
-    FIGURES_JS,
+    PAGE_ASKS_JS,
     INTRO,
     RUN_VIEW_JS,
     build_arrival_panel,
@@ -85,7 +85,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS + FIGURES_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS + PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript)]})

@@ -143,9 +143,11 @@ def build_round_view() -> dict:
     heatmap = gr.Plot(empty["heatmap"], label="confidence: branches × masked positions", elem_id="heatmap")
     ranks = gr.Plot(empty["ranks"], label="rank lanes: who computed which branch, and when", elem_id="rank-lanes")
     chart = gr.Plot(empty["chart"], label="tokens committed per round", elem_id="tokens-chart")
-    # Pressed by the page itself (FIGURES_JS) when a Run's figures come into view.
+    # Pressed by the page itself (PAGE_ASKS_JS): when a Run's figures come into view, and when its counters
+    # say its rounds may be shown again.
     draw = gr.Button("draw the figures", elem_id="draw-figures", elem_classes=["lopa-hidden"])
-    return {"draw_figures": draw, "round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
+    again = gr.Button("show the rounds arriving", elem_id="show-arriving", elem_classes=["lopa-hidden"])
+    return {"draw_figures": draw, "show_arriving": again, "round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas, "answer": answer,
             "explanation": explanation, "branches": branches, "heatmap": heatmap, "ranks": ranks, "chart": chart,
             "clicked_cell": clicked, "whatif_panel": whatif_panel, "whatif_info": whatif_info,
             "whatif_token": whatif_token, "whatif_target": whatif_target, "fill_first": fill_first,
@@ -251,14 +253,23 @@ document.addEventListener("click", (event) => {
 </script>"""
 
 
-# A page's Run ends without its figures (app/callbacks.py draw_figures); the counters then say
-# data-figures="stale", and the page asks for the figures once one of them is on the screen: at once when
-# it is, when the visitor scrolls to them otherwise. A page with nothing stale watches nothing and sends nothing.
-FIGURES_JS = """<script>
+# What a page's Run leaves for the page to ask for, by pressing a hidden button (no request otherwise):
+# - its figures (app/callbacks.py draw_figures): the counters then say data-figures="stale", and the page asks
+#   once one of them is on the screen: at once when it is, when the visitor scrolls to them otherwise. A page
+#   with nothing stale watches nothing and sends nothing;
+# - its rounds shown again (callbacks.show_rounds_arriving): the counters carry data-replay (the run's id), and
+#   the page asks once for each run.
+PAGE_ASKS_JS = """<script>
 (() => {
-  let seen = null, watching = null;
+  let seen = null, watching = null, replayed = null;
   new MutationObserver(() => {
-    const stale = document.querySelector("#counters .lopa-counters[data-figures='stale']");
+    const counters = document.querySelector("#counters .lopa-counters");
+    const replay = counters?.dataset.replay;
+    if (replay && replay !== replayed) {
+      replayed = replay;
+      document.querySelector("#show-arriving")?.click();
+    }
+    const stale = counters?.dataset.figures === "stale" ? counters : null;
     if (stale === seen) return;
     seen = stale;
     watching?.disconnect();

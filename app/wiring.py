@@ -188,17 +188,37 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     follow_model(w, w.deps["warmed"], w.deps["picked"])
     follow_link(w, w.deps["canvas_link"])
     stop_buttons(c)
+    no_hidden_progress(demo)
+
+
+def no_hidden_progress(demo: gr.Blocks) -> None:
+    """Every event whose progress is hidden keeps no loading state on its outputs (show_progress_on=[]).
+
+    Why: Gradio 6.31's page keeps a loading state for every component that was ever a progress target (an
+    output, unless show_progress_on names others) of an event it ran, and on each status message of any
+    event (pending, started, each streamed yield, done) it hands every one of those states back to its
+    component (Blocks `update_loading_stati_state`), which deep-copies the component's props first (the
+    core's update_state: get_data, Svelte's $state.snapshot: a structuredClone per leaf). That was about
+    9,000 copies on a page for one Run of the first example, most of the page's own CPU for the Run. A
+    hidden progress shows nothing on those outputs, so naming no target changes nothing on the screen
+    (the page reads `show_progress_on || outputs`: an empty list is taken as given)."""
+    for fn in demo.fns.values():
+        states = fn.outputs and all(isinstance(block, gr.State) for block in fn.outputs)    # gr.State(callable)'s load
+        if fn.show_progress_on is None and (fn.show_progress == "hidden" or states):
+            fn.show_progress_on = []
 
 
 def round_view(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
     c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
     arriving = w.pick(*cb.ARRIVING_OUTPUTS)
-    runs = [w.on(c["run"].click, named(cb.run_stream, "prompt"), w.decode_inputs, live, api_name="run",
-                 api_description=RUN_API, show_progress="hidden", **MODEL),
-            w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private",
-                 show_progress="hidden", **MODEL)]
-    replays = [w.then(dep, cb.show_rounds_arriving, [session], arriving, **VIEW) for dep in runs]
+    w.on(c["run"].click, named(cb.run_stream, "prompt"), w.decode_inputs, live, api_name="run",
+         api_description=RUN_API, show_progress="hidden", **MODEL)
+    w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private",
+         show_progress="hidden", **MODEL)
+    # The page asks for a first fast Run's rounds again when its counters say so (app.panels.PAGE_ASKS_JS).
+    replays = [w.on(c["show_arriving"].click, cb.show_rounds_arriving, [session], arriving, api_visibility="private",
+                    show_progress="hidden", **VIEW)]
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     w.on(c["step"].click, named(cb.step_once, "prompt"), w.decode_inputs, live, api_name="step",
          api_description=STEP_API, show_progress="hidden", **MODEL)
@@ -206,7 +226,7 @@ def round_view(w: Wiring) -> None:
     # once, so it draws no progress over the status it answers in (nor its timer before the status's text).
     w.on(c["stop"].click, cb.stop_run, [session], [c["status"], c["counters"]], queue=False, api_name="stop",
          show_progress="hidden")
-    w.on(c["reset"].click, cb.reset_session, [session], live, api_name="reset", **VIEW)
+    w.on(c["reset"].click, cb.reset_session, [session], live, api_name="reset", show_progress="hidden", **VIEW)
     # Selecting a run waits for the session's running decode (its turn: in_turn) instead of racing its snapshots.
     w.on(c["run_list"].input, forks.select_run, [session, c["run_list"]], live, api_name="select_run",
          show_progress="hidden", **MODEL)
@@ -215,7 +235,7 @@ def round_view(w: Wiring) -> None:
     w.on(c["draw_figures"].click, cb.draw_figures, [session], [*w.pick(*cb.FIGURE_OUTPUTS), c["counters"]],
          api_visibility="private", show_progress="hidden", **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
-         [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, **VIEW)
+         [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, show_progress="hidden", **VIEW)
     w.on(c["timer"].tick, cb.play_tick, [session, c["playing"], c["round_slider"]],
          [c["round_slider"], c["timer"], c["play"], c["playing"], *view, c["answer"]], api_visibility="private",
          show_progress="hidden", **VIEW)
@@ -230,14 +250,14 @@ def shared_link(w: Wiring) -> None:
     w.demo.unload(end_page)
     loaded = w.on(w.demo.load, share.on_load, [w.session, c["prompt"], *w.settings],
                   [c["prompt"], *w.settings, c["model_dir"], c["status"], w.session], api_visibility="private",
-                  queue=False)
+                  queue=False, show_progress="hidden")
     w.then(loaded, model_and_settings.settings_follow, w.link_inputs, [c["settings_accordion"], *out], queue=False)
     panel = w.pick(*denoise.PANEL_INPUTS)
     w.deps["canvas_link"] = w.on(w.demo.load, share.open_canvas_link, [w.session],
                                  [c["denoise_folder"], *panel, c["denoise_status"]], api_visibility="private",
-                                 queue=False)
+                                 queue=False, show_progress="hidden")
     w.on(functools.partial(gr.on, [x.change for x in [c["prompt"], *panel]]), share.links, w.link_inputs, out,
-         api_visibility="private", queue=False)
+         api_visibility="private", queue=False, show_progress="hidden")
 
 
 def settings_panel(w: Wiring) -> None:
@@ -247,9 +267,9 @@ def settings_panel(w: Wiring) -> None:
     follows = [c["settings_accordion"], c["share_link"], c["command"]]
     for name in SETTING_NAMES:
         w.on(c[name].input, model_and_settings.toucher(name), w.link_inputs, follows, api_visibility="private",
-             queue=False)
+             queue=False, show_progress="hidden")
     preset = w.on(c["preset"].change, model_and_settings.apply_preset, [c["preset"], w.session], w.settings,
-                  api_visibility="private", **VIEW)
+                  api_visibility="private", show_progress="hidden", **VIEW)
     w.then(preset, model_and_settings.settings_follow, w.link_inputs, follows, queue=False)
 
 

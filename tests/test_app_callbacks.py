@@ -151,6 +151,30 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     assert list(replay) == []
 
 
+def test_only_a_pages_first_fast_run_ends_with_counters_that_ask_for_its_rounds_again(monkeypatch):
+    """The page asks for show_rounds_arriving (app.panels.PAGE_ASKS_JS) only where the final counters carry
+    data-replay: no request for it on any other Run, Step or fork, nor from an API caller."""
+    monkeypatch.setattr(cb, "REPLAY_STEP_S", 0.0)
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    page = Session()
+    page.page = True
+    outs = drain(cb.run_stream(page, PROMPT, *values()))
+    assert f'data-replay="{page.current}"' in outs[-1]["counters"]
+    assert not any("data-replay" in o["counters"] for o in outs[:-1])          # not while it streams
+    assert len(list(cb.show_rounds_arriving(page))) == page.n_rounds
+    assert "data-replay" not in drain(cb.run_stream(page, PROMPT, *values()))[-1]["counters"]     # once a session
+    fresh = Session()
+    fresh.page = True
+    stepped = named(cb.step_once(fresh, PROMPT, *values()))
+    assert "data-replay" not in stepped["counters"]
+    api = Session()                                                              # no page: nothing to ask
+    assert "data-replay" not in drain(cb.run_stream(api, PROMPT, *values()))[-1]["counters"]
+    slow = Session()
+    slow.page = True
+    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)
+    assert "data-replay" not in drain(cb.run_stream(slow, PROMPT, *values()))[-1]["counters"]
+
+
 def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
     monkeypatch.setattr(cb, "REFRESH_S", {"html": 0.0, "plots": 3600.0})
     outs = drain(cb.run_stream(Session(), PROMPT, *values()))

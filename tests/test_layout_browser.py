@@ -64,6 +64,15 @@ def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, 
     n = int(page.locator("#counters .lopa-counters").get_attribute("data-rounds"))
     page.wait_for_function(f"window.__seen.slice(-{n}).join() === [...Array({n}).keys()].join()")
     assert page.locator("#round-slider input[type=range]").input_value() == str(n - 1)
+    # Once a session: a second Run sends its own request and nothing else (the page asks for a replay only
+    # when the counters say one is due: app.panels.PAGE_ASKS_JS).
+    sent = []
+    page.on("request", lambda r: sent.append(r.post_data_json.get("fn_index")) if "/queue/join" in r.url else None)
+    page.click("#run")
+    page.wait_for_function("document.querySelector('#counters .lopa-counters[data-status=\"done\"]') && "
+                           "!document.querySelector('#counters .lopa-counters').dataset.replay")
+    page.wait_for_timeout(1000)
+    assert len(sent) == 1, sent
 
 
 def test_settings_are_closed_and_name_those_the_visitor_set(page):

@@ -9,10 +9,12 @@ from .markup import esc
 from .palette import STATUS_COLOURS
 
 
-def counters_html(run, elapsed_s: float, status: str = "running", title: str = "", figures: str = "") -> str:
+def counters_html(run, elapsed_s: float, status: str = "running", title: str = "", figures: str = "",
+                  replay: str = "") -> str:
     """A row of counters. `elapsed_s` is wall clock since Run was pressed (includes streaming and UI);
     latency is the engine's own sum of round times. Values carry data-* attributes for tests. `figures`
-    ("stale" or "drawn"), where given, tells the page whether the run's figures are still to be drawn."""
+    ("stale" or "drawn"), where given, tells the page whether the run's figures are still to be drawn; `replay`
+    (a run id), where given, that the page may ask to see that run's rounds arriving again."""
     m = metrics(run)
     boxes = [
         ("rounds", "rounds", f"{m['rounds']}", "model forwards + a possible final no-forward round"),
@@ -56,6 +58,6 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
              f'k + 1 branches together; a <a href="#term-forward">forward</a> is one model pass; '
              f'{term_link("token-forwards")} = the positions all forwards processed. {esc(FEWER_FORWARDS_SLOWER)} '
              f'<a href="#glossary">All terms</a></div>')
-    marker = f' data-figures="{esc(figures)}"' if figures else ""
+    marker = (f' data-figures="{esc(figures)}"' if figures else "") + (f' data-replay="{esc(replay)}"' if replay else "")
     return (f'<div class="lopa-counters" data-rounds="{m["rounds"]}" data-status="{esc(status)}"{marker}>{head}'
             f'<div style="display:flex;flex-wrap:wrap;gap:6px">{cells}{badge}</div>{gloss}</div>')
