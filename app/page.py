@@ -12,8 +12,8 @@ from lopa.read_budget import MAX_TRACE_BYTES
 from . import denoise, disk, forks, frames, share, studies, tour
 from .inputs import shown
 from .panels import (
-    PAGE_ASKS_JS,
     INTRO,
+    PAGE_ASKS_JS,
     RUN_VIEW_JS,
     build_arrival_panel,
     build_compare_panel,
