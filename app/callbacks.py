@@ -22,6 +22,7 @@ from lopa.trace import metrics
 from .boundary import TURNS, stream_jobs
 from .examples import check_answer
 from .inputs import text, whole
+from .layout import decode_stop
 from .model_cache import MODELS
 from .request import read_request
 from .session import Backend, Session, forkable
@@ -212,6 +213,19 @@ def run_stream(session: Session, prompt: str, *values):
     counters at most every MESSAGE_S and heavy outputs by REFRESH_S, all drawn at the end."""
     yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
                      on_fault=lambda err: _bp_fault(session, err, session.backend), replay=True)
+
+
+# What Run and Enter in the prompt answer: LIVE_OUTPUTS and the round view's Stop, last.
+RUN_OUTPUTS = LIVE_OUTPUTS + ("stop",)
+
+
+def run_with_stop(session: Session, prompt: str, *values):
+    """run_stream's outputs and the round view's Stop (RUN_OUTPUTS): left as it is while the decode streams
+    (the page enabled it at the click: app.layout.ENABLE_STOP_JS), then enabled only where a decode is left to
+    stop (layout.decode_stop). In the Run's own messages: a call after each Run for it was one more event, and
+    every event's messages cost the page (app.wiring.no_hidden_progress)."""
+    for outputs in run_stream(session, prompt, *values):
+        yield outputs + (gr.skip() if session.streaming else decode_stop(session),)
 
 
 def drain(session: Session, begin, running: str, on_fault=None, replay: bool = False):

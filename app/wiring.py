@@ -212,9 +212,10 @@ def round_view(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
     c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
     arriving = w.pick(*cb.ARRIVING_OUTPUTS)
-    w.on(c["run"].click, named(cb.run_stream, "prompt"), w.decode_inputs, live, api_name="run",
+    answer = w.pick(*cb.RUN_OUTPUTS)
+    w.on(c["run"].click, named(cb.run_with_stop, "prompt"), w.decode_inputs, answer, api_name="run",
          api_description=RUN_API, show_progress="hidden", **MODEL)
-    w.on(c["prompt"].submit, cb.run_stream, w.decode_inputs, live, api_visibility="private",
+    w.on(c["prompt"].submit, cb.run_with_stop, w.decode_inputs, answer, api_visibility="private",
          show_progress="hidden", **MODEL)
     # The page asks for a first fast Run's rounds again when its counters say so (app.panels.PAGE_ASKS_JS).
     replays = [w.on(c["show_arriving"].click, cb.show_rounds_arriving, [session], arriving, api_visibility="private",
@@ -421,9 +422,10 @@ def enable_stops(c: dict) -> None:
 
 def stop_buttons(c: dict) -> None:
     """Each Stop is disabled when its run ends (the round view's: while the session has a decode,
-    streaming or paused after Step, it stays enabled). enable_stops enables them."""
+    streaming or paused after Step, it stays enabled; Run's own last message says so: callbacks.run_with_stop).
+    enable_stops enables them."""
     session, stop = c["session"], c["stop"]
-    for name in ("run", "prompt", "step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
+    for name in ("step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
                  "tour_prev", "tour_end"):
         for dep in c["__events__"].get(name, ()):
             dep.then(layout.decode_stop, [session], stop, **QUIET)

@@ -175,6 +175,20 @@ def test_only_a_pages_first_fast_run_ends_with_counters_that_ask_for_its_rounds_
     assert "data-replay" not in drain(cb.run_stream(slow, PROMPT, *values()))[-1]["counters"]
 
 
+def test_run_answers_the_round_views_stop_in_its_own_last_message():
+    """Run's outputs end with the Stop (cb.RUN_OUTPUTS): left alone while it streams, then disabled, unless a
+    decode is left to stop (a Run refused while this session's search runs keeps the paused Step's Stop)."""
+    outs = list(cb.run_with_stop(Session(), PROMPT, *values()))
+    assert all(len(o) == len(cb.RUN_OUTPUTS) for o in outs)
+    assert all(is_skip(o[-1]) for o in outs[:-1]) and outs[-1][-1]["interactive"] is False
+    paused = Session()
+    cb.step_once(paused, PROMPT, *values())
+    paused.searching = True
+    refused = list(cb.run_with_stop(paused, PROMPT, *values()))
+    assert len(refused) == 1 and "search is still running" in refused[0][0]
+    assert refused[0][-1]["interactive"] is True and paused.live is not None
+
+
 def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
     monkeypatch.setattr(cb, "REFRESH_S", {"html": 0.0, "plots": 3600.0})
     outs = drain(cb.run_stream(Session(), PROMPT, *values()))
