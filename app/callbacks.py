@@ -55,8 +55,9 @@ REFRESH_S = {"html": 0.25, "plots": 1.0}
 # While streaming, the least seconds between two messages of a Run (the counters' round): each message has
 # the page update and lay out its panels again, and the engine makes a round every few milliseconds on the
 # bundled models: a message per round kept a page's renderer busy for the whole Run and more (a crowd's
-# pages share the server's CPU where they run on it). Ten a second still shows the rounds arrive.
-MESSAGE_S = 0.1
+# pages share the server's CPU where they run on it), and each message also holds the decode on the server
+# while Gradio sends it. Four a second, the canvas's own pace (REFRESH_S["html"]): each message moves it.
+MESSAGE_S = REFRESH_S["html"]
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
               "explanation": "html"}
 
