@@ -56,12 +56,6 @@ GIVE_WAY_S = 3.0
 # One branch-parallel decode at a time (_take_bp_turn), each waiting at most this long for the one before.
 BP_TURN = threading.Semaphore(1)
 BP_WAIT_S = 60.0
-# The decodes this process runs itself (no decode worker, not branch-parallel), one at a time, each waiting at
-# most DECODE_WAIT_S for the one before (_decode_turn). The model events have more slots than that
-# (app/wiring.py MODEL): a visitor's Run then starts while the one before sends its last messages, and its
-# decode begins the moment that decode ends, not once the other event has ended.
-DECODE_TURN = threading.Lock()
-DECODE_WAIT_S = 600.0
 
 
 class GiveWay:
@@ -326,21 +320,7 @@ def stream_jobs(jobs: list[dict]):
     worker = POOL.take(jobs)
     if worker is not None:
         return _visitors_turn(POOL.stream(worker, jobs))
-    return _decode_turn(jobs)
-
-
-def _decode_turn(jobs: list[dict]):
-    """decode_rounds_on_gpu(jobs) once the decode before it in this process has ended (DECODE_TURN); the turn
-    ends with the decode, also when the caller closes it (Stop, a closed page). A Lock, not an RLock: Gradio
-    may call each next() from another thread."""
-    if not DECODE_TURN.acquire(timeout=DECODE_WAIT_S):
-        raise ValueError(f"another visitor's decode still runs after {DECODE_WAIT_S:.0f} s: try again when it ends")
-    passes = decode_rounds_on_gpu(jobs)
-    try:
-        yield from passes
-    finally:
-        passes.close()
-        DECODE_TURN.release()
+    return decode_rounds_on_gpu(jobs)
 
 
 def _visitors_turn(passes):

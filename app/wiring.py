@@ -29,10 +29,9 @@ from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
 from .decode_pool import POOL
 from .session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page, take_turn
 
-# Every event that runs the model: one slot per decode worker (app/decode_pool.py), two without workers (the
-# decodes themselves then take turns: app.boundary.DECODE_TURN, so one event's last messages go out while the
-# next one decodes), each session's own events one at a time (in_turn).
-MODEL = dict(concurrency_id="model", concurrency_limit=max(2, POOL.size))
+# Every event that runs the model: one slot per decode worker (app/decode_pool.py; one without workers), each
+# session's own events one at a time (in_turn).
+MODEL = dict(concurrency_id="model", concurrency_limit=max(1, POOL.size))
 # The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
 # MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended. Beside it,
 # the long job waits between two of its decodes while a visitor's decode runs (app/boundary.py GiveWay), so
