@@ -211,15 +211,13 @@ def no_hidden_progress(demo: gr.Blocks) -> None:
 def round_view(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
     c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
-    arriving = w.pick(*cb.ARRIVING_OUTPUTS)
     answer = w.pick(*cb.RUN_OUTPUTS)
     w.on(c["run"].click, named(cb.run_with_stop, "prompt"), w.decode_inputs, answer, api_name="run",
          api_description=RUN_API, show_progress="hidden", **MODEL)
     w.on(c["prompt"].submit, cb.run_with_stop, w.decode_inputs, answer, api_visibility="private",
          show_progress="hidden", **MODEL)
-    # The page asks for a first fast Run's rounds again when its counters say so (app.panels.PAGE_ASKS_JS).
-    replays = [w.on(c["show_arriving"].click, cb.show_rounds_arriving, [session], arriving, api_visibility="private",
-                    show_progress="hidden", **VIEW)]
+    replays = [w.on(c["show_arriving"].click, cb.show_rounds_arriving, [session], w.pick(*cb.ARRIVING_OUTPUTS),
+                    api_visibility="private", show_progress="hidden", **VIEW)]      # the page asks (PAGE_ASKS_JS)
     gr.api(api.decode, api_name="decode", **MODEL)          # typed JSON endpoint (app/api.py)
     w.on(c["step"].click, named(cb.step_once, "prompt"), w.decode_inputs, live, api_name="step",
          api_description=STEP_API, show_progress="hidden", **MODEL)
