@@ -210,7 +210,7 @@ def describe_run(session: Session) -> str:
 
 # -- Run / Step / Stop / Reset ------------------------------------------------------------------
 def run_stream(session: Session, prompt: str, *values):
-    """Stream the decode live as the engine computes it (not a replay): the first round at once, then the
+    """Stream the decode live as the engine computes it (not a replay): its start at once, then the
     counters at most every MESSAGE_S and heavy outputs by REFRESH_S, all drawn at the end."""
     yield from drain(session, lambda: _start_or_continue(session, prompt, values), "Running…",
                      on_fault=lambda err: _bp_fault(session, err, session.backend), replay=True)
@@ -248,17 +248,17 @@ def drain(session: Session, begin, running: str, on_fault=None, replay: bool = F
         session.last_render["plots"] = time.perf_counter()
         session.stop_requested, session.streaming = False, True
         yield live_outputs(session, running, final=False)
-        sent = 0.0                                      # when the last round's message was sent; none yet
+        sent = time.perf_counter()                      # when the last message was sent: this one
         with closing(stream_jobs([job])) as chunks:     # closed: the decode stops (and can be resumed)
             for (chunk,) in chunks:
                 record = session.apply(chunk)
                 if session.stop_requested and session.live is not None:
                     session.cancel()
                     break
-                # The counters say which round (the status stays as sent): the first round at once, then at
-                # most one message each MESSAGE_S, however many rounds the engine makes meanwhile.
+                # The counters say which round (the status stays as sent): at most one message each MESSAGE_S,
+                # however many rounds the engine makes meanwhile.
                 now = time.perf_counter()
-                if record is not None and (not sent or now - sent >= MESSAGE_S):
+                if record is not None and now - sent >= MESSAGE_S:
                     sent = now
                     yield (gr.skip(),) + live_outputs(session, running, final=False)[1:]
         status = f"Done: {describe_run(session)}"

@@ -274,10 +274,10 @@ class Session:
         """One word for the counters' badge."""
         if self.source == "replay":
             return "replay"
+        if self.streaming:                   # from its start, before its first round
+            return "running"
         if self.run is None:
             return "idle"
-        if self.streaming:
-            return "running"
         if self.live is not None:
             return "paused"
         return "stopped" if self.run.stopped else "done"
