@@ -74,6 +74,7 @@ def final(job):
     return plain(job.result(timeout=TIMEOUT_S))
 
 
+@pytest.mark.usefixtures("every_round")                     # the server is this process: it sends every round
 def test_streamed_run_then_final_result(client):
     outs, job = stream(client, PROMPT, *ARGS)
     seen = [rounds(o[1]) for o in outs]
