@@ -29,7 +29,7 @@ from .panels import (
 )
 from .session import SESSION_TTL_S, Session, end_session
 from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
-from .wiring import QUEUE, wire
+from .wiring import QUEUE, no_hidden_progress, wire
 
 CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
@@ -177,5 +177,6 @@ def build_demo() -> gr.Blocks:
                     c.update(denoise.build_denoise_panel())
         c.update(build_glossary())
         wire(demo, c)
+    no_hidden_progress(demo)
     demo.queue(**QUEUE)
     return demo

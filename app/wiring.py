@@ -188,22 +188,25 @@ def wire(demo: gr.Blocks, c: dict) -> None:
     follow_model(w, w.deps["warmed"], w.deps["picked"])
     follow_link(w, w.deps["canvas_link"])
     stop_buttons(c)
-    no_hidden_progress(demo)
 
 
 def no_hidden_progress(demo: gr.Blocks) -> None:
-    """Every event whose progress is hidden keeps no loading state on its outputs (show_progress_on=[]).
+    """Every event whose progress is hidden (or whose outputs are all gr.State, which shows none) keeps no
+    loading state on its outputs (show_progress_on=[]). Called once the Blocks is closed (app.page.build_demo):
+    Gradio adds the load events of gr.State(callable) then.
 
     Why: Gradio 6.31's page keeps a loading state for every component that was ever a progress target (an
     output, unless show_progress_on names others) of an event it ran, and on each status message of any
     event (pending, started, each streamed yield, done) it hands every one of those states back to its
     component (Blocks `update_loading_stati_state`), which deep-copies the component's props first (the
     core's update_state: get_data, Svelte's $state.snapshot: a structuredClone per leaf). That was about
-    9,000 copies on a page for one Run of the first example, most of the page's own CPU for the Run. A
-    hidden progress shows nothing on those outputs, so naming no target changes nothing on the screen
-    (the page reads `show_progress_on || outputs`: an empty list is taken as given)."""
+    9,000 copies on a page for one Run of the first example; naming no target left about 3,500 (the Run's
+    inputs, which Gradio marks as a queued event ends) and cut the browser's CPU for a Run by about a
+    quarter (scripts/bench_crowd.py, docs/deployment.md). A hidden progress shows nothing on those outputs,
+    so naming no target changes nothing on the screen (the page reads `show_progress_on || outputs`: an
+    empty list is taken as given)."""
     for fn in demo.fns.values():
-        states = fn.outputs and all(isinstance(block, gr.State) for block in fn.outputs)    # gr.State(callable)'s load
+        states = fn.outputs and all(isinstance(block, gr.State) for block in fn.outputs)
         if fn.show_progress_on is None and (fn.show_progress == "hidden" or states):
             fn.show_progress_on = []
 

@@ -65,3 +65,15 @@ def test_the_session_is_the_page_s_from_its_first_load_listener():
     assert type(session).__name__ == "State" and not callable(session.value)
     setters = [fn.name for fn in demo.fns.values() if session in fn.outputs]
     assert setters == ["on_load"]
+
+
+def test_events_with_hidden_progress_name_no_progress_target():
+    """app.wiring.no_hidden_progress: Gradio's page hands every progress target it has seen its loading state
+    again on each status message of any event, deep-copying its props; an event whose progress shows nothing
+    names none (Run's included), and those whose progress shows keep their outputs."""
+    config = build_demo().get_config_file()
+    deps = {d.get("api_name"): d for d in config["dependencies"]}
+    hidden = [d for d in config["dependencies"] if d.get("show_progress") == "hidden"]
+    assert len(hidden) > 50 and all(d["show_progress_on"] == [] for d in hidden)
+    assert deps["run"]["show_progress_on"] == [] and deps["new_tour_state"]["show_progress_on"] == []
+    assert deps["warm_model"]["show_progress"] == "full" and deps["warm_model"]["show_progress_on"] is None
