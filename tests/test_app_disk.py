@@ -3,6 +3,7 @@ session and for the app, oldest first out, gone when the page closes; uploads de
 exports served from Gradio's cache without a copy of their own; uploads no load read held within a
 budget, together with those still arriving, however they are sent; the app wires it all."""
 
+import asyncio
 import os
 import threading
 import time
@@ -81,7 +82,7 @@ def test_a_closed_page_takes_its_exports_with_it(session, tmp_path, monkeypatch)
     export(session, "a"), export(session, "a", "Parquet")
     kept, _ = export(session, "b")
     from app.session import end_page
-    end_page(visitor("a"))                           # demo.unload
+    asyncio.run(end_page(visitor("a")))              # demo.unload
     assert files(exports.root) == [kept] and not (exports.root / "a").exists()
     assert exports.held("a") == 0 and exports.held() == kept.stat().st_size
 
@@ -130,6 +131,7 @@ def test_the_app_removes_exports_at_page_close_and_sweeps_gradios_cache():
     assert demo.delete_cache == (disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)
     unloads = [f.fn for f in demo.fns.values() if any(t[1] == "unload" for t in f.targets)]
     assert end_page in unloads                          # which ends the page's exports (disk.end_session) first
+    assert callable(demo._queue.clean_events)           # and its jobs, in Gradio's queue (the page's app.get_blocks())
     from app import LAUNCH_KWARGS
     assert disk.BoundUploads in [m.cls for m in LAUNCH_KWARGS["app_kwargs"]["middleware"]]
 

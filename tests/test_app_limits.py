@@ -61,3 +61,37 @@ def test_an_ended_session_drops_its_kept_decodes(tmp_path_factory):
         assert len(boundary._kept) == 1 and other.live is not None
         assert "Paused" in cb.step_once(other, prompt, *values)[0] or other.live is None   # the other one goes on
         boundary.forget_kept()
+
+
+def test_a_closed_page_ends_its_jobs_then_leaves_gradios_holder_even_when_a_job_adds_a_state_meanwhile():
+    """demo.unload (app.session.end_page) ends the page's jobs in Gradio's queue (each step of a stream would
+    make the page's record afresh), then its States, and drops Gradio's record of the page. An event still in
+    its last step may add a State to the record while the callbacks run; Gradio's own
+    StateHolder.delete_state then fails ("dictionary changed size during iteration") and left the record."""
+    import asyncio
+
+    import gradio as gr
+    from gradio.state_holder import StateHolder
+
+    from app.session import end_page
+    happened = []
+    with gr.Blocks() as demo:
+        late = gr.State(None)                                         # a State no event had touched yet
+        first = gr.State(None, delete_callback=lambda value: (happened.append(value), record[late._id]))
+        session = gr.State(None, delete_callback=end_session)
+    holder = StateHolder()
+    holder.set_blocks(demo)
+    record = holder["page"]
+    mine = Session()
+    mine.runs.add("a run", run=fake_run())
+    record[first._id], record[session._id] = "first", mine
+
+    class Queue:
+        async def clean_events(self, *, session_hash=None, event_id=None):
+            happened.append(("jobs ended", session_hash, "page" in holder.session_data))
+
+    app = SimpleNamespace(state_holder=holder, get_blocks=lambda: SimpleNamespace(_queue=Queue()))
+    asyncio.run(end_page(SimpleNamespace(session_hash="page", request=SimpleNamespace(app=app))))
+    assert "page" not in holder.session_data and "page" not in holder.time_last_used
+    assert happened == [("jobs ended", "page", True), "first"]               # the jobs first, then every State
+    assert not mine.runs.entries and mine.run is None and not record.state_data
