@@ -29,7 +29,7 @@ from .panels import (
 )
 from .session import SESSION_TTL_S, Session, end_session
 from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
-from .wiring import QUEUE, no_hidden_progress, wire
+from .wiring import QUEUE, no_hidden_progress, quiet_queue, wire
 
 CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
@@ -179,4 +179,5 @@ def build_demo() -> gr.Blocks:
         wire(demo, c)
     no_hidden_progress(demo)
     demo.queue(**QUEUE)
+    quiet_queue(demo)
     return demo

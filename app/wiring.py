@@ -40,6 +40,10 @@ LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
 STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
 QUEUE = dict(max_size=32, default_concurrency_limit=1)
+# How often Gradio's queue looks for a job to start while it has none, and for progress to send: Gradio's
+# 0.001 s and 0.01 s woke an idle server 1,100 times a second (about 5% of a core, scripts/bench_crowd.py);
+# a job now waits at most QUEUE_POLL_S more to start (quiet_queue).
+QUEUE_POLL_S, PROGRESS_POLL_S = 0.01, 0.1
 # What "Use via API" says of the page's own decode endpoints: they answer with the page's HTML and plots.
 UNSET = ("Every setting left out (None) takes the picked model's own value (its attention, block size, ...), "
          "as the page shows it.")
@@ -209,6 +213,14 @@ def no_hidden_progress(demo: gr.Blocks) -> None:
         states = fn.outputs and all(isinstance(block, gr.State) for block in fn.outputs)
         if fn.show_progress_on is None and (fn.show_progress == "hidden" or states):
             fn.show_progress_on = []
+
+
+def quiet_queue(demo: gr.Blocks) -> None:
+    """Gradio's queue (made by demo.queue) polls at QUEUE_POLL_S and PROGRESS_POLL_S, not 1,100 times a
+    second. Gradio 6.31 has no setting for it: its Queue's sleep_when_free and progress_update_sleep_when_free
+    (Gradio's own values on Windows: 0.05 and 0.1 s)."""
+    demo._queue.sleep_when_free = QUEUE_POLL_S
+    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
 
 
 def round_view(w: Wiring) -> None:

@@ -77,3 +77,30 @@ def test_events_with_hidden_progress_name_no_progress_target():
     assert len(hidden) > 50 and all(d["show_progress_on"] == [] for d in hidden)
     assert deps["run"]["show_progress_on"] == [] and deps["new_tour_state"]["show_progress_on"] == []
     assert deps["warm_model"]["show_progress"] == "full" and deps["warm_model"]["show_progress_on"] is None
+
+
+def test_an_idle_queue_sleeps_quietly(monkeypatch):
+    """app.wiring.quiet_queue: Gradio's queue, with no job to start and none running, sleeps QUEUE_POLL_S and
+    PROGRESS_POLL_S between looks (Gradio's 0.001 s and 0.01 s woke an idle server 1,100 times a second)."""
+    import asyncio
+
+    import gradio.queueing
+
+    from app.wiring import PROGRESS_POLL_S, QUEUE_POLL_S
+    queue = build_demo()._queue
+    asked = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds, *args):
+        asked.append(seconds)
+        if len(asked) >= 20:
+            queue.stopped = True
+        await real_sleep(0)
+
+    monkeypatch.setattr(gradio.queueing.asyncio, "sleep", sleep)
+
+    async def look():
+        await asyncio.gather(queue.start_processing(), queue.start_progress_updates())
+    asyncio.run(asyncio.wait_for(look(), 30))                               # a hang guard
+    assert QUEUE_POLL_S in asked and PROGRESS_POLL_S in asked
+    assert min(asked) >= QUEUE_POLL_S >= 0.01
