@@ -7,9 +7,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lopa.study import APP_STUDIES, STUDIES
-from lopa.study.common import STUDIES_DIR, load_results
-from lopa.study.figures import shipped_title
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lopa.study import APP_STUDIES, STUDIES  # noqa: E402
+from lopa.study.common import STUDIES_DIR, load_results  # noqa: E402
+from lopa.study.figures import shipped_title  # noqa: E402
 
 
 def replot(folder: Path) -> list[Path]:
