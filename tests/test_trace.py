@@ -37,6 +37,30 @@ def test_dataframe_round_trip(run):
     assert RunResult.from_dataframe(df).records == run.records
 
 
+def test_a_record_as_plain_data_is_asdicts_and_shares_nothing_with_it(run):
+    """RoundRecord.to_dict (what a decode streams to the app, and what a trace saves) equals
+    dataclasses.asdict, nested forced decisions, chains and executor timings included, and holds none of
+    the record's own lists or dicts (a change to one leaves the other as it was)."""
+    import dataclasses
+
+    def containers(value, found):
+        if isinstance(value, (list, tuple, dict)):
+            found.add(id(value))
+            for v in (value.values() if isinstance(value, dict) else value):
+                containers(v, found)
+        return found
+
+    rich = dataclasses.replace(run.records[1], forced=[{"action": "commit", "position": 12, "token": 7}],
+                               extra={"gather_s": 0.5, "bytes": [1, 2], "nested": {"a": (1, 2.5, None)}},
+                               chain_positions=[[3, 4]], chain_tokens=[[5, 6]], chain_rows=[[1, 2]], chain_kept=[2])
+    for record in [*run.records, rich]:
+        plain = record.to_dict()
+        assert plain == dataclasses.asdict(record)
+        mine = set().union(*(containers(getattr(record, f.name), set()) for f in dataclasses.fields(record)))
+        assert not mine & containers(plain, set())
+    assert isinstance(rich.to_dict()["extra"]["nested"]["a"], tuple)
+
+
 def test_a_version_1_trace_keeps_its_meaning_of_full_attention(tmp_path):
     """lopa-trace/1 called prompt-blind full attention "full"; it loads as full_prompt_blind, and a
     trace-scripted replay of it with those settings reproduces the run."""
