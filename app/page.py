@@ -27,6 +27,7 @@ from .panels import (
     build_tour_dock,
     build_trace_panel,
 )
+from .scheme import LIGHT_SCHEME_JS
 from .session import SESSION_TTL_S, Session, end_session
 from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
 from .wiring import QUEUE, no_hidden_progress, quiet_queue, wire
@@ -88,7 +89,7 @@ SESSION_CAPACITY = 32
 LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS + PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
-                                                Middleware(frames.FirstScript)]})
+                                                Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})
 
 
 class Explorer(gr.Blocks):

@@ -107,10 +107,11 @@ def launch_chromium(playwright, timeout_ms: int):
 WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 
-def open_page(browser, url: str, size: dict, timeout_ms: int):
+def open_page(browser, url: str, size: dict, timeout_ms: int, scheme: str = "light"):
     """Yield a new page of `size` with the app loaded (the arrival view and the first figure drawn), then
-    close it, asserting the page raised no script error. For a fixture: `yield from open_page(...)`."""
-    page = browser.new_page(viewport=size)
+    close it, asserting the page raised no script error. `scheme`: the colour scheme the browser says the
+    system prefers. For a fixture: `yield from open_page(...)`."""
+    page = browser.new_page(viewport=size, color_scheme=scheme)
     page.set_default_timeout(timeout_ms)
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))

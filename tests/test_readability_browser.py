@@ -22,9 +22,12 @@ NAMED = {"round numbers on the arrival view": "#arrival .lopa-tok sub",
 
 
 
-@pytest.fixture(params=list(WIDTHS))
+# Each width with a system that prefers light; the laptop's with one that prefers dark too (app/scheme.py: the
+# page keeps its light colours, drawn for them).
+@pytest.fixture(params=[*((width, "light") for width in WIDTHS), ("laptop", "dark")], ids="-".join)
 def page(request, browser, url):
-    yield from open_page(browser, url, WIDTHS[request.param], WAIT_MS)
+    width, scheme = request.param
+    yield from open_page(browser, url, WIDTHS[width], WAIT_MS, scheme)
 
 
 def run_and_compare(page) -> None:
@@ -50,6 +53,7 @@ def run_and_compare(page) -> None:
 
 def test_every_text_meets_wcag_aa(page):
     run_and_compare(page)
+    assert not page.evaluate("document.body.classList.contains('dark')"), "the page took Gradio's dark theme"
     page.mouse.move(0, 0)                         # no hover state
     result = page.evaluate(CONTRAST_JS, NAMED)
     assert result["checked"] > 200, result["checked"]
