@@ -18,7 +18,7 @@
    projected to the 7B shape as in 4.
 
 On a CPU (or with --toy) the same runs at toy sizes: each model shape shrunk to 2 layers (toy_shape), a
-few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Needs an image with torch, transformers, safetensors, peft, pandas and
+few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Runs on an image with torch, transformers, safetensors, peft, pandas and
 pyarrow, plus pydantic for the engine core (scripts/gpu_wheels.sh carries it to an offline machine). The report
 is rewritten after each section, so a run cut short still leaves what it measured.
 """
