@@ -374,14 +374,13 @@ async def end_page(request: gr.Request = None) -> None:
         # afresh when it is gone. Gradio ends a closed page's jobs when it sees the page's message stream
         # close, which may come after this unload: end them first (a step already running ends its job).
         await queue.clean_events(session_hash=key)
-    await anyio.to_thread.run_sync(drop_page, request)
+    await anyio.to_thread.run_sync(drop_page, request, getattr(app, "state_holder", None), key)
 
 
-def drop_page(request) -> None:
-    """The rest of end_page, blocking: the page's exports and Gradio's record of the page, its States ended."""
+def drop_page(request, holder, key: str | None) -> None:
+    """The rest of end_page, blocking: the page's exports, and Gradio's record of the page (page `key` in
+    the app's StateHolder `holder`), its States ended."""
     disk.end_session(request)
-    holder = getattr(getattr(getattr(request, "request", None), "app", None), "state_holder", None)
-    key = getattr(request, "session_hash", None)
     if holder is None or not key:
         return
     # Gradio's record of the page (its States, and a copy of its config with the last output of every
