@@ -361,3 +361,19 @@ def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
         assert len(marked) == sum(len(rec.row_fills(j)) for j in range(1, len(rec.branch_scores)))
     assert [rec.row_fills(j) for rec in run.records if rec.kind == "round" for j in (0, 1)][:2] == \
         [[], [(run.records[rounds[0]].lookahead_positions[0], run.records[rounds[0]].lookahead_tokens[0])]]
+
+
+@pytest.mark.parametrize("row_heights", [[1], [1, 1], [1, 4], [1, 14], [2, 3, 5]])
+def test_stacked_rows_lay_out_as_make_subplots_does(row_heights):
+    """visualizations.heatmap.stacked_rows, the heatmap's grid made directly, against plotly's make_subplots."""
+    from plotly.subplots import make_subplots
+
+    from visualizations.heatmap import stacked_rows
+    ref = make_subplots(rows=len(row_heights), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        row_heights=row_heights).to_dict()["layout"]
+    mine = stacked_rows(row_heights).to_dict()["layout"]
+    ref.pop("template", None), mine.pop("template", None)
+    assert mine.keys() == ref.keys()
+    for name, axis in ref.items():
+        assert {k: v for k, v in mine[name].items() if k != "domain"} == {k: v for k, v in axis.items() if k != "domain"}
+        assert mine[name]["domain"] == pytest.approx(axis["domain"], abs=1e-12)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from .labels import token_label, token_text
 from .palette import DIVERGING, VIRIDIS, WINNER_COLOUR
@@ -28,6 +27,24 @@ def _message_figure(text: str) -> go.Figure:
     fig.update_layout(height=MIN_HEIGHT, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
                       margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
     return fig
+
+
+def stacked_rows(row_heights: list[float], spacing: float = 0.04) -> go.Figure:
+    """An empty figure of len(row_heights) rows, top first, sharing one x axis: the layout
+    plotly.subplots.make_subplots(rows, 1, shared_xaxes=True, vertical_spacing=spacing, row_heights=...)
+    makes, without its cost (about 7 ms of the heatmap's 18 on this CPU: it builds and validates a
+    grid of every subplot property). Row i's axes are x{i}, y{i} ('' for the first)."""
+    n, total = len(row_heights), sum(row_heights)
+    free = 1.0 - spacing * (n - 1)
+    layout, bottom = {}, 0.0
+    for i in reversed(range(n)):                      # bottom-up, as plotly lays the rows out
+        name, height = "" if i == 0 else str(i + 1), free * row_heights[i] / total
+        layout[f"xaxis{name}"] = dict(anchor=f"y{name}", domain=[0.0, 1.0])
+        if i < n - 1:
+            layout[f"xaxis{name}"].update(matches=f"x{n}", showticklabels=False)
+        layout[f"yaxis{name}"] = dict(anchor=f"x{name}", domain=[bottom, min(bottom + height, 1.0)])
+        bottom += height + spacing
+    return go.Figure(layout=layout)
 
 
 def _row_label(record, j: int, names, mask_id) -> str:
@@ -66,12 +83,11 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-6 else (lo, hi)
     k = len(rec.branch_scores) - 1
     rows = 2 if k else 1
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        row_heights=[1, max(k, 1)] if k else [1])
+    fig = stacked_rows([1, max(k, 1)] if k else [1])
     fig.add_trace(go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS, zmin=lo, zmax=hi,
                              text=anchor_hover, hoverinfo="text", xgap=1, ygap=1, name="anchor Conf",
                              colorbar=dict(title=dict(text=f"anchor<br>{metric}", side="right"), len=0.34 if k else 0.9,
-                                           y=1.0, yanchor="top", thickness=12)), row=1, col=1)
+                                           y=1.0, yanchor="top", thickness=12)))
     if k:
         # Lookahead rows: [k, M] of Conf_j - Conf_anchor; nan where either side has no masked position.
         delta, hover, marks = [], [], ([], [])
@@ -102,12 +118,12 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
         fig.add_trace(go.Heatmap(z=delta, x=x, y=labels, colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound,
                                  text=hover, hoverinfo="text", xgap=1, ygap=1, name="Δ Conf vs anchor",
                                  colorbar=dict(title=dict(text="Δ Conf<br>vs anchor", side="right"), len=0.58,
-                                               y=0.0, yanchor="bottom", thickness=12)), row=2, col=1)
+                                               y=0.0, yanchor="bottom", thickness=12), xaxis="x2", yaxis="y2"))
         # No legend: the title says what ✕ is, and a legend under the plot sat on the x axis's title on a phone.
         fig.add_trace(go.Scatter(x=marks[0], y=marks[1], mode="markers", name="lookahead token",
                                  marker=dict(symbol="x", size=10, color="black", line=dict(width=1, color="white")),
-                                 hoverinfo="skip", showlegend=False), row=2, col=1)
-        fig.update_yaxes(autorange="reversed", row=2, col=1)
+                                 hoverinfo="skip", showlegend=False, xaxis="x2", yaxis="y2"))
+        fig.update_layout(yaxis2=dict(autorange="reversed"))
         if rec.winner > 0:
             fig.add_shape(type="rect", xref="x2 domain", yref="y2", x0=0, x1=1, y0=rec.winner - 1.5,
                           y1=rec.winner - 0.5, line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
@@ -116,7 +132,7 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
                       line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
     # Categories fill the width exactly (the marker trace would otherwise pad the range).
     fig.update_xaxes(type="category", range=[-0.5, len(columns) - 0.5])
-    fig.update_xaxes(title_text="masked window position", row=rows, col=1)
+    fig.update_layout({f"xaxis{rows if rows > 1 else ''}": dict(title=dict(text="masked window position"))})
     # Short title lines: plotly never wraps a title, and a phone gives the figure about 320 px.
     fig.update_layout(
         title=dict(text=f"Round {r}: the anchor's Conf (top row)<br>and each branch's Conf − the anchor's<br>"
