@@ -366,12 +366,13 @@ def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
 @pytest.mark.parametrize("row_heights", [[1], [1, 1], [1, 4], [1, 14], [2, 3, 5]])
 def test_stacked_rows_lay_out_as_make_subplots_does(row_heights):
     """visualizations.heatmap.stacked_rows, the heatmap's grid made directly, against plotly's make_subplots."""
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from visualizations.heatmap import stacked_rows
     ref = make_subplots(rows=len(row_heights), cols=1, shared_xaxes=True, vertical_spacing=0.04,
                         row_heights=row_heights).to_dict()["layout"]
-    mine = stacked_rows(row_heights).to_dict()["layout"]
+    mine = go.Figure(layout=stacked_rows(row_heights)).to_dict()["layout"]
     ref.pop("template", None), mine.pop("template", None)
     assert mine.keys() == ref.keys()
     for name, axis in ref.items():

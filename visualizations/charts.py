@@ -20,24 +20,26 @@ def title_lines(text: str, width: int = 40) -> str:
 
 
 def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
-    """Stacked bars: tokens the anchor committed and the winning lookahead token, per round."""
+    """Stacked bars: tokens the anchor committed and the winning lookahead token, per round. Built in one
+    go.Figure call, like every figure drawn per round: plotly's add_trace / update_layout re-validate the figure
+    at each call (11 ms for this chart on this CPU; 2 ms in one call, the same figure)."""
     per_round = committed_per_round(run.records)
     rounds = list(range(len(per_round)))
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=rounds, y=[a for a, _ in per_round], name="anchor commits", marker_color=ANCHOR_COLOUR))
-    fig.add_trace(go.Bar(x=rounds, y=[b for _, b in per_round], name="winning lookahead token",
-                         marker_color=LOOKAHEAD_COLOUR, marker_pattern_shape="/"))
-    if current is not None and run.records:
-        fig.add_vrect(x0=current - 0.5, x1=current + 0.5, fillcolor="rgba(0,0,0,0.08)", line_width=0)
+    shaded = current is not None and bool(run.records)
     # The legend at the foot of the figure (container coordinates, under the x axis's title): at the top right it
     # ran into the title on a phone.
-    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=36, b=84),
-                      title=dict(text="Tokens committed per round" + (f"<br><sup>shaded: round {current}</sup>"
-                                 if current is not None and run.records else ""), font=dict(size=13)),
-                      xaxis=dict(title_text="round", rangemode="tozero"), yaxis=dict(title_text="tokens"),
-                      legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
-                      plot_bgcolor="white")
-    return fig
+    layout = dict(barmode="stack", height=300, margin=dict(l=10, r=10, t=36, b=84),
+                  title=dict(text="Tokens committed per round" + (f"<br><sup>shaded: round {current}</sup>" if shaded else ""),
+                             font=dict(size=13)),
+                  xaxis=dict(title=dict(text="round"), rangemode="tozero"), yaxis=dict(title=dict(text="tokens")),
+                  legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0), plot_bgcolor="white")
+    if shaded:
+        layout["shapes"] = [dict(type="rect", xref="x", yref="y domain", x0=current - 0.5, x1=current + 0.5, y0=0, y1=1,
+                                 fillcolor="rgba(0,0,0,0.08)", line=dict(width=0))]
+    return go.Figure(data=[go.Bar(x=rounds, y=[a for a, _ in per_round], name="anchor commits", marker_color=ANCHOR_COLOUR),
+                           go.Bar(x=rounds, y=[b for _, b in per_round], name="winning lookahead token",
+                                  marker_color=LOOKAHEAD_COLOUR, marker_pattern_shape="/")],
+                     layout=layout)
 
 
 def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int | None = None,

@@ -29,10 +29,10 @@ def _message_figure(text: str) -> go.Figure:
     return fig
 
 
-def stacked_rows(row_heights: list[float], spacing: float = 0.04) -> go.Figure:
-    """An empty figure of len(row_heights) rows, top first, sharing one x axis: the layout
+def stacked_rows(row_heights: list[float], spacing: float = 0.04) -> dict:
+    """The layout of len(row_heights) rows, top first, sharing one x axis: the axes
     plotly.subplots.make_subplots(rows, 1, shared_xaxes=True, vertical_spacing=spacing, row_heights=...)
-    makes, without its cost (about 7 ms of the heatmap's 18 on this CPU: it builds and validates a
+    lays out, without its cost (about 7 ms of the heatmap's 18 on this CPU: it builds and validates a
     grid of every subplot property). Row i's axes are x{i}, y{i} ('' for the first)."""
     n, total = len(row_heights), sum(row_heights)
     free = 1.0 - spacing * (n - 1)
@@ -44,7 +44,7 @@ def stacked_rows(row_heights: list[float], spacing: float = 0.04) -> go.Figure:
             layout[f"xaxis{name}"].update(matches=f"x{n}", showticklabels=False)
         layout[f"yaxis{name}"] = dict(anchor=f"x{name}", domain=[bottom, min(bottom + height, 1.0)])
         bottom += height + spacing
-    return go.Figure(layout=layout)
+    return layout
 
 
 def _row_label(record, j: int, names, mask_id) -> str:
@@ -83,11 +83,12 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
     lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-6 else (lo, hi)
     k = len(rec.branch_scores) - 1
     rows = 2 if k else 1
-    fig = stacked_rows([1, max(k, 1)] if k else [1])
-    fig.add_trace(go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS, zmin=lo, zmax=hi,
+    layout = stacked_rows([1, max(k, 1)] if k else [1])
+    shapes = []
+    data = [go.Heatmap(z=anchor_z, x=x, y=[_row_label(rec, 0, names, mask_id)], colorscale=VIRIDIS, zmin=lo, zmax=hi,
                              text=anchor_hover, hoverinfo="text", xgap=1, ygap=1, name="anchor Conf",
                              colorbar=dict(title=dict(text=f"anchor<br>{metric}", side="right"), len=0.34 if k else 0.9,
-                                           y=1.0, yanchor="top", thickness=12)))
+                                           y=1.0, yanchor="top", thickness=12), xaxis="x", yaxis="y")]
     if k:
         # Lookahead rows: [k, M] of Conf_j - Conf_anchor; nan where either side has no masked position.
         delta, hover, marks = [], [], ([], [])
@@ -115,29 +116,33 @@ def confidence_heatmap(run, r: int, names: dict[int, str] | None = None) -> go.F
             hover.append(row_h)
         finite = [abs(v) for row in delta for v in row if not math.isnan(v)]
         bound = max(finite, default=0.0) or 1e-3
-        fig.add_trace(go.Heatmap(z=delta, x=x, y=labels, colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound,
+        data.append(go.Heatmap(z=delta, x=x, y=labels, colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound,
                                  text=hover, hoverinfo="text", xgap=1, ygap=1, name="Δ Conf vs anchor",
                                  colorbar=dict(title=dict(text="Δ Conf<br>vs anchor", side="right"), len=0.58,
                                                y=0.0, yanchor="bottom", thickness=12), xaxis="x2", yaxis="y2"))
         # No legend: the title says what ✕ is, and a legend under the plot sat on the x axis's title on a phone.
-        fig.add_trace(go.Scatter(x=marks[0], y=marks[1], mode="markers", name="lookahead token",
+        data.append(go.Scatter(x=marks[0], y=marks[1], mode="markers", name="lookahead token",
                                  marker=dict(symbol="x", size=10, color="black", line=dict(width=1, color="white")),
                                  hoverinfo="skip", showlegend=False, xaxis="x2", yaxis="y2"))
-        fig.update_layout(yaxis2=dict(autorange="reversed"))
+        layout["yaxis2"]["autorange"] = "reversed"
         if rec.winner > 0:
-            fig.add_shape(type="rect", xref="x2 domain", yref="y2", x0=0, x1=1, y0=rec.winner - 1.5,
-                          y1=rec.winner - 0.5, line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
+            shapes.append(dict(type="rect", xref="x2 domain", yref="y2", x0=0, x1=1, y0=rec.winner - 1.5,
+                               y1=rec.winner - 0.5, line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)"))
     if rec.winner == 0 and rec.kind == "round":
-        fig.add_shape(type="rect", xref="x domain", yref="y", x0=0, x1=1, y0=-0.5, y1=0.5,
-                      line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)")
+        shapes.append(dict(type="rect", xref="x domain", yref="y", x0=0, x1=1, y0=-0.5, y1=0.5,
+                           line=dict(color=WINNER_COLOUR, width=3), fillcolor="rgba(0,0,0,0)"))
     # Categories fill the width exactly (the marker trace would otherwise pad the range).
-    fig.update_xaxes(type="category", range=[-0.5, len(columns) - 0.5])
-    fig.update_layout({f"xaxis{rows if rows > 1 else ''}": dict(title=dict(text="masked window position"))})
-    # Short title lines: plotly never wraps a title, and a phone gives the figure about 320 px.
-    fig.update_layout(
+    for axis in [name for name in layout if name.startswith("xaxis")]:
+        layout[axis].update(type="category", range=[-0.5, len(columns) - 0.5])
+    layout[f"xaxis{rows if rows > 1 else ''}"]["title"] = dict(text="masked window position")
+    if shapes:
+        layout["shapes"] = shapes
+    # One go.Figure call (visualizations.charts.tokens_per_round_chart says why). Short title lines: plotly
+    # never wraps a title, and a phone gives the figure about 320 px.
+    layout.update(
         title=dict(text=f"Round {r}: the anchor's Conf (top row)<br>and each branch's Conf − the anchor's<br>"
                         "<sup>blue: its one extra token (✕) raised the others' Conf,<br>red: lowered it; "
                         "outline and ★: the winner</sup>", font=dict(size=13)),
         height=min(max(MIN_HEIGHT, 250 + 26 * (k + 1)), 700), margin=dict(l=10, r=10, t=96, b=40),
         plot_bgcolor="#f2f2f2", showlegend=False)
-    return fig
+    return go.Figure(data=data, layout=layout)

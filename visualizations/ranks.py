@@ -71,12 +71,12 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
     world = int(extra.get("world") or max(len(extra.get("rank_forward_s", [])), max(record.branch_rank, default=0) + 1))
     winner_rank = record.branch_rank[record.winner] if record.winner < len(record.branch_rank) else 0
     lanes = [f"rank {q}" + (" ★ winner" if q == winner_rank else "") for q in range(world)]
-    fig = go.Figure()
+    data = []
     for phase, (label, colour) in PHASES.items():
         mine = [s for s in segments if s["phase"] == phase]
         if not mine:
             continue
-        fig.add_trace(go.Bar(
+        data.append(go.Bar(
             orientation="h", y=[lanes[s["rank"]] for s in mine], x=[s["length"] for s in mine],
             base=[s["start"] for s in mine], name=label if parallel else "forward (all k+1 branches, one batch)",
             marker=dict(color=colour, line=dict(color=[WINNER_COLOUR if s["rank"] == winner_rank else colour
@@ -85,15 +85,16 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
             hovertemplate="%{y}: " + phase + " %{x:.2f} ms<extra></extra>"))
     end = max((s["start"] + s["length"] for s in segments), default=0.0) or 1.0
     # The branches each rank computed, at the end of its lane; the winner's starred.
+    annotations = []
     for q in range(world):
         mine = [_branch_label(j, record.winner) for j, rank in enumerate(record.branch_rank) if rank == q]
-        fig.add_annotation(x=end, y=lanes[q], xanchor="left", showarrow=False, font=dict(size=11),
-                           text="  " + (", ".join(mine) if mine else "(no branch)"))
+        annotations.append(dict(x=end, y=lanes[q], xanchor="left", showarrow=False, font=dict(size=11),
+                                text="  " + (", ".join(mine) if mine else "(no branch)")))
     notes = []
     if extra.get("commit_broadcast"):
         t = next(s["start"] for s in segments if s["phase"] == "commit") + 0.5 * 1e3 * float(extra.get("commit_s", 0))
         others = [lanes[q] for q in range(world) if q != winner_rank]
-        fig.add_trace(go.Scatter(
+        data.append(go.Scatter(
             x=[t] * (len(others) + 1), y=[lanes[winner_rank]] + others, mode="lines+markers",
             line=dict(color=BROADCAST_COLOUR, width=2, dash="dot"),
             marker=dict(symbol=["circle"] + ["arrow-down"] * len(others), size=11, color=BROADCAST_COLOUR),
@@ -107,12 +108,13 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
             notes.append(f"app ↔ rank 0 {1e3 * float(extra['ipc_s']):.1f} ms")
     else:
         notes.append("single process")
-    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=lanes, title_text="")
-    fig.update_xaxes(title_text="time in the round (ms)", range=[0, end * 1.35], rangemode="tozero")
-    fig.update_layout(barmode="overlay", height=max(MIN_HEIGHT, 210 + 46 * world) + 14 * len(notes),
-                      margin=dict(l=10, r=10, t=36 + 14 * len(notes), b=90),
-                      # One note a line, small: plotly never wraps a title, and a phone gives it about 320 px.
-                      title=dict(text=f"Rank lanes, round {record.round} ({record.kind})<br><sup>"
-                                      + "<br>".join(notes) + "</sup>", font=dict(size=13)),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3, x=0), plot_bgcolor="white")
-    return fig
+    # One go.Figure call (visualizations.charts.tokens_per_round_chart says why).
+    return go.Figure(data=data, layout=dict(
+        yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=lanes, title=dict(text="")),
+        xaxis=dict(title=dict(text="time in the round (ms)"), range=[0, end * 1.35], rangemode="tozero"),
+        annotations=annotations, barmode="overlay", height=max(MIN_HEIGHT, 210 + 46 * world) + 14 * len(notes),
+        margin=dict(l=10, r=10, t=36 + 14 * len(notes), b=90),
+        # One note a line, small: plotly never wraps a title, and a phone gives it about 320 px.
+        title=dict(text=f"Rank lanes, round {record.round} ({record.kind})<br><sup>" + "<br>".join(notes) + "</sup>",
+                   font=dict(size=13)),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0), plot_bgcolor="white"))
