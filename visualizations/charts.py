@@ -49,12 +49,11 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
     zmax: shared top of the colour scale, so two runs side by side read on the same scale.
     highlight: positions to outline (those another run fills in a different round).
     """
-    fig = go.Figure()
     if not run.records:
-        fig.add_annotation(text="No rounds yet.", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        fig.update_layout(height=MIN_HEIGHT, xaxis=dict(visible=False), yaxis=dict(visible=False),
-                          title=dict(text=title_lines(title), font=dict(size=13)))
-        return fig
+        return go.Figure(layout=dict(
+            annotations=[dict(text="No rounds yet.", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")],
+            height=MIN_HEIGHT, xaxis=dict(visible=False), yaxis=dict(visible=False),
+            title=dict(text=title_lines(title), font=dict(size=13))))
     N = int(run.settings["block_size"])
     done = fills(run.records)
     n_blocks = n_positions(run.records[-1], N) // N
@@ -69,27 +68,27 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
                             f"token {token_text(fill.token, names)!r}" if fill else f"position {b * N + i}<br>masked")
     # zmin < zmax always: a colour bar over an empty range makes plotly.js throw on every relayout.
     top = max(zmax or max((f.round for f in done.values()), default=1), 2)
-    fig.add_trace(go.Heatmap(z=z, customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS,
-                             zmin=1, zmax=top, xgap=1, ygap=1,
-                             colorbar=dict(title=dict(text="round filled", side="right"), thickness=12)))
+    data = [go.Heatmap(z=z, customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS,
+                       zmin=1, zmax=top, xgap=1, ygap=1,
+                       colorbar=dict(title=dict(text="round filled", side="right"), thickness=12))]
     # The round numbers, each in black or white by its cell's fill (text_on: >= 4.5:1); plotly's own heatmap
     # text picks one by a brightness rule that gave 3.7:1 on viridis's middle.
     cells = [(i, b, row[i]) for b, row in enumerate(z) for i in range(N) if row[i] is not None]
-    fig.add_trace(go.Scatter(x=[i for i, _, _ in cells], y=[b for _, b, _ in cells], mode="text",
-                             text=[str(v) for _, _, v in cells], hoverinfo="skip", showlegend=False,
-                             textfont=dict(size=12, color=[text_on(viridis((v - 1) / (top - 1))) for _, _, v in cells])))
+    data.append(go.Scatter(x=[i for i, _, _ in cells], y=[b for _, b, _ in cells], mode="text",
+                           text=[str(v) for _, _, v in cells], hoverinfo="skip", showlegend=False,
+                           textfont=dict(size=12, color=[text_on(viridis((v - 1) / (top - 1))) for _, _, v in cells])))
     marked = sorted(p for p in (highlight or ()) if p < n_blocks * N)
+    layout = dict(yaxis=dict(autorange="reversed", title=dict(text="block"), dtick=1),
+                  xaxis=dict(title=dict(text="position in block")),
+                  title=dict(text=title_lines(title) if title else
+                             "Token filling order<br><sup>the round each position was committed</sup>",
+                             font=dict(size=13)),
+                  # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
+                  height=max(MIN_HEIGHT, 200 + 26 * n_blocks) + (30 if marked else 0),
+                  margin=dict(l=10, r=10, t=56, b=66 if marked else 36), plot_bgcolor="#f2f2f2")
     if marked:
-        fig.add_trace(go.Scatter(x=[p % N for p in marked], y=[p // N for p in marked], mode="markers",
-                                 name="filled in a different round than the other run", hoverinfo="skip",
-                                 marker=dict(symbol="square-open", size=15, color=DIFF_COLOUR, line=dict(width=2.5))))
-        fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0))
-    fig.update_yaxes(autorange="reversed", title_text="block", dtick=1)
-    fig.update_xaxes(title_text="position in block")
-    fig.update_layout(title=dict(text=title_lines(title) if title else
-                                 "Token filling order<br><sup>the round each position was committed</sup>",
-                                 font=dict(size=13)),
-                      # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
-                      height=max(MIN_HEIGHT, 200 + 26 * n_blocks) + (30 if marked else 0),
-                      margin=dict(l=10, r=10, t=56, b=66 if marked else 36), plot_bgcolor="#f2f2f2")
-    return fig
+        data.append(go.Scatter(x=[p % N for p in marked], y=[p // N for p in marked], mode="markers",
+                               name="filled in a different round than the other run", hoverinfo="skip",
+                               marker=dict(symbol="square-open", size=15, color=DIFF_COLOUR, line=dict(width=2.5))))
+        layout["legend"] = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0)
+    return go.Figure(data=data, layout=layout)        # one call: tokens_per_round_chart says why

@@ -22,11 +22,10 @@ MIN_HEIGHT = 260        # px: every figure of the page is at least this tall, a 
 
 
 def _message_figure(text: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    fig.update_layout(height=MIN_HEIGHT, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
-                      margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
-    return fig
+    return go.Figure(layout=dict(      # one call: visualizations.charts.tokens_per_round_chart says why
+        annotations=[dict(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))],
+        height=MIN_HEIGHT, xaxis=dict(visible=False, range=[0, 1]), yaxis=dict(visible=False, range=[0, 1]),
+        margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white"))
 
 
 def stacked_rows(row_heights: list[float], spacing: float = 0.04) -> dict:
