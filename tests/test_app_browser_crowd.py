@@ -191,6 +191,15 @@ def test_the_comparisons_stop_is_clickable_while_it_streams_and_ends_it(browser,
     page.context.close()
 
 
+def queue_state(url) -> dict:
+    """What the served app's queue holds: per concurrency group, the jobs running and waiting, and the running
+    jobs' functions (a diagnostic for a test whose job never started)."""
+    queue = SERVED[url]._queue
+    running = [getattr(events[0].fn.fn, "__name__", "?") for events in queue.active_jobs if events]
+    return {"running": running, **{cid: (q.current_concurrency, len(q.queue))
+                                   for cid, q in queue.event_queue_per_concurrency_id.items()}}
+
+
 def sessions_with_runs(url) -> set:
     from app.session import Session
     holder = SERVED[url].state_holder
@@ -223,7 +232,12 @@ def test_a_run_does_not_wait_for_another_visitors_search(browser, url, monkeypat
     run_to_the_end(searcher)
     monkeypatch.setattr(boundary, "best_order_steps_on_gpu", paced(boundary.best_order_steps_on_gpu, 1.0))
     searcher.click("#best-order")
-    searcher.wait_for_function("document.querySelector('#best-order-status').innerText.includes('rollout')")
+    status = "document.querySelector('#best-order-status').innerText"
+    try:
+        searcher.wait_for_function(f"{status}.includes('rollout') || {status}.includes('Error')")
+    except Exception as err:          # a hang guard ran out: say what the queue held
+        raise AssertionError(f"the search never started: {queue_state(url)}") from err
+    assert "rollout" in searcher.locator("#best-order-status").inner_text(), searcher.locator("#best-order-status").inner_text()
     runner, _ = open_page(browser, url)
     run_to_the_end(runner)
     assert "Done" in runner.locator("#status").inner_text()
