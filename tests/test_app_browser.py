@@ -103,7 +103,7 @@ def page(url):
         page.on("pageerror", lambda err: page.errors.append(str(err)))
         page.goto(url, timeout=WAIT_MS)
         page.wait_for_selector("#run")
-        page.wait_for_function("document.querySelector('#model-info').innerText.includes('loaded from')")
+        page.wait_for_function("document.querySelector('#model-info')?.innerText.includes('loaded from')")
         page.wait_for_selector("#tokens-chart .js-plotly-plot")          # plotly.js loaded: the page is ready
         yield page
         browser.close()
@@ -137,7 +137,7 @@ def test_run_an_example_live(page, monkeypatch):
     page.locator("#prompt textarea").fill("")
     # the examples' button, not the arrival view above it, which names the same question
     page.locator("#all-controls").get_by_text(example, exact=False).first.click()
-    page.wait_for_function("e => document.querySelector('#prompt textarea').value.startsWith(e)", arg=example)
+    page.wait_for_function("e => document.querySelector('#prompt textarea')?.value.startsWith(e)", arg=example)
     page.evaluate(OBSERVE_COUNTERS)
     # How fast the first round and the final state show is a benchmark's figure
     # (scripts/bench_app_latency.py), not an assertion: a busy machine must not fail this test.
@@ -179,9 +179,9 @@ def test_scrub_and_play_back(page):
     page.wait_for_timeout(800)                                  # let plotly finish drawing
     shot(page, "round_view", "#round-view", readme=True)
     page.click("#play")
-    page.wait_for_function(f"Number(document.querySelector('#canvas .lopa-canvas').dataset.round) > {target}")
+    page.wait_for_function(f"Number(document.querySelector('#canvas .lopa-canvas')?.dataset.round) > {target}")
     page.click("#play")                                          # pause
-    page.wait_for_function("document.querySelector('#play').innerText.includes('Play')")
+    page.wait_for_function("document.querySelector('#play')?.innerText.includes('Play')")
     page.wait_for_timeout(700)
     paused_at = page.locator("#canvas .lopa-canvas").get_attribute("data-round")
     page.wait_for_timeout(1500)                                  # > two timer periods: nothing moves
@@ -208,7 +208,7 @@ def test_side_by_side_comparison(page):
                            "#base-counters .lopa-counters[data-status='done']")
     page.wait_for_selector("#base-counters .lopa-counters[data-status='done']")
     page.wait_for_selector("#lopa-counters .lopa-counters[data-status='done']")
-    page.wait_for_function("document.querySelector('#compare-summary').innerText.includes('Speed-up')")
+    page.wait_for_function("document.querySelector('#compare-summary')?.innerText.includes('Speed-up')")
     page.wait_for_selector("#base-tfo .js-plotly-plot")
     page.wait_for_selector("#lopa-tfo .js-plotly-plot")
     assert rounds(page, "#base-counters") > 0 and rounds(page, "#lopa-counters") > 0
@@ -232,7 +232,7 @@ def test_export_then_load_a_trace(page, tmp_path):
     page.click("#reset")
     page.wait_for_selector("#counters .lopa-counters[data-rounds='0']")
     page.set_input_files("#trace-upload input[type=file]", str(path))
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Replaying')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.includes('Replaying')")
     assert rounds(page) == n and page.locator("#counters .lopa-counters").get_attribute("data-status") == "replay"
     shot(page, "replay")
     assert not page_errors(page)
@@ -242,7 +242,7 @@ def test_bad_input_shows_a_message(page, tmp_path):
     open_accordion(page, "#settings", "#max-new-tokens")          # the decode settings start closed
     type_value(page, "#max-new-tokens", "100")
     page.click("#run")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Error')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.includes('Error')")
     assert re.search(r"multiple of block_size", page.locator("#status").inner_text())
     shot(page, "bad_input")
     type_value(page, "#max-new-tokens", "64")
@@ -250,12 +250,12 @@ def test_bad_input_shows_a_message(page, tmp_path):
     bad.write_text('{"hello": 1}')
     open_accordion(page, "#trace-panel", "#export")
     page.set_input_files("#trace-upload input[type=file]", str(bad))
-    page.wait_for_function("document.querySelector('#status').innerText.includes('not a LoPA trace')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.includes('not a LoPA trace')")
 
 
 def _fork_shown(page, start: float, first_round: int) -> float:
     """Seconds from `start` until the page shows the fork's first own round (status and counters)."""
-    page.wait_for_function("t => { const s = document.querySelector('#status').innerText; "
+    page.wait_for_function("t => { const s = document.querySelector('#status')?.innerText; "
                            "return s.includes('Fork of run') && s.includes('round ' + t) || s.startsWith('Done'); }",
                            arg=str(first_round), polling=10)
     page.wait_for_function(f"{ROUNDS_JS} >= {first_round + 1}", polling=10)
@@ -277,7 +277,7 @@ def _click_masked(page, which: str = "last") -> int:
     position = int(cell.get_attribute("data-position"))
     cell.click()
     page.wait_for_selector("#whatif-panel", state="visible")
-    page.wait_for_function(f"document.querySelector('#whatif-info').innerText.includes('position {position}')")
+    page.wait_for_function(f"document.querySelector('#whatif-info')?.innerText.includes('position {position}')")
     return position
 
 
@@ -303,7 +303,7 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
     page.locator("#compare-runs").scroll_into_view_if_needed()
     page.click("#compare-runs")
     # the page is shared by this module's tests: wait for this comparison, not an earlier one's strip
-    page.wait_for_function(f"document.querySelector('#compare-status').innerText.includes('with run {original}.1')")
+    page.wait_for_function(f"document.querySelector('#compare-status')?.innerText.includes('with run {original}.1')")
     page.wait_for_selector("#compare-diff .lopa-diff")
     assert page.locator("#compare-diff .lopa-diff-cell[data-differs='1']").count() >= 2    # both rows of each
     assert page.locator(f"#compare-diff .lopa-diff-cell[data-position='{p}'][data-differs='1']").count() == 2
@@ -313,7 +313,7 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
     # Hold back at a late round of the original run.
     page.locator("#round-view").scroll_into_view_if_needed()
     page.locator("#run-list label").filter(has_text=f"run {original} ·").first.click()
-    page.wait_for_function(f"document.querySelector('#status').innerText.includes('Showing run {original}')")
+    page.wait_for_function(f"document.querySelector('#status')?.innerText.includes('Showing run {original}')")
     late = int(page.locator("#round-slider input[type=range]").input_value()) - 1
     _scrub_to(page, late)
     q = _click_masked(page, "first")
@@ -325,7 +325,7 @@ def test_what_if_fill_first_and_hold_back_fork_and_compare(page):
     page.locator("#compare-runs").scroll_into_view_if_needed()
     page.wait_for_function(f"document.querySelectorAll('#run-list label').length === {original + 2}")
     page.click("#compare-runs")
-    page.wait_for_function(f"document.querySelector('#compare-status').innerText.includes('.2.')"
+    page.wait_for_function(f"document.querySelector('#compare-status')?.innerText.includes('.2.')"
                            f" || document.querySelector('#compare-status').innerText.includes('run {original}.2')")
     held = page.locator(f"#compare-diff .lopa-diff-cell[data-position='{q}']")
     before, after = (held.nth(i).inner_text() for i in (0, 1))
@@ -349,7 +349,7 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
     path = hostile(run).save(tmp_path / "hostile.json")
     open_accordion(page, "#trace-panel", "#export")
     page.set_input_files("#trace-upload input[type=file]", str(path))
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Replaying')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.includes('Replaying')")
     slider = page.locator("#round-slider input[type=range]")
     slider.focus()
     for key in ("Home", "ArrowRight", "ArrowRight", "End"):
@@ -369,7 +369,7 @@ def test_studies_show_shipped_results_and_run_live(page):
     assert "Shipped results" in page.locator("#study-status").inner_text()
     page.locator("#study input").click()
     page.get_by_role("option", name="3. An adaptive branch budget").click()
-    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('adaptive')")
+    page.wait_for_function("document.querySelector('#study-summary')?.innerText.includes('adaptive')")
     page.wait_for_function("document.querySelector('#study-image img')?.src.includes('adaptive')")
     page.click("#study-interactive")
     page.wait_for_selector("#study-plot .js-plotly-plot")
@@ -377,11 +377,11 @@ def test_studies_show_shipped_results_and_run_live(page):
     shot(page, "studies", "#studies-view", readme=True)
     page.locator("#study input").click()
     page.get_by_role("option", name="1. LoPA's orders against random orders").click()
-    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('random orders')")
+    page.wait_for_function("document.querySelector('#study-summary')?.innerText.includes('random orders')")
     page.locator("#study-problems input").fill("1")
     page.locator("#study-random input").fill("2")
     page.click("#study-run")
-    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Done')", timeout=300_000)
+    page.wait_for_function("document.querySelector('#study-status')?.innerText.includes('Done')", timeout=300_000)
     assert page.locator("#study-progress progress").get_attribute("value") == "5"      # 1 problem x (3 + 2) runs
     page.wait_for_selector("#study-plot .js-plotly-plot")
     assert not page_errors(page)
@@ -398,13 +398,13 @@ def test_headroom_study_shows_its_shipped_results_and_runs_live(page):
     (vanilla, LoPA at k = 1 and 4, one random order, then the search, counted rollout by rollout) with its plot
     and a full progress bar."""
     choose_study(page, "4. How far LoPA is from the best order found")
-    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
+    page.wait_for_function("document.querySelector('#study-summary')?.innerText.includes('best found')")
     assert "Shipped results" in page.locator("#study-status").inner_text()
     assert "headroom" in page.locator("#study-status").inner_text()
     page.locator("#study-problems input").fill("1")
     page.locator("#study-random input").fill("1")
     page.click("#study-run")
-    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Done')", timeout=300_000)
+    page.wait_for_function("document.querySelector('#study-status')?.innerText.includes('Done')", timeout=300_000)
     bar = page.locator("#study-progress progress")
     done, total = int(bar.get_attribute("value")), int(bar.get_attribute("max"))
     assert done == total >= 5         # 4 decodes (vanilla, k = 1 and 4, one random order), then each rollout of the search
@@ -442,13 +442,13 @@ def test_a_live_headroom_run_can_be_stopped(page, monkeypatch):
     from app import boundary
     monkeypatch.setattr(boundary, "study_steps_on_gpu", held_after_the_first_decode(boundary.study_steps_on_gpu, 240))
     choose_study(page, "4. How far LoPA is from the best order found")
-    page.wait_for_function("document.querySelector('#study-summary').innerText.includes('best found')")
+    page.wait_for_function("document.querySelector('#study-summary')?.innerText.includes('best found')")
     page.evaluate(OBSERVE_STUDY_STATUS)
     page.locator("#study-problems input").fill("2")
     page.locator("#study-random input").fill("2")
     page.click("#study-run")
-    page.wait_for_function("document.querySelector('#study-status').innerText.includes('Held after the first decode')")
-    page.wait_for_function("!document.querySelector('#study-stop').disabled")
+    page.wait_for_function("document.querySelector('#study-status')?.innerText.includes('Held after the first decode')")
+    page.wait_for_function("!document.querySelector('#study-stop')?.disabled")
     page.evaluate(NOTE_IN_STUDY_STATUS, "pressing Stop")
     page.click("#study-stop")
     page.evaluate(NOTE_IN_STUDY_STATUS, "Stop pressed")
@@ -480,7 +480,7 @@ def test_a_run_is_compared_with_the_best_order_found_for_its_prompt(page):
     page.wait_for_function("['Best order found', \"LoPA's order is the best found\"].some("
                            "t => document.querySelector('#best-order-status').innerText.includes(t))", timeout=300_000)
     status = page.locator("#best-order-status").inner_text()
-    page.wait_for_function("document.querySelector('#compare-summary').innerText.includes('Speed-up')")
+    page.wait_for_function("document.querySelector('#compare-summary')?.innerText.includes('Speed-up')")
     assert page.locator("#compare-diff .lopa-diff[data-first-divergence]").count() == 1
     if "Best order found" in status:
         split = page.locator("#compare-diff .lopa-diff[data-first-divergence]").get_attribute("data-first-divergence")
@@ -493,7 +493,7 @@ def test_a_run_is_compared_with_the_best_order_found_for_its_prompt(page):
 def test_enter_in_the_prompt_box_runs(page):
     page.locator("#prompt textarea").fill("Tom has 3 apples. He buys 4 more. How many apples does Tom have now?")
     page.locator("#prompt textarea").press("Enter")
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.startsWith('Done')")
     assert rounds(page) >= 2 and not page_errors(page)
 
 
@@ -505,7 +505,7 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
     page.wait_for_function("document.querySelector('#k input[type=number]')?.value === '2'")
     assert "random" in page.locator("#order input").input_value()
     page.locator("#prompt textarea").press("Enter")                       # and it runs with them
-    page.wait_for_function("document.querySelector('#status').innerText.startsWith('Done')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.startsWith('Done')")
     assert not page_errors(page)
 
 
@@ -522,11 +522,11 @@ def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page)
         page.locator("#model-dir input").click()
         page.get_by_role("option", name=Path(folder).name, exact=True).click()       # listed by name
         assert label.split(": ", 1)[-1] in page.locator("#model-choices").inner_text()  # what it shows, below
-        page.wait_for_function("n => { const t = document.querySelector('#model-info').innerText; "
+        page.wait_for_function("n => { const t = document.querySelector('#model-info')?.innerText; "
                                "return t.includes('loaded from') && t.includes(n); }", arg=Path(folder).name)
         assert f"now decodes with {Path(folder).name}" in page.locator("#status").inner_text()
         page.click("#run")
-        page.wait_for_function("document.querySelector('#status').innerText.includes('Done')")
+        page.wait_for_function("document.querySelector('#status')?.innerText.includes('Done')")
         page.wait_for_selector("#counters .lopa-counters[data-status='done']")
         assert rounds(page) >= 1
     assert not page_errors(page)

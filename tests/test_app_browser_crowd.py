@@ -99,7 +99,7 @@ def test_an_idle_page_sends_nothing_while_other_visitors_work(browser, url):
     for _ in range(2):
         run_to_the_end(active)
     active.click("#step")
-    active.wait_for_function("document.querySelector('#status').innerText.length > 0")
+    active.wait_for_function("document.querySelector('#status')?.innerText.length > 0")
     idle[0][0].wait_for_timeout(10_000)        # the watch after the work (the crowd benchmark watches 60 s)
     for page, requests in idle:
         page.wait_for_timeout(100)
@@ -146,9 +146,9 @@ def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(brows
     page.wait_for_function(f"{ROUNDS_JS} >= 1")
     assert "running" == page.locator("#counters .lopa-counters").get_attribute("data-status")
     page.click("#stop")
-    page.wait_for_function("document.querySelector('#status').innerText.includes('stopped')")
+    page.wait_for_function("document.querySelector('#status')?.innerText.includes('stopped')")
     assert page.locator("#counters .lopa-counters").get_attribute("data-status") != "done"
-    page.wait_for_function("document.querySelector('#stop').disabled")       # nothing left to stop
+    page.wait_for_function("document.querySelector('#stop')?.disabled")       # nothing left to stop
     assert not page.errors
     page.context.close()
 
@@ -163,12 +163,12 @@ def test_the_best_order_searchs_stop_is_clickable_while_it_searches_and_ends_it(
     searching = "!['Best order found', \"LoPA's order is the best found\", 'Stopped'].some(t => " \
                 "document.querySelector('#best-order-status').innerText.includes(t))"
     assert enabled_while_running(page, "#best-order-stop", searching), "the search's Stop was enabled only once it had ended"
-    page.wait_for_function("document.querySelector('#best-order-status').innerText.includes('rollout')")
+    page.wait_for_function("document.querySelector('#best-order-status')?.innerText.includes('rollout')")
     page.click("#best-order-stop")
     stopped = "['Stopped before the first round', '(stopped'].some(t => document.querySelector('#best-order-status')" \
               ".innerText.includes(t))"
     page.wait_for_function(stopped)
-    page.wait_for_function("document.querySelector('#best-order-stop').disabled")
+    page.wait_for_function("document.querySelector('#best-order-stop')?.disabled")
     assert not page.errors
     page.context.close()
 
@@ -184,9 +184,9 @@ def test_the_comparisons_stop_is_clickable_while_it_streams_and_ends_it(browser,
     assert enabled_while_running(page, "#compare-stop", comparing), "the comparison's Stop was enabled only once it had ended"
     page.wait_for_function("document.querySelector('#lopa-counters .lopa-counters')?.dataset.status === 'running'")
     page.click("#compare-stop")
-    page.wait_for_function("document.querySelector('#compare-status').innerText.includes('stopped early') || "
+    page.wait_for_function("document.querySelector('#compare-status')?.innerText.includes('stopped early') || "
                            "document.querySelector('#compare-status').innerText.includes('Stopped before')")
-    page.wait_for_function("document.querySelector('#compare-stop').disabled")
+    page.wait_for_function("document.querySelector('#compare-stop')?.disabled")
     assert not page.errors
     page.context.close()
 
@@ -244,7 +244,7 @@ def test_a_run_does_not_wait_for_another_visitors_search(browser, url, monkeypat
     searching = searcher.locator("#best-order-status").inner_text()
     assert "Searching" in searching or "Searched round" in searching, searching
     searcher.click("#best-order-stop")
-    searcher.wait_for_function("document.querySelector('#best-order-stop').disabled")
+    searcher.wait_for_function("document.querySelector('#best-order-stop')?.disabled")
     assert not searcher.errors and not runner.errors
     searcher.context.close()
     runner.context.close()

@@ -401,8 +401,8 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
             box.fill("")
             box.type(str(allowed))                                    # a typed folder: applied on Enter
             box.press("Enter")
-            page.wait_for_function("document.querySelector('#denoise-model').innerText.includes('diffusiongemma-tiny')")
-            page.wait_for_function("document.querySelector('#status').innerText.includes('DiffusionGemma checkpoint')")
+            page.wait_for_function("document.querySelector('#denoise-model')?.innerText.includes('diffusiongemma-tiny')")
+            page.wait_for_function("document.querySelector('#status')?.innerText.includes('DiffusionGemma checkpoint')")
             page.locator("#prompt textarea").fill(PROMPT)
             page.locator("#denoise-max-new-tokens input").fill("16")
             page.locator("#denoise-steps input").fill("4")
@@ -446,7 +446,7 @@ def test_the_panel_decodes_the_tiny_checkpoint_and_steps_it_in_a_browser(allowed
             saved = decode(model, ids, prompt="Tom buys 3 apples", seed=1, max_new_tokens=8, max_denoising_steps=3,
                            name="diffusiongemma-tiny").save(tmp_path / "saved.json")
             page.set_input_files("#denoise-upload input[type=file]", str(saved))
-            page.wait_for_function("document.querySelector('#denoise-status').innerText.includes('Opened a canvas trace')")
+            page.wait_for_function("document.querySelector('#denoise-status')?.innerText.includes('Opened a canvas trace')")
             page.wait_for_function("document.querySelector('#denoise-counters [data-counter=\"forwards\"]')"
                                    "?.dataset.value === '3'")
             assert "Tom buys 3 apples" in page.locator("#denoise-status").inner_text()

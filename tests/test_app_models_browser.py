@@ -75,7 +75,7 @@ def open_page(browser, url):
     page.on("pageerror", lambda err: page.errors.append(str(err)))
     page.goto(url, timeout=WAIT_MS)
     page.wait_for_selector("#run")
-    page.wait_for_function("document.querySelector('#model-info').innerText.includes('loaded from')")
+    page.wait_for_function("document.querySelector('#model-info')?.innerText.includes('loaded from')")
     return context, page
 
 
@@ -99,7 +99,7 @@ def test_two_visitors_decode_two_models_at_the_same_time(served, browser, tmp_pa
         label = next(label for label, folder in bundled_models() if Path(folder).name == "sure-gsm-dllm")
         a.locator("#model-dir input").click()
         a.get_by_role("option", name=label.split(": ", 1)[0], exact=True).click()   # applied when picked: no other press
-        a.wait_for_function("document.querySelector('#model-info').innerText.includes('sure-gsm-dllm')")
+        a.wait_for_function("document.querySelector('#model-info')?.innerText.includes('sure-gsm-dllm')")
         assert "now decodes with sure-gsm-dllm" in a.locator("#status").inner_text()
         assert "open-gsm-dllm" in b.locator("#model-info").inner_text()     # the other visitor's page: unchanged
 

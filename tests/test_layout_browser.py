@@ -81,7 +81,7 @@ def test_settings_are_closed_and_name_those_the_visitor_set(page):
     assert not page.locator("#k").is_visible()                              # closed: k is inside
     open_accordion(page, "#settings", "#k")
     type_value(page, "#k", "2")
-    page.wait_for_function("document.querySelector('#settings').innerText.includes('set by you (k)')")
+    page.wait_for_function("document.querySelector('#settings')?.innerText.includes('set by you (k)')")
     assert "k" in page.locator("#settings").inner_text().split("\n")[0]
 
 
@@ -90,10 +90,10 @@ def test_stop_buttons_are_disabled_while_nothing_runs(page):
         assert page.locator(stop).is_disabled(), stop
     page.click("#step")                                                      # a paused decode: Stop can end it
     page.wait_for_selector("#counters .lopa-counters[data-rounds='1']")
-    page.wait_for_function("!document.querySelector('#stop').disabled")
+    page.wait_for_function("!document.querySelector('#stop')?.disabled")
     page.click("#stop")
     page.wait_for_selector("#counters .lopa-counters[data-status='stopped']")
-    page.wait_for_function("document.querySelector('#stop').disabled")
+    page.wait_for_function("document.querySelector('#stop')?.disabled")
 
 
 def test_every_term_is_spelled_out_in_visible_text(page):
@@ -123,12 +123,12 @@ def test_study_plots_show_no_literal_br_or_none(page):
     for title in titles().values():
         page.locator("#study input").click()
         page.get_by_role("option", name=title).click()
-        page.wait_for_function("t => document.querySelector('#study').innerText.includes(t) || "
+        page.wait_for_function("t => document.querySelector('#study')?.innerText.includes(t) || "
                                "document.querySelector('#study input').value === t", arg=title)
         page.click("#study-interactive")
         page.wait_for_function("t => document.querySelector('#study-plot .gtitle')?.textContent.length > 0 && "
                                "document.querySelector('#study input').value === t", arg=title)
-        page.wait_for_function("document.querySelector('#study-status').innerText.includes('Shipped results') "
+        page.wait_for_function("document.querySelector('#study-status')?.innerText.includes('Shipped results') "
                                "|| document.querySelector('#study-status').innerText.includes('No shipped')")
         # plotly.js may be between two drawings of the plot (no text at all): wait for the drawn one
         words = page.wait_for_function("() => { const w = [...document.querySelectorAll('#study-plot svg text')]"
@@ -167,7 +167,7 @@ def test_the_tour_step_with_the_branches_table_fits_the_width(page):
     for step in (1, 2):
         page.click("#tour-next")
         page.wait_for_selector(f"#tour-card .lopa-tour-card[data-step='{step}']")
-    page.wait_for_function("document.querySelector('#branches').classList.contains('lopa-tour-focus')")
+    page.wait_for_function("document.querySelector('#branches')?.classList.contains('lopa-tour-focus')")
     assert page.evaluate("document.scrollingElement.scrollWidth <= innerWidth")
     branches = box(page, "#branches")
     assert branches["right"] <= page.viewport_size["width"]                  # the outline encloses the table

@@ -112,10 +112,10 @@ def test_the_tours_filling_order_step_shows_both_maps_above_its_dock(page):
     for step in (1, 2, 3, 4):
         page.click("#tour-next")
         page.wait_for_selector(f"#tour-card .lopa-tour-card[data-step='{step}']")
-    page.wait_for_function("document.querySelector('#lopa-tfo').classList.contains('lopa-tour-focus')")
+    page.wait_for_function("document.querySelector('#lopa-tfo')?.classList.contains('lopa-tour-focus')")
     for side in ("#base-tfo", "#lopa-tfo"):
         page.wait_for_selector(f"{side} .gtitle")
-    page.wait_for_function("Math.abs(document.querySelector('#base-tfo').getBoundingClientRect().top - 15) < 20")
+    page.wait_for_function("Math.abs(document.querySelector('#base-tfo')?.getBoundingClientRect().top - 15) < 20")
     dock = page.locator("#tour-dock").first.bounding_box()
     for side in ("#base-tfo", "#lopa-tfo"):
         plot = page.locator(f"{side} .js-plotly-plot").bounding_box()

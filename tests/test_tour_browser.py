@@ -132,7 +132,7 @@ def check_state(page, step, recorded) -> None:
         assert page.locator("#branches tr.lopa-winner").get_attribute("data-branch") == str(f["winner"])
         page.wait_for_selector("#heatmap .js-plotly-plot")
     elif step.key == "order":
-        page.wait_for_function("document.querySelector('#compare-status').innerText.includes('Tour')")
+        page.wait_for_function("document.querySelector('#compare-status')?.innerText.includes('Tour')")
         page.wait_for_selector("#base-tfo .js-plotly-plot")
         page.wait_for_selector("#lopa-tfo .js-plotly-plot")
         assert page.locator("#base-counters .lopa-counters").get_attribute("data-rounds") == \
@@ -142,7 +142,7 @@ def check_state(page, step, recorded) -> None:
         assert cell.get_attribute("data-state") == "masked"
         cell.click()                                  # the what-if panel opens on it (forks need the model)
         page.wait_for_selector("#whatif-panel", state="visible")
-        page.wait_for_function(f"document.querySelector('#whatif-info').innerText.includes('position {f['position']}')")
+        page.wait_for_function(f"document.querySelector('#whatif-info')?.innerText.includes('position {f['position']}')")
 
 
 def test_the_tour_from_arrival_to_its_last_step(browser, url, recorded):
