@@ -5,12 +5,18 @@ it: q_j, then d - 1 more positions, each holding the token the round's predictio
 forward) put there. Every prefix of every chain is a row of the round's one batched forward, rows that
 fill the same positions shared (a tree over sets of positions), so the row that holds a chain's first
 i - 1 tokens predicts its i-th position conditioned on them. A chain's token i >= 2 stands when that
-row still predicts it (argmax, at a max prob of at least the lookahead floor); the branch keeps the
-longest prefix whose tokens all stand, and its candidate for the round is that prefix's row. The
-winner is chosen among the anchor and these candidates by the branch score, as in LoPA. A cut tail
-costs its rows in the batch and nothing else: the kept prefix's row is in the batch, so the next
-round's predictions are the model's for exactly the state it commits. docs/method.md, "Deeper
-lookahead", says why this evidence is never less than a single LoPA token's.
+row still predicts it (its argmax; at temperature > 0 its sampled token: lopa.rules.summarize), at a
+max prob of at least the lookahead floor; the branch keeps the longest prefix whose tokens all stand,
+and its candidate for the round is that prefix's row. The winner is chosen among the anchor and these
+candidates by the branch score, as in LoPA. A cut tail costs its rows in the batch and nothing else:
+the kept prefix's row is in the batch, so the next round's predictions are the model's for exactly
+the state it commits.
+
+What the evidence covers (docs/method.md, "Deeper lookahead"): the tokens a winning chain commits won
+the branch score together, as LoPA's one token wins it, and each past the first was predicted again by
+the row before it. It is never less than a single LoPA token's for the committed set, not for each
+token alone: a chain's one-token row is a candidate only when the chain keeps just that token, so a
+winning chain's first token may have scored below the anchor on its own.
 
 At d = 1 the rows are the anchor and the k one-token branches in rank order and every branch keeps its
 one token: LoPA exactly. Pure helpers: no model, no `.item()` in the tensor helpers; inputs never changed.
@@ -117,7 +123,8 @@ def chain_cut(record, c: int, floor: float) -> dict | None:
 
 
 def candidate_rows(plan: ChainPlan, kept: list[int]) -> list[int]:
-    """The rows the branch score chooses among: the anchor (row 0), then each branch's kept prefix."""
+    """The rows the branch score chooses among: the anchor (row 0), then each branch's kept prefix. A chain's
+    shorter prefixes, its one-token row included, are verified and scored but are not candidates."""
     return [0] + [rows[n - 1] for rows, n in zip(plan.row_of, kept)]
 
 

@@ -13,8 +13,8 @@ by block through lopa.rules.COMMIT_RULES; tests/test_peers.py pins each to the p
              less the best competitor's upper bound, exceeds frechet_margin
     joint    SGLang's JointThreshold, its mask-to-token step: every max prob > tau_conf, else the most
              probable (its token-to-token edits are not taken: docs/method.md)
-    stable   after LESS: max prob > tau_conf, the same top-1 token as the round before, and a
-             Jensen–Shannon distance between the two rounds' top-1 distributions within stable_js
+    stable   after LESS: max prob > tau_conf, the same predicted token as the round before, and a
+             Jensen–Shannon divergence between the two rounds' (that token, the rest) splits within stable_js
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def factor_commit(max_prob: torch.Tensor, factor: float, fully_activated: bool) 
     """Fast-dLLM's factor rule. max_prob [M] -> bool [M]. Sorted by max prob, highest first, commit
     the longest prefix whose n-th value (1-based) has c_(n) >= 1 - factor / (n + 1), the paper's
     (n + 1)(1 - c_(n)) < f in the published code's non-strict form; the first is free in a fully
-    activated block."""
+    activated block. The published loop also commits the last position when only it fails, so it commits
+    both of a two-position block whatever their max probs; this rule does not (docs/method.md, "Peers")."""
     M = max_prob.numel()
     if M == 0:
         return torch.zeros(0, dtype=torch.bool)
@@ -98,9 +99,11 @@ def joint_commit(max_prob: torch.Tensor, tau: float, fully_activated: bool) -> t
 
 
 def js_top1(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Jensen–Shannon divergence (nats) between two rounds' top-1 distributions, each coarsened to two
-    outcomes: the top token with probability p, the rest with 1 - p. [M], [M] -> [M] in [0, ln 2].
-    A lower bound on the divergence of the full distributions (coarsening never adds divergence)."""
+    """Jensen–Shannon divergence (nats) between two rounds' distributions at a position, each coarsened to
+    two outcomes: the predicted token with probability p, the rest with 1 - p. [M], [M] -> [M] in [0, ln 2].
+    At most the divergence of the full distributions (merging outcomes never adds divergence), and of any
+    split that keeps the token apart and lumps the rest; a top-K divergence that renormalises each round's
+    K tokens and drops the rest can be smaller (docs/method.md, "Peers", `stable`)."""
     p, q = p.double().clamp(0.0, 1.0), q.double().clamp(0.0, 1.0)
     P, Q = torch.stack([p, 1 - p], -1), torch.stack([q, 1 - q], -1)                  # [M, 2]
     mid = (P + Q) / 2

@@ -38,8 +38,11 @@ def summarize(logits: torch.Tensor, metric: str, temperature: float, generator: 
     Probabilities and Conf come from the logits as they are, the mask token's included, as in the
     authors' `sample_tokens` (docs/method.md, departure 1). Greedy (temperature 0): token = argmax,
     max_prob = its probability. With temperature > 0 the token is sampled from softmax(logits / T)
-    and "max_prob" is the probability of the sampled token, so the commit threshold still asks "is
-    the token we would write certain enough". Where the token would be `mask_token_id`:
+    and "max_prob" is the probability of the sampled token under that tempered softmax, so the commit
+    threshold still asks "is the token we would write certain enough"; Conf comes from the same tempered
+    probabilities. The authors' `sample_tokens` tempers alike; Fast-dLLM's code reads its confidence
+    from the untempered softmax (docs/method.md, departure 4 and "Peers"). Where the token would be
+    `mask_token_id`:
     mask_argmax "authors" keeps it (the authors' loop then writes the mask token back: the position
     stays masked); "next_best" takes the best other token (greedy) or draws among the others
     (sampling), with that token's own probability as max_prob; "excluded" sets its logit to -inf

@@ -168,7 +168,8 @@ class DecodeSettings:
 
     k: int = setting(0, "lookahead branches per round (0 = D2F vanilla)", low=0, high=MAX_LOOKAHEAD, paper=14,
                      label="k (lookahead branches)")
-    tau_conf: float = setting(0.9, "commit threshold on max prob (strict: commit when max_prob > tau_conf)",
+    tau_conf: float = setting(0.9, "commit threshold on max prob (strict: commit when max_prob > tau_conf); "
+                              "commit=joint and commit=stable read it too",
                               low=0.0, high=1.0, open_low=True, paper=0.9)
     tau_add: float = setting(0.1, "add a block once the last block's decoded fraction reaches this",
                              low=0.0, high=1.0, open_low=True, paper=0.1)
@@ -180,8 +181,9 @@ class DecodeSettings:
     commit: str = setting("threshold", "commit rule: threshold (D2F / Fast-dLLM: every max prob > tau_conf, "
                           "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
                           "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
-                          "frechet_margin), joint (SGLang JointThreshold, tau_conf), stable (after LESS, tau_conf "
-                          "and stable_js)", choices=COMMIT_RULES, paper="threshold")
+                          "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
+                          "tau_conf; SGLang's default 0.5 comes with token edits that can rewrite a commit, not taken "
+                          "here), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold")
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
                               "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy")
     attention: str = setting("block_causal", "attention inside the window: block_causal (how D2F models are "
@@ -242,10 +244,12 @@ class DecodeSettings:
         low=0.0, high=MAX_FACTOR, open_low=True)
     frechet_margin: float = setting(
         0.0, "commit=frechet only: commit the n most probable while the Fréchet bound c_(1) + ... + c_(n) - (n - 1) "
-        "less 1 - c_(n) exceeds this margin", low=-1.0, high=1.0)
+        "less 1 - c_(n) exceeds this margin. 0 is the published function's default, where the rule on an even "
+        "profile is factor at f = 1; the Fast-dLLM++ README's tables use 0.25 (factor at f = 0.75)",
+        low=-1.0, high=1.0)
     stable_js: float = setting(
-        0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' top-1 "
-        "distributions at a position it commits", low=0.0, high=0.6931471805599453)
+        0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' (predicted "
+        "token, the rest) splits at a position it commits", low=0.0, high=0.6931471805599453)
     lookahead_depth: int = setting(
         1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "

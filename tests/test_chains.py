@@ -98,9 +98,10 @@ def test_depth_1_is_lopa_exactly_on_hand_made_predictions():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_kept_chain_token_has_at_least_a_lopa_token_s_evidence(seed):
-    """A LoPA token is the last winner's argmax at its position. Every kept chain token past the first is
-    that too, and also the argmax of the row holding the chain before it, at a max prob of at least the
-    floor: on random hand-made predictions, and never more tokens at a higher floor."""
+    """A LoPA token is the last winner's prediction at its position (its argmax; sampled at temperature > 0).
+    Every kept chain token past the first is that too, and also the prediction of the row holding the chain
+    before it, at a max prob of at least the floor: on random hand-made predictions, and never more tokens at
+    a higher floor. What it covers for the first token: the test after this one."""
     g = torch.Generator().manual_seed(seed)
     W, depth = 10, 4
     free = torch.rand(W, generator=g) < 0.8
@@ -119,6 +120,23 @@ def test_a_kept_chain_token_has_at_least_a_lopa_token_s_evidence(seed):
                     assert p not in chain[:i] and bool(free[p]) and int(p) not in plan.rows[parent]
                     assert token[parent][p] == tokens[p] and max_prob[parent][p] >= floor
             assert all(a <= b for a, b in zip(kept_lengths(plan, tokens, token, max_prob, 0.6), kept))
+
+
+def test_a_winning_chain_s_first_token_may_score_below_the_anchor_alone():
+    """What a chain token's evidence covers: the committed set wins the branch score, not each token alone. The
+    chain (5, 6) keeps both tokens; its one-token row (5,) scores below the anchor, but it is not a candidate (a
+    chain's candidate is its kept prefix), and the row (5, 6) beats the anchor, so token 5 is committed though
+    LoPA at depth 1 would have kept the anchor."""
+    plan = plan_chains(adjacent_chains(torch.tensor([5]), FREE, 2))            # rows: (), (5,), (5, 6)
+    assert plan.rows == [(), (5,), (5, 6)]
+    tokens = torch.tensor([0, 0, 0, 0, 0, 55, 66, 0])
+    token, max_prob = predictions({1: {6: (66, 0.7)}, 2: {}})                   # row (5,) still predicts 66 at 6
+    kept = kept_lengths(plan, tokens, token, max_prob)
+    assert kept == [2] and candidate_rows(plan, kept) == [0, 2]
+    scores = torch.tensor([-1.0, -1.3, -0.4])                                   # anchor, (5,), (5, 6)
+    candidates = candidate_rows(plan, kept)
+    assert candidates[int(select_winner(scores[candidates]))] == 2              # the chain wins ...
+    assert int(select_winner(scores[:2])) == 0                                   # ... where depth 1 keeps the anchor
 
 
 PROMPT = torch.tensor([3, 14, 15, 16, 4, 5, 17, 13])

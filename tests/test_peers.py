@@ -130,6 +130,30 @@ def test_factor_departs_from_the_published_loop_only_at_the_last_position():
     assert fast_dllm_factor(logits, 1.0) == {0, 1, 2}
 
 
+def block_of(max_probs, V: int = 20) -> torch.Tensor:
+    """[M, V] logits whose rows have exactly these max probs: the rest of each row's mass spread evenly."""
+    rows = [[c] + [(1 - c) / (V - 1)] * (V - 1) for c in max_probs]
+    return torch.tensor(rows, dtype=torch.float64).log()
+
+
+@pytest.mark.parametrize("second, f, ours_full, ours_semi", [
+    (0.5, 1.0, {1}, {1}),            # c_(2) = 0.5 < 1 - 1/3: the second waits
+    (0.7, 1.0, {0, 1}, {0, 1}),      # 0.7 >= 2/3: both
+    (0.1, 2.0, {1}, {1}),            # f = 2: c_(2) must reach 1 - 2/3; 0.1 does not
+    (0.34, 2.0, {0, 1}, {0, 1}),
+    (0.3, 0.05, {1}, set()),         # f = 0.05: even c_(1) = 0.95 < 1 - 0.05/2, so a semi block commits nothing
+])
+def test_factor_on_a_two_position_block(second, f, ours_full, ours_semi):
+    """A block with two masked positions: the published loop's first is free and its second is its last, so
+    its `top_i == len - 1` step commits both whatever their max probs. Ours commits the second only when
+    c_(2) >= 1 - f / 3; a semi-activated block frees neither (c_(1) >= 1 - f / 2 first)."""
+    logits = block_of([second, 0.95])
+    max_prob, _ = ours(logits)
+    assert fast_dllm_factor(logits, f) == {0, 1}
+    assert chosen(factor_commit(max_prob, f, fully_activated=True)) == ours_full
+    assert chosen(factor_commit(max_prob, f, fully_activated=False)) == ours_semi
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("margin", [-0.5, 0.0, 0.05, 0.3])
 def test_frechet_equals_fast_dllm_plus_plus(seed, margin):
@@ -182,6 +206,23 @@ def test_frechet_equals_factor_at_f_1_on_a_flat_profile():
     for eps, n in ((0.12, 7), (0.3, 2), (0.07, 13)):
         max_prob = torch.full((n + 3,), 1 - eps, dtype=torch.float64)
         assert int(frechet_commit(max_prob, 0.0, True).sum()) == int(factor_commit(max_prob, 1.0, True).sum()) == n
+
+
+def test_js_top1_never_exceeds_the_divergence_of_the_full_distributions():
+    """Merging every token but the predicted one into one outcome never adds divergence (data processing), so
+    the stable rule's test is never stricter than one over the full distributions. A top-K divergence that
+    renormalises each round's K most probable tokens and drops the rest has no such order with it: at K = 1
+    it is 0 while ours is not."""
+    def js(P, Q):
+        M = (P + Q) / 2
+        return float((P * (P / M).log()).sum() + (Q * (Q / M).log()).sum()) / 2
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        P, Q = (torch.softmax(torch.randn(8, generator=g, dtype=torch.float64) * 3, -1) for _ in range(2))
+        t = int(P.argmax())
+        assert float(js_top1(P[t:t + 1], Q[t:t + 1])) <= js(P, Q) + 1e-12
+    assert js(torch.ones(1), torch.ones(1)) == 0.0              # max probs 0.9 and 0.6, each renormalised to 1
+    assert float(js_top1(torch.tensor([0.9]), torch.tensor([0.6]))) > 0.0
 
 
 def test_joint_is_the_threshold_with_a_max_prob_fallback():

@@ -45,6 +45,20 @@ def test_summarize_sampling_is_seeded():
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("T", [0.5, 2.0])
+def test_summarize_at_temperature_reads_the_tempered_probabilities(T):
+    """At T > 0, max_prob is the sampled token's probability under softmax(logits / T) and Conf comes from that
+    same distribution, as in the authors' sample_tokens; Fast-dLLM's code reads the untempered softmax(logits)
+    at the sampled token instead (docs/method.md, departure 4 and "Peers")."""
+    logits = torch.tensor([[0.0, 2.0, 1.0]]).repeat(40, 1)
+    token, max_prob, conf = summarize(logits, "neg_entropy", T, torch.Generator().manual_seed(0))
+    tempered, untempered = torch.softmax(logits / T, -1), torch.softmax(logits, -1)
+    assert len(set(token.tolist())) > 1                                  # sampled, not the argmax
+    assert torch.allclose(max_prob, tempered.gather(-1, token[:, None])[:, 0])
+    assert not torch.allclose(max_prob, untempered.gather(-1, token[:, None])[:, 0])
+    assert torch.allclose(conf, (tempered * tempered.log()).sum(-1))
+
+
 # Hand-made distributions where the mask token (id 0) carries mass: row 0 ranks it first, row 1 second.
 MASK = 0
 MASKY = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.3, 0.6, 0.1, 0.0]], dtype=torch.float64)
