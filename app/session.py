@@ -195,6 +195,9 @@ class Session:
         has none). Raises ValueError (empty / over-long prompt, from the first round) or RuntimeError
         (a branch-parallel fault) from an error chunk; the decode is then over."""
         live = self.live
+        if live is None:            # a view event beside the model slot (a trace opened, a run picked) closed it
+            raise ValueError("another action on this page ended this decode (a trace opened, a run picked or "
+                             "Reset): press Run to decode again")
         try:
             record = live.apply(chunk)
         except ValueError:          # raised before any round: nothing to keep

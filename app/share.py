@@ -149,6 +149,27 @@ def read_link(query: dict, current: list) -> tuple[list, list[str]]:
     return out, notes
 
 
+def read_model_field(query: dict) -> tuple:
+    """(the model box's new value, or gr.skip(), and what was dropped) from a link's `model=`. The folder is
+    checked here, as the model box checks a typed one (MODELS.folder: its name, LOPA_MODEL_DIRS, a folder a
+    loader may read; then MODELS.servable), so a folder this server will not load never reaches the box: the
+    page keeps the session's model, says why in the link's notes, and Run decodes with the model it shows.
+    (Through the box, a refused folder was a round trip: the box took it, the model event refused it and put
+    the session's model back, and a Run pressed meanwhile met the refusal.) Loading is left to the box's
+    event (app.model_and_settings.pick_model), which says what a folder that then fails to load lacks."""
+    text = query.get(MODEL_FIELD)
+    if MODEL_FIELD in str(query.get(CUT_MARK) or "").split(","):
+        return gr.skip(), [f"{MODEL_FIELD}: the link was too long and was cut"]
+    if not text:
+        return gr.skip(), []
+    text = str(text)[:MAX_PROMPT_CHARS]
+    try:
+        MODELS.servable(MODELS.folder(text))
+    except ValueError as err:               # not allowed here, unreadable, a name no folder has
+        return gr.skip(), [f"{MODEL_FIELD}={shown(text)} dropped: {err}"]
+    return text, []
+
+
 def restore(query: dict, current: list) -> list:
     """The page's input values from a URL query (read_link without its notes)."""
     return read_link(query, current)[0]
@@ -183,11 +204,11 @@ def on_load(request: gr.Request, session, *current):
     values, notes = read_link(query, list(current))
     session.touched = frozenset(touched | {n for n in SETTING_NAMES if n in query and _read(n, query[n])
                                            == values[FIELDS.index(n)]})
-    model = query.get(MODEL_FIELD)
-    model = str(model)[:MAX_PROMPT_CHARS] if model else gr.skip()
+    model, dropped = read_model_field(query)
+    notes += dropped
     if not notes:
         return (*values, model, gr.skip(), session)
-    message = "The shared link was read in part. Dropped: " + "; ".join(notes)
+    message = "The shared link was read in part. Dropped: " + esc("; ".join(notes))    # it quotes the link
     gr.Warning(message)
     return (*values, model, message, session)
 
