@@ -3,9 +3,9 @@ bad or hostile queries change nothing, and the command decodes the same run as t
 
 import shlex
 
+from app import share
 from app.request import read_request
 from app.session import APP_DEFAULTS, SETTING_NAMES
-from app import share
 from app.share import command_line, restore, share_query
 from lopa.cli import build_parser
 from lopa.resolution import settings_from_args
