@@ -112,7 +112,8 @@ def test_opening_a_bad_link_says_what_it_dropped():
         query_params = {"prompt": "hi", "tau_conf": "x"}
     session = Session()
     out = share.on_load(Request(), session, *CURRENT)
-    assert out[0] == "hi" and "Dropped: tau_conf must be in (0, 1] (a number), got 'x'" in out[-2]
+    # The notes quote the link, so they reach the status escaped (the page shows 'x').
+    assert out[0] == "hi" and "Dropped: tau_conf must be in (0, 1] (a number), got &#x27;x&#x27;" in out[-2]
     assert session.touched == frozenset() and out[len(CURRENT)].get("__type__") == "update"   # nothing touched; no model
     assert out[-1] is session          # handed back: Gradio keeps it as the page's (app/page.py)
 
