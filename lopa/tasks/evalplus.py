@@ -58,6 +58,26 @@ def prompt(loaded, problem: dict, data: str = "", shots: int = 0):
     return encode(loaded.tokenizer, (loaded.tokenizer.bos_token or "") + problem["prompt"])
 
 
+# `python -m evalplus.evaluate`, ending as soon as its results are written. EvalPlus 0.3.1's evaluate starts a
+# non-daemon "stucking_checker" thread that sleeps 20 s at a time (evalplus/evaluate.py), so the process lived
+# 20 s past its work whatever the number of samples: 20 s of every grading call (two thirds of grading one reply).
+RUN_EVALUATE = """import os, sys, traceback
+sys.argv[0] = "evalplus.evaluate"
+code = 0
+try:
+    from evalplus.evaluate import main
+    main()
+except SystemExit as done:
+    code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+except BaseException:
+    traceback.print_exc()
+    code = 1
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)
+"""
+
+
 def evaluate(task: Task, samples: str | Path, problems: list[dict], timeout: float = 3600.0) -> dict:
     """Grade `samples` (EvalPlus samples.jsonl: task_id, solution) against `problems` of `task` with
     `evalplus.evaluate`, inside bubblewrap. Writes <samples>_eval_results.json beside the samples, as
@@ -79,7 +99,7 @@ def _evaluate(dataset: str, samples: str | Path, problems: list[dict], timeout: 
         shutil.copy(samples, work / "samples.jsonl")
         write_jsonl(work / "problems.jsonl", problems)
         env = {OVERRIDE_ENV[dataset]: "/sandbox/problems.jsonl", "TOKENIZERS_PARALLELISM": "false"}
-        command = bwrap_command(work, env=env) + [sys.executable, "-I", "-m", "evalplus.evaluate", "--dataset",
+        command = bwrap_command(work, env=env) + [sys.executable, "-I", "-c", RUN_EVALUATE, "--dataset",
                                                   dataset, "--samples", "/sandbox/samples.jsonl", "--parallel", "1"]
         proc = subprocess.run(command, cwd=work, env={"PATH": os.defpath}, capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
