@@ -18,12 +18,37 @@ Shape notation, used in every shape comment of the package; each letter means on
     S   sequences in a training batch (lopa.train)
 """
 
-from lopa.engine import Decoder, decode, fork
-from lopa.resolution import resolve
-from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
-from lopa.trace import RoundRecord, RunResult
+from typing import TYPE_CHECKING
 
+# The package's names, each loaded from its module when first asked for (PEP 562): `import lopa.trace`, the
+# trace reader the app, the figures and the budget checks use, loads no torch (2 s a process on a 2-core CPU).
+_WHERE = {
+    "Decoder": "lopa.engine", "decode": "lopa.engine", "fork": "lopa.engine",
+    "resolve": "lopa.resolution",
+    "DECODERS": "lopa.settings", "PAPER_PRESETS": "lopa.settings", "DecodeSettings": "lopa.settings",
+    "ModelSpec": "lopa.settings", "decoder_settings": "lopa.settings",
+    "RoundRecord": "lopa.trace", "RunResult": "lopa.trace",
+}
 __all__ = [
     "DecodeSettings", "ModelSpec", "resolve", "decoder_settings", "PAPER_PRESETS", "DECODERS",
     "RoundRecord", "RunResult", "Decoder", "decode", "fork",
 ]
+
+if TYPE_CHECKING:
+    from lopa.engine import Decoder, decode, fork
+    from lopa.resolution import resolve
+    from lopa.settings import DECODERS, PAPER_PRESETS, DecodeSettings, ModelSpec, decoder_settings
+    from lopa.trace import RoundRecord, RunResult
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'lopa' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_WHERE])
