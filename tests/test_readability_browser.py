@@ -24,10 +24,23 @@ NAMED = {"round numbers on the arrival view": "#arrival .lopa-tok sub",
 
 # Each width with a system that prefers light; the laptop's with one that prefers dark too (app/scheme.py: the
 # page keeps its light colours, drawn for them).
-@pytest.fixture(params=[*((width, "light") for width in WIDTHS), ("laptop", "dark")], ids="-".join)
+SCREENS = [*((width, "light") for width in WIDTHS), ("laptop", "dark")]
+
+
+@pytest.fixture(params=SCREENS, ids="-".join)
 def page(request, browser, url):
     width, scheme = request.param
     yield from open_page(browser, url, WIDTHS[width], WAIT_MS, scheme)
+
+
+@pytest.fixture(scope="module", params=SCREENS, ids="-".join)
+def drawn(request, browser, url):
+    """A page of each screen with everything drawn (run_and_compare), once: the tests that read it (contrast,
+    plots, tables) only look at it (a hover at most), so they share it instead of drawing it three times."""
+    width, scheme = request.param
+    for page in open_page(browser, url, WIDTHS[width], WAIT_MS, scheme):
+        run_and_compare(page)
+        yield page
 
 
 def run_and_compare(page) -> None:
@@ -51,8 +64,8 @@ def run_and_compare(page) -> None:
     page.wait_for_function("document.querySelector('#study-plot .gtitle')?.textContent.length > 0")
 
 
-def test_every_text_meets_wcag_aa(page):
-    run_and_compare(page)
+def test_every_text_meets_wcag_aa(drawn):
+    page = drawn
     assert not page.evaluate("document.body.classList.contains('dark')"), "the page took Gradio's dark theme"
     page.mouse.move(0, 0)                         # no hover state
     result = page.evaluate(CONTRAST_JS, NAMED)
@@ -65,8 +78,8 @@ def test_every_text_meets_wcag_aa(page):
         assert ratio >= AA, (label, ratio)
 
 
-def test_every_plot_is_tall_with_its_title_whole_and_no_toolbar_over_it(page):
-    run_and_compare(page)
+def test_every_plot_is_tall_with_its_title_whole_and_no_toolbar_over_it(drawn):
+    page = drawn
     plots = page.evaluate(PLOTS_JS)
     ids = {p["id"] for p in plots}
     assert {"heatmap", "rank-lanes", "tokens-chart", "base-tfo", "lopa-tfo", "study-plot"} <= ids, ids
@@ -88,8 +101,8 @@ def test_every_plot_is_tall_with_its_title_whole_and_no_toolbar_over_it(page):
 NUMBER = re.compile(r"^[-+−]?\d[\d.,]*\s?(×|%|s|ms)?$")
 
 
-def test_numbers_in_tables_stay_on_one_line(page):
-    run_and_compare(page)
+def test_numbers_in_tables_stay_on_one_line(drawn):
+    page = drawn
     cells = page.evaluate("""() => [...document.querySelectorAll('td, th')].filter((c) => c.offsetParent !== null)
       .map((c) => { const lines = new Set();              // the distinct line tops of the cell's text (not of a bar in it)
         const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
