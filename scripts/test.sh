@@ -10,7 +10,7 @@ VENV=${LOPA_TEST_VENV:-.venv-test}
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -r requirements-test.txt
+"$VENV/bin/python" -m pip install -q --no-compile -r requirements-test.txt   # modules compile when first imported: most of torch, transformers and gradio never are
 # Browser tests drive Debian's Chromium through Playwright (playwright install cannot download here);
 # generated code is graded under Debian's bubblewrap (the sandbox's tests skip only where it is not installed,
 # and fail, with bwrap's reason, where it is installed but cannot start).
