@@ -6,7 +6,7 @@ same app starts with `lopa app`."""
 import argparse
 
 from app import DEFAULT_HOST, DEFAULT_PORT, build_demo, serve
-from app.model_cache import preload
+from app.serving.model_cache import preload
 
 preload()
 demo = build_demo()

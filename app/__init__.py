@@ -4,8 +4,8 @@ app/traces.py, app/model_and_settings.py, app/compare.py), per-user session stat
 
 import os
 
-from .decode_pool import server_threads
 from .page import LAUNCH_KWARGS, build_demo
+from .serving.decode_pool import server_threads
 
 __all__ = ["build_demo", "LAUNCH_KWARGS", "serve", "server_threads", "DEFAULT_HOST", "DEFAULT_PORT"]
 
@@ -18,8 +18,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, demo=None) -> None
     workers (app/decode_pool.py) start first, warming the default model while the page is built."""
     import torch
 
-    from .decode_pool import POOL
-    from .model_cache import MODELS
+    from .serving.decode_pool import POOL
+    from .serving.model_cache import MODELS
     torch.set_num_threads(server_threads())
     POOL.start(MODELS.default, server_threads())
     (demo or build_demo()).launch(server_name=host, server_port=port, **LAUNCH_KWARGS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .request import touched_names
+from .serving.request import touched_names
 
 SETTINGS_TITLE = "Decoding settings"
 

@@ -9,9 +9,9 @@ from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
 
-from . import denoise, disk, forks, frames, share, studies, tour
-from .inputs import shown
-from .panels import (
+from .panels import forks, share
+from .panels.denoise import callbacks as denoise
+from .panels.round_view import (
     INTRO,
     PAGE_ASKS_JS,
     RUN_VIEW_JS,
@@ -27,9 +27,13 @@ from .panels import (
     build_tour_dock,
     build_trace_panel,
 )
-from .scheme import LIGHT_SCHEME_JS
-from .session import SESSION_TTL_S, Session, end_session
-from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
+from .panels.studies import callbacks as studies
+from .panels.tour import callbacks as tour
+from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
+from .serving import disk, frames
+from .serving.inputs import shown
+from .serving.scheme import LIGHT_SCHEME_JS
+from .serving.session import SESSION_TTL_S, Session, end_session
 from .wiring import QUEUE, no_hidden_progress, quiet_queue, wire
 
 CSS = """

@@ -11,23 +11,18 @@ import inspect
 
 import gradio as gr
 
-from . import (
-    api,
-    best_order,
-    canvas_traces,
-    denoise,
-    forks,
-    layout,
-    model_and_settings,
-    share,
-    studies,
-    tour,
-    traces,
-)
-from . import callbacks as cb
-from .compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
-from .decode_pool import POOL
-from .session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page, take_turn
+from . import layout
+from .panels import best_order, forks, share, traces
+from .panels import settings as model_and_settings
+from .panels.compare import COMPARE_OUTPUTS, compare_runs, compare_stream, stop_compare
+from .panels.denoise import callbacks as denoise
+from .panels.denoise import traces as canvas_traces
+from .panels.round_view import callbacks as cb
+from .panels.studies import callbacks as studies
+from .panels.tour import callbacks as tour
+from .serving import api
+from .serving.decode_pool import POOL
+from .serving.session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page, take_turn
 
 # Every event that runs the model: one slot per decode worker (app/decode_pool.py; one without workers), each
 # session's own events one at a time (in_turn).

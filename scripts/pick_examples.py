@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.session import APP_DEFAULTS  # noqa: E402
+from app.serving.session import APP_DEFAULTS  # noqa: E402
 from lopa.models import load  # noqa: E402
 from lopa.problems import CALC_RE, final_answer, grammatical_lines, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402

@@ -39,9 +39,9 @@ def app_model_dir(tmp_path_factory):
 
 @pytest.fixture
 def every_round(monkeypatch):
-    """A Run's stream sends every round (app.callbacks.MESSAGE_S = 0), for tests that step it round by round:
+    """A Run's stream sends every round (app.panels.round_view.callbacks.MESSAGE_S = 0), for tests that step it round by round:
     the bundled models make rounds faster than the page is sent them."""
-    from app import callbacks
+    from app.panels.round_view import callbacks
     monkeypatch.setattr(callbacks, "MESSAGE_S", 0.0)
 
 

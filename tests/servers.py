@@ -36,7 +36,7 @@ def serve_app(tmp_path_factory, note: str = "", cold: bool = False):
     from tiny import save_tiny_model_dir
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     saved = MODELS.default
     try:
         MODELS.get()

@@ -9,11 +9,11 @@ import plotly.graph_objects as go
 import pytest
 from tiny import app_model
 
-from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS, compare_stream
-from app.model_cache import MODELS
-from app.request import read_request
-from app.session import (
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream
+from app.panels.round_view import callbacks as cb
+from app.serving.model_cache import MODELS
+from app.serving.request import read_request
+from app.serving.session import (
     APP_DEFAULTS,
     BRANCH_PARALLEL,
     SETTING_NAMES,
@@ -170,7 +170,7 @@ def test_compare_runs_the_lopa_side_on_the_branch_parallel_backend(tiny_model_di
 def test_the_group_follows_the_model_of_the_job(tiny_model_dir, tmp_path):
     from tiny import save_tiny_model_dir
 
-    from app.model_cache import ModelCache
+    from app.serving.model_cache import ModelCache
     from lopa.models import load
     other = save_tiny_model_dir(tmp_path / "tiny-other", seed=1)
     session = Session(model=str(other))                 # this session's own model, not the default

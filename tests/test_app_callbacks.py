@@ -7,13 +7,14 @@ import gradio as gr
 import pytest
 from tiny import app_model, save_tiny_model_dir
 
-from app import callbacks as cb
-from app import model_and_settings, traces
-from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
-from app.model_cache import MODELS
-from app.models import example_prompts, safetensors_param_count
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels import settings as model_and_settings
+from app.panels import traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
+from app.panels.round_view import callbacks as cb
+from app.serving.model_cache import MODELS
+from app.serving.models import example_prompts, safetensors_param_count
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from visualizations import canvas_text
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests. Most tests here
@@ -114,7 +115,7 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     drain(cb.run_stream(slow, PROMPT, *values()))
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
     assert list(cb.show_rounds_arriving(slow)) == skips
-    from app.boundary import TURNS
+    from app.serving.boundary import TURNS
     crowd, busy = Session(), Session()
     for s in (crowd, busy):
         drain(cb.run_stream(s, PROMPT, *values()))
@@ -152,7 +153,7 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
 
 
 def test_only_a_pages_first_fast_run_ends_with_counters_that_ask_for_its_rounds_again(monkeypatch):
-    """The page asks for show_rounds_arriving (app.panels.PAGE_ASKS_JS) only where the final counters carry
+    """The page asks for show_rounds_arriving (app.panels.round_view.PAGE_ASKS_JS) only where the final counters carry
     data-replay: no request for it on any other Run, Step or fork, nor from an API caller."""
     monkeypatch.setattr(cb, "REPLAY_STEP_S", 0.0)
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
@@ -360,7 +361,7 @@ def test_model_directory_errors_keep_the_session_model(tiny_model, tmp_path):
 
 
 def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
-    from app.models import MODELS_DIR, check_model_dir
+    from app.serving.models import MODELS_DIR, check_model_dir
     monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
     session = Session()
@@ -415,7 +416,7 @@ def test_warm_model_loads_lazily_and_describes_it():
 def test_compare_decodes_the_baseline_with_the_chosen_peer_rule():
     """Each peer's rule is a baseline of Compare: its side decodes with that rule alone (k = 0, its knob as the
     settings panel has it), exactly as the engine does under those settings; D2F's side keeps D2F's threshold."""
-    from app.compare import BASELINES
+    from app.panels.compare import BASELINES
     from lopa import DecodeSettings
     from visualizations.glossary import PEER_RULES, rule_name
     assert [BASELINES[f"{rule_name(rule)} (k = 0)"] for rule in PEER_RULES] == [f"d2f-{rule}" for rule in PEER_RULES]

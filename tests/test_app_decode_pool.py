@@ -11,10 +11,10 @@ import time
 import gradio as gr
 import pytest
 
-from app import boundary, decode_pool
-from app import session as session_module
-from app.decode_pool import DecodePool, decode_workers
-from app.session import APP_DEFAULTS, LiveRun, Session, take_turn
+from app.serving import boundary, decode_pool
+from app.serving import session as session_module
+from app.serving.decode_pool import DecodePool, decode_workers
+from app.serving.session import APP_DEFAULTS, LiveRun, Session, take_turn
 from app.wiring import in_turn
 from lopa import DecodeSettings
 
@@ -251,7 +251,7 @@ def served_with_workers(app_model_dir, pool):
     from servers import free_port
 
     from app import build_demo, wiring
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     together = threading.Barrier(2, timeout=60)
     real = pool.stream
 

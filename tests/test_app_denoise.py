@@ -14,12 +14,13 @@ import pytest
 from servers import free_port, launch_chromium, needs_chromium
 from test_diffusion_gemma import CANVAS
 
-from app import canvas_traces, denoise
-from app.budget import LEDGER
-from app.model_and_settings import pick_model
-from app.model_cache import MODELS
-from app.models import MODELS_DIR
-from app.session import Session
+from app.panels.denoise import callbacks as denoise
+from app.panels.denoise import traces as canvas_traces
+from app.panels.settings import pick_model
+from app.serving.budget import LEDGER
+from app.serving.model_cache import MODELS
+from app.serving.models import MODELS_DIR
+from app.serving.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
 from lopa.models.tiny import save_tiny_diffusion_gemma, tiny_diffusion_gemma, tiny_tokenizer
@@ -268,7 +269,7 @@ def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(al
 
 
 def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_decode(allowed, other, monkeypatch):
-    from app.model_cache import model_bytes
+    from app.serving.model_cache import model_bytes
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(allowed.parent))
     monkeypatch.setattr(MODELS, "max_bytes", 1)                 # less than one model: the least recently used goes
     MODELS.clear()
@@ -304,7 +305,7 @@ def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_d
 
 
 def test_the_trace_shown_saves_to_a_file_that_opens_as_the_same_view(allowed, tmp_path, monkeypatch):
-    from app import disk
+    from app.serving import disk
     exports = disk.Exports(1 << 30, 1 << 30, root=tmp_path / "cache")
     monkeypatch.setattr(disk, "EXPORTS", exports)
     empty = canvas_traces.export_canvas_trace(denoise.CanvasView(), visitor("a"))
@@ -344,8 +345,8 @@ class Link:
 def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_settings(allowed, tmp_path, monkeypatch):
     from urllib.parse import parse_qsl
 
-    from app import share
-    from app.session import APP_DEFAULTS, SETTING_NAMES
+    from app.panels import share
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES
     session = Session()
     pick_model(session, str(allowed))
     values = [APP_DEFAULTS[n] for n in SETTING_NAMES]

@@ -8,11 +8,11 @@ import gradio as gr
 import pytest
 from tiny import app_model
 
-from app import callbacks as cb
-from app import forks, traces
-from app.compare import COMPARE_OUTPUTS, compare_runs
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import forks, traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_runs
+from app.panels.round_view import callbacks as cb
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from visualizations.timeline import fills
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

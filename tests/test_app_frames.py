@@ -7,7 +7,7 @@ from starlette.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from app.frames import IDLE_FRAMES_JS, FirstScript
+from app.serving.frames import IDLE_FRAMES_JS, FirstScript
 
 PAGE = "<!doctype html><html><head><script type='module' src='/assets/index.js'></script></head><body></body></html>"
 

@@ -6,10 +6,10 @@ import threading
 
 from tiny import LIVELY, PROMPT
 
-from app import boundary
-from app.boundary import GiveWay
-from app.model_cache import MODELS
-from app.session import APP_DEFAULTS
+from app.serving import boundary
+from app.serving.boundary import GiveWay
+from app.serving.model_cache import MODELS
+from app.serving.session import APP_DEFAULTS
 from lopa import DecodeSettings
 
 

@@ -11,10 +11,12 @@ import pytest
 from servers import free_port
 from tiny import LIVELY, app_model
 
-from app import build_demo, forks, studies, traces
-from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS, compare_stream
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app import build_demo
+from app.panels import forks, traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream
+from app.panels.round_view import callbacks as cb
+from app.panels.studies import callbacks as studies
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.cli import main
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]

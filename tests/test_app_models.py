@@ -12,11 +12,12 @@ from servers import plain, serve_demo
 from test_checkpoints import save_dream_dir
 from tiny import LIVELY, PROMPT, save_tiny_model_dir
 
-from app import boundary, model_and_settings
-from app import callbacks as cb
-from app.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
-from app.models import MODELS_DIR
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels import settings as model_and_settings
+from app.panels.round_view import callbacks as cb
+from app.serving import boundary
+from app.serving.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
+from app.serving.models import MODELS_DIR
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
 
@@ -261,19 +262,19 @@ def test_one_session_picks_a_dream_folder_and_a_fresh_session_still_runs_the_def
 def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, monkeypatch):
     import gradio as gr
 
-    from app.api import decode
+    from app.serving.api import decode
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     session = Session()
     status = model_and_settings.pick_model(session, str(folders[0]))[1]
     assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
     with pytest.raises(gr.Error, match="loaded at startup"):
         decode(PROMPT, model=str(folders[0]))
-    MODELS.get(folders[0])                                # what app.model_cache.preload does at import
+    MODELS.get(folders[0])                                # what app.serving.model_cache.preload does at import
     assert "now decodes with `tiny-0`" in model_and_settings.pick_model(session, str(folders[0]))[1]
 
 
 def test_the_studies_follow_the_session_model(folders):
-    from app import studies
+    from app.panels.studies import callbacks as studies
     session = Session(model=str(folders[1]))
     assert "No shipped results for **tiny-1**" in studies.show_shipped("orders", session)[0]
     assert "on open-gsm-dllm" in studies.show_shipped("orders", Session())[0]    # another session: the default's

@@ -37,7 +37,7 @@ class Together:
 @pytest.fixture(scope="module")
 def served():
     from app import LAUNCH_KWARGS, build_demo, wiring
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
     try:
@@ -92,7 +92,7 @@ def export(page, tmp_path, name) -> tuple[str, RunResult]:
 
 
 def test_two_visitors_decode_two_models_at_the_same_time(served, browser, tmp_path):
-    from app.models import MODELS_DIR, bundled_models
+    from app.serving.models import MODELS_DIR, bundled_models
     url, together = served
     (a_ctx, a), (b_ctx, b) = open_page(browser, url), open_page(browser, url)
     try:

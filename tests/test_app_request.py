@@ -7,11 +7,12 @@ import pytest
 from tiny import app_model
 
 import lopa.resolution
-from app import callbacks as cb
-from app import layout, model_and_settings
-from app.compare import compare_stream
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app import layout
+from app.panels import settings as model_and_settings
+from app.panels.compare import compare_stream
+from app.panels.round_view import callbacks as cb
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")      # gr.Warning outside a request
 

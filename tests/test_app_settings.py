@@ -10,10 +10,13 @@ import gradio as gr
 import pytest
 from tiny import app_model, tiny_spec
 
-from app import LAUNCH_KWARGS, api, model_and_settings, share
-from app.panels import build_settings_panel
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app import LAUNCH_KWARGS
+from app.panels import settings as model_and_settings
+from app.panels import share
+from app.panels.round_view import build_settings_panel
+from app.serving import api
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa.cli import build_parser
 from lopa.resolution import settings_from_args
 from lopa.settings import SETTINGS

@@ -39,7 +39,7 @@ def test_the_page_load_reads_the_link_then_warms_the_model(listeners):
 
 
 def test_only_the_visitor_s_own_changes_send_requests(listeners):
-    from app.session import SETTING_NAMES
+    from app.serving.session import SETTING_NAMES
     for name in SETTING_NAMES:
         elem = name.replace("_", "-")
         assert (elem, "change") not in listeners, name           # filled in by the app: no listener

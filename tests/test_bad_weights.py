@@ -75,11 +75,11 @@ def test_the_command_line_says_it_in_one_line(broken, capsys):
 
 
 def test_the_app_keeps_its_model(broken, good, monkeypatch):
-    from app import model_and_settings
-    from app.model_cache import MODELS
+    from app.panels import settings as model_and_settings
+    from app.serving.model_cache import MODELS
     monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
     monkeypatch.delenv("SPACE_ID", raising=False)
-    from app.session import Session
+    from app.serving.session import Session
     d, name = broken
     session = Session()
     model_and_settings.pick_model(session, str(good))

@@ -23,12 +23,14 @@ from gradio_client import Client
 from servers import plain, serve_demo
 from tiny import PROMPT, save_tiny_model_dir
 
-from app import denoise, model_and_settings, share
-from app.api import decode
-from app.inputs import QUOTE_CHARS
-from app.model_cache import MODELS
-from app.models import bundled_models
-from app.session import Session
+from app.panels import settings as model_and_settings
+from app.panels import share
+from app.panels.denoise import callbacks as denoise
+from app.serving.api import decode
+from app.serving.inputs import QUOTE_CHARS
+from app.serving.model_cache import MODELS
+from app.serving.models import bundled_models
+from app.serving.session import Session
 from lopa.cli import main
 from lopa.models import DEFAULT_MODEL
 from lopa.models.folder import MAX_JSON_DEPTH, json_depth, quoted, read_json
@@ -165,7 +167,7 @@ def no_traceback(capfd, caplog) -> None:
 
 
 class Link:
-    """A page request whose address carries `query` (what app.share.open_canvas_link reads)."""
+    """A page request whose address carries `query` (what app.panels.share.open_canvas_link reads)."""
     def __init__(self, query: dict):
         self.query_params = query
 

@@ -22,8 +22,8 @@ LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "tasks": 4, **dict.
           "visualizations": 6, "cli": 7, "app": 8}
 # Upward edges that are known and on their way out, each with what removes it (none now).
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
-# app/viz.py becomes the visualizations package at import time (see its docstring).
-ALIASES = {"app.viz": "visualizations"}
+# app/panels/viz.py becomes the visualizations package at import time (see its docstring).
+ALIASES = {"app.panels.viz": "visualizations"}
 
 
 def module_name(path: Path) -> str:

@@ -12,11 +12,13 @@ import pytest
 import torch
 from test_checkpoints import save_dream_dir
 
-from app import api, model_and_settings, share, traces
-from app import callbacks as cb
-from app.model_cache import MODELS
-from app.request import follow_model, read_request, shown_settings
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import settings as model_and_settings
+from app.panels import share, traces
+from app.panels.round_view import callbacks as cb
+from app.serving import api
+from app.serving.model_cache import MODELS
+from app.serving.request import follow_model, read_request, shown_settings
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.cli import main
 from lopa.hf.generation import generate
 from lopa.models import load

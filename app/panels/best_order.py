@@ -15,11 +15,11 @@ from contextlib import closing
 
 import gradio as gr
 
-from . import boundary
-from .callbacks import error_message, stop_pending
+from ..serving import boundary
+from ..serving.session import Session
 from .compare import COMPARE_OUTPUTS, compare_outputs
 from .forks import fork_model
-from .session import Session
+from .round_view.callbacks import error_message, stop_pending
 from .viz import esc
 
 BEST_OUTPUTS = ("best_status",) + COMPARE_OUTPUTS

@@ -16,13 +16,20 @@ import gradio as gr
 
 from lopa.settings import decoder_settings
 
-from .boundary import stream_jobs
-from .callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, error_message, run_list_outputs, stop_pending
-from .examples import check_answer
-from .inputs import choice, text
-from .model_cache import MODELS
-from .request import read_request
-from .session import Backend, LiveRun, Session, forkable
+from ..serving.boundary import stream_jobs
+from ..serving.examples import check_answer
+from ..serving.inputs import choice, text
+from ..serving.model_cache import MODELS
+from ..serving.request import read_request
+from ..serving.session import Backend, LiveRun, Session, forkable
+from .round_view.callbacks import (
+    REFRESH_S,
+    RUN_LIST_OUTPUTS,
+    bp_fault_message,
+    error_message,
+    run_list_outputs,
+    stop_pending,
+)
 from .viz import (
     PEER_RULES,
     answer_mark,

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import boundary
-from .callbacks import drain, error_message, live_outputs
-from .inputs import whole
-from .model_cache import MODELS
-from .models import bundled_folder
-from .session import Backend, Session, forkable
+from ..serving import boundary
+from ..serving.inputs import whole
+from ..serving.model_cache import MODELS
+from ..serving.models import bundled_folder
+from ..serving.session import Backend, Session, forkable
+from .round_view.callbacks import drain, error_message, live_outputs
 from .viz import esc, fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")

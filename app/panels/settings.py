@@ -13,13 +13,14 @@ import gradio as gr
 
 from lopa import PAPER_PRESETS
 
-from . import layout, share
-from .callbacks import error_message, view
-from .denoise import canvas_folder, picked_message
-from .gpu import zero_gpu
-from .model_cache import MODELS
-from .request import follow_model, shown_settings
-from .session import SETTING_NAMES, Session
+from .. import layout
+from ..serving.gpu import zero_gpu
+from ..serving.model_cache import MODELS
+from ..serving.request import follow_model, shown_settings
+from ..serving.session import SETTING_NAMES, Session
+from . import share
+from .denoise.callbacks import canvas_folder, picked_message
+from .round_view.callbacks import error_message, view
 from .viz import esc
 
 # The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).

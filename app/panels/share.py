@@ -27,12 +27,12 @@ from lopa import DecodeSettings
 from lopa.resolution import DEFAULT_K, resolve, settings_diff
 from lopa.settings import SETTINGS, ModelSpec
 
-from . import denoise
-from .inputs import shown
-from .model_cache import MODELS
-from .models import MODELS_DIR, short_path
-from .request import read_request, shown_settings
-from .session import SETTING_NAMES
+from ..serving.inputs import shown
+from ..serving.model_cache import MODELS
+from ..serving.models import MODELS_DIR, short_path
+from ..serving.request import read_request, shown_settings
+from ..serving.session import SETTING_NAMES
+from .denoise import callbacks as denoise
 from .viz import esc
 
 FIELDS = ("prompt", *SETTING_NAMES)

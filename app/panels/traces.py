@@ -12,13 +12,13 @@ import gradio as gr
 
 from lopa import RunResult
 
-from . import disk
-from .budget import LEDGER
-from .callbacks import describe_run, error_message, live_outputs
-from .inputs import choice
-from .model_cache import tokenizer_for_trace
-from .models import token_names, trace_ids
-from .session import Session
+from ..serving import disk
+from ..serving.budget import LEDGER
+from ..serving.inputs import choice
+from ..serving.model_cache import tokenizer_for_trace
+from ..serving.models import token_names, trace_ids
+from ..serving.session import Session
+from .round_view.callbacks import describe_run, error_message, live_outputs
 from .viz import esc
 
 EXPORT_FORMATS = ("JSON", "Parquet")

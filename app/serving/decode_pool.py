@@ -105,11 +105,13 @@ class _Worker:
 
     def __init__(self, warm: str | None, threads: int):
         ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parent.parent)      # where the app package is, however we started
+        # The folder that holds the app's top package ("app" in a checkout, "lopa_explorer" from the wheel), however
+        # we started: the worker imports this room by the same name.
+        root = str(Path(__file__).resolve().parents[__package__.count(".") + 1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "app.decode_worker", str(theirs.fileno()), warm or "", str(threads)],
+                [sys.executable, "-m", f"{__package__}.decode_worker", str(theirs.fileno()), warm or "", str(threads)],
                 pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         finally:
             theirs.close()

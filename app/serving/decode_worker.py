@@ -1,4 +1,4 @@
-"""A decode worker (app/decode_pool.py starts it): `python -m app.decode_worker FD WARM THREADS`. It warms the
+"""A decode worker (app/decode_pool.py starts it): `python -m app.serving.decode_worker FD WARM THREADS`. It warms the
 model in folder WARM (none if empty), says it is ready on the socket FD, then serves the server's messages
 until told to exit or until the server's end closes:
 

@@ -33,12 +33,12 @@ from lopa.models.diffusion_gemma import check_diffusion_gemma
 from lopa.models.families import checkpoint_family
 from lopa.settings import CANVAS_SETTINGS
 
-from .budget import HOLD_BYTES, LEDGER, held_bytes, mb
-from .gpu import zero_gpu
-from .inputs import text, whole
-from .model_cache import MODELS
-from .models import token_names
-from .viz import denoise, esc
+from ...serving.budget import HOLD_BYTES, LEDGER, held_bytes, mb
+from ...serving.gpu import zero_gpu
+from ...serving.inputs import text, whole
+from ...serving.model_cache import MODELS
+from ...serving.models import token_names
+from ..viz import denoise, esc
 
 # The panel's settings in the order of its inputs (declared in lopa.settings.CanvasSettings, read by the registry,
 # named so in share links). All but the seed are 0 when unset: the checkpoint's own generation config.

@@ -17,11 +17,11 @@ import gradio as gr
 from lopa.models.canvas_trace import CanvasRun
 from lopa.read_budget import check_read, read_cost
 
-from . import disk
-from .budget import LEDGER, mb
-from .denoise import CanvasView, error_status, render, trace_names, unchanged
-from .model_cache import tokenizer_for_trace
-from .viz import esc
+from ...serving import disk
+from ...serving.budget import LEDGER, mb
+from ...serving.model_cache import tokenizer_for_trace
+from ..viz import esc
+from .callbacks import CanvasView, error_status, render, trace_names, unchanged
 
 # A saved canvas trace may be this large: a 1024-token decode at DiffusionGemma's defaults (4 canvases x 48 steps
 # of 256 positions, a 262k vocabulary) is about 2.2 MB.

@@ -7,14 +7,14 @@ import gradio as gr
 
 from lopa.settings import SETTINGS
 
+from ...serving.examples import example_groups
+from ...serving.model_cache import MODELS
+from ...serving.models import bundled_models, example_prompts
+from ...serving.session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
+from ..compare import BASELINES
+from ..settings import PRESETS
+from ..viz import esc
 from .callbacks import VIEW_OUTPUTS, view
-from .compare import BASELINES
-from .examples import example_groups
-from .model_and_settings import PRESETS
-from .model_cache import MODELS
-from .models import bundled_models, example_prompts
-from .session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, Session
-from .viz import esc
 
 INTRO = """# LoPA Explorer
 Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
@@ -202,8 +202,8 @@ def build_compare_panel() -> dict:
 
 def build_studies_panel() -> dict:
     """The Studies section: shipped results of `python -m lopa.study` (instant), or a live run."""
-    from .studies import LIVE_PROBLEMS, live_knobs, show_shipped, study_choices
-    from .studies import STUDY_OUTPUTS as names
+    from ..studies.callbacks import LIVE_PROBLEMS, live_knobs, show_shipped, study_choices
+    from ..studies.callbacks import STUDY_OUTPUTS as names
     gr.Markdown("Questions the paper leaves open, answered on the loaded model (docs/studies.md). The plots start "
                 "from the results the command line shipped for that model; **Run live** repeats a study on a few "
                 "fresh problems here.")
@@ -292,7 +292,7 @@ PAGE_ASKS_JS = """<script>
 def build_arrival_panel() -> dict:
     """The first screen: the recorded D2F and LoPA runs of the default example side by side (drawn into
     the page itself, so it shows without a click or a request), and the way into the tour."""
-    from .tour import arrival
+    from ..tour.callbacks import arrival
     with gr.Column(elem_id="arrival-view"):
         story = gr.HTML(arrival(), elem_id="arrival")
         with gr.Row(equal_height=True, elem_id="arrival-actions"):
@@ -306,7 +306,7 @@ def build_arrival_panel() -> dict:
 
 def build_tour_dock() -> dict:
     """The tour's card, docked at the bottom of the window while the tour is on (CSS in app/tour.py)."""
-    from .tour import new_tour_state
+    from ..tour.callbacks import new_tour_state
     with gr.Group(visible=False, elem_id="tour-dock") as dock:
         card = gr.HTML(elem_id="tour-card")
         with gr.Row():
@@ -319,7 +319,7 @@ def build_tour_dock() -> dict:
 
 def build_glossary() -> dict:
     """Every term the page uses, spelled out (the counters, the tour and the studies link here)."""
-    from .viz import glossary_html
+    from ..viz import glossary_html
     with gr.Column(elem_id="glossary"):
         gr.Markdown(GLOSSARY_INTRO)
         terms = gr.HTML(glossary_html(), elem_id="glossary-terms")

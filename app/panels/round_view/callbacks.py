@@ -19,14 +19,14 @@ from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from .boundary import TURNS, stream_jobs
-from .examples import check_answer
-from .inputs import text, whole
-from .layout import decode_stop
-from .model_cache import MODELS
-from .request import read_request
-from .session import Backend, Session, forkable
-from .viz import (
+from ...layout import decode_stop
+from ...serving.boundary import TURNS, stream_jobs
+from ...serving.examples import check_answer
+from ...serving.inputs import text, whole
+from ...serving.model_cache import MODELS
+from ...serving.request import read_request
+from ...serving.session import Backend, Session, forkable
+from ..viz import (
     answer_mark,
     branches_table,
     canvas_text,

@@ -22,11 +22,11 @@ from lopa.study.common import DEFAULT_SEED, STUDIES_DIR, load_results, weights_d
 from lopa.study.figures import shipped_title
 from lopa.trace import pooled
 
-from . import boundary
-from .callbacks import error_message, stop_pending
-from .inputs import choice, whole
-from .model_cache import MODELS
-from .viz import FEWER_FORWARDS_SLOWER, esc
+from ...serving import boundary
+from ...serving.inputs import choice, whole
+from ...serving.model_cache import MODELS
+from ..round_view.callbacks import error_message, stop_pending
+from ..viz import FEWER_FORWARDS_SLOWER, esc
 
 # Shipped results live per model: STUDIES_ROOT/<model folder name>/<study>.*, written by
 # `python -m lopa.study <study> --model assets/models/<name> --out assets/studies/<name>`.

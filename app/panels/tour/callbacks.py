@@ -1,5 +1,5 @@
 """Arrival and the guided tour: the default example decoded by vanilla D2F and by LoPA, from traces
-recorded by `python -m app.tour --record` (assets/traces/), shown side by side on arrival and walked
+recorded by `python -m app.panels.tour --record` (assets/traces/), shown side by side on arrival and walked
 through in six steps.
 
 Each step puts the page in a prepared state (one of the two runs at a round, or both compared),
@@ -22,11 +22,11 @@ import gradio as gr
 from lopa import DecodeSettings, RunResult, decoder_settings
 from lopa.models import ASSETS, DEFAULT_MODEL
 
-from .callbacks import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, reset_session, run_list_outputs, view
-from .compare import COMPARE_OUTPUTS, compare_outputs
-from .session import APP_DEFAULTS, Session
-from .tour_steps import tour_steps
-from .viz import STORY_CSS, counters_html, esc, tour_card
+from ...serving.session import APP_DEFAULTS, Session
+from ..compare import COMPARE_OUTPUTS, compare_outputs
+from ..round_view.callbacks import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, reset_session, run_list_outputs, view
+from ..viz import STORY_CSS, counters_html, esc, tour_card
+from .steps import tour_steps
 
 TRACES = ASSETS / "traces"
 MANIFEST = "tour.json"                       # names the two trace files, the model, the token strings
@@ -109,7 +109,7 @@ def load_shipped(folder: Path = TRACES) -> Shipped:
         runs = {key: RunResult.load(Path(folder) / Path(str(files[key])).name) for key in ("d2f", "lopa")}
     except (OSError, KeyError, TypeError, ValueError) as err:
         raise ValueError(f"no recorded tour traces in {folder} ({err}); record them with "
-                         "`python -m app.tour --record`") from None
+                         "`python -m app.panels.tour --record`") from None
     names = {int(i): s for i, s in (manifest.get("names") or {}).items()
              if str(i).lstrip("-").isdigit() and isinstance(s, str)}
     return Shipped(runs["d2f"], runs["lopa"], names, str(manifest.get("model", "?")))
@@ -129,7 +129,7 @@ def record(model_dir: str | Path = DEFAULT_MODEL, out: Path = TRACES, prompt: st
     `model_dir` and write both traces and the manifest to `out`."""
     from lopa.models import load
 
-    from .models import example_prompts, token_names, trace_ids
+    from ...serving.models import example_prompts, token_names, trace_ids
     prompt = prompt or example_prompts()[0]
     loaded = load(str(model_dir))
     settings = DecodeSettings(**APP_DEFAULTS)
@@ -141,7 +141,7 @@ def record(model_dir: str | Path = DEFAULT_MODEL, out: Path = TRACES, prompt: st
         run.save(out / f"{key}.json")
     ids = set().union(*(trace_ids(run) for run in runs.values()))
     manifest = {"model": loaded.spec.name, "prompt": prompt, "runs": {key: f"{key}.json" for key in runs},
-                "recorded_with": f"python -m app.tour --record --model {model_dir}",
+                "recorded_with": f"python -m app.panels.tour --record --model {model_dir}",
                 "names": {str(i): s for i, s in sorted(token_names(loaded.tokenizer, ids).items())}}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return Shipped(runs["d2f"], runs["lopa"], token_names(loaded.tokenizer, ids), loaded.spec.name)
@@ -262,7 +262,7 @@ def end_tour(session: Session, state: dict) -> tuple:
 
 def arrival() -> str:
     """The arrival view's HTML: both recorded runs side by side under the sentence, or how to record them."""
-    from .viz import arrival_html
+    from ..viz import arrival_html
     data = shipped()
     if isinstance(data, str):
         return f'<div class="lopa-story lopa-empty">{esc(data)}</div>'
@@ -272,7 +272,7 @@ def arrival() -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m app.tour",
+    parser = argparse.ArgumentParser(prog="python -m app.panels.tour",
                                      description="Record the traces the app's arrival view and guided tour show.")
     parser.add_argument("--record", action="store_true", help="decode the default example with D2F and LoPA")
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model folder (default: the bundled default)")

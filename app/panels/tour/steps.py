@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lopa.trace import metrics
 
-from .viz import COMMIT_RULE_NAMES, PEER_RULES, esc, fills, predictions, rule_name, token_label
+from ..viz import COMMIT_RULE_NAMES, PEER_RULES, esc, fills, predictions, rule_name, token_label
 
 
 # -- the steps: rounds picked by rules, words read from the trace -----------------------------------
