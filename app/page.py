@@ -9,32 +9,25 @@ from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
 
-from .panels import forks, share
-from .panels.denoise import callbacks as denoise
-from .panels.round_view import (
-    INTRO,
-    PAGE_ASKS_JS,
-    RUN_VIEW_JS,
-    build_arrival_panel,
-    build_compare_panel,
-    build_controls,
-    build_glossary,
-    build_input_panel,
-    build_model_panel,
-    build_round_view,
-    build_settings_panel,
-    build_studies_panel,
-    build_tour_dock,
-    build_trace_panel,
-)
-from .panels.studies import callbacks as studies
-from .panels.tour import callbacks as tour
+from .panels import best_order, compare, denoise, forks, glossary, model, round_view, settings, studies, tour, traces
+from .panels.settings import share
+from .panels.tour.callbacks import CSS as TOUR_CSS
+from .panels.tour.callbacks import TOUR_JS
 from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
 from .serving import disk, frames
 from .serving.inputs import shown
+from .serving.progress import no_hidden_progress
+from .serving.queue import QUEUE, quiet_queue
 from .serving.scheme import LIGHT_SCHEME_JS
 from .serving.session import SESSION_TTL_S, Session, end_session
-from .wiring import QUEUE, no_hidden_progress, quiet_queue, wire
+from .wiring import wire
+
+INTRO = """# LoPA Explorer
+Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
+Each round the *anchor* commits every confident token, as vanilla **D2F** (Discrete Diffusion Forcing, the decoder
+LoPA builds on) would; then *k lookahead branches* each add one more token, all k+1 are checked in one batched
+*forward* (one model pass), and the branch whose remaining positions became most confident wins.
+[Every term on the page](#glossary)."""
 
 CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
@@ -90,7 +83,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS + PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})
@@ -151,36 +144,36 @@ def build_demo() -> gr.Blocks:
         c: dict = {"session": gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=end_session),
                    "playing": gr.State(False)}
         # Arrival: the story on screen before any click; the tour's dock floats over the page.
-        c.update(build_arrival_panel())
-        c.update(build_tour_dock())
+        c.update(tour.build_arrival_panel())
+        c.update(tour.build_tour_dock())
         with gr.Row(equal_height=False, elem_id="all-controls"):
             with gr.Column(scale=1, min_width=320, elem_id="inputs-column"):
-                c.update(build_input_panel())
+                c.update(round_view.build_input_panel())
                 with gr.Column(elem_id="model-panel"):
-                    c.update(build_model_panel())
+                    c.update(model.build_model_panel())
                 with gr.Column(elem_id="settings-panel"):
-                    c.update(build_settings_panel())
+                    c.update(settings.build_settings_panel())
             # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
             # and those errors made the browser drop other components' updates.
             with gr.Column(scale=3):
                 with gr.Column(elem_id="round-view"):
                     gr.Markdown("## Round by round")
-                    c.update(build_controls())
-                    c.update(build_round_view())
-                c.update(build_trace_panel())
+                    c.update(round_view.build_controls())
+                    c.update(round_view.build_rounds())
+                    c.update(forks.build_what_if())          # a click on a still-masked cell of the canvas opens it
+                    c.update(best_order.build_best_order())
+                    c.update(round_view.build_figures())
+                c.update(traces.build_trace_panel())
                 with gr.Column(elem_id="compare-view"):
                     gr.Markdown("## Compare runs")
-                    c.update(build_compare_panel())
+                    c.update(compare.build_compare_panel())
                 with gr.Column(elem_id="studies-view"):
                     gr.Markdown("## Studies")
-                    c["study_state"] = gr.State(studies.new_study_state)
-                    c.update(build_studies_panel())
+                    c.update(studies.build_studies_panel())
                 with gr.Column(elem_id="denoise-view"):
                     gr.Markdown("## DiffusionGemma on its own sampler")
-                    c["denoise_view"] = gr.State(denoise.new_canvas_view, time_to_live=SESSION_TTL_S,
-                                                 delete_callback=denoise.end_canvas_view)
                     c.update(denoise.build_denoise_panel())
-        c.update(build_glossary())
+        c.update(glossary.build_glossary())
         wire(demo, c)
     no_hidden_progress(demo)
     demo.queue(**QUEUE)

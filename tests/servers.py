@@ -70,7 +70,7 @@ def serve_demo():
 
 def plain(out):
     """A UI endpoint's answer through gradio_client with Gradio's update dicts read as their values
-    (app/wiring.as_updates wraps every value in one)."""
+    (app/serving/updates.as_updates wraps every value in one)."""
     one = (lambda v: v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v)
     return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
 

@@ -24,7 +24,7 @@ TIMEOUT_S = 60
 
 def plain(out):
     """The values in a UI endpoint's outputs: the app sends every output as an update
-    ({"value": ...}; app.wiring.as_updates says why), a skipped one as a bare update (None here)."""
+    ({"value": ...}; app.serving.updates.as_updates says why), a skipped one as a bare update (None here)."""
     def one(v):
         if isinstance(v, dict) and v.get("__type__") == "update":
             return v.get("value")
@@ -218,7 +218,7 @@ def test_the_docs_client_snippet_runs(url):
 
 
 def test_runs_in_one_session_keep_its_components_fixed(served, client):
-    """Gradio keeps a per-session copy of every component an event updated; app.wiring.as_updates
+    """Gradio keeps a per-session copy of every component an event updated; app.serving.updates.as_updates
     keeps that copy from gaining a component per Run (the in-session memory growth of issue #18)."""
     demo = served[0]
     sizes = []

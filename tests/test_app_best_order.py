@@ -127,11 +127,11 @@ def test_the_search_says_why_it_cannot_start(changes, message):
 
 
 def test_while_the_search_runs_its_session_starts_nothing_else_and_keeps_its_stop():
-    """The search runs beside the model slot (app/wiring.py LONG): the session's Run, Step, forks, Compare, run
+    """The search runs beside the model slot (app/panels/events.py LONG): the session's Run, Step, forks, Compare, run
     choice and model choice are refused meanwhile, and none of them clears the search's Stop or its flags."""
     from app.panels import forks
     from app.panels.compare import compare_stream
-    from app.panels.settings import pick_model
+    from app.panels.model import pick_model
     session = decoded()
     gen = best_order.compare_with_best(session)
     while "rollout" not in named(next(gen))["best_status"]:
@@ -142,7 +142,7 @@ def test_while_the_search_runs_its_session_starts_nothing_else_and_keeps_its_sto
     assert busy in list(cb.run_stream(session, PROMPT, *values()))[-1][0]
     assert busy in cb.step_once(session, PROMPT, *values())[0]
     assert busy in list(compare_stream(session, PROMPT, "D2F vanilla (k = 0)", *values()))[-1][0]
-    assert busy in forks.select_run(session, "1")[0]
+    assert busy in cb.select_run(session, "1")[0]
     assert busy in list(forks.hold_back(session, {"run": "1", "round": 0, "position": 20}))[-1][0]
     assert busy in pick_model(session, "sure-gsm-dllm")[1]
     assert session.stop_requested and session.streaming and session.searching

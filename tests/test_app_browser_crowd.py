@@ -225,7 +225,7 @@ def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
 
 
 def test_a_run_does_not_wait_for_another_visitors_search(browser, url, monkeypatch):
-    """The search and the studies run beside the model slot (app/wiring.py LONG): a Run pressed while another
+    """The search and the studies run beside the model slot (app/panels/events.py LONG): a Run pressed while another
     visitor's search runs ends while that search is still running (in the model slot it waited for the end)."""
     from app.serving import boundary
     searcher, _ = open_page(browser, url)

@@ -7,10 +7,11 @@ import gradio as gr
 import pytest
 from tiny import app_model, save_tiny_model_dir
 
-from app.panels import settings as model_and_settings
+from app.panels import model as model_panel
 from app.panels import traces
 from app.panels.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
 from app.panels.round_view import callbacks as cb
+from app.panels.settings import callbacks as settings_panel
 from app.serving.model_cache import MODELS
 from app.serving.models import example_prompts, safetensors_param_count
 from app.serving.request import read_request
@@ -346,16 +347,16 @@ def test_corrupt_foreign_or_misnamed_trace_files_are_refused(tmp_path):
 
 def test_model_directory_errors_keep_the_session_model(tiny_model, tmp_path):
     session = Session()
-    info, status, box = model_and_settings.pick_model(session, str(tmp_path / "nowhere"))
+    info, status, box = model_panel.pick_model(session, str(tmp_path / "nowhere"))
     assert "Error" in status and "still uses" in status and session.model is None
     assert box["value"] == str(MODELS.default)                        # the box shows the model Run uses again
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{broken")
-    assert "Error" in model_and_settings.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
-    assert "Error" in model_and_settings.pick_model(session, None)[1] and session.model is None
-    assert is_skip(model_and_settings.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
+    assert "Error" in model_panel.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
+    assert "Error" in model_panel.pick_model(session, None)[1] and session.model is None
+    assert is_skip(model_panel.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
     other = save_tiny_model_dir(tmp_path / "other", seed=1)
-    info, status, box = model_and_settings.pick_model(session, str(other))
+    info, status, box = model_panel.pick_model(session, str(other))
     assert "now decodes with `other`" in status and "M parameters" in info and session.model == str(other)
     assert safetensors_param_count(other) == MODELS.get(other).n_params
 
@@ -365,7 +366,7 @@ def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
     monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
     session = Session()
-    info, status, box = model_and_settings.pick_model(session, str(tiny_model))
+    info, status, box = model_panel.pick_model(session, str(tiny_model))
     assert "only loads models from `assets/models`" in status and session.model is None
     check_model_dir(MODELS_DIR / "sure-gsm-dllm")  # the bundled model stays loadable
     with pytest.raises(ValueError):
@@ -400,7 +401,7 @@ def test_comparison_stops_on_request():
 
 
 def test_presets_and_examples():
-    updates = model_and_settings.apply_preset("paper: gsm8k")
+    updates = settings_panel.apply_preset("paper: gsm8k")
     by_name = dict(zip(SETTING_NAMES, updates))
     assert by_name["k"]["value"] == 14 and by_name["tau_conf"]["value"] == 0.9 and is_skip(by_name["max_new_tokens"])
     prompts = example_prompts()
@@ -410,7 +411,7 @@ def test_presets_and_examples():
 def test_warm_model_loads_lazily_and_describes_it():
     MODELS.clear()
     assert "not loaded yet" in MODELS.describe()
-    assert "M parameters" in model_and_settings.warm_model(Session()) and MODELS.peek() is not None
+    assert "M parameters" in model_panel.warm_model(Session()) and MODELS.peek() is not None
 
 
 def test_compare_decodes_the_baseline_with_the_chosen_peer_rule():

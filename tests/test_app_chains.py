@@ -7,8 +7,8 @@ from urllib.parse import parse_qsl
 import pytest
 from tiny import app_model
 
-from app.panels import share
 from app.panels.round_view import callbacks as cb
+from app.panels.settings import share
 from app.serving import api
 from app.serving.request import read_request
 from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session

@@ -14,9 +14,10 @@ import pytest
 from servers import free_port, launch_chromium, needs_chromium
 from test_diffusion_gemma import CANVAS
 
+from app.panels.denoise import build_denoise_panel
 from app.panels.denoise import callbacks as denoise
 from app.panels.denoise import traces as canvas_traces
-from app.panels.settings import pick_model
+from app.panels.model import pick_model
 from app.serving.budget import LEDGER
 from app.serving.model_cache import MODELS
 from app.serving.models import MODELS_DIR
@@ -137,7 +138,7 @@ def test_the_panels_defaults_decode_the_tiny_checkpoint_the_documented_command_w
     pick_model(session, str(target))
     assert session.canvas_model == str(target)
     with gr.Blocks():
-        panel = denoise.build_denoise_panel()
+        panel = build_denoise_panel()
     defaults = [panel[name].value for name in denoise.PANEL_INPUTS]            # what the page shows and sends
     out = dict(zip(denoise.DENOISE_OUTPUTS, denoise.decode_canvas(session, view, PROMPT, *defaults)))
     assert "80 new tokens at up to 48 denoising steps" in out["denoise_status"], out["denoise_status"]   # 10 canvases
@@ -345,7 +346,7 @@ class Link:
 def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_settings(allowed, tmp_path, monkeypatch):
     from urllib.parse import parse_qsl
 
-    from app.panels import share
+    from app.panels.settings import share
     from app.serving.session import APP_DEFAULTS, SETTING_NAMES
     session = Session()
     pick_model(session, str(allowed))

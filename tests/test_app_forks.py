@@ -107,7 +107,7 @@ def test_click_fill_first_fork_appears_in_the_run_list_and_compares():
     assert session.current == "1.1.1" and q not in fills(grandchild.records, r + 2)
     assert {"action": "hold", "position": q} in grandchild.records[r + 2].forced
     # Select the original again.
-    shown = live(forks.select_run(session, "1"))
+    shown = live(cb.select_run(session, "1"))
     assert session.run is parent and "Showing run 1" in shown["status"]
 
 
@@ -191,5 +191,5 @@ def test_bad_clicks_and_selections_answer_plainly():
     early = next(p for p, fill in fills(session.run.records).items() if fill.round < 2)
     panel = dict(zip(forks.WHATIF_OUTPUTS, forks.pick_cell(session, f"2:{early}:9")))
     assert "is not masked after round 2" in panel["whatif_info"]
-    assert "no run" in live(forks.select_run(session, "9"))["status"]
+    assert "no run" in live(cb.select_run(session, "9"))["status"]
     assert "pick two runs" in compare_runs(session, "1", None)[0]

@@ -78,7 +78,7 @@ def test_studies_rounds_formats_runs_and_tokens_name_every_bad_input(model, kind
         cb.show_round(session, bad)
     assert "round must be a whole number" in str(err.value) and len(str(err.value)) < MAX_MESSAGE
     assert refused(traces.export_trace(session, bad)[1], "format")
-    assert len(forks.select_run(session, bad)[0]) < MAX_MESSAGE
+    assert len(cb.select_run(session, bad)[0]) < MAX_MESSAGE
     if kind != "none":                                           # None is "no token chosen yet"
         assert refused(list(forks.fill_first(session, {"run": "1", "round": 0, "position": 3}, bad))[-1][0], "token")
 

@@ -12,7 +12,7 @@ from servers import plain, serve_demo
 from test_checkpoints import save_dream_dir
 from tiny import LIVELY, PROMPT, save_tiny_model_dir
 
-from app.panels import settings as model_and_settings
+from app.panels import model as model_panel
 from app.panels.round_view import callbacks as cb
 from app.serving import boundary
 from app.serving.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
@@ -155,7 +155,7 @@ def test_two_sessions_on_two_models_decode_at_once_each_with_its_own_tokens(fold
     a, b = folders[:2]
     sessions = [Session(), Session()]
     for session, folder in zip(sessions, (a, b)):
-        assert "now decodes with" in model_and_settings.pick_model(session, str(folder))[1]
+        assert "now decodes with" in model_panel.pick_model(session, str(folder))[1]
     # Interleaved in one thread: both decodes are live at once, each holding its own model.
     streams = [cb.run_stream(s, PROMPT, *VALUES) for s in sessions]
     for stream in streams:
@@ -210,12 +210,12 @@ def test_a_pick_leaves_other_sessions_alone_and_stops_a_paused_decode(folders):
     mine, other = Session(), Session()
     cb.step_once(mine, PROMPT, *VALUES)
     assert mine.live is not None
-    model_and_settings.pick_model(mine, str(folders[1]))
+    model_panel.pick_model(mine, str(folders[1]))
     assert mine.live is None and mine.run.stopped and other.model is None
     for _ in cb.run_stream(other, PROMPT, *VALUES):
         pass
     assert other.run.spec["name"] == Path(MODELS.default).name
-    assert "tiny-1" in model_and_settings.warm_model(mine) and "tiny-1" not in model_and_settings.warm_model(other)
+    assert "tiny-1" in model_panel.warm_model(mine) and "tiny-1" not in model_panel.warm_model(other)
 
 
 # -- through the server --------------------------------------------------------------------------------
@@ -265,12 +265,12 @@ def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, 
     from app.serving.api import decode
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     session = Session()
-    status = model_and_settings.pick_model(session, str(folders[0]))[1]
+    status = model_panel.pick_model(session, str(folders[0]))[1]
     assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
     with pytest.raises(gr.Error, match="loaded at startup"):
         decode(PROMPT, model=str(folders[0]))
     MODELS.get(folders[0])                                # what app.serving.model_cache.preload does at import
-    assert "now decodes with `tiny-0`" in model_and_settings.pick_model(session, str(folders[0]))[1]
+    assert "now decodes with `tiny-0`" in model_panel.pick_model(session, str(folders[0]))[1]
 
 
 def test_the_studies_follow_the_session_model(folders):

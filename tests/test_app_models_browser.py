@@ -36,7 +36,8 @@ class Together:
 
 @pytest.fixture(scope="module")
 def served():
-    from app import LAUNCH_KWARGS, build_demo, wiring
+    from app import LAUNCH_KWARGS, build_demo
+    from app.panels import events
     from app.serving.model_cache import MODELS
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
@@ -46,8 +47,8 @@ def served():
         pytest.skip(f"the bundled model does not load right now: {err}")
     # Two model slots (the app's default is one: a CPU runs one forward well at a time), so that the
     # two visitors' decodes run in the server at the same time.
-    saved = dict(wiring.MODEL)
-    wiring.MODEL["concurrency_limit"] = 2
+    saved = dict(events.MODEL)
+    events.MODEL["concurrency_limit"] = 2
     together = Together(MODELS)
     MODELS.acquire = together
     try:
@@ -57,8 +58,8 @@ def served():
         yield f"http://127.0.0.1:{port}/", together
         demo.close()
     finally:
-        wiring.MODEL.clear()
-        wiring.MODEL.update(saved)
+        events.MODEL.clear()
+        events.MODEL.update(saved)
         del MODELS.acquire
 
 

@@ -3,7 +3,7 @@ bad or hostile queries change nothing, and the command decodes the same run as t
 
 import shlex
 
-from app.panels.share import command_line, restore, share_query
+from app.panels.settings.share import command_line, restore, share_query
 from app.serving.request import read_request
 from app.serving.session import APP_DEFAULTS, SETTING_NAMES
 from lopa.cli import build_parser
@@ -49,7 +49,7 @@ class Asked:
 
 
 def test_the_share_link_is_the_pages_own_address_with_the_run_in_its_query():
-    from app.panels import share
+    from app.panels.settings import share
     from app.serving.session import Session
     panel = [16, 0, 0, 0]                          # the DiffusionGemma panel's inputs, nothing picked for it
     asked = Asked(referer="https://someone-lopa.hf.space/?prompt=old&k=9#top")

@@ -12,9 +12,10 @@ import pytest
 import torch
 from test_checkpoints import save_dream_dir
 
-from app.panels import settings as model_and_settings
-from app.panels import share, traces
+from app.panels import traces
 from app.panels.round_view import callbacks as cb
+from app.panels.settings import callbacks as settings_panel
+from app.panels.settings import share
 from app.serving import api
 from app.serving.model_cache import MODELS
 from app.serving.request import follow_model, read_request, shown_settings
@@ -126,6 +127,6 @@ def test_the_inputs_follow_the_session_s_model_where_the_visitor_did_not_touch_t
     assert dict(zip(SETTING_NAMES, follow_model(spec, ["block_size"], *before)))["max_new_tokens"] == 72
     # The callback on the page: the session's model's values for untouched inputs, gr.skip() elsewhere.
     session = Session(model=str(dream_dir), touched=frozenset({"k"}))
-    updates = dict(zip(SETTING_NAMES, model_and_settings.follow_session_model(session, *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
+    updates = dict(zip(SETTING_NAMES, settings_panel.follow_session_model(session, *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
     assert updates["attention"]["value"] == "full" and updates["block_size"]["value"] == 16
     assert updates["k"].get("__type__") == "update" and "value" not in updates["k"]     # touched: skipped

@@ -92,7 +92,7 @@ def test_a_study_in_one_new_file_is_a_command_with_its_knobs(toy, capsys):
 
 
 def test_a_study_in_one_new_file_is_in_the_apps_list_with_an_input_for_its_live_knob(toy):
-    from app.panels.round_view import build_studies_panel
+    from app.panels.studies import build_studies_panel
     from app.panels.studies import callbacks as studies
     last = f"{len(studies.study_choices())}. A toy study"        # it ranks after every shipped study
     assert studies.study_choices()[-1] == (last, "toy")

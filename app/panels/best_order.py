@@ -1,4 +1,4 @@
-"""Callbacks of "compare with the best order found": the headroom search of lopa.study.headroom run on the
+"""The best-order panel, "compare with the best order found": the headroom search of lopa.study.headroom run on the
 shown run's prompt and settings (LoPA's round kept, the extra position of each round chosen by the forwards
 to finish, LoPA below), behind the GPU boundary (app/boundary.py). The order found joins the run list as a
 fork of the run and is compared with it by the comparison's own outputs (app/compare.py), so a visitor sees
@@ -6,7 +6,8 @@ the first round where LoPA's choice and the best choice part.
 
 Bounded for a shared CPU: no rollout starts after SEARCH_SECONDS (the order found so far is then the answer,
 its later rounds as LoPA left them); Stop ends it within the rollout under way (one decode: the search yields
-after each), keeping the order found so far (the rounds searched to the end).
+after each), keeping the order found so far (the rounds searched to the end). Its layout (build_best_order,
+under the what-if panel in the round view), events (wire) and callbacks.
 """
 
 from __future__ import annotations
@@ -18,13 +19,27 @@ import gradio as gr
 from ..serving import boundary
 from ..serving.session import Session
 from .compare import COMPARE_OUTPUTS, compare_outputs
+from .events import LONG, Wiring
 from .forks import fork_model
-from .round_view.callbacks import error_message, stop_pending
+from .status import error_message, stop_pending
 from .viz import esc
 
 BEST_OUTPUTS = ("best_status",) + COMPARE_OUTPUTS
 SEARCH_SECONDS = 20.0        # no rollout starts after this: the search answers within about this long
 MAX_CANDIDATES = 0           # rollouts per round: every free position of the window (the study's default)
+
+
+def build_best_order() -> dict:
+    """The headroom search on the shown run: its button, its Stop and its status line (the order found joins the
+    run list as a fork)."""
+    with gr.Row():
+        best_order = gr.Button("Compare with the best order found", scale=3, elem_id="best-order")
+        best_stop = gr.Button("■ Stop search", variant="stop", scale=1, min_width=110, interactive=False,
+                              elem_id="best-order-stop")
+    best_status = gr.Markdown("After a run: search the best filling order for its prompt and settings (LoPA's round "
+                              "kept, the extra position chosen by the forwards to finish) and compare the two below.",
+                              elem_id="best-order-status")
+    return {"best_order": best_order, "best_order_stop": best_stop, "best_status": best_status}
 
 
 def _progress(done: int, total: int, text: str) -> str:
@@ -136,3 +151,12 @@ def stop_search(session: Session):
         session.stop_requested = True
         return stop_pending()
     return "Nothing is running."
+
+
+def wire(w: Wiring) -> None:
+    """The best order found for the shown run (the headroom search), compared with it; its Stop."""
+    c = w.c
+    w.on(c["best_order"].click, compare_with_best, [w.session], w.pick(*BEST_OUTPUTS),
+         api_name="best_order", show_progress="hidden", **LONG)
+    w.on(c["best_order_stop"].click, stop_search, [w.session], [c["best_status"]], queue=False,
+         api_visibility="private", show_progress="hidden")

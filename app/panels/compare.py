@@ -1,9 +1,10 @@
-"""Compare two runs. `compare_runs` takes any two runs of the session's run list (an original and
+"""The compare panel: two runs compared. `compare_runs` takes any two runs of the session's run list (an original and
 its fork, two orders, a loaded trace...); `compare_stream` first decodes a baseline and LoPA on the
 same prompt and settings, live, then compares them the same way (one code path: compare_outputs).
 
 The two decodes alternate round by round in one callback, so both counters move together on a
-shared machine; each side's time is its own engine time (sum of its rounds), not the other's.
+shared machine; each side's time is its own engine time (sum of its rounds), not the other's. The
+panel's layout (build_compare_panel) and events (wire) follow the callbacks.
 """
 
 from __future__ import annotations
@@ -22,14 +23,9 @@ from ..serving.inputs import choice, text
 from ..serving.model_cache import MODELS
 from ..serving.request import read_request
 from ..serving.session import Backend, LiveRun, Session, forkable
-from .round_view.callbacks import (
-    REFRESH_S,
-    RUN_LIST_OUTPUTS,
-    bp_fault_message,
-    error_message,
-    run_list_outputs,
-    stop_pending,
-)
+from .events import MODEL, UNSET, VIEW, Wiring, named
+from .round_view.callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, run_list_outputs
+from .status import error_message, stop_pending
 from .viz import (
     PEER_RULES,
     answer_mark,
@@ -217,3 +213,56 @@ def stop_compare(session: Session):
         session.stop_requested = True
         return stop_pending()
     return "Nothing is running."
+
+
+# -- layout and events ----------------------------------------------------------------------------
+def build_compare_panel() -> dict:
+    """Two runs of the run list picked and compared, or a baseline and LoPA decoded live: each side's counters,
+    answer and TFO map, the summary and the position-by-position strip."""
+    gr.Markdown("Compare **any two runs** of the run list (a run and its fork, two orders, a loaded trace), or "
+                "decode the same prompt and settings twice, live, with a baseline (D2F, or a peer's commit rule "
+                "alone: [the rules](#term-commit-rule)) and LoPA, then compare them the same way. Each TFO map (token filling order) colours a position by the round that filled it; "
+                "outlined positions are filled in a different round by the two runs.")
+    with gr.Row():
+        compare_a = gr.Dropdown([], label="run A", scale=3, elem_id="compare-a")
+        compare_b = gr.Dropdown([], label="run B", scale=3, elem_id="compare-b")
+        compare_runs = gr.Button("Compare runs", scale=1, min_width=110, elem_id="compare-runs")
+    with gr.Row():
+        baseline = gr.Dropdown(list(BASELINES), value=list(BASELINES)[0], label="or decode: a baseline (k = 0: D2F or a peer's rule; or another order) vs LoPA",
+                               elem_id="baseline")
+        compare = gr.Button("▶ Compare", variant="primary", elem_id="compare")
+        stop = gr.Button("■ Stop", variant="stop", interactive=False, elem_id="compare-stop")
+    status = gr.Markdown(elem_id="compare-status")
+    with gr.Row(equal_height=False, elem_id="compare-sides"):
+        with gr.Column():
+            base_counters = gr.HTML(elem_id="base-counters")
+            base_answer = gr.Textbox(label="run A / baseline output", lines=3, interactive=False, elem_id="base-answer")
+            # No floating label: on a phone it covered the figure's title, which names the map.
+            base_tfo = gr.Plot(label="TFO map A", show_label=False, elem_id="base-tfo")
+        with gr.Column():
+            lopa_counters = gr.HTML(elem_id="lopa-counters")
+            lopa_answer = gr.Textbox(label="run B / LoPA output", lines=3, interactive=False, elem_id="lopa-answer")
+            # No floating label: on a phone it covered the figure's title, which names the map.
+            lopa_tfo = gr.Plot(label="TFO map B", show_label=False, elem_id="lopa-tfo")
+    summary = gr.Markdown(elem_id="compare-summary")
+    diff = gr.HTML(elem_id="compare-diff")
+    return {"baseline": baseline, "compare": compare, "compare_stop": stop, "compare_status": status,
+            "base_counters": base_counters, "base_answer": base_answer, "base_tfo": base_tfo,
+            "lopa_counters": lopa_counters, "lopa_answer": lopa_answer, "lopa_tfo": lopa_tfo,
+            "compare_summary": summary, "compare_diff": diff, "compare_a": compare_a, "compare_b": compare_b,
+            "compare_runs": compare_runs}
+
+
+COMPARE_API = ("The page's Compare: the chosen baseline and LoPA decoded side by side, streamed as the page's panels "
+               "(for JSON, call /decode once per decoder). " + UNSET)
+
+
+def wire(w: Wiring) -> None:
+    """Compare (LoPA against a baseline, both live), its Stop, and two runs of the list compared."""
+    c, out = w.c, w.pick(*COMPARE_OUTPUTS)
+    w.on(c["compare"].click, named(compare_stream, "prompt", "baseline"), [w.session, c["prompt"], c["baseline"], *w.decode_inputs[2:]], out,
+         api_name="compare", api_description=COMPARE_API, show_progress="hidden", **MODEL)
+    w.on(c["compare_stop"].click, stop_compare, [w.session], [c["compare_status"]], queue=False,
+         api_visibility="private", show_progress="hidden")
+    w.on(c["compare_runs"].click, compare_runs, [w.session, c["compare_a"], c["compare_b"]], out,
+         api_name="compare_runs", show_progress="hidden", **VIEW)

@@ -1,11 +1,12 @@
-"""Callbacks of "what if": click a still-masked cell of any recorded round, then fill it first or hold
-it back, and watch the fork decode live from that round; pick any run of the run list to view it.
+"""The what-if panel: click a still-masked cell of any recorded round, then fill it first or hold it
+back, and watch the fork decode live from that round (it joins the run list under its parent).
 
 The canvas reports a click through a hidden textbox ("round:position:nonce", see CLICK_JS); the
 chosen cell is kept in a gr.State (`whatif_target`). Forks and the top tokens run behind the GPU
 boundary (app/boundary.py) on the shared model: a fork replays its parent's recorded decisions, or
 resumes from the parent's saved state where the decoding process kept one
-(lopa.engine.Decoder.stream_fork).
+(lopa.engine.Decoder.stream_fork). Its layout (build_what_if, under the round view's canvas), events
+(wire) and callbacks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from ..serving.inputs import whole
 from ..serving.model_cache import MODELS
 from ..serving.models import bundled_folder
 from ..serving.session import Backend, Session, forkable
-from .round_view.callbacks import drain, error_message, live_outputs
+from .events import MODEL, QUIET, Wiring
+from .round_view.callbacks import LIVE_OUTPUTS, drain, live_outputs
+from .status import error_message
 from .viz import esc, fills, predictions, token_label, token_repr
 
 WHATIF_OUTPUTS = ("whatif_panel", "whatif_info", "whatif_token", "whatif_target", "fill_first", "hold_back")
@@ -38,6 +41,21 @@ document.addEventListener("click", (event) => {
   box.dispatchEvent(new Event("input", {bubbles: true}));
 });
 </script>"""
+
+
+def build_what_if() -> dict:
+    """The hidden box a click on a still-masked cell of the canvas lands in (CLICK_JS), and the panel it opens:
+    the cell, the model's top tokens there, Fill first and Hold back."""
+    clicked = gr.Textbox(elem_id="clicked-cell", elem_classes=["lopa-hidden"], show_label=False, container=False)
+    with gr.Group(visible=False, elem_id="whatif-panel") as whatif_panel:
+        whatif_info = gr.Markdown(elem_id="whatif-info")
+        whatif_token = gr.Radio([], label="fill with (the model's top tokens there)", elem_id="whatif-token")
+        with gr.Row():
+            fill_first = gr.Button("Fill first", variant="primary", elem_id="fill-first")
+            hold_back = gr.Button("Hold back", elem_id="hold-back")
+    whatif_target = gr.State(None)
+    return {"clicked_cell": clicked, "whatif_panel": whatif_panel, "whatif_info": whatif_info,
+            "whatif_token": whatif_token, "whatif_target": whatif_target, "fill_first": fill_first, "hold_back": hold_back}
 
 
 def fork_model(session: Session, run_id: str):
@@ -147,12 +165,14 @@ def after_fork(session: Session, target) -> tuple:
                    f"{esc(session.current)}, shown now. Click a still-masked cell to fork again.")
 
 
-def select_run(session: Session, run_id) -> tuple:
-    """LIVE_OUTPUTS for another run of the run list (a paused decode is stopped first)."""
-    try:
-        session.select(str(run_id))
-    except ValueError as err:
-        return (error_message(err),) + live_outputs(session, "")[1:]
-    entry = session.runs[session.current]
-    where = (f", a fork of run {entry.parent} at round {entry.at_round}" if entry.parent else "")
-    return live_outputs(session, f"Showing run {entry.id} ({entry.note}{where}).")
+def wire(w: Wiring) -> None:
+    """A cell clicked in the canvas, and the forks from it (fill it first, hold it back)."""
+    c, session, live = w.c, w.session, w.pick(*LIVE_OUTPUTS)
+    w.on(c["clicked_cell"].change, pick_cell, [session, c["clicked_cell"]], w.pick(*WHATIF_OUTPUTS),
+         api_name="whatif", show_progress="hidden", **MODEL)
+    made = [w.on(c["fill_first"].click, fill_first, [session, c["whatif_target"], c["whatif_token"]], live,
+                 api_name="fill_first", show_progress="hidden", **MODEL),
+            w.on(c["hold_back"].click, hold_back, [session, c["whatif_target"]], live, api_name="hold_back",
+                 show_progress="hidden", **MODEL)]
+    for dep in made:            # the panel then names the fork shown, not the parent's cell
+        dep.then(after_fork, [session, c["whatif_target"]], w.pick(*WHATIF_OUTPUTS), **QUIET)

@@ -1,6 +1,6 @@
-"""Trace files in the round-by-round view: export the current run as JSON or Parquet, replay an uploaded one.
+"""The trace panel, under the round view: export the current run as JSON or Parquet, replay an uploaded one.
 
-Plain callbacks like app/callbacks.py's (the wiring connects them): export_trace returns (file, status);
+Its layout (build_trace_panel), events (wire) and plain callbacks: export_trace returns (file, status);
 load_trace returns LIVE_OUTPUTS, the view of the replayed run.
 """
 
@@ -18,10 +18,24 @@ from ..serving.inputs import choice
 from ..serving.model_cache import tokenizer_for_trace
 from ..serving.models import token_names, trace_ids
 from ..serving.session import Session
-from .round_view.callbacks import describe_run, error_message, live_outputs
+from .events import VIEW, Wiring
+from .round_view.callbacks import LIVE_OUTPUTS, describe_run, live_outputs
+from .status import error_message
 from .viz import esc
 
 EXPORT_FORMATS = ("JSON", "Parquet")
+
+
+def build_trace_panel() -> dict:
+    """Save the run on show as a trace file, or load one to replay it (an accordion, closed)."""
+    with gr.Accordion("Save / replay a trace", open=False, elem_id="trace-panel"):
+        with gr.Row():
+            fmt = gr.Radio(["JSON", "Parquet"], value="JSON", label="format", elem_id="export-format")
+            export = gr.Button("Export trace", elem_id="export")
+        export_file = gr.File(label="download", interactive=False, elem_id="export-file")
+        upload = gr.File(label="load a trace (.json / .parquet) to replay it without a model",
+                         file_types=[".json", ".parquet"], elem_id="trace-upload")
+    return {"export_format": fmt, "export": export, "export_file": export_file, "trace_upload": upload}
 
 
 def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tuple:
@@ -74,3 +88,13 @@ def clear_upload():
     """Empty an upload box after its trace was read, ready for the next file (the round view's and the
     DiffusionGemma panel's)."""
     return None
+
+
+def wire(w: Wiring) -> None:
+    """A run saved as a trace, and a trace opened (the upload box emptied after)."""
+    c = w.c
+    w.on(c["export"].click, export_trace, [w.session, c["export_format"]], [c["export_file"], c["status"]],
+         api_name="export_trace", **VIEW)
+    loaded = w.on(c["trace_upload"].upload, load_trace, [w.session, c["trace_upload"]],
+                  w.pick(*LIVE_OUTPUTS), api_name="load_trace", preprocess=True, **VIEW)
+    w.then(loaded, clear_upload, None, [c["trace_upload"]], show_progress="full", **VIEW)

@@ -1,4 +1,4 @@
-"""DiffusionGemma on its own sampler, step by step: the panel, its callbacks and how its model is held.
+"""DiffusionGemma on its own sampler, step by step: the panel's callbacks and how its model is held.
 
 DiffusionGemma is not a masked diffusion LM, so the LoPA engine (and every control of the round view)
 does not decode it (docs/checkpoints.md, "DiffusionGemma on its own sampler"). When a visitor picks a
@@ -327,42 +327,3 @@ def unchanged() -> tuple:
 def error_status(err) -> str:
     """The panel's status line for a problem the visitor can fix; the message is escaped (it can quote a file name)."""
     return f"**⚠ Error:** {esc(err)}"
-
-
-# -- layout -------------------------------------------------------------------------------------------
-def _limit_label(name: str) -> str:
-    """The label of a whole-number panel setting: its name, unset, and its range (CANVAS_SETTINGS)."""
-    spec = CANVAS_SETTINGS[name]
-    return f"{spec.label} (0: the checkpoint's own, within {MAX_FORWARDS} forwards; {spec.low} to {spec.high})"
-
-
-def build_denoise_panel() -> dict:
-    """The DiffusionGemma panel's components by name (DENOISE_OUTPUTS and its inputs)."""
-    gr.Markdown(NOT_LOPA, elem_id="denoise-note")
-    folder = gr.Markdown(NO_FOLDER, elem_id="denoise-model")
-    with gr.Row():
-        tokens = gr.Number(0, label=_limit_label("max_new_tokens"), precision=0, elem_id="denoise-max-new-tokens")
-        steps = gr.Number(0, label=_limit_label("max_denoising_steps"), precision=0, elem_id="denoise-steps")
-        bound = gr.Number(0, label=f"{CANVAS_SETTINGS['entropy_bound'].label} (nats; 0: the checkpoint's own)",
-                          elem_id="denoise-bound")
-        seed = gr.Number(0, label=CANVAS_SETTINGS["seed"].label or "seed", precision=0, elem_id="denoise-seed")
-    with gr.Row():
-        decode_button = gr.Button("Decode the prompt on DiffusionGemma's sampler", variant="primary",
-                                  elem_id="denoise-decode")
-        upload = gr.File(label="open a saved canvas trace (lopa-canvas-trace/1, .json)", file_types=[".json"],
-                         elem_id="denoise-upload")
-    with gr.Row():
-        export = gr.Button("Save the canvas trace shown (.json)", elem_id="denoise-export")
-        export_file = gr.File(label="download", interactive=False, elem_id="denoise-export-file")
-    status = gr.Markdown("", elem_id="denoise-status")
-    counters = gr.HTML(elem_id="denoise-counters")
-    slider = gr.Slider(0, 1, value=0, step=1, label="denoising step", interactive=False, elem_id="denoise-slider")
-    step = gr.HTML(elem_id="denoise-step")
-    settled = gr.HTML(elem_id="denoise-settled")
-    heatmap = gr.Plot(label="entropy per position and step (dots: accepted draws; squares: where each final token "
-                            "settled)", elem_id="denoise-heatmap")
-    return {"denoise_folder": folder, "denoise_max_new_tokens": tokens, "denoise_steps": steps,
-            "denoise_bound": bound, "denoise_seed": seed, "denoise_decode": decode_button, "denoise_upload": upload,
-            "denoise_export": export, "denoise_export_file": export_file, "denoise_status": status,
-            "denoise_counters": counters, "denoise_slider": slider, "denoise_step": step, "denoise_settled": settled,
-            "denoise_heatmap": heatmap}

@@ -19,13 +19,13 @@ from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from ...layout import decode_stop
 from ...serving.boundary import TURNS, stream_jobs
 from ...serving.examples import check_answer
 from ...serving.inputs import text, whole
 from ...serving.model_cache import MODELS
 from ...serving.request import read_request
 from ...serving.session import Backend, Session, forkable
+from ..status import error_message, stop_pending
 from ..viz import (
     answer_mark,
     branches_table,
@@ -34,7 +34,6 @@ from ..viz import (
     counters_html,
     detail_note,
     detail_round,
-    esc,
     explain_round,
     rank_lanes,
     token_canvas,
@@ -60,13 +59,6 @@ REFRESH_S = {"html": 0.25, "plots": 1.0}
 MESSAGE_S = REFRESH_S["html"]
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
               "explanation": "html"}
-
-
-def error_message(err: Exception | str) -> str:
-    """Status-panel Markdown for a problem the user can fix; also raised as a toast."""
-    text = esc(err)                    # messages can quote file names and values from an upload
-    gr.Warning(text)
-    return f"**⚠ Error:** {text}"
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -216,6 +208,12 @@ def run_stream(session: Session, prompt: str, *values):
                      on_fault=lambda err: _bp_fault(session, err, session.backend), replay=True)
 
 
+def decode_stop(session):
+    """The round view's Stop: enabled while the session has a decode to stop (streaming, or paused after
+    Step), else disabled."""
+    return gr.update(interactive=getattr(session, "live", None) is not None)
+
+
 # What Run and Enter in the prompt answer: LIVE_OUTPUTS and the round view's Stop, last.
 RUN_OUTPUTS = LIVE_OUTPUTS + ("stop",)
 
@@ -349,13 +347,6 @@ def show_rounds_arriving(session: Session):
         time.sleep(REPLAY_STEP_S)
 
 
-def stop_pending():
-    """What a Stop shows while a stream runs: nothing. The stream ends within a step and its last status
-    says it stopped; Stop is answered outside the queue and the stream's updates through it, in no
-    guaranteed order, so a "Stopping…" from Stop could reach the page after that last status and hide it."""
-    return gr.skip()
-
-
 def stop_run(session: Session) -> tuple:
     """(status, counters). A streaming Run stops after its current round (and says so); a paused decode
     stops now."""
@@ -374,6 +365,17 @@ def reset_session(session: Session) -> tuple:
     session.run, session.names, session.source, session.elapsed_before = None, {}, "idle", 0.0
     session.current = None
     return live_outputs(session, "Reset. Press Run or Step to start (the run list keeps earlier runs).")
+
+
+def select_run(session: Session, run_id) -> tuple:
+    """LIVE_OUTPUTS for another run of the run list (a paused decode is stopped first)."""
+    try:
+        session.select(str(run_id))
+    except ValueError as err:
+        return (error_message(err),) + live_outputs(session, "")[1:]
+    entry = session.runs[session.current]
+    where = (f", a fork of run {entry.parent} at round {entry.at_round}" if entry.parent else "")
+    return live_outputs(session, f"Showing run {entry.id} ({entry.note}{where}).")
 
 
 # -- scrub / play -------------------------------------------------------------------------------

@@ -1,27 +1,17 @@
-"""The session's model and the decode settings inputs: warm-up on page load, the model picker, the
-presets, and the inputs that follow the model's own values until the visitor touches them.
-
-Plain callbacks like app/callbacks.py's (the wiring connects them); each returns values in the order
-its docstring names.
-"""
+"""The settings panel's callbacks: the presets, the inputs that follow the session's model's own values until
+the visitor touches them, and the panel's title, which names what the visitor set. Plain functions, each
+returning values in the order its docstring names (the panel's layout and events: __init__.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import gradio as gr
 
 from lopa import PAPER_PRESETS
 
-from .. import layout
-from ..serving.gpu import zero_gpu
-from ..serving.model_cache import MODELS
-from ..serving.request import follow_model, shown_settings
-from ..serving.session import SETTING_NAMES, Session
+from ...serving.model_cache import MODELS
+from ...serving.request import follow_model, shown_settings, touched_names
+from ...serving.session import SETTING_NAMES, Session
 from . import share
-from .denoise.callbacks import canvas_folder, picked_message
-from .round_view.callbacks import error_message, view
-from .viz import esc
 
 # The first preset is no fixed row: the session's model's own settings with the app's k (shown_settings).
 OWN = "the model's own settings (k = 4)"
@@ -32,54 +22,18 @@ PRESETS = {OWN: None,
               for name, preset in PAPER_PRESETS.items()}}
 
 
-def warm_model(session: Session) -> str:
-    """Load the session's model on first page view so the first Run starts at once (locally: on a ZeroGPU
-    Space the models were loaded at import and only a GPU worker can run them, so this only describes it)."""
-    folder = session.model if isinstance(session, Session) else None
-    if zero_gpu():
-        return MODELS.describe(folder)
-    try:
-        warm = MODELS.warm_up(folder)
-        if warm is not None:         # plotly builds its validators on first use: a second, once
-            view(Session(run=warm))
-    except ValueError as err:
-        return MODELS.describe(folder) + f"\n\n**⚠ Error:** {esc(err)}"
-    return MODELS.describe(folder)
+SETTINGS_TITLE = "Decoding settings"
 
 
-def pick_model(session: Session, choice) -> tuple:
-    """(model info, status, model box): make the model in `choice` (a bundled model's folder or name, or
-    a typed local folder) this session's model, for every later Run, Step, Compare, fork and study of
-    this session; other sessions keep theirs. It is loaded into the shared cache (app/model_cache.py) now, in
-    the server process, so that a folder that does not load says so at once; then the session keeps its
-    model and the box shows that model again. A paused decode of the previous model is stopped."""
-    current = session.model or str(MODELS.default)
-    try:
-        session.check_free()
-        if not isinstance(choice, str):
-            raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
-        folder = MODELS.servable(MODELS.folder(choice))
-        if canvas_folder(folder) is not None:     # not a LoPA model: its own panel takes it (app/denoise.py)
-            session.canvas_model, kept = str(folder), MODELS.peek(current)
-            return (MODELS.describe(current), picked_message(folder, kept.spec.name if kept else Path(current).name),
-                    gr.update(value=current))
-        loaded = MODELS.get(folder)
-        if not zero_gpu():
-            MODELS.warm_up(folder)
-    except ValueError as err:
-        kept = MODELS.peek(current)
-        kept = kept.spec.name if kept is not None else Path(current).name
-        return (MODELS.describe(current), error_message(f"{err} — this session still uses `{kept}`."),
-                gr.update(value=current))
-    if MODELS.key(folder) == MODELS.key(current):
-        # The same model (the box shown again after an error, or picked twice): the status keeps its message.
-        session.model = str(folder)
-        return MODELS.describe(folder), gr.skip(), gr.skip()
-    session.cancel()                # a paused decode of the previous model: stopped, kept in the run list
-    session.close()
-    session.model = str(folder)
-    return (MODELS.describe(folder), f"This session now decodes with `{esc(loaded.spec.name)}` (other visitors "
-                                     "keep their own model).", gr.skip())
+def settings_title(session):
+    """The settings accordion with its title naming the settings the visitor set (the session's touched
+    ones, which Run takes as theirs; every other is the model's own or the app's default). Nothing is
+    resolved: the title follows what was touched, not what each value resolves to."""
+    names = touched_names(getattr(session, "touched", ()) or ())
+    if not names:
+        return gr.update(label=f"{SETTINGS_TITLE}: all at the defaults")
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return gr.update(label=f"{SETTINGS_TITLE}: {len(names)} set by you ({listed})")
 
 
 def apply_preset(name: str, session: Session | None = None) -> tuple:
@@ -104,7 +58,7 @@ def settings_follow(request: gr.Request, session: Session, prompt, *values) -> t
     """(settings title, share link, command) after the visitor's settings changed (an input, a preset, a
     link): what follows their request. `values`: the settings inputs, then the DiffusionGemma panel's
     (app.share.links)."""
-    return (layout.settings_title(session), *share.links(request, session, prompt, *values))
+    return (settings_title(session), *share.links(request, session, prompt, *values))
 
 
 def toucher(name: str):
@@ -129,3 +83,5 @@ def follow_session_model(session: Session, *values) -> tuple:
         return tuple(gr.skip() for _ in SETTING_NAMES)       # the model panel says why
     follow = follow_model(spec, getattr(session, "touched", None) or (), *values)
     return tuple(gr.skip() if new == old else gr.update(value=new) for new, old in zip(follow, values))
+
+

@@ -27,13 +27,13 @@ from lopa import DecodeSettings
 from lopa.resolution import DEFAULT_K, resolve, settings_diff
 from lopa.settings import SETTINGS, ModelSpec
 
-from ..serving.inputs import shown
-from ..serving.model_cache import MODELS
-from ..serving.models import MODELS_DIR, short_path
-from ..serving.request import read_request, shown_settings
-from ..serving.session import SETTING_NAMES
-from .denoise import callbacks as denoise
-from .viz import esc
+from ...serving.inputs import shown
+from ...serving.model_cache import MODELS
+from ...serving.models import MODELS_DIR, short_path
+from ...serving.request import read_request, shown_settings
+from ...serving.session import SETTING_NAMES
+from ..denoise import callbacks as denoise
+from ..viz import esc
 
 FIELDS = ("prompt", *SETTING_NAMES)
 MODEL_FIELD = "model"                        # the query field naming the model (a bundled name or a folder)

@@ -1,7 +1,7 @@
 """The Studies section: the filling-order studies of lopa.study marked `app`, shown from the results the
 command line shipped for the model on show (assets/studies/<model folder name>/, loaded instantly), or
-run live on a few problems with a progress bar and Stop. Plain callbacks; the layout is
-build_studies_panel() in app/panels.py, the events are wired in app/wiring.py."""
+run live on a few problems with a progress bar and Stop. Plain callbacks; the panel's layout and events are
+in __init__.py."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from lopa.trace import pooled
 from ...serving import boundary
 from ...serving.inputs import choice, whole
 from ...serving.model_cache import MODELS
-from ..round_view.callbacks import error_message, stop_pending
+from ..status import error_message, stop_pending
 from ..viz import FEWER_FORWARDS_SLOWER, esc
 
 # Shipped results live per model: STUDIES_ROOT/<model folder name>/<study>.*, written by
