@@ -1,10 +1,10 @@
-"""The page: build_demo() lays the panels out and hands them to the one wiring site (app/wiring.py);
-its style (CSS) and how it is served (LAUNCH_KWARGS), and the Blocks subclass that reads an upload."""
+"""The page: build_demo() lays the panels out (app/panels/: each panel's build_<panel>(), where it sits on the
+page) and hands them to the one wiring site (app/wiring.py); its style (CSS) and how it is served
+(LAUNCH_KWARGS: the middleware of app/serving/ among it)."""
 
 from __future__ import annotations
 
 import gradio as gr
-from gradio import utils as gr_utils
 from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
@@ -15,7 +15,7 @@ from .panels.tour.callbacks import CSS as TOUR_CSS
 from .panels.tour.callbacks import TOUR_JS
 from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
 from .serving import disk, frames
-from .serving.inputs import shown
+from .serving.blocks import Explorer
 from .serving.progress import no_hidden_progress
 from .serving.queue import QUEUE, quiet_queue
 from .serving.scheme import LIGHT_SCHEME_JS
@@ -87,46 +87,6 @@ LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.th
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})
-
-
-class Explorer(gr.Blocks):
-    """gr.Blocks whose reading of an upload answers a bad value with a message naming the input. Every
-    other input reaches its callback raw (preprocess=False, see wire()); an upload cannot, since
-    Gradio checks where its file lives before any callback runs (a path outside its uploads, text, a
-    number or a list), and those checks fail with a bare server error and no message."""
-
-    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
-        try:
-            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
-        except gr.Error:
-            raise
-        except Exception:           # pydantic's ValidationError, Gradio's InvalidPathError, OSError
-            files = [i for i, block in enumerate(block_fn.inputs) if isinstance(block, gr.File)]
-            if not files:
-                raise
-            given = inputs[files[0]] if files[0] < len(inputs) else None
-            given = given.get("path") if isinstance(given, dict) else given
-            raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
-                           print_exception=False) from None
-
-    def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
-        """Gradio's API description, where a parameter the endpoint's function declares with default None
-        is listed with that default (None: unset, the picked model's own value; app.wiring.named) instead of
-        the input's initial value on the page (the bundled model's, which a caller would send back as its own
-        choice). What "Use via API" and gradio_client read."""
-        info = super().get_api_info(all_endpoints=all_endpoints, page=page)
-        for fn in self.fns.values():
-            endpoint = info["named_endpoints"].get(f"/{fn.api_name}")
-            if endpoint is None or fn.fn is None:
-                continue
-            unset = {name for name, has_default, default, _ in gr_utils.get_function_params(fn.fn)
-                     if has_default and default is None}
-            for parameter in endpoint["parameters"]:
-                if parameter["parameter_name"] in unset:
-                    parameter.update(parameter_has_default=True, parameter_default=None)
-                    kind = parameter["python_type"]
-                    kind["type"] += "" if "None" in kind["type"] else " | None"
-        return info
 
 
 def build_demo() -> gr.Blocks:

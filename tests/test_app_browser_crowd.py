@@ -208,7 +208,7 @@ def sessions_with_runs(url) -> set:
 
 
 def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
-    """Gradio would keep a closed page's session an hour (app.serving.session.end_page)."""
+    """Gradio would keep a closed page's session an hour (app.serving.closed_pages.end_page)."""
     before = sessions_with_runs(url)
     page, _ = open_page(browser, url)
     run_to_the_end(page)

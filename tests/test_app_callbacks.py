@@ -116,7 +116,7 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     drain(cb.run_stream(slow, PROMPT, *values()))
     monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
     assert list(cb.show_rounds_arriving(slow)) == skips
-    from app.serving.boundary import TURNS
+    from app.serving.give_way import TURNS
     crowd, busy = Session(), Session()
     for s in (crowd, busy):
         drain(cb.run_stream(s, PROMPT, *values()))

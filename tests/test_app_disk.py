@@ -82,7 +82,7 @@ def test_a_closed_page_takes_its_exports_with_it(session, tmp_path, monkeypatch)
     monkeypatch.setattr(disk, "EXPORTS", exports)
     export(session, "a"), export(session, "a", "Parquet")
     kept, _ = export(session, "b")
-    from app.serving.session import end_page
+    from app.serving.closed_pages import end_page
     asyncio.run(end_page(visitor("a")))              # demo.unload
     assert files(exports.root) == [kept] and not (exports.root / "a").exists()
     assert exports.held("a") == 0 and exports.held() == kept.stat().st_size
@@ -127,7 +127,7 @@ def test_an_upload_is_deleted_once_read(session, tmp_path, monkeypatch):
 
 def test_the_app_removes_exports_at_page_close_and_sweeps_gradios_cache():
     from app import build_demo
-    from app.serving.session import end_page
+    from app.serving.closed_pages import end_page
     demo = build_demo()
     assert demo.delete_cache == (disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)
     unloads = [f.fn for f in demo.fns.values() if any(t[1] == "unload" for t in f.targets)]

@@ -64,7 +64,7 @@ def test_an_ended_session_drops_its_kept_decodes(tmp_path_factory):
 
 
 def test_a_closed_page_ends_its_jobs_then_leaves_gradios_holder_even_when_a_job_adds_a_state_meanwhile():
-    """demo.unload (app.serving.session.end_page) ends the page's jobs in Gradio's queue (each step of a stream would
+    """demo.unload (app.serving.closed_pages.end_page) ends the page's jobs in Gradio's queue (each step of a stream would
     make the page's record afresh), then its States, and drops Gradio's record of the page. An event still in
     its last step may add a State to the record while the callbacks run; Gradio's own
     StateHolder.delete_state then fails ("dictionary changed size during iteration") and left the record."""
@@ -73,7 +73,7 @@ def test_a_closed_page_ends_its_jobs_then_leaves_gradios_holder_even_when_a_job_
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    from app.serving.session import end_page
+    from app.serving.closed_pages import end_page
     happened = []
     with gr.Blocks() as demo:
         late = gr.State(None)                                         # a State no event had touched yet

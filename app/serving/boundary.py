@@ -40,6 +40,7 @@ from lopa.study.common import load_problems
 from lopa.trace import RoundRecord
 
 from .decode_pool import POOL, server_threads
+from .give_way import TURNS
 from .gpu import gpu
 from .model_cache import MODELS
 from .models import token_names, trace_ids
@@ -50,52 +51,9 @@ HEADER = ("prompt", "prompt_ids", "settings", "spec", "run_id", "forked_from")
 MAX_KEPT = 4
 _kept: OrderedDict = OrderedDict()
 _lock = threading.Lock()
-# A long job (a study, the best-order search) waits at most this long between two of its decodes for the
-# visitors' own decodes to end (GiveWay).
-GIVE_WAY_S = 3.0
 # One branch-parallel decode at a time (_take_bp_turn), each waiting at most this long for the one before.
 BP_TURN = threading.Semaphore(1)
 BP_WAIT_S = 60.0
-
-
-class GiveWay:
-    """The decodes a visitor waits on (Run, Step, a fork, Compare: decode_rounds) under way in this process,
-    and the long jobs' turn after them. A long job runs beside them in a slot of its own (app/wiring.py,
-    LONG), and on a small CPU a Run that shares the cores with a search took twice as long; between two of
-    its decodes a long job now waits for them to end, at most GIVE_WAY_S each time, so it still moves on
-    under a stream of Runs. On ZeroGPU each call runs in a worker process of its own and never waits here."""
-
-    def __init__(self):
-        self._running = 0
-        self._ended = threading.Condition()
-
-    def start(self) -> None:
-        with self._ended:
-            self._running += 1
-
-    def end(self) -> None:
-        with self._ended:
-            self._running -= 1
-            self._ended.notify_all()
-
-    def busy(self) -> bool:
-        """Whether a visitor's decode runs right now."""
-        with self._ended:
-            return self._running > 0
-
-    def wait(self, bound_s: float = GIVE_WAY_S) -> bool:
-        """Until no visitor's decode runs, at most bound_s; True when none does."""
-        with self._ended:
-            return self._ended.wait_for(lambda: self._running == 0, timeout=bound_s)
-
-    def steps(self, steps):
-        """`steps` (a long job's generator), waiting for the visitors' decodes before each step."""
-        for step in steps:
-            yield step
-            self.wait()
-
-
-TURNS = GiveWay()
 
 
 def trace_of(run: RunResult) -> dict:

@@ -19,8 +19,9 @@ from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
 from lopa.trace import metrics
 
-from ...serving.boundary import TURNS, stream_jobs
+from ...serving.boundary import stream_jobs
 from ...serving.examples import check_answer
+from ...serving.give_way import TURNS
 from ...serving.inputs import text, whole
 from ...serving.model_cache import MODELS
 from ...serving.request import read_request

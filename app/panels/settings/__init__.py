@@ -11,7 +11,8 @@ import gradio as gr
 
 from lopa.settings import SETTINGS
 
-from ...serving.session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE, end_page
+from ...serving.closed_pages import end_page
+from ...serving.session import APP_DEFAULTS, BRANCH_PARALLEL, SETTING_NAMES, SINGLE, WORKER_RANGE
 from ..denoise.callbacks import PANEL_INPUTS
 from ..events import VIEW, Wiring
 from . import callbacks as cb
