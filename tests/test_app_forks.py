@@ -11,6 +11,7 @@ from tiny import app_model
 from app.panels import forks, traces
 from app.panels.compare import COMPARE_OUTPUTS, compare_runs
 from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
 from app.serving.request import read_request
 from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from visualizations.timeline import fills
@@ -34,7 +35,7 @@ def tiny_model(tmp_path_factory):
 
 
 def live(outputs):
-    return dict(zip(cb.LIVE_OUTPUTS, outputs))
+    return dict(zip(views.LIVE_OUTPUTS, outputs))
 
 
 def decoded(session, *args):
@@ -131,7 +132,7 @@ def test_a_peer_s_run_and_its_forks_take_its_rule(rule):
     assert child.forked_from == {"run_id": parent.run_id, "round": r} and child.settings == parent.settings
     vanilla = Session()
     decoded(vanilla, *values(k=0, **chosen))
-    view = dict(zip(cb.VIEW_OUTPUTS, cb.show_round(vanilla, 1)))
+    view = dict(zip(views.VIEW_OUTPUTS, cb.show_round(vanilla, 1)))
     assert "lopa-no-branches" in view["branches"] and "<table" not in view["branches"]
     assert view["branches"].count("</div>") == 1                 # one line in place of the table
     assert "lopa-canvas" in view["canvas"] and view["heatmap"] is not None    # the same canvas and heatmap
@@ -143,7 +144,7 @@ def test_a_finished_run_rests_on_its_final_round_at_the_end_of_the_slider():
     run = session.run
     final = dataclasses.replace(run.records[-1], round=len(run.records), kind="final")
     session.run = dataclasses.replace(run, records=run.records + [final])
-    out = live(cb.live_outputs(session, "done"))
+    out = live(views.live_outputs(session, "done"))
     assert f'data-round="{len(run.records)}"' in out["canvas"]
     assert out["round_slider"]["value"] == out["round_slider"]["maximum"] == len(run.records)
 

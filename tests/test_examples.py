@@ -41,7 +41,7 @@ def test_bundled_examples_have_references_and_gsm8k_its_own_label():
 
 
 def test_finished_run_in_the_app_is_marked(monkeypatch):
-    from app.panels.round_view import callbacks as cb
+    from app.panels.round_view import views
     from app.serving.session import Session
     from lopa import RunResult
 
@@ -51,14 +51,14 @@ def test_finished_run_in_the_app_is_marked(monkeypatch):
     session.run = run
     monkeypatch.setattr(examples, "reference_answer", lambda p: "9" if p == LEO else None)
     monkeypatch.setattr(Session, "status", lambda self: "done")
-    assert 'data-correct="true"' in cb.live_outputs(session, "Done")[1]
+    assert 'data-correct="true"' in views.live_outputs(session, "Done")[1]
     run.text = "#### 8"
-    assert 'data-correct="false"' in cb.live_outputs(session, "Done")[1]
+    assert 'data-correct="false"' in views.live_outputs(session, "Done")[1]
     run.prompt = "something else"
-    assert "lopa-answer-mark" not in cb.live_outputs(session, "Done")[1]
+    assert "lopa-answer-mark" not in views.live_outputs(session, "Done")[1]
     monkeypatch.setattr(Session, "status", lambda self: "running")
     run.prompt, run.text = LEO, "#### 9"
-    assert "lopa-answer-mark" not in cb.live_outputs(session, "Running")[1]   # only once the run ends
+    assert "lopa-answer-mark" not in views.live_outputs(session, "Running")[1]   # only once the run ends
 
 
 def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):

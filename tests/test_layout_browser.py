@@ -53,8 +53,8 @@ def test_the_tour_and_run_are_on_the_first_screen_and_run_brings_its_rounds_into
 
 
 def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, monkeypatch):
-    from app.panels.round_view import callbacks as cb
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
+    from app.panels.round_view import views
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
     page.evaluate("""() => { const seen = window.__seen = [];
         new MutationObserver(() => { const c = document.querySelector('#canvas .lopa-canvas');
             if (c && seen[seen.length - 1] !== c.dataset.round) seen.push(c.dataset.round); })

@@ -14,6 +14,7 @@ from test_checkpoints import save_dream_dir
 
 from app.panels import traces
 from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
 from app.panels.settings import callbacks as settings_panel
 from app.panels.settings import share
 from app.serving import api
@@ -65,7 +66,7 @@ def test_every_surface_decodes_the_same_tokens_with_the_model_s_settings(dream_d
     spec = MODELS.get(str(dream_dir)).spec
     values = app_values(spec, **REQUEST)
     assert [values[SETTING_NAMES.index(n)] for n in OWN] == list(OWN.values())   # the inputs show the model's own
-    outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values, SINGLE, 2)]
+    outs = [dict(zip(views.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values, SINGLE, 2)]
     assert outs[-1]["status"].startswith("Done"), outs[-1]["status"]
     exported = traces.export_trace(session, "JSON")[0]["value"]
     runs["app"] = RunResult.load(exported)

@@ -36,7 +36,7 @@ def run_and_compare(page) -> None:
     page.click("#run")
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
     # the final round's heatmap stands for the last round that had branches (visualizations.timeline.detail_round);
-    # a Run's figures are drawn once the page shows them (app.panels.round_view.callbacks.draw_figures)
+    # a Run's figures are drawn once the page shows them (app.panels.round_view.views.draw_figures)
     page.locator("#heatmap").scroll_into_view_if_needed()
     page.wait_for_selector("#counters .lopa-counters[data-figures='drawn']")
     page.wait_for_selector("#heatmap .gtitle")

@@ -24,7 +24,8 @@ from ..serving.model_cache import MODELS
 from ..serving.request import read_request
 from ..serving.session import Backend, LiveRun, Session, forkable
 from .events import MODEL, UNSET, VIEW, Wiring, named
-from .round_view.callbacks import REFRESH_S, RUN_LIST_OUTPUTS, bp_fault_message, run_list_outputs
+from .round_view.callbacks import bp_fault_message
+from .round_view.views import REFRESH_S, RUN_LIST_OUTPUTS, run_list_outputs
 from .status import error_message, stop_pending
 from .viz import (
     PEER_RULES,

@@ -21,7 +21,8 @@ from ..serving.model_cache import MODELS
 from ..serving.models import bundled_folder
 from ..serving.session import Backend, Session, forkable
 from .events import MODEL, QUIET, Wiring
-from .round_view.callbacks import LIVE_OUTPUTS, drain, live_outputs
+from .round_view.callbacks import drain
+from .round_view.views import LIVE_OUTPUTS, live_outputs
 from .status import error_message
 from .viz import esc, fills, predictions, token_label, token_repr
 

@@ -14,7 +14,7 @@ from ..serving.models import bundled_models
 from ..serving.session import Session
 from .denoise.callbacks import canvas_folder, picked_message
 from .events import MODEL, Wiring
-from .round_view.callbacks import view
+from .round_view.views import view
 from .status import error_message
 from .viz import esc
 

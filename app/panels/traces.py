@@ -19,7 +19,7 @@ from ..serving.model_cache import tokenizer_for_trace
 from ..serving.models import token_names, trace_ids
 from ..serving.session import Session
 from .events import VIEW, Wiring
-from .round_view.callbacks import LIVE_OUTPUTS, describe_run, live_outputs
+from .round_view.views import LIVE_OUTPUTS, describe_run, live_outputs
 from .status import error_message
 from .viz import esc
 

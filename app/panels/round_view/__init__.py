@@ -14,7 +14,7 @@ from ...serving.models import example_prompts
 from ...serving.session import Session
 from ..events import MODEL, UNSET, VIEW, Wiring, named
 from . import callbacks as cb
-from .callbacks import VIEW_OUTPUTS, view
+from . import views
 
 # After a Run (the prompt's, or the arrival view's, which presses it) the round view comes into view
 # where it is off screen: on a phone it sits below the examples and settings, a screen or more down.
@@ -102,7 +102,7 @@ def build_rounds() -> dict:
                                  elem_id="round-slider")
         play = gr.Button("▶ Play", scale=1, min_width=90, elem_id="play")
     timer = gr.Timer(0.6, active=False)
-    empty = dict(zip(VIEW_OUTPUTS, view(Session(), kinds=("html",))))
+    empty = dict(zip(views.VIEW_OUTPUTS, views.view(Session(), kinds=("html",))))
     canvas = gr.HTML(empty["canvas"], elem_id="canvas")
     return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas}
 
@@ -113,7 +113,7 @@ def build_figures() -> dict:
     (PAGE_ASKS_JS)."""
     # Start with the empty views: the page then loads plotly.js (~2 s on a small CPU) when it opens,
     # not when the first round arrives.
-    empty = dict(zip(VIEW_OUTPUTS, view(Session())))
+    empty = dict(zip(views.VIEW_OUTPUTS, views.view(Session())))
     answer = gr.Textbox(label="output so far (up to the first EOS)", lines=3, interactive=False, elem_id="answer")
     explanation = gr.Markdown(empty["explanation"], elem_id="explanation")
     branches = gr.HTML(empty["branches"], elem_id="branches")
@@ -135,7 +135,7 @@ STEP_API = "The page's Step: one round of the decode Run would stream (for JSON,
 
 def wire(w: Wiring) -> None:
     """Run (the button, Enter in the prompt: one API name), Step, Stop, Reset, the run list, the rounds."""
-    c, session, live, view = w.c, w.session, w.pick(*cb.LIVE_OUTPUTS), w.pick(*cb.VIEW_OUTPUTS)
+    c, session, live, view = w.c, w.session, w.pick(*views.LIVE_OUTPUTS), w.pick(*views.VIEW_OUTPUTS)
     answer = w.pick(*cb.RUN_OUTPUTS)
     w.on(c["run"].click, named(cb.run_with_stop, "prompt"), w.decode_inputs, answer, api_name="run",
          api_description=RUN_API, show_progress="hidden", **MODEL)
@@ -156,7 +156,7 @@ def wire(w: Wiring) -> None:
          show_progress="hidden", **MODEL)
     w.on(c["round_slider"].input, cb.show_round, [session, c["round_slider"]], [*view, c["answer"]], api_name="show_round",
          trigger_mode="always_last", show_progress="hidden", cancels=replays, **VIEW)
-    w.on(c["draw_figures"].click, cb.draw_figures, [session], [*w.pick(*cb.FIGURE_OUTPUTS), c["counters"]],
+    w.on(c["draw_figures"].click, views.draw_figures, [session], [*w.pick(*views.FIGURE_OUTPUTS), c["counters"]],
          api_visibility="private", show_progress="hidden", **VIEW)
     w.on(c["play"].click, cb.toggle_play, [session, c["playing"], c["round_slider"]],
          [c["timer"], c["play"], c["playing"]], api_visibility="private", cancels=replays, show_progress="hidden", **VIEW)

@@ -24,7 +24,8 @@ from lopa.models import ASSETS, DEFAULT_MODEL
 
 from ...serving.session import APP_DEFAULTS, Session
 from ..compare import COMPARE_OUTPUTS, compare_outputs
-from ..round_view.callbacks import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, reset_session, run_list_outputs, view
+from ..round_view.callbacks import reset_session
+from ..round_view.views import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, run_list_outputs, view
 from ..viz import STORY_CSS, counters_html, esc, tour_card
 from .steps import tour_steps
 
