@@ -82,7 +82,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 # recent SESSION_CAPACITY sessions keep their state, an older idle one starts afresh.
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
-# A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
+# A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
 LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
@@ -91,7 +91,7 @@ LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.th
 
 def build_demo() -> gr.Blocks:
     """The whole app; nothing is loaded until a user needs the model."""
-    # delete_cache: Gradio sweeps its cache of what nothing removed (app/disk.py: exports and uploads are removed
+    # delete_cache: Gradio sweeps its cache of what nothing removed (app/serving/disk.py: exports and uploads are removed
     # by the app itself; an upload no load ever read is not)
     with Explorer(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
         gr.Markdown(INTRO)
@@ -99,7 +99,7 @@ def build_demo() -> gr.Blocks:
         # factory: Gradio runs a State's factory as a page-load event of its own, after the page's load
         # listeners, and the fresh Session replaced the one they had set up (a shared link's settings as the
         # visitor's, its DiffusionGemma folder). The page's first load listener hands it back
-        # (app.share.on_load), which starts its time-to-live: sessions expire and free their runs
+        # (app.panels.settings.share.on_load), which starts its time-to-live: sessions expire and free their runs
         # (README "Limits"), and a closed page ends its own (end_page).
         c: dict = {"session": gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=end_session),
                    "playing": gr.State(False)}

@@ -5,7 +5,7 @@ over many uploads of the largest trace the limits accept (through the upload cal
     python scripts/bench_app_memory.py [--runs 200] [--sessions 100] [--uploads 16]
 
 Prints numbers and asserts nothing. The goals: flat after warm-up; uploads raise RSS by at most
-the session's memory budget (app/budget.py), and RSS comes back within 50 MB of its pre-upload
+the session's memory budget (app/serving/budget.py), and RSS comes back within 50 MB of its pre-upload
 level once the session's runs are evicted.
 """
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# The Studies panel's default inputs (app/panels.py build_studies_panel: problems, seed; the knobs' inputs
+# The Studies panel's default inputs (app/panels/studies/__init__.py build_studies_panel: problems, seed; the knobs' inputs
 # start at their declared live defaults, which run_study takes when none is given).
 DEFAULT_LIVE = {"problems": 3, "seed": 15}
 

@@ -1,4 +1,4 @@
-"""Compare a run with the best order found for its prompt (app/best_order.py): the headroom search behind
+"""Compare a run with the best order found for its prompt (app/panels/best_order.py): the headroom search behind
 the GPU boundary, as plain callbacks on a tiny random model; the order found joins the run list as a fork
 and is compared with the run; Stop and the time limit keep the order found so far; bad starts say why."""
 

@@ -122,7 +122,7 @@ COUNT_FRAMES = """(() => { const frame = window.requestAnimationFrame.bind(windo
 
 def test_an_idle_page_asks_for_almost_no_frames(browser, url):
     """Gradio 6.31's app-level status tracker is unmounted while its timer loop runs, and the loop then asks
-    for a frame 60 times a second for as long as the page is open (app/frames.py); with the guard, about one."""
+    for a frame 60 times a second for as long as the page is open (app/serving/frames.py); with the guard, about one."""
     page, requests = open_page(browser, url, init_script=COUNT_FRAMES)
     settle(page, requests)
     before = page.evaluate("window.__callers = {}, window.__frames")

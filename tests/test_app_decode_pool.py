@@ -1,4 +1,4 @@
-"""The decode workers (app/decode_pool.py, app/decode_worker.py): a worker decodes what this process decodes,
+"""The decode workers (app/serving/decode_pool.py, app/serving/decode_worker.py): a worker decodes what this process decodes,
 two workers decode two visitors' jobs at once, Stop leaves the decode paused in its worker and Step goes back
 to it, a worker that dies ends its decode with a message and is replaced, and only the jobs they are for go
 to them. The served app with workers runs two sessions' Runs at once, each session's model events in turn."""

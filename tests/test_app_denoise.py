@@ -1,4 +1,4 @@
-"""The DiffusionGemma panel (app/denoise.py, its saved traces: app/canvas_traces.py) on a tiny random
+"""The DiffusionGemma panel (app/panels/denoise/, its saved traces: app/panels/denoise/traces.py) on a tiny random
 DiffusionGemma folder (the stock config classes, the word-level test tokenizer): picking the folder in
 the model box opens it there, Decode records the sampler's steps and the slider shows each one, a saved
 canvas trace opens (and a hostile one is refused or shown escaped), the decode's bounds; then the same

@@ -1,4 +1,4 @@
-"""What the server keeps on disk for its visitors (app/disk.py): trace exports within a byte budget per
+"""What the server keeps on disk for its visitors (app/serving/disk.py): trace exports within a byte budget per
 session and for the app, oldest first out, gone when the page closes; uploads deleted once read;
 exports served from Gradio's cache without a copy of their own; uploads no load read held within a
 budget, together with those still arriving, however they are sent; the app wires it all."""

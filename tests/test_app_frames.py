@@ -1,4 +1,4 @@
-"""app/frames.py FirstScript: the frame guard is the first thing in the app page's <head>, ahead of Gradio's
+"""app/serving/frames.py FirstScript: the frame guard is the first thing in the app page's <head>, ahead of Gradio's
 module scripts (which take requestAnimationFrame when they load); every other response passes unchanged."""
 
 from starlette.applications import Starlette

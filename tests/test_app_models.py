@@ -1,4 +1,4 @@
-"""Each session's own model, from one cache (app/model_cache.py): the cache's bound in bytes, least recently
+"""Each session's own model, from one cache (app/serving/model_cache.py): the cache's bound in bytes, least recently
 used first and never a model a decode holds; two sessions decoding two models at once, each getting
 its own model's tokens; a session's pick that no other session sees, through gradio_client; /decode's
 `model`."""
@@ -85,7 +85,7 @@ def test_a_model_is_never_evicted_while_a_decode_holds_it(folders):
 
 
 def test_a_model_of_another_kind_shares_the_bound_under_its_own_loader(folders):
-    """A model the LoPA engine does not decode (a DiffusionGemma checkpoint, app/denoise.py) is held by the
+    """A model the LoPA engine does not decode (a DiffusionGemma checkpoint, app/panels/denoise/) is held by the
     same cache under its own loader: in the same bound, least recently used first out, leased; never handed
     to a LoPA caller (nor a LoPA model to it); its tokenizer found by its folder's name."""
     from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""The app reads a click once (app/request.py): one function turns its raw inputs into a request, whose
+"""The app reads a click once (app/serving/request.py): one function turns its raw inputs into a request, whose
 unset settings are the ones the visitor did not touch, and one resolution gives the settings every
 later step uses (Run, Step, Compare, the share link, the command); the settings title names the
 touched settings and resolves nothing."""

@@ -46,7 +46,7 @@ def worker(app_model_dir):
 
 @pytest.fixture
 def zerogpu(worker, monkeypatch):
-    """The app's GPU functions, decorated by the fake spaces.GPU (as app/gpu.py does on a Space)."""
+    """The app's GPU functions, decorated by the fake spaces.GPU (as app/serving/gpu.py does on a Space)."""
     for name, fn in (("decode_rounds_on_gpu", boundary.decode_rounds), ("top_tokens_on_gpu", boundary.top_tokens_at),
                      ("study_steps_on_gpu", boundary.study_steps),
                      ("best_order_steps_on_gpu", boundary.best_order_steps)):

@@ -22,7 +22,7 @@ NAMED = {"round numbers on the arrival view": "#arrival .lopa-tok sub",
 
 
 
-# Each width with a system that prefers light; the laptop's with one that prefers dark too (app/scheme.py: the
+# Each width with a system that prefers light; the laptop's with one that prefers dark too (app/serving/scheme.py: the
 # page keeps its light colours, drawn for them).
 @pytest.fixture(params=[*((width, "light") for width in WIDTHS), ("laptop", "dark")], ids="-".join)
 def page(request, browser, url):

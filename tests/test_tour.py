@@ -1,5 +1,5 @@
 """The arrival view and the guided tour: every claim a step makes is recomputed here from the records
-of the trace it shows, by code independent of app/tour_steps.py, on the shipped traces, on traces
+of the trace it shows, by code independent of app/panels/tour/steps.py, on the shipped traces, on traces
 decoded now by the bundled default model, on the same traces replayed from JSON without their token
 strings, and on a tiny random model whose lookahead branches win often. Then the callbacks, the
 recording script and the arrival HTML."""

@@ -1,7 +1,7 @@
 """The best-order panel, "compare with the best order found": the headroom search of lopa.study.headroom run on the
 shown run's prompt and settings (LoPA's round kept, the extra position of each round chosen by the forwards
-to finish, LoPA below), behind the GPU boundary (app/boundary.py). The order found joins the run list as a
-fork of the run and is compared with it by the comparison's own outputs (app/compare.py), so a visitor sees
+to finish, LoPA below), behind the GPU boundary (app/serving/boundary.py). The order found joins the run list as a
+fork of the run and is compared with it by the comparison's own outputs (app/panels/compare.py), so a visitor sees
 the first round where LoPA's choice and the best choice part.
 
 Bounded for a shared CPU: no rollout starts after SEARCH_SECONDS (the order found so far is then the answer,

@@ -74,7 +74,7 @@ def lopa_title(settings, backend) -> str:
 
 
 class Side:
-    """One decode of the comparison, assembled from its chunks (app.session.LiveRun)."""
+    """One decode of the comparison, assembled from its chunks (app.serving.session.LiveRun)."""
 
     def __init__(self, job: dict, title: str):
         self.live, self.title, self.stopped = LiveRun(job), title, False

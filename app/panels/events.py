@@ -17,12 +17,12 @@ from ..serving.decode_pool import POOL
 from ..serving.session import BACKEND_NAMES, SETTING_NAMES, SINGLE, WORKER_RANGE, take_turn
 from ..serving.updates import as_updates
 
-# Every event that runs the model: one slot per decode worker (app/decode_pool.py; one without workers), each
+# Every event that runs the model: one slot per decode worker (app/serving/decode_pool.py; one without workers), each
 # session's own events one at a time (in_turn).
 MODEL = dict(concurrency_id="model", concurrency_limit=max(1, POOL.size))
 # The jobs that run for many decodes (the best-order search, a live study) take a slot of their own beside
 # MODEL: in MODEL one visitor's minutes-long study held every other visitor's Run until it ended. Beside it,
-# the long job waits between two of its decodes while a visitor's decode runs (app/boundary.py GiveWay), so
+# the long job waits between two of its decodes while a visitor's decode runs (app/serving/give_way.py), so
 # a Run has the CPU to itself. One at a time among themselves.
 LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
@@ -35,7 +35,7 @@ UNSET = ("Every setting left out (None) takes the picked model's own value (its 
 
 
 def in_turn(fn, at: int):
-    """`fn` run in its session's turn (app.session.take_turn): the session is its argument `at`. A stream holds
+    """`fn` run in its session's turn (app.serving.session.take_turn): the session is its argument `at`. A stream holds
     the turn until it ends or is closed."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -62,7 +62,7 @@ def in_turn(fn, at: int):
 def named(fn, *leading: str):
     """`fn(session, *leading, *settings, *backend)` with the signature Gradio names an endpoint's API
     parameters from (else `param_2` ... for its *values): the settings by name, each None by default (unset:
-    the picked model's own value, app.request.read_request; the API lists it so, app.page.Explorer), the
+    the picked model's own value, app.serving.request.read_request; the API lists it so, app.serving.blocks.Explorer), the
     backend at the page's initial values."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params = [inspect.Parameter(name, kind) for name in ("session", *leading)]

@@ -3,7 +3,7 @@ back, and watch the fork decode live from that round (it joins the run list unde
 
 The canvas reports a click through a hidden textbox ("round:position:nonce", see CLICK_JS); the
 chosen cell is kept in a gr.State (`whatif_target`). Forks and the top tokens run behind the GPU
-boundary (app/boundary.py) on the shared model: a fork replays its parent's recorded decisions, or
+boundary (app/serving/boundary.py) on the shared model: a fork replays its parent's recorded decisions, or
 resumes from the parent's saved state where the decoding process kept one
 (lopa.engine.Decoder.stream_fork). Its layout (build_what_if, under the round view's canvas), events
 (wire) and callbacks.

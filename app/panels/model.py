@@ -52,7 +52,7 @@ def warm_model(session: Session) -> str:
 def pick_model(session: Session, choice) -> tuple:
     """(model info, status, model box): make the model in `choice` (a bundled model's folder or name, or
     a typed local folder) this session's model, for every later Run, Step, Compare, fork and study of
-    this session; other sessions keep theirs. It is loaded into the shared cache (app/model_cache.py) now, in
+    this session; other sessions keep theirs. It is loaded into the shared cache (app/serving/model_cache.py) now, in
     the server process, so that a folder that does not load says so at once; then the session keeps its
     model and the box shows that model again. A paused decode of the previous model is stopped."""
     current = session.model or str(MODELS.default)
@@ -61,7 +61,7 @@ def pick_model(session: Session, choice) -> tuple:
         if not isinstance(choice, str):
             raise ValueError(f"model must be a bundled model's name or a folder, got {type(choice).__name__}")
         folder = MODELS.servable(MODELS.folder(choice))
-        if canvas_folder(folder) is not None:     # not a LoPA model: its own panel takes it (app/denoise.py)
+        if canvas_folder(folder) is not None:     # not a LoPA model: its own panel takes it (app/panels/denoise/)
             session.canvas_model, kept = str(folder), MODELS.peek(current)
             return (MODELS.describe(current), picked_message(folder, kept.spec.name if kept else Path(current).name),
                     gr.update(value=current))

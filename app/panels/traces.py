@@ -40,7 +40,7 @@ def build_trace_panel() -> dict:
 
 def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tuple:
     """(file, status): the current trace written as JSON or Parquet for download, into Gradio's cache
-    and charged to the session's disk budget (app/disk.py: its oldest exports go to make room)."""
+    and charged to the session's disk budget (app/serving/disk.py: its oldest exports go to make room)."""
     try:
         fmt = choice("format", fmt, EXPORT_FORMATS)
     except ValueError as err:
@@ -59,7 +59,7 @@ def export_trace(session: Session, fmt: str, request: gr.Request = None) -> tupl
 
 def load_trace(session: Session, file) -> tuple:
     """Replay a trace file without a model (LIVE_OUTPUTS). The file is only parsed (RunResult.load),
-    and the read is charged to the app's memory budget while it runs (app/budget.py)."""
+    and the read is charged to the app's memory budget while it runs (app/serving/budget.py)."""
     path = getattr(file, "name", file)
     if not path:
         return (error_message("no trace file given"),) + live_outputs(session, "")[1:]
@@ -76,7 +76,7 @@ def load_trace(session: Session, file) -> tuple:
         names = token_names(tokenizer, trace_ids(run)) if tokenizer is not None else {}
         try:
             session.replay(run, names, read=read)
-        except ValueError as err:                # over the memory budget (app/budget.py): nothing changed
+        except ValueError as err:                # over the memory budget (app/serving/budget.py): nothing changed
             return (error_message(f"could not load {Path(str(path)).name}: {err}"),) + live_outputs(session, "")[1:]
     where = "token strings from the local tokenizer" if names else "token ids (its tokenizer is not available here)"
     k = run.settings.get("k", "?")

@@ -6,7 +6,7 @@
 
 The UI's own endpoints (`/run`, `/step`, ...) stream HTML and plots for the page; this one returns
 plain JSON. `model` names the model: empty for the default bundled model, a bundled model's name
-(`sure-gsm-dllm`), or a folder this server may load (LOPA_MODEL_DIRS, app/models.py); it comes from
+(`sure-gsm-dllm`), or a folder this server may load (LOPA_MODEL_DIRS, app/serving/models.py); it comes from
 the same cache as the page's models and is independent of any visitor's pick.
 """
 
@@ -74,7 +74,7 @@ def decode(*args, **kwargs) -> dict:
         settings = resolve(chosen, loaded.spec, defaults=APP_DEFAULTS)    # the one resolution: unset -> the model's
         live = LiveRun({"model": str(folder), "prompt": prompt, "settings": settings.to_dict(), "workers": 1,
                         "rounds": None, "resume": None})
-        with closing(stream_jobs([live.job])) as passes:       # through the GPU boundary (app/boundary.py)
+        with closing(stream_jobs([live.job])) as passes:       # through the GPU boundary (app/serving/boundary.py)
             for (chunk,) in passes:
                 live.apply(chunk)
         run = live.run

@@ -34,7 +34,7 @@ class Explorer(gr.Blocks):
 
     def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
         """Gradio's API description, where a parameter the endpoint's function declares with default None
-        is listed with that default (None: unset, the picked model's own value; app.wiring.named) instead of
+        is listed with that default (None: unset, the picked model's own value; app.panels.events.named) instead of
         the input's initial value on the page (the bundled model's, which a caller would send back as its own
         choice). What "Use via API" and gradio_client read."""
         info = super().get_api_info(all_endpoints=all_endpoints, page=page)

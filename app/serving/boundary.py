@@ -1,10 +1,10 @@
 """The GPU boundary: every call that runs the model, as a function of plain values.
 
 On a ZeroGPU Space these functions run in a worker process on a pickled copy of their arguments,
-and what they yield or return is pickled back (app/gpu.py); locally they run in this process. Either
+and what they yield or return is pickled back (app/serving/gpu.py); locally they run in this process. Either
 way they take JSON-able values (a prompt, a settings dict, the model's folder, a trace as a dict) and
-give JSON-able values (trace chunks), and the session is updated outside them (app/session.py). Each
-call takes the model its arguments name from the shared cache (app/model_cache.py) and holds it (a lease)
+give JSON-able values (trace chunks), and the session is updated outside them (app/serving/session.py). Each
+call takes the model its arguments name from the shared cache (app/serving/model_cache.py) and holds it (a lease)
 while it runs, so the cache never evicts a model under a decode.
 
     decode_rounds(jobs)   -> yields, per pass over the jobs, [chunk, ...] (one round of each job)
@@ -17,7 +17,7 @@ A job: {"model": the model's folder, "prompt": str, "settings": DecodeSettings.t
 "resume": None | {"kind": "continue", "run_id", "trace"} | {"kind": "fork", "trace", "at_round",
 "commit", "hold"}}. A chunk: {"job": i, "records": [RoundRecord dict], "tokens", "text", "finished",
 "names": [[id, text], ...], "header": {...} on a job's first chunk}, or {"job": i, "error": message,
-"kind": "input" | "fault" | "worker" (app/decode_pool.py: its worker stopped)}. Errors travel as values: ZeroGPU
+"kind": "input" | "fault" | "worker" (app/serving/decode_pool.py: its worker stopped)}. Errors travel as values: ZeroGPU
 passes only an exception's class name.
 
 A paused decode is resumed from its trace: the worker replays the recorded decisions (one forward
@@ -225,7 +225,7 @@ class _Job:
 
 def _take_bp_turn() -> bool:
     """The branch-parallel ranks for one decode at a time: with decode workers the model slots are several
-    (app/wiring.py MODEL), and two decodes on one group of ranks would mix their messages."""
+    (app/panels/events.py MODEL), and two decodes on one group of ranks would mix their messages."""
     if not BP_TURN.acquire(timeout=BP_WAIT_S):
         raise ValueError(f"the branch-parallel ranks are busy with another visitor's decode (waited "
                          f"{BP_WAIT_S:.0f} s): try again when it ends, or choose the single-process backend")
@@ -268,7 +268,7 @@ decode_rounds_on_gpu = gpu(decode_rounds)
 
 
 def stream_jobs(jobs: list[dict]):
-    """decode_rounds where it runs best: in a decode worker (app/decode_pool.py: small models on a CPU server,
+    """decode_rounds where it runs best: in a decode worker (app/serving/decode_pool.py: small models on a CPU server,
     so that two visitors' decodes run at once), else through the GPU boundary; the branch-parallel backend's
     ranks are CPU processes this server started, so its jobs run here, outside any GPU call."""
     if any(int(job.get("workers", 1)) > 1 for job in jobs):

@@ -7,7 +7,7 @@ one, whose peak is bounded before each step that spends it (lopa.read_budget.che
 JSON, lopa.parquet_trace for Parquet). So a read never needs the kept runs gone first (a file that
 fails to load costs none of them), and the session's peak stays within its budget. Its loaded
 traces stay within HOLD_BYTES: a new one first evicts the session's oldest loaded runs that it needs
-room for (app/runs.py), and one bigger than the whole budget is refused. All sessions together stay
+room for (app/serving/runs.py), and one bigger than the whole budget is refused. All sessions together stay
 within APP_BUDGET_BYTES, reads in progress included: a read is charged its bound for as long as it
 runs (`Ledger.reading_trace`), so reads in several sessions at once cannot together overrun the app; a
 read, or a trace that does not fit even after its own session's evictions, is refused with a

@@ -16,8 +16,8 @@ from .budget import return_freed_memory
 
 
 async def end_page(request: gr.Request = None) -> None:
-    """demo.unload: the closed page's jobs end, its exports leave the disk (app.disk.end_session), and its
-    States are ended now, each by its own delete callback (end_session, app.denoise.end_canvas_view), so a
+    """demo.unload: the closed page's jobs end, its exports leave the disk (app.serving.disk.end_session), and its
+    States are ended now, each by its own delete callback (end_session, app.panels.denoise.callbacks.end_canvas_view), so a
     crowd's closed tabs give their runs back at once. Gradio 6.31 would keep a closed page's States an hour
     (SessionState.STATE_TTL_WHEN_CLOSED: 3600 s, longer than SESSION_TTL_S) in case the page comes back; a
     reloaded page is a new session here, and one whose connection dropped and came back starts with a fresh

@@ -1,4 +1,4 @@
-"""Decode workers: on a CPU Space (or wherever LOPA_DECODE_WORKERS says), the visitors' decodes (app/boundary.py
+"""Decode workers: on a CPU Space (or wherever LOPA_DECODE_WORKERS says), the visitors' decodes (app/serving/boundary.py
 decode_rounds: Run, Step, a fork, Compare, /decode) run in worker processes, so that two visitors' decodes run
 side by side, and a decode beside the server's own work for the streams.
 
@@ -24,10 +24,10 @@ Space, a GPU: one device, nothing to gain) runs in this process, as without work
 
 A worker decodes up to AHEAD passes (a round of each job) beyond the one the caller is taking, and a paused
 decode stays in the worker that ran it: Step goes back to it (`_homes`); a Run stopped while its worker ran
-ahead, or a decode continued in another worker, replays its trace (app/boundary.py: the same tokens, more
+ahead, or a decode continued in another worker, replays its trace (app/serving/boundary.py: the same tokens, more
 forwards; these models are small enough that a replay costs little). Every wait here has a bound; a
 worker that dies or stops answering is replaced, and the decode it ran ends with an error chunk (kind
-"worker") that the page shows as a message. A worker is a fresh interpreter (app/decode_worker.py), not a
+"worker") that the page shows as a message. A worker is a fresh interpreter (app/serving/decode_worker.py), not a
 fork of the server, whose threads a fork would copy mid-step, nor a multiprocessing child, which would
 run the server's main script again.
 """
@@ -46,13 +46,13 @@ from pathlib import Path
 
 # Largest model (parameters) a worker decodes: below it a copy per worker costs little (the bundled models:
 # 0.8 M, a few MB) and forks replay their parent's decisions rather than keep per-round states
-# (app/session.py KEEP_STATES_MIN_PARAMS), so nothing a run needs later lives only in a worker.
+# (app/serving/session.py KEEP_STATES_MIN_PARAMS), so nothing a run needs later lives only in a worker.
 POOL_MAX_PARAMS = 10_000_000
 WORKERS_ENV = "LOPA_DECODE_WORKERS"
 MAX_WORKERS = 8
 START_S = 180.0        # a worker's start: importing torch and the app, loading and warming the model
 PASS_S = 120.0         # one pass (a round of each job) of a model this small
-TAKE_S = 30.0          # waiting for an idle worker (the model slots match the workers: app/wiring.py MODEL)
+TAKE_S = 30.0          # waiting for an idle worker (the model slots match the workers: app/panels/events.py MODEL)
 POLL_S = 0.5           # how often a wait looks whether its worker is still alive
 # Passes a worker may decode beyond those the server took: the next round is ready when the server asks for
 # it. In lockstep two visitors' decodes each took twice as long as one alone, every round waiting for the
@@ -101,7 +101,7 @@ class WorkerGone(Exception):
 
 # -- the server's side ------------------------------------------------------------------------------------
 class _Worker:
-    """One worker process (app/decode_worker.py, a fresh interpreter) and the server's end of its socket."""
+    """One worker process (app/serving/decode_worker.py, a fresh interpreter) and the server's end of its socket."""
 
     def __init__(self, warm: str | None, threads: int):
         ours, theirs = socket.socketpair()

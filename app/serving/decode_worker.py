@@ -1,8 +1,8 @@
-"""A decode worker (app/decode_pool.py starts it): `python -m app.serving.decode_worker FD WARM THREADS`. It warms the
+"""A decode worker (app/serving/decode_pool.py starts it): `python -m app.serving.decode_worker FD WARM THREADS`. It warms the
 model in folder WARM (none if empty), says it is ready on the socket FD, then serves the server's messages
 until told to exit or until the server's end closes:
 
-    ("jobs", [job, ...], ahead)  decode_rounds(jobs) (app/boundary.py): ("chunks", [...]) for each pass, at most
+    ("jobs", [job, ...], ahead)  decode_rounds(jobs) (app/serving/boundary.py): ("chunks", [...]) for each pass, at most
                                  `ahead` passes beyond those the server took (it says ("next",) for each), then
                                  ("end",), or ("raise", message) for an exception the server raises in its place
     ("close",)             stop the decode under way, if any (it is kept, paused); answered ("closed",)

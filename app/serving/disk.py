@@ -4,9 +4,9 @@ Exports are written straight into Gradio's cache folder (lopa-exports/<session>/
 serves as they are, without a copy of its own. Each is charged its bytes: one session keeps at most
 SESSION_DISK_BYTES (its own oldest exports go first to make room), all sessions together DISK_BUDGET_BYTES
 (then the oldest exports of any session go first), and one bigger than a session's budget is refused. A
-session's exports are removed when its page closes (`end_session`, called by app.session.end_page on demo.unload). An uploaded trace
+session's exports are removed when its page closes (`end_session`, called by app.serving.closed_pages.end_page on demo.unload). An uploaded trace
 is deleted as soon as it was read (`discard_upload`): the run lives in the session's memory, bounded by
-app/budget.py. An upload that no load ever read (a POST to /upload alone) stays in Gradio's cache until its
+app/serving/budget.py. An upload that no load ever read (a POST to /upload alone) stays in Gradio's cache until its
 delete_cache (CACHE_SWEEP_S, CACHE_AGE_S) sweeps it. `BoundUploads` holds those stored and those on their way
 in within UPLOAD_DISK_BYTES together, at every moment: each upload reserves its bytes (UPLOADS, under one lock)
 before Gradio writes them, its Content-Length up front or, without one, as the bytes arrive, removing the
@@ -147,7 +147,7 @@ EXPORTS = Exports(SESSION_DISK_BYTES, DISK_BUDGET_BYTES)
 
 
 def end_session(request: gr.Request = None) -> None:
-    """The closed page's exports go (app.session.end_page, on demo.unload, passes the ending session's request)."""
+    """The closed page's exports go (app.serving.closed_pages.end_page, on demo.unload, passes the ending session's request)."""
     EXPORTS.end_session(session_key(request))
 
 

@@ -13,7 +13,7 @@ GIVE_WAY_S = 3.0
 
 class GiveWay:
     """The decodes a visitor waits on (Run, Step, a fork, Compare: decode_rounds) under way in this process,
-    and the long jobs' turn after them. A long job runs beside them in a slot of its own (app/wiring.py,
+    and the long jobs' turn after them. A long job runs beside them in a slot of its own (app/panels/events.py,
     LONG), and on a small CPU a Run that shares the cores with a search took twice as long; between two of
     its decodes a long job now waits for them to end, at most GIVE_WAY_S each time, so it still moves on
     under a stream of Runs. On ZeroGPU each call runs in a worker process of its own and never waits here."""

@@ -3,9 +3,9 @@ everywhere else, so one code path runs locally and on a Space.
 
 On ZeroGPU (the `spaces` package, 0.51: spaces/zero/wrappers.py) a decorated call runs in a worker
 process forked from the server, on a pickled copy of its arguments; what it returns or yields is
-pickled back. So the functions given to `gpu` (app/boundary.py) take and return plain values, never
+pickled back. So the functions given to `gpu` (app/serving/boundary.py) take and return plain values, never
 a session, a generator or a model, and the model is loaded before the worker forks: at import time
-(app.model_cache.preload, called by app.py), never inside a decorated call.
+(app.serving.model_cache.preload, called by app.py), never inside a decorated call.
 
 `spaces` is not in requirements.txt: Hugging Face installs it on every Gradio Space, and everywhere
 else the decorator would be the identity anyway (spaces.GPU returns the function unchanged unless

@@ -4,7 +4,7 @@ the page's options). Decode settings are read by the registry (lopa.settings.Set
 resolve); everything else by these helpers, with the same kind of message: it names the input, says
 what it may be and quotes at most a short prefix of what was given.
 
-The wiring passes raw values to the callbacks (preprocess=False, app/wiring.py): Gradio's own checks
+The wiring passes raw values to the callbacks (preprocess=False: app.panels.events.Wiring.on): Gradio's own checks
 would answer a string in a number box with a traceback, and a 100 KB value outside a dropdown's
 choices with that value in full, before any of this code could name the input.
 """

@@ -1,17 +1,17 @@
 """The one cache of loaded models every session decodes with (MODELS), and what reads it.
 
-A session picks its own model (app/session.py: `Session.model`, a folder); a decode job names that
+A session picks its own model (app/serving/session.py: `Session.model`, a folder); a decode job names that
 folder and the decoding side takes the model from MODELS, a cache shared by every session and bounded
 by the models' bytes (LOPA_MODEL_CACHE_BYTES). A model is only read, never changed, so sessions share
 it safely. The least recently used model goes first when the bound is passed, never one that a decode
 still holds (a lease: `MODELS.lease(folder)`). Loads are serialised by a lock so two first clicks do
 not load one model twice; a failed load changes nothing. A model the LoPA engine does not decode (a
-DiffusionGemma checkpoint, app/denoise.py) lives in the same cache, in the same bound, under its own
+DiffusionGemma checkpoint, app/panels/denoise/) lives in the same cache, in the same bound, under its own
 loader (`MODELS.lease(folder, load=...)`): an entry is only ever served to the loader that made it.
 The branch-parallel backend is one persistent lopa.distributed.group.BPGroup beside the cache, over
 the model of the job that asks for it, started on first use, restarted when the worker count or the
 model changes, closed at exit. Which folders name a model, and which a server may load, is
-app/models.py's; this module builds on it, never the other way round.
+app/serving/models.py's; this module builds on it, never the other way round.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class _Entry:
     nbytes: int
     leases: int = 0             # decodes holding it right now: never evicted while > 0
     warmed: bool = False
-    load: object = None         # the loader of a model of another kind (app/denoise.py); None: a LoPA model (_load)
+    load: object = None         # the loader of a model of another kind (app/panels/denoise/); None: a LoPA model (_load)
 
 
 class ModelCache:
@@ -99,7 +99,7 @@ class ModelCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()   # key(folder) -> entry, oldest use first
         self._lock = threading.RLock()      # the entries; held briefly
         self._loading = threading.Lock()    # one load at a time; cached models are served meanwhile
-        self.on_evict: list = []            # callbacks(key) when a model leaves (app/boundary.py drops its paused decodes)
+        self.on_evict: list = []            # callbacks(key) when a model leaves (app/serving/boundary.py drops its paused decodes)
         self.bp = None              # lopa.distributed.group.BPGroup of the branch-parallel backend, once started
 
     # -- naming a model ------------------------------------------------------------------------
@@ -340,7 +340,7 @@ def tokenizer_for_trace(spec: dict):
 def preload() -> None:
     """On a ZeroGPU Space, load the bundled models into the cache now, at import: on the CPU, then
     `.to("cuda")`, which `spaces` records and replays in each GPU worker (its documented pattern; the
-    server process itself has no GPU). They are the models a visitor may pick there (app.callbacks.
+    server process itself has no GPU). They are the models a visitor may pick there (app.panels.model.
     pick_model). Elsewhere a model loads on first use. Called by app.py before launch."""
     if zero_gpu():  # pragma: no cover - only on a ZeroGPU Space
         for _, folder in bundled_models():

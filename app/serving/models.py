@@ -3,7 +3,7 @@ example prompts.
 
 A model choice names a folder: a bundled model under assets/models (by its plain name) or, where
 LOPA_MODEL_DIRS allows, any local Hugging Face folder. Loading and holding the models is the cache's
-(app/model_cache.py, MODELS), which builds on this module; nothing here loads a model.
+(app/serving/model_cache.py, MODELS), which builds on this module; nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -108,5 +108,5 @@ def trace_ids(run) -> set[int]:
 
 # -- example prompts -----------------------------------------------------------------------------
 def example_prompts(per_file: int = 4) -> list[str]:
-    """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.examples)."""
+    """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.serving.examples)."""
     return [prompt for _, prompts in example_groups(per_file) for prompt in prompts]

@@ -7,7 +7,7 @@ hand, a paper preset, a shared link); every other setting is unset and takes the
 the app's default. Unset means that and only that: an input touched and left equal to what the page
 showed is still the visitor's. A caller with no page (an API client: its session's `touched` is None)
 touched every input it sends a value for; one it sends as None (or blank) is unset, which is what the
-API lists as the default of every setting (app.page.Explorer.get_api_info). `Request.resolve` is the one resolution (lopa.resolution.resolve) that
+API lists as the default of every setting (app.serving.blocks.Explorer.get_api_info). `Request.resolve` is the one resolution (lopa.resolution.resolve) that
 Run, Step, Compare, the share link and the command line take their settings from; the settings title
 counts the touched names and resolves nothing.
 """

@@ -19,8 +19,8 @@ from .budget import HOLD_BYTES, LEDGER, Read, held_bytes, mb, return_freed_memor
 
 INDENT = "\u2003\u2003"          # em spaces: radio labels collapse ordinary ones
 # A session's memory is bounded: at most MAX_RUNS runs, and its loaded traces within the half of its
-# byte budget that holds them (app/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
-# per-round states stay in the decoding process (app/boundary.py), never in a session.
+# byte budget that holds them (app/serving/budget.py); the oldest original run and its forks go first. Runs here are plain data; saved
+# per-round states stay in the decoding process (app/serving/boundary.py), never in a session.
 MAX_RUNS = 24
 
 

@@ -10,7 +10,7 @@ the system's scheme with "light": Gradio asks `matchMedia("(prefers-color-scheme
 mounts and listens to it for changes, and both get a query that never matches. An explicit choice still
 wins: Gradio reads `?__theme=dark` in the address first.
 
-The guard must run before Gradio's modules do, so it travels with app.frames.FirstScript, first in the
+The guard must run before Gradio's modules do, so it travels with app.serving.frames.FirstScript, first in the
 page's <head>. tests/test_readability_browser.py reads the page in a dark-scheme browser too.
 """
 

@@ -1,8 +1,8 @@
 """Per-user session state (held in a gr.State), the names of the settings inputs and the backend (a click's
-request is read from them by app/request.py).
+request is read from them by app/serving/request.py).
 
 A Session holds plain data only, so that the model can run behind a process boundary (ZeroGPU,
-app/gpu.py): a decode is a job (plain values) given to app/boundary.py, whose chunks (records,
+app/serving/gpu.py): a decode is a job (plain values) given to app/serving/boundary.py, whose chunks (records,
 tokens, token names) the session assembles into `session.run`, a RunResult snapshot. Run takes the
 chunks of one call to the end, Step one chunk, Stop stops taking them; a paused decode continues
 from its trace. The UI never touches engine tensors.
@@ -42,7 +42,7 @@ WORKER_RANGE = (2, 4)        # ranks of a branch-parallel group (each holds a mo
 # refresh (the bundled model: ~8 ms a forward) while the copies cost ~1 MB a run in every
 # session, which grew a Space's memory with its visitors; past MAX (a 7B model: tens of MB a
 # round) the copies are too large. Between the two the decoding process keeps them for the few newest
-# runs of all sessions together (app/boundary.py, MAX_KEPT); sessions never hold them.
+# runs of all sessions together (app/serving/boundary.py, MAX_KEPT); sessions never hold them.
 KEEP_STATES_MIN_PARAMS = 10_000_000
 KEEP_STATES_MAX_PARAMS = 100_000_000
 
@@ -70,7 +70,7 @@ def backend_from_ui(kind=SINGLE, workers=WORKER_RANGE[0]) -> Backend:
 
 
 class LiveRun:
-    """A decode running behind the GPU boundary (app/boundary.py), assembled from its chunks: the
+    """A decode running behind the GPU boundary (app/serving/boundary.py), assembled from its chunks: the
     header of its first chunk (or the run it continues), its records, its token names."""
 
     def __init__(self, job: dict, header: dict | None = None, records=(), names: dict | None = None):
@@ -99,14 +99,14 @@ class LiveRun:
 @dataclass
 class Session:
     """One browser session: its runs and the decode it may continue. Holds plain data only; the
-    model runs behind app/boundary.py, which gets a job (plain values) and gives chunks back."""
+    model runs behind app/serving/boundary.py, which gets a job (plain values) and gives chunks back."""
     run: RunResult | None = None          # what the page shows: live snapshot or loaded trace
     names: dict = field(default_factory=dict)   # token id -> string for the figures
     source: str = "idle"                  # "idle" | "live" | "replay"
     live: LiveRun | None = None           # the unfinished decode (paused, or streaming right now)
     key: tuple | None = None              # (prompt, settings, backend) the live decode decodes
     streaming: bool = False               # a Run callback is draining the decode right now
-    searching: bool = False               # the best-order search (app/best_order.py) runs from this session's run
+    searching: bool = False               # the best-order search (app/panels/best_order.py) runs from this session's run
     stop_requested: bool = False
     elapsed_before: float = 0.0           # wall clock spent in earlier Run/Step calls of this decode
     active_since: float | None = None
@@ -117,9 +117,9 @@ class Session:
     runs: RunTree = field(default_factory=RunTree)      # every run of this session, forks under their parent
     current: str | None = None            # id of the run the page shows
     runs_changed: bool = False            # the run list needs redrawing
-    model: str | None = None              # the folder of the model this visitor picked (app/models.py); None: the default
-    canvas_model: str | None = None       # the DiffusionGemma folder this visitor picked (app/denoise.py decodes it)
-    # The settings inputs this visitor set (by hand, a preset, a link): their request (app/request.py); the others
+    model: str | None = None              # the folder of the model this visitor picked (app/serving/models.py); None: the default
+    canvas_model: str | None = None       # the DiffusionGemma folder this visitor picked (app/panels/denoise/ decodes it)
+    # The settings inputs this visitor set (by hand, a preset, a link): their request (app/serving/request.py); the others
     # show the model's own values. None until the page loads: a caller with no page sets every input it sends.
     touched: frozenset | None = None
     shown_arriving: bool = False          # the first fast Run's rounds were shown again (callbacks.show_rounds_arriving)
@@ -189,7 +189,7 @@ class Session:
             entry.run = self.run
 
     def apply(self, chunk: dict):
-        """Take one chunk of the live decode (app/boundary.py). Returns its RoundRecord (None if it
+        """Take one chunk of the live decode (app/serving/boundary.py). Returns its RoundRecord (None if it
         has none). Raises ValueError (empty / over-long prompt, from the first round) or RuntimeError
         (a branch-parallel fault) from an error chunk; the decode is then over."""
         live = self.live
@@ -211,7 +211,7 @@ class Session:
 
     def check_free(self) -> None:
         """ValueError while this session's best-order search runs. The search runs beside the model slot
-        (app/wiring.py, LONG), so this session's Run, Step, forks, Compare and model choice could start
+        (app/panels/events.py, LONG), so this session's Run, Step, forks, Compare and model choice could start
         meanwhile; they would share its stop flag and run list."""
         if self.searching:
             raise ValueError("this session's best-order search is still running: wait for it or press its Stop")
@@ -245,7 +245,7 @@ class Session:
 
     def replay(self, run: RunResult, names: dict, read: Read | None = None) -> None:
         """Show a loaded trace; no model involved. ValueError, with the session unchanged, when it is
-        over the memory budget (app/budget.py). `read`: the read that built it, whose charge it takes."""
+        over the memory budget (app/serving/budget.py). `read`: the read that built it, whose charge it takes."""
         entry = self.runs.add("loaded trace", names=names, source="replay", run=run, read=read)
         self.close()
         self.current, self.runs_changed = entry.id, True
@@ -283,7 +283,7 @@ class Session:
 
 
 # A session's model events run one at a time, in the order they came, as when the server had one model slot:
-# with decode workers it has one per worker (app/wiring.py MODEL), and two events of one page (Run and a run's
+# with decode workers it has one per worker (app/panels/events.py MODEL), and two events of one page (Run and a run's
 # selection, a Step, a model pick, a tour step and its Close) would otherwise race on its run list and
 # snapshots. Other sessions' events run beside them.
 TURN_WAIT_S = 600.0

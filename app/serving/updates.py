@@ -23,7 +23,7 @@ def as_updates(fn, outputs):
     callbacks stay plain functions returning values (their tests read values); gr.State outputs
     and components returned as updates pass through unchanged. API clients of these UI endpoints
     see Gradio's update dict ({"__type__": "update", "value": ...}) for a value; the typed endpoint
-    /decode (app/api.py) is not wrapped."""
+    /decode (app/serving/api.py) is not wrapped."""
     plain = [not getattr(o, "stateful", False) for o in outputs]
 
     def convert(out):

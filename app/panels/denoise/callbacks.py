@@ -3,18 +3,18 @@
 DiffusionGemma is not a masked diffusion LM, so the LoPA engine (and every control of the round view)
 does not decode it (docs/checkpoints.md, "DiffusionGemma on its own sampler"). When a visitor picks a
 DiffusionGemma folder in the model box, the session keeps its LoPA model and this panel takes the folder
-(`Session.canvas_model`, set by app.model_and_settings.pick_model, or by a share link: app/share.py);
+(`Session.canvas_model`, set by app.panels.model.pick_model, or by a share link: app/panels/settings/share.py);
 Decode runs lopa.models.diffusion_gemma.decode on the page's prompt and shows the lopa-canvas-trace/1 it
 records (the panel's own gr.State, `CanvasView`): each step's canvas (kept / accepted / re-noised), the
 entropy of every position at every step, the step each final token settled, counters. A saved canvas
-trace can be opened too, and the trace shown saved for download (app/canvas_traces.py).
+trace can be opened too, and the trace shown saved for download (app/panels/denoise/traces.py).
 
 A decode is bounded three ways: the wiring runs it in the model events' slot (one model event at a
 time, like Run), its canvases x steps are at most MAX_FORWARDS, and a forward that starts after
 DECODE_SECONDS (LOPA_CANVAS_DECODE_S) ends it with a message. The DiffusionGemma models live in the app's
-one models' cache (app/model_cache.py, `load=load_canvas_model`): counted in its byte bound beside the LoPA
+one models' cache (app/serving/model_cache.py, `load=load_canvas_model`): counted in its byte bound beside the LoPA
 models, least recently used first out, never while a decode holds one (a lease). On ZeroGPU the panel
-decodes nothing (a GPU worker only sees the models loaded before it forks: app/gpu.py), and replays saved
+decodes nothing (a GPU worker only sees the models loaded before it forks: app/serving/gpu.py), and replays saved
 traces only.
 """
 
@@ -74,7 +74,7 @@ NO_FOLDER = ("No DiffusionGemma checkpoint picked: type its folder in the model 
 # -- the model: in the app's models' cache, under its own loader -------------------------------------
 @dataclass(frozen=True)
 class CanvasModel:
-    """A loaded DiffusionGemma checkpoint as the models' cache holds it (app/model_cache.py counts `model`'s bytes
+    """A loaded DiffusionGemma checkpoint as the models' cache holds it (app/serving/model_cache.py counts `model`'s bytes
     and finds `tokenizer` for a saved trace whose model is called like `path`'s folder)."""
     model: object
     tokenizer: object

@@ -1,8 +1,8 @@
-"""Saved canvas traces in the DiffusionGemma panel (app/denoise.py): open one, save the one shown.
+"""Saved canvas traces in the DiffusionGemma panel (app/panels/denoise/): open one, save the one shown.
 
 A saved lopa-canvas-trace/1 (JSON) is bounded in size, read within the app's memory budget, validated by
 lopa.canvas_schema before use, and every string it holds reaches the page through `esc`; the trace shown is
-saved for download as the same file, within the app's disk budgets (app/disk.py). Plain callbacks like the
+saved for download as the same file, within the app's disk budgets (app/serving/disk.py). Plain callbacks like the
 panel's (the wiring connects them): load_canvas_trace returns DENOISE_OUTPUTS, export_canvas_trace
 (file, status).
 """
@@ -47,7 +47,7 @@ def load_canvas_trace(view: CanvasView, file) -> tuple:
             del body
             if not run.records:
                 raise ValueError("the trace has no denoising steps to show")
-            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/model_cache.py)
+            tokenizer = tokenizer_for_trace({"name": run.model})      # a cached DiffusionGemma's too (app/serving/model_cache.py)
             view.hold(run, trace_names(tokenizer, run), read=read)
     except (ValueError, OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
         return (error_status(f"could not open {shown_name}: {err}"),) + unchanged()

@@ -32,7 +32,7 @@ document.addEventListener("click", (event) => {
 
 
 # What a page's Run leaves for the page to ask for, by pressing a hidden button (no request otherwise):
-# - its figures (app/callbacks.py draw_figures): the counters then say data-figures="stale", and the page asks
+# - its figures (views.draw_figures): the counters then say data-figures="stale", and the page asks
 #   once one of them is on the screen: at once when it is, when the visitor scrolls to them otherwise. A page
 #   with nothing stale watches nothing and sends nothing;
 # - its rounds shown again (callbacks.show_rounds_arriving): the counters carry data-replay (the run's id), and

@@ -35,9 +35,9 @@ MESSAGE_S = REFRESH_S["html"]
 
 
 def _start_or_continue(session: Session, prompt: str, values, rounds: int | None = None) -> dict:
-    """The job (app/boundary.py) that begins a new decode, or continues a paused one of the same
+    """The job (app/serving/boundary.py) that begins a new decode, or continues a paused one of the same
     prompt, settings and backend. `values`: the settings inputs, optionally followed by the backend
-    inputs, read once (app.request.read_request: what the visitor touched is the request) and resolved
+    inputs, read once (app.serving.request.read_request: what the visitor touched is the request) and resolved
     once on the session's model. `rounds`: None to the end, 1 for Step."""
     prompt = text("prompt", prompt)
     request = read_request(values, session.touched)     # every input read before any model is touched
@@ -84,9 +84,9 @@ RUN_OUTPUTS = LIVE_OUTPUTS + ("stop",)
 
 def run_with_stop(session: Session, prompt: str, *values):
     """run_stream's outputs and the round view's Stop (RUN_OUTPUTS): left as it is while the decode streams
-    (the page enabled it at the click: app.layout.ENABLE_STOP_JS), then enabled only where a decode is left to
+    (the page enabled it at the click: app.wiring.ENABLE_STOP_JS), then enabled only where a decode is left to
     stop (layout.decode_stop). In the Run's own messages: a call after each Run for it was one more event, and
-    every event's messages cost the page (app.wiring.no_hidden_progress)."""
+    every event's messages cost the page (app.serving.progress.no_hidden_progress)."""
     for outputs in run_stream(session, prompt, *values):
         yield outputs + (gr.skip() if session.streaming else decode_stop(session),)
 
@@ -168,7 +168,7 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
 # of a second showed its first and last rounds only. Once a session: later Runs rest on their end. It is
 # for the visitor's eyes and no one waits on it: while another visitor's decode runs it is left out, or
 # jumps to its end (boundary.TURNS), so it never shares the CPU with someone's Run. The page asks for it
-# (app.panels.PAGE_ASKS_JS) when a Run's final counters carry data-replay: a Run that needs none sends no
+# (app.panels.round_view.PAGE_ASKS_JS) when a Run's final counters carry data-replay: a Run that needs none sends no
 # request for it (Gradio's page updates the loading state of every component it has seen on each message
 # of each event, so each event of a Run costs every page some CPU, more the more components it holds).
 REPLAY_STEP_S = 0.15
@@ -179,7 +179,7 @@ def show_rounds_arriving(session: Session):
     """ARRIVING_OUTPUTS, once per round of the session's first Run when it finished in under REPLAY_UNDER_S
     (else nothing): the round on the slider and the canvas, ending on the Run's final round. Anything the
     visitor starts meanwhile (Run, Step, Reset, another run) ends it; the slider and Play cancel it
-    (app/wiring.py)."""
+    (the round view's wire, __init__.py)."""
     run = session.run
 
     def moved_on() -> bool:      # another run shown, a decode started, or the visitor took the slider or Play

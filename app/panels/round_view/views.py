@@ -132,7 +132,7 @@ FIGURE_OUTPUTS = tuple(name for name in VIEW_OUTPUTS if VIEW_KINDS[name] == "plo
 
 def draw_figures(session: Session) -> tuple:
     """FIGURE_OUTPUTS and the counters: the figures a page's Run ended without, drawn when the page shows
-    them (app.panels.PAGE_ASKS_JS asks). Plotly drawing three figures was half of what a page spent on a
+    them (app.panels.round_view.PAGE_ASKS_JS asks). Plotly drawing three figures was half of what a page spent on a
     Run of the first example, most often for figures below the screen. Nothing when they are drawn already
     (the slider or Play drew a round since) or a decode streams."""
     if session.streaming:

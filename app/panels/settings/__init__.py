@@ -22,7 +22,7 @@ from . import share
 def setting_input(name: str, value):
     """The input of one registry setting (lopa.settings.SETTINGS): a dropdown for choices, a slider for
     a bounded interval, a number box otherwise; its label, help and range from the registry. Values
-    are checked by the registry when read (app.request.read_request), with its message."""
+    are checked by the registry when read (app.serving.request.read_request), with its message."""
     spec = SETTINGS[name]
     kw = dict(label=spec.label or name, info=f"{spec.help} ({spec.describe()})", value=value,
               elem_id=name.replace("_", "-"))
@@ -45,7 +45,7 @@ def build_settings_panel() -> dict:
                              elem_id="preset")
         inputs = {name: setting_input(name, APP_DEFAULTS[name]) for name in SETTING_NAMES}
     # ---- BACKEND SLOT --------------------------------------------------------------------------
-    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.model_cache.ModelCache.bp_group.
+    # Where the LoPA decode runs (Run, Step and Compare's LoPA side); see app.serving.model_cache.ModelCache.bp_group.
     with gr.Group(elem_id="backend-slot"):
         with gr.Row():
             backend = gr.Radio([SINGLE, BRANCH_PARALLEL], value=SINGLE, label="backend", scale=3, elem_id="backend")

@@ -57,7 +57,7 @@ def apply_preset(name: str, session: Session | None = None) -> tuple:
 def settings_follow(request: gr.Request, session: Session, prompt, *values) -> tuple:
     """(settings title, share link, command) after the visitor's settings changed (an input, a preset, a
     link): what follows their request. `values`: the settings inputs, then the DiffusionGemma panel's
-    (app.share.links)."""
+    (app.panels.settings.share.links)."""
     return (settings_title(session), *share.links(request, session, prompt, *values))
 
 
@@ -75,7 +75,7 @@ def toucher(name: str):
 def follow_session_model(session: Session, *values) -> tuple:
     """The settings inputs (SETTING_NAMES order) once the session's model is known (page load, a model
     picked): the inputs the visitor has not touched show the model's own values, as Run resolves them
-    (app.request.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
+    (app.serving.request.follow_model: a Dream-format checkpoint asking for full attention shows full); touched
     ones are kept."""
     try:
         spec = MODELS.get(MODELS.folder(getattr(session, "model", None))).spec

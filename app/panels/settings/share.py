@@ -2,10 +2,10 @@
 that restores them when opened (`?prompt=...&model=sure-gsm-dllm&k=2`: the settings that differ from
 what the model shows), and the `lopa generate --model ...` command line that decodes the same run
 (the settings that differ from what `lopa generate` resolves on that model). Pure functions over the
-settings inputs (app.session.SETTING_NAMES), plus the thin callbacks the wiring uses and the bound on
+settings inputs (app.serving.session.SETTING_NAMES), plus the thin callbacks the wiring uses and the bound on
 a link's length (BoundLinkLength).
 
-A DiffusionGemma folder picked for its own panel (app/denoise.py) rides along: `canvas=<folder>` and
+A DiffusionGemma folder picked for its own panel (app/panels/denoise/) rides along: `canvas=<folder>` and
 the panel's settings that differ from their defaults (`canvas_seed=3`); the link reopens that folder in
 the panel (canvas_query, read_canvas_link, open_canvas_link). The `lopa generate` command has no
 DiffusionGemma counterpart (`python -m lopa.models.diffusion_gemma` decodes one), so it leaves them out.
@@ -44,7 +44,7 @@ MAX_PROMPT_CHARS = 4000                      # a link longer than this is not a 
 # longest prompt and every setting stays far below it.
 MAX_QUERY_BYTES = 16_384
 CUT_MARK = "cut"                             # the query field that says which fields the cut dropped
-CANVAS_FIELD = "canvas"                      # the DiffusionGemma folder the session picked (app/denoise.py)
+CANVAS_FIELD = "canvas"                      # the DiffusionGemma folder the session picked (app/panels/denoise/)
 CANVAS_PREFIX = "canvas_"                    # + a panel setting's name (denoise.PANEL_SETTINGS): its value
 
 
@@ -69,7 +69,7 @@ def share_query(prompt: str, settings: DecodeSettings, spec: ModelSpec | None = 
                 canvas: dict | None = None) -> str:
     """`?prompt=...&model=...&k=...`: the prompt, the model (unless it is the default) and where `settings`
     (a request resolved on the model with `spec`) differ from what the inputs show for that model
-    (app.request.shown_settings), so the link opens on the same run; then `canvas`, the DiffusionGemma
+    (app.serving.request.shown_settings), so the link opens on the same run; then `canvas`, the DiffusionGemma
     panel's fields (canvas_query)."""
     query = {"prompt": (prompt or "")[:MAX_PROMPT_CHARS]}
     if folder is not None and MODELS.key(folder) != MODELS.key(MODELS.default):
@@ -169,9 +169,9 @@ def command_line(prompt: str, settings: DecodeSettings, spec: ModelSpec | None =
 def on_load(request: gr.Request, session, *current):
     """Apply the URL's query to the inputs when the page opens (a shared link). Outputs: the inputs
     (prompt, then SETTING_NAMES), the model box (the link's model: picking it applies it,
-    app.model_and_settings.pick_model) and the status, which says what the link could not give. The
+    app.panels.model.pick_model) and the status, which says what the link could not give. The
     session's touched settings become the page's (none, until the visitor sets one), with those the link
-    set: they are the visitor's request (app/request.py), kept when the model is applied. Last output: the
+    set: they are the visitor's request (app/serving/request.py), kept when the model is applied. Last output: the
     session itself, handed back so that Gradio keeps it as the page's (it times a State's time-to-live, and
     ends it with the page, from the event that last set it; app/page.py)."""
     query = dict(request.query_params) if request is not None else {}
@@ -229,7 +229,7 @@ def links(request: gr.Request, session, prompt: str, *values) -> tuple[str, str]
     carries with the folder picked for it. The link is the page's address (page_address) and share_query.
     `request` is annotated gr.Request, not Optional: Gradio 6.31 passes the request only to a parameter
     annotated with the class itself (callers outside Gradio pass None).
-    The settings are the session's request (app.request.read_request) resolved once; a request that does
+    The settings are the session's request (app.serving.request.read_request) resolved once; a request that does
     not read or resolve is named in both."""
     settings, panel = values[:len(SETTING_NAMES)], values[len(SETTING_NAMES):]
     folder, spec = session_model(session)

@@ -65,7 +65,7 @@ def titles() -> dict[str, str]:
 
 
 def study_choices() -> list[tuple[str, str]]:
-    """The study dropdown's (title, name) choices (app/panels.py build_studies_panel)."""
+    """The study dropdown's (title, name) choices (build_studies_panel)."""
     return [(title, name) for name, title in titles().items()]
 
 
@@ -80,7 +80,7 @@ def live_knobs() -> dict[str, tuple]:
 
 
 def knob_keys() -> list[str]:
-    """The panel's keys of the live knobs' inputs, in run_study's order (app/wiring.py passes them)."""
+    """The panel's keys of the live knobs' inputs, in run_study's order (the panel's wire passes them)."""
     return [f"study_{name}" for name in live_knobs()]
 
 
@@ -156,7 +156,7 @@ def cost_table(rows) -> str:
 
 
 def shown_model(session=None) -> Path:
-    """The model whose shipped results the section shows: the session's (app.session.Session.model), else
+    """The model whose shipped results the section shows: the session's (app.serving.session.Session.model), else
     the default one."""
     model = getattr(session, "model", None)
     return Path(model) if model else MODELS.default
@@ -237,7 +237,7 @@ def run_study(*args, **kwargs):
     """run_study(state, study, n_problems, <each live knob>, seed, session) (run_signature()): run a study live
     on a few fresh synthetic problems with the session's model; yield STUDY_OUTPUTS after every decode and
     the study's plot and numbers at the end (or when Stop is pressed: the problems done so far). The
-    decodes run behind the GPU boundary (app/boundary.py), given the study's own knobs; the tables,
+    decodes run behind the GPU boundary (app/serving/boundary.py), given the study's own knobs; the tables,
     summary and plot are made here."""
     given = run_signature().bind(*args, **kwargs)
     given.apply_defaults()

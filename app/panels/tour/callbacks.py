@@ -4,7 +4,7 @@ through in six steps.
 
 Each step puts the page in a prepared state (one of the two runs at a round, or both compared),
 names the panel that matters and says what to see there. Rounds are picked by rules applied to the
-trace (`pick_*` in app/tour_steps.py), and every number in a step's words is read from the trace it shows, so the tour
+trace (`pick_*` in app/panels/tour/steps.py), and every number in a step's words is read from the trace it shows, so the tour
 stays true when the traces are re-recorded on another model (tests/test_tour.py checks each claim
 against the records). Callbacks are plain functions of (session, tour state) -> TOUR_OUTPUTS.
 """
@@ -187,7 +187,7 @@ def show_step(session: Session, state: dict, index: int) -> tuple:
         ids = _ensure_runs(session, state, data)
         if step.run is not None:
             session.select(ids[step.run])
-    except ValueError as err:       # the session's memory budget (app/budget.py) is full, or its search runs
+    except ValueError as err:       # the session's memory budget (app/serving/budget.py) is full, or its search runs
         card = f'<div class="lopa-tour-card"><b>⚠</b> {esc(err)}</div>'
         return (gr.update(visible=True), card, state) + _skips(2 + n_live + n_compare)
     card = tour_card(index, len(steps), step.title, step.text, step.target)
