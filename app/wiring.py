@@ -84,8 +84,8 @@ def enable_stops(c: dict) -> None:
 
 def stop_buttons(c: dict) -> None:
     """Each Stop is disabled when its run ends (the round view's: while the session has a decode,
-    streaming or paused after Step, it stays enabled; Run's own last message says so: round_view.callbacks.run_with_stop).
-    enable_stops enables them."""
+    streaming or paused after Step, it stays enabled; Run's own last message says so:
+    app.panels.round_view.callbacks.run_with_stop). enable_stops enables them."""
     session, stop = c["session"], c["stop"]
     for name in ("step", "fill_first", "hold_back", "run_list", "reset", "stop", "tour_start", "tour_next",
                  "tour_prev", "tour_end"):

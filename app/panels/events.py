@@ -27,7 +27,8 @@ MODEL = dict(concurrency_id="model", concurrency_limit=max(1, POOL.size))
 LONG = dict(concurrency_id="long", concurrency_limit=1)
 VIEW = dict(concurrency_id="view", concurrency_limit=4)     # figures from a recorded trace only
 STUDY_VIEW = dict(concurrency_id="study_view", concurrency_limit=1)   # shipped study results, first asked first shown
-# Private, outside the queue, without progress: what only touches the page (a Stop enabled or disabled, a chained follow-up).
+# Private, outside the queue, without progress: what only touches the page (a Stop enabled or disabled, a
+# chained follow-up).
 QUIET = dict(api_visibility="private", queue=False, show_progress="hidden")
 # What "Use via API" says of the page's own decode endpoints: they answer with the page's HTML and plots.
 UNSET = ("Every setting left out (None) takes the picked model's own value (its attention, block size, ...), "
@@ -62,8 +63,8 @@ def in_turn(fn, at: int):
 def named(fn, *leading: str):
     """`fn(session, *leading, *settings, *backend)` with the signature Gradio names an endpoint's API
     parameters from (else `param_2` ... for its *values): the settings by name, each None by default (unset:
-    the picked model's own value, app.serving.request.read_request; the API lists it so, app.serving.blocks.Explorer), the
-    backend at the page's initial values."""
+    the picked model's own value, app.serving.request.read_request; the API lists it so,
+    app.serving.blocks.Explorer), the backend at the page's initial values."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params = [inspect.Parameter(name, kind) for name in ("session", *leading)]
     params += [inspect.Parameter(name, kind, default=None) for name in SETTING_NAMES]
