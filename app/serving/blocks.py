@@ -14,7 +14,7 @@ from .inputs import shown
 
 class Explorer(gr.Blocks):
     """gr.Blocks whose reading of an upload answers a bad value with a message naming the input. Every
-    other input reaches its callback raw (preprocess=False, see wire()); an upload cannot, since
+    other input reaches its callback raw (preprocess=False: app.panels.events.Wiring.on); an upload cannot, since
     Gradio checks where its file lives before any callback runs (a path outside its uploads, text, a
     number or a list), and those checks fail with a bare server error and no message."""
 
