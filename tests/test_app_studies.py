@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 from tiny import app_model
 
-from app.panels.round_view.callbacks import stop_pending
+from app.panels.status import stop_pending
 from app.panels.studies import callbacks as studies
 from app.serving.model_cache import MODELS
 from app.serving.models import MODELS_DIR
