@@ -1,12 +1,12 @@
 """LoPA Explorer: `python app.py [--host H] [--port P]` (also GRADIO_SERVER_NAME / GRADIO_SERVER_PORT).
 The Hugging Face Space entry point. The model loads on first use, except on a ZeroGPU Space, where
-it loads here, at import, before the GPU workers fork (app/gpu.py). Installed from the wheel, the
+it loads here, at import, before the GPU workers fork (app/serving/gpu.py). Installed from the wheel, the
 same app starts with `lopa app`."""
 
 import argparse
 
 from app import DEFAULT_HOST, DEFAULT_PORT, build_demo, serve
-from app.model_cache import preload
+from app.serving.model_cache import preload
 
 preload()
 demo = build_demo()

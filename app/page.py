@@ -1,36 +1,33 @@
-"""The page: build_demo() lays the panels out and hands them to the one wiring site (app/wiring.py);
-its style (CSS) and how it is served (LAUNCH_KWARGS), and the Blocks subclass that reads an upload."""
+"""The page: build_demo() lays the panels out (app/panels/: each panel's build_<panel>(), where it sits on the
+page) and hands them to the one wiring site (app/wiring.py); its style (CSS) and how it is served
+(LAUNCH_KWARGS: the middleware of app/serving/ among it)."""
 
 from __future__ import annotations
 
 import gradio as gr
-from gradio import utils as gr_utils
 from starlette.middleware import Middleware
 
 from lopa.read_budget import MAX_TRACE_BYTES
 
-from . import denoise, disk, forks, frames, share, studies, tour
-from .inputs import shown
-from .panels import (
-    INTRO,
-    PAGE_ASKS_JS,
-    RUN_VIEW_JS,
-    build_arrival_panel,
-    build_compare_panel,
-    build_controls,
-    build_glossary,
-    build_input_panel,
-    build_model_panel,
-    build_round_view,
-    build_settings_panel,
-    build_studies_panel,
-    build_tour_dock,
-    build_trace_panel,
-)
-from .scheme import LIGHT_SCHEME_JS
-from .session import SESSION_TTL_S, Session, end_session
-from .viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
-from .wiring import QUEUE, no_hidden_progress, quiet_queue, wire
+from .panels import best_order, compare, denoise, forks, glossary, model, round_view, settings, studies, tour, traces
+from .panels.settings import share
+from .panels.tour.callbacks import CSS as TOUR_CSS
+from .panels.tour.callbacks import TOUR_JS
+from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
+from .serving import disk, frames
+from .serving.blocks import Explorer
+from .serving.progress import no_hidden_progress
+from .serving.queue import QUEUE, quiet_queue
+from .serving.scheme import LIGHT_SCHEME_JS
+from .serving.session import SESSION_TTL_S, Session, end_session
+from .wiring import wire
+
+INTRO = """# LoPA Explorer
+Watch **Lookahead Parallel Decoding** (Xu et al., arXiv 2512.16229) decode a masked diffusion LM round by round.
+Each round the *anchor* commits every confident token, as vanilla **D2F** (Discrete Diffusion Forcing, the decoder
+LoPA builds on) would; then *k lookahead branches* each add one more token, all k+1 are checked in one batched
+*forward* (one model pass), and the branch whose remaining positions became most confident wins.
+[Every term on the page](#glossary)."""
 
 CSS = """
 #counters, #base-counters, #lopa-counters {min-height: 64px}
@@ -85,56 +82,16 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 # recent SESSION_CAPACITY sessions keep their state, an older idle one starts afresh.
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
-# A shared link longer than Gradio can parse is cut before it gets there (app.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + tour.CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + tour.TOUR_JS + RUN_VIEW_JS + PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+# A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})
 
 
-class Explorer(gr.Blocks):
-    """gr.Blocks whose reading of an upload answers a bad value with a message naming the input. Every
-    other input reaches its callback raw (preprocess=False, see wire()); an upload cannot, since
-    Gradio checks where its file lives before any callback runs (a path outside its uploads, text, a
-    number or a list), and those checks fail with a bare server error and no message."""
-
-    async def preprocess_data(self, block_fn, inputs, state, explicit_call=False):
-        try:
-            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
-        except gr.Error:
-            raise
-        except Exception:           # pydantic's ValidationError, Gradio's InvalidPathError, OSError
-            files = [i for i, block in enumerate(block_fn.inputs) if isinstance(block, gr.File)]
-            if not files:
-                raise
-            given = inputs[files[0]] if files[0] < len(inputs) else None
-            given = given.get("path") if isinstance(given, dict) else given
-            raise gr.Error(f"the trace file must be a .json or .parquet file uploaded to this page, got {shown(given)}",
-                           print_exception=False) from None
-
-    def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
-        """Gradio's API description, where a parameter the endpoint's function declares with default None
-        is listed with that default (None: unset, the picked model's own value; app.wiring.named) instead of
-        the input's initial value on the page (the bundled model's, which a caller would send back as its own
-        choice). What "Use via API" and gradio_client read."""
-        info = super().get_api_info(all_endpoints=all_endpoints, page=page)
-        for fn in self.fns.values():
-            endpoint = info["named_endpoints"].get(f"/{fn.api_name}")
-            if endpoint is None or fn.fn is None:
-                continue
-            unset = {name for name, has_default, default, _ in gr_utils.get_function_params(fn.fn)
-                     if has_default and default is None}
-            for parameter in endpoint["parameters"]:
-                if parameter["parameter_name"] in unset:
-                    parameter.update(parameter_has_default=True, parameter_default=None)
-                    kind = parameter["python_type"]
-                    kind["type"] += "" if "None" in kind["type"] else " | None"
-        return info
-
-
 def build_demo() -> gr.Blocks:
     """The whole app; nothing is loaded until a user needs the model."""
-    # delete_cache: Gradio sweeps its cache of what nothing removed (app/disk.py: exports and uploads are removed
+    # delete_cache: Gradio sweeps its cache of what nothing removed (app/serving/disk.py: exports and uploads are removed
     # by the app itself; an upload no load ever read is not)
     with Explorer(title="LoPA Explorer", delete_cache=(disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)) as demo:
         gr.Markdown(INTRO)
@@ -142,41 +99,41 @@ def build_demo() -> gr.Blocks:
         # factory: Gradio runs a State's factory as a page-load event of its own, after the page's load
         # listeners, and the fresh Session replaced the one they had set up (a shared link's settings as the
         # visitor's, its DiffusionGemma folder). The page's first load listener hands it back
-        # (app.share.on_load), which starts its time-to-live: sessions expire and free their runs
+        # (app.panels.settings.share.on_load), which starts its time-to-live: sessions expire and free their runs
         # (README "Limits"), and a closed page ends its own (end_page).
         c: dict = {"session": gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=end_session),
                    "playing": gr.State(False)}
         # Arrival: the story on screen before any click; the tour's dock floats over the page.
-        c.update(build_arrival_panel())
-        c.update(build_tour_dock())
+        c.update(tour.build_arrival_panel())
+        c.update(tour.build_tour_dock())
         with gr.Row(equal_height=False, elem_id="all-controls"):
             with gr.Column(scale=1, min_width=320, elem_id="inputs-column"):
-                c.update(build_input_panel())
+                c.update(round_view.build_input_panel())
                 with gr.Column(elem_id="model-panel"):
-                    c.update(build_model_panel())
+                    c.update(model.build_model_panel())
                 with gr.Column(elem_id="settings-panel"):
-                    c.update(build_settings_panel())
+                    c.update(settings.build_settings_panel())
             # One page, no tabs: a plotly figure in a hidden tab throws on every relayout (zero width),
             # and those errors made the browser drop other components' updates.
             with gr.Column(scale=3):
                 with gr.Column(elem_id="round-view"):
                     gr.Markdown("## Round by round")
-                    c.update(build_controls())
-                    c.update(build_round_view())
-                c.update(build_trace_panel())
+                    c.update(round_view.build_controls())
+                    c.update(round_view.build_rounds())
+                    c.update(forks.build_what_if())          # a click on a still-masked cell of the canvas opens it
+                    c.update(best_order.build_best_order())
+                    c.update(round_view.build_figures())
+                c.update(traces.build_trace_panel())
                 with gr.Column(elem_id="compare-view"):
                     gr.Markdown("## Compare runs")
-                    c.update(build_compare_panel())
+                    c.update(compare.build_compare_panel())
                 with gr.Column(elem_id="studies-view"):
                     gr.Markdown("## Studies")
-                    c["study_state"] = gr.State(studies.new_study_state)
-                    c.update(build_studies_panel())
+                    c.update(studies.build_studies_panel())
                 with gr.Column(elem_id="denoise-view"):
                     gr.Markdown("## DiffusionGemma on its own sampler")
-                    c["denoise_view"] = gr.State(denoise.new_canvas_view, time_to_live=SESSION_TTL_S,
-                                                 delete_callback=denoise.end_canvas_view)
                     c.update(denoise.build_denoise_panel())
-        c.update(build_glossary())
+        c.update(glossary.build_glossary())
         wire(demo, c)
     no_hidden_progress(demo)
     demo.queue(**QUEUE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 # Memory first. A session may use TRACE_MEMORY_BYTES (LOPA_SESSION_MEMORY_MB) for traces: half to
-# hold the ones it keeps (app/budget.py charges each what it holds), half, READ_BYTES, to read the
+# hold the ones it keeps (app/serving/budget.py charges each what it holds), half, READ_BYTES, to read the
 # next one beside them, so the peak stays within the budget before the oldest are evicted and a
 # file that fails to load costs no kept run. A read's peak (the text, what json.loads builds, the
 # validated copy) is bounded before parsing by read_cost, from counts of the characters that make
@@ -39,7 +39,7 @@ def text_cost(length, wide, count):
 
 def check_read(cost: int, reserve=None) -> None:
     """Go on with a read whose peak from here on is at most `cost` bytes: ValueError over READ_BYTES.
-    `reserve(cost)`, the caller's own account (the app's budget, app/budget.py), may refuse it too."""
+    `reserve(cost)`, the caller's own account (the app's budget, app/serving/budget.py), may refuse it too."""
     if cost > READ_BYTES:
         raise ValueError(f"reading this trace would take up to {cost / 2**20:.0f} MB of memory; a trace may take "
                          f"{READ_BYTES >> 20} MB to read (LOPA_SESSION_MEMORY_MB / 2): load a shorter run")

@@ -38,7 +38,7 @@ def serve() -> tuple[str, object]:
     import socket
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     MODELS.get()
     demo = build_demo()
     with socket.socket() as s:
@@ -61,7 +61,7 @@ def arrival_s(browser, url: str) -> float:
 
 
 def first_example_run(browser, url: str) -> dict:
-    from app.models import example_prompts
+    from app.serving.models import example_prompts
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)

@@ -5,7 +5,7 @@ over many uploads of the largest trace the limits accept (through the upload cal
     python scripts/bench_app_memory.py [--runs 200] [--sessions 100] [--uploads 16]
 
 Prints numbers and asserts nothing. The goals: flat after warm-up; uploads raise RSS by at most
-the session's memory budget (app/budget.py), and RSS comes back within 50 MB of its pre-upload
+the session's memory budget (app/serving/budget.py), and RSS comes back within 50 MB of its pre-upload
 level once the session's runs are evicted.
 """
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     from servers import free_port
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.session import SETTING_NAMES
+    from app.serving.session import SETTING_NAMES
     from lopa import DecodeSettings
 
     torch.set_num_threads(1)
@@ -112,9 +112,9 @@ def uploads(n: int) -> None:
 
     from big_trace import largest_trace
 
-    from app import traces
-    from app.budget import APP_BUDGET_BYTES, HOLD_BYTES, LEDGER, SESSION_BUDGET_BYTES, held_bytes
-    from app.session import Session, end_session
+    from app.panels import traces
+    from app.serving.budget import APP_BUDGET_BYTES, HOLD_BYTES, LEDGER, SESSION_BUDGET_BYTES, held_bytes
+    from app.serving.session import Session, end_session
     from lopa import RunResult
     from lopa.read_budget import READ_BYTES, read_cost
 

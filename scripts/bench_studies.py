@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_studies.py [--studies orders,calibration,adaptive,headroom] [--model NAME]
                                               [--threads 1]
 
-Runs app.studies.run_study exactly as the Studies section's "Run live" does with its default inputs
+Runs app.panels.studies.callbacks.run_study exactly as the Studies section's "Run live" does with its default inputs
 (the panel's problems and seed, each study knob's declared live default; the default model unless --model names another bundled
 one): the decodes behind the GPU boundary, then the tables, the summary and the plot. Prints one row per
 study: seconds from the press to the final plot, the progress bar at the end (units of work done /
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# The Studies panel's default inputs (app/panels.py build_studies_panel: problems, seed; the knobs' inputs
+# The Studies panel's default inputs (app/panels/studies/__init__.py build_studies_panel: problems, seed; the knobs' inputs
 # start at their declared live defaults, which run_study takes when none is given).
 DEFAULT_LIVE = {"problems": 3, "seed": 15}
 
@@ -38,8 +38,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from types import SimpleNamespace
 
-    from app.model_cache import MODELS
-    from app.studies import new_study_state, run_study
+    from app.panels.studies.callbacks import new_study_state, run_study
+    from app.serving.model_cache import MODELS
     from lopa.study import APP_STUDIES
     studies = args.studies.split(",") if args.studies else list(APP_STUDIES)
     session = SimpleNamespace(model=str(MODELS.folder(args.model or None)))

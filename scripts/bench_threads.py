@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from app.models import example_prompts
+    from app.serving.models import example_prompts
     from lopa.models import load
     from lopa.settings import DecodeSettings
 

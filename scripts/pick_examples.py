@@ -8,7 +8,7 @@ every line (grammatical, every calculation right),
 that D2F needs at least `--min-rounds` rounds for (not filled in two rounds), and whose two token
 filling orders (TFO) disagree most: the share of position pairs the two decoders fill in opposite
 order, then (a confident model rarely reverses a pair) the share of positions filled in another
-round, then D2F's rounds. Writes assets/data/synthetic/examples.jsonl, which app/examples.py lists first.
+round, then D2F's rounds. Writes assets/data/synthetic/examples.jsonl, which app/serving/examples.py lists first.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.session import APP_DEFAULTS  # noqa: E402
+from app.serving.session import APP_DEFAULTS  # noqa: E402
 from lopa.models import load  # noqa: E402
 from lopa.problems import CALC_RE, final_answer, grammatical_lines, read_jsonl  # noqa: E402
 from lopa.settings import DecodeSettings, decoder_settings  # noqa: E402

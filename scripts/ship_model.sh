@@ -53,6 +53,6 @@ lane_a & A=$!
 lane_b & B=$!
 wait $A && wait $B
 step examples $PY scripts/pick_examples.py --model "$MODEL"
-step tour $PY -m app.tour --record --model "$MODEL"
+step tour $PY -m app.panels.tour --record --model "$MODEL"
 step screenshots env LOPA_UPDATE_SCREENSHOTS=1 $PY -m pytest -q tests/test_app_browser.py tests/test_tour_browser.py
 echo "shipped $NAME on $DIGEST: review git diff assets/, then the model card, README and docs/ figures"

@@ -21,7 +21,7 @@ atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ.setdefault("HF_MODULES_CACHE", os.path.join(SCRATCH, "hf-modules"))
 os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(SCRATCH, "gradio"))
 
-# The app's callbacks decode in this process (app/decode_pool.py's workers stay off, whatever the shell says)
+# The app's callbacks decode in this process (app/serving/decode_pool.py's workers stay off, whatever the shell says)
 # unless a test starts a pool of its own: tests/test_app_decode_pool.py.
 os.environ["LOPA_DECODE_WORKERS"] = "0"
 
@@ -39,9 +39,9 @@ def app_model_dir(tmp_path_factory):
 
 @pytest.fixture
 def every_round(monkeypatch):
-    """A Run's stream sends every round (app.callbacks.MESSAGE_S = 0), for tests that step it round by round:
+    """A Run's stream sends every round (app.panels.round_view.callbacks.MESSAGE_S = 0), for tests that step it round by round:
     the bundled models make rounds faster than the page is sent them."""
-    from app import callbacks
+    from app.panels.round_view import callbacks
     monkeypatch.setattr(callbacks, "MESSAGE_S", 0.0)
 
 

@@ -32,7 +32,7 @@ def load_app_model(model_dir: str) -> None:
 
     import torch
 
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     torch.set_num_threads(1)
     MODELS.default = Path(model_dir)
     MODELS.get()
@@ -49,7 +49,7 @@ def _serve(conn, stop, env: dict, setup: tuple) -> None:
     os.environ.update(env)
     module, name, args = setup
     getattr(importlib.import_module(module), name)(*args)
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     models = set(MODELS.held())
     conn.send_bytes(pickle.dumps(("ready", None)))
     while True:
@@ -73,7 +73,7 @@ def _serve(conn, stop, env: dict, setup: tuple) -> None:
                 _plain(result, f"the result of {name}")
                 reply = ("ok", result)
             if set(MODELS.held()) != models:
-                raise RuntimeError(f"{name} loaded a model: models load before any GPU call (app.model_cache.preload)")
+                raise RuntimeError(f"{name} loaded a model: models load before any GPU call (app.serving.model_cache.preload)")
         except Exception as err:  # noqa: BLE001 - every error crosses back, like spaces' ExceptionResult
             reply = ("error", (type(err).__name__, traceback.format_exc()))
         conn.send_bytes(pickle.dumps(reply))

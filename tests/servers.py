@@ -36,7 +36,7 @@ def serve_app(tmp_path_factory, note: str = "", cold: bool = False):
     from tiny import save_tiny_model_dir
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     saved = MODELS.default
     try:
         MODELS.get()
@@ -70,7 +70,7 @@ def serve_demo():
 
 def plain(out):
     """A UI endpoint's answer through gradio_client with Gradio's update dicts read as their values
-    (app/wiring.as_updates wraps every value in one)."""
+    (app/serving/updates.as_updates wraps every value in one)."""
     one = (lambda v: v.get("value") if isinstance(v, dict) and v.get("__type__") == "update" else v)
     return tuple(one(v) for v in out) if isinstance(out, (tuple, list)) else one(out)
 

@@ -11,7 +11,7 @@ from servers import free_port
 from tiny import app_model
 
 from app import build_demo
-from app.session import APP_DEFAULTS, BACKEND_NAMES, SETTING_NAMES
+from app.serving.session import APP_DEFAULTS, BACKEND_NAMES, SETTING_NAMES
 
 pytestmark = pytest.mark.timeout(300)                 # starts the app on a local port
 
@@ -24,7 +24,7 @@ TIMEOUT_S = 60
 
 def plain(out):
     """The values in a UI endpoint's outputs: the app sends every output as an update
-    ({"value": ...}; app.wiring.as_updates says why), a skipped one as a bare update (None here)."""
+    ({"value": ...}; app.serving.updates.as_updates says why), a skipped one as a bare update (None here)."""
     def one(v):
         if isinstance(v, dict) and v.get("__type__") == "update":
             return v.get("value")
@@ -103,8 +103,8 @@ def test_run_names_its_settings_and_one_left_out_takes_the_models_own(client):
     """/run lists its settings by name, each None by default (unset), and points to /decode; a caller
     that leaves them out decodes with the picked model's own values (this model's block size is 8, not
     the bundled model's 32), one it names with its value."""
-    from app.model_cache import MODELS
-    from app.request import Request
+    from app.serving.model_cache import MODELS
+    from app.serving.request import Request
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     for name in ("/run", "/step"):
         parameters = endpoints[name]["parameters"]
@@ -186,7 +186,7 @@ def test_a_hostile_trace_is_refused_within_a_memory_bound_and_the_app_still_serv
 
 
 def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     from lopa.cli import main
     result = client.predict(prompt=PROMPT, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8,
                             max_new_tokens=32, confidence="max_prob", api_name="/decode")
@@ -218,7 +218,7 @@ def test_the_docs_client_snippet_runs(url):
 
 
 def test_runs_in_one_session_keep_its_components_fixed(served, client):
-    """Gradio keeps a per-session copy of every component an event updated; app.wiring.as_updates
+    """Gradio keeps a per-session copy of every component an event updated; app.serving.updates.as_updates
     keeps that copy from gaining a component per Run (the in-session memory growth of issue #18)."""
     demo = served[0]
     sizes = []

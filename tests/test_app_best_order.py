@@ -1,14 +1,14 @@
-"""Compare a run with the best order found for its prompt (app/best_order.py): the headroom search behind
+"""Compare a run with the best order found for its prompt (app/panels/best_order.py): the headroom search behind
 the GPU boundary, as plain callbacks on a tiny random model; the order found joins the run list as a fork
 and is compared with the run; Stop and the time limit keep the order found so far; bad starts say why."""
 
 import pytest
 from tiny import app_model
 
-from app import best_order
-from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import best_order
+from app.panels.compare import COMPARE_OUTPUTS
+from app.panels.round_view import callbacks as cb
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.study.headroom import search
 from lopa.trace import RunResult
 
@@ -67,7 +67,7 @@ def test_the_best_order_found_joins_the_run_list_and_is_compared_with_the_run():
 
 def _with_states(run):
     """`run` replayed with saved states (as the boundary does), so search() can fork it."""
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     from lopa.engine import fork_decoder
     decoder = fork_decoder(run, model=MODELS.get())
     for _ in decoder.stream_fork(run, max(r.round for r in run.records if r.kind != "final")):
@@ -127,11 +127,11 @@ def test_the_search_says_why_it_cannot_start(changes, message):
 
 
 def test_while_the_search_runs_its_session_starts_nothing_else_and_keeps_its_stop():
-    """The search runs beside the model slot (app/wiring.py LONG): the session's Run, Step, forks, Compare, run
+    """The search runs beside the model slot (app/panels/events.py LONG): the session's Run, Step, forks, Compare, run
     choice and model choice are refused meanwhile, and none of them clears the search's Stop or its flags."""
-    from app import forks
-    from app.compare import compare_stream
-    from app.model_and_settings import pick_model
+    from app.panels import forks
+    from app.panels.compare import compare_stream
+    from app.panels.model import pick_model
     session = decoded()
     gen = best_order.compare_with_best(session)
     while "rollout" not in named(next(gen))["best_status"]:
@@ -142,7 +142,7 @@ def test_while_the_search_runs_its_session_starts_nothing_else_and_keeps_its_sto
     assert busy in list(cb.run_stream(session, PROMPT, *values()))[-1][0]
     assert busy in cb.step_once(session, PROMPT, *values())[0]
     assert busy in list(compare_stream(session, PROMPT, "D2F vanilla (k = 0)", *values()))[-1][0]
-    assert busy in forks.select_run(session, "1")[0]
+    assert busy in cb.select_run(session, "1")[0]
     assert busy in list(forks.hold_back(session, {"run": "1", "round": 0, "position": 20}))[-1][0]
     assert busy in pick_model(session, "sure-gsm-dllm")[1]
     assert session.stop_requested and session.streaming and session.searching
@@ -159,7 +159,7 @@ def test_the_search_does_not_start_while_its_sessions_decode_streams():
 
 
 def test_where_the_order_found_parts_names_every_position_of_a_two_token_step():
-    from app.best_order import _where
+    from app.panels.best_order import _where
     one = {"round": 3, "saved": 1, "position": 12, "positions": [12], "lopa_position": 9, "lopa_positions": [9],
            "conf_rank": 2, "free": 7, "max_prob": 0.61}
     assert "LoPA added position 9, the best order found filled position 12 (its first ranked 2" in _where(one)

@@ -9,11 +9,12 @@ import plotly.graph_objects as go
 import pytest
 from tiny import app_model
 
-from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS, compare_stream
-from app.model_cache import MODELS
-from app.request import read_request
-from app.session import (
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream
+from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
+from app.serving.model_cache import MODELS
+from app.serving.request import read_request
+from app.serving.session import (
     APP_DEFAULTS,
     BRANCH_PARALLEL,
     SETTING_NAMES,
@@ -117,7 +118,7 @@ def test_backend_values_are_parsed_with_clear_messages():
 
 def test_run_callback_on_the_branch_parallel_backend(tiny_model_dir):
     session = Session()
-    outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2))]
+    outs = [dict(zip(views.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2))]
     last = outs[-1]
     assert last["status"].startswith("Done"), last["status"]
     ranks = {q for rec in session.run.records for q in rec.branch_rank}
@@ -126,14 +127,14 @@ def test_run_callback_on_the_branch_parallel_backend(tiny_model_dir):
     assert MODELS.bp is not None and MODELS.bp.world == 2
     group = MODELS.bp
     # Step on the same group continues; a different worker count restarts it.
-    step = dict(zip(cb.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 3))))
+    step = dict(zip(views.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 3))))
     assert step["status"].startswith("Paused"), step["status"]
     assert MODELS.bp is not group and MODELS.bp.world == 3
     assert {q for rec in session.run.records for q in rec.branch_rank} <= {0, 1, 2}
 
 
 def test_a_bad_worker_count_is_a_message(tiny_model_dir):
-    out = dict(zip(cb.LIVE_OUTPUTS, cb.step_once(Session(), PROMPT, *values(BRANCH_PARALLEL, 9))))
+    out = dict(zip(views.LIVE_OUTPUTS, cb.step_once(Session(), PROMPT, *values(BRANCH_PARALLEL, 9))))
     assert out["status"].startswith("**⚠ Error:**") and "workers" in out["status"]
     outs = list(compare_stream(Session(), PROMPT, "D2F vanilla (k = 0)", *values(BRANCH_PARALLEL, 1)))
     assert outs[-1][0].startswith("**⚠ Error:**") and "workers" in outs[-1][0]
@@ -146,7 +147,7 @@ def test_a_fault_becomes_a_message_and_the_next_run_restarts(tiny_model_dir):
     group = MODELS.bp
     old = dict(group.pids)
     os.kill(group.pids[1], signal.SIGKILL)              # a rank dies mid-decode
-    out = dict(zip(cb.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 2))))
+    out = dict(zip(views.LIVE_OUTPUTS, cb.step_once(session, PROMPT, *values(BRANCH_PARALLEL, 2))))
     assert out["status"].startswith("**⚠ Error:** the branch-parallel backend failed"), out["status"]
     deadline = time.monotonic() + 120                   # a hang guard: the ranks go away, however busy the machine
     while any(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"
@@ -154,7 +155,7 @@ def test_a_fault_becomes_a_message_and_the_next_run_restarts(tiny_model_dir):
         time.sleep(0.05)
     assert not [pid for pid in old.values()
                 if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
-    outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2))]
+    outs = [dict(zip(views.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2))]
     assert outs[-1]["status"].startswith("Done"), outs[-1]["status"]
 
 
@@ -170,11 +171,11 @@ def test_compare_runs_the_lopa_side_on_the_branch_parallel_backend(tiny_model_di
 def test_the_group_follows_the_model_of_the_job(tiny_model_dir, tmp_path):
     from tiny import save_tiny_model_dir
 
-    from app.model_cache import ModelCache
+    from app.serving.model_cache import ModelCache
     from lopa.models import load
     other = save_tiny_model_dir(tmp_path / "tiny-other", seed=1)
     session = Session(model=str(other))                 # this session's own model, not the default
-    last = dict(zip(cb.LIVE_OUTPUTS, list(cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2)))[-1]))
+    last = dict(zip(views.LIVE_OUTPUTS, list(cb.run_stream(session, PROMPT, *values(BRANCH_PARALLEL, 2)))[-1]))
     assert last["status"].startswith("Done"), last["status"]
     assert MODELS.bp.model_dir == ModelCache.key(other) and session.run.spec["name"] == "tiny-other"
     alone = load(other).decoder(DecodeSettings.from_dict(session.run.settings)).run(PROMPT)

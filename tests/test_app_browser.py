@@ -55,8 +55,8 @@ def shipped_studies(tmp_path_factory):
     headroom result made here on a tiny model with one problem (not the shipped files)."""
     from tiny import save_tiny_model_dir
 
-    from app import studies
-    from app.model_cache import MODELS
+    from app.panels.studies import callbacks as studies
+    from app.serving.model_cache import MODELS
     from lopa.study import APP_STUDIES
     from lopa.study import headroom as headroom_study
     from lopa.study.common import STUDIES_DIR
@@ -129,8 +129,8 @@ def shot(page, name: str, selector: str | None = None, readme: bool = False) -> 
 
 
 def test_run_an_example_live(page, monkeypatch):
-    from app import callbacks
-    from app.models import example_prompts
+    from app.panels.round_view import callbacks
+    from app.serving.models import example_prompts
     # Paced: the page then draws every round, where a fast decode's rounds can reach a busy browser together.
     monkeypatch.setattr(callbacks, "stream_jobs", paced(callbacks.stream_jobs, 0.2))
     example = example_prompts()[0][:24]                                  # the first example prompt
@@ -343,7 +343,7 @@ def test_a_trace_with_script_in_every_string_field_runs_nothing(page, tmp_path):
     Chromium, no script runs and no injected element appears."""
     from test_hostile_traces import hostile
 
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     from lopa import DecodeSettings
     run = MODELS.get().decoder(DecodeSettings(k=2, max_new_tokens=64)).run("Tom has 3 apples. He buys 4 more.")
     path = hostile(run).save(tmp_path / "hostile.json")
@@ -415,7 +415,7 @@ def test_headroom_study_shows_its_shipped_results_and_runs_live(page):
 
 
 def held_after_the_first_decode(steps, seconds: float):
-    """A live study's steps (app.boundary.study_steps_on_gpu) that, after the first decode, report a status
+    """A live study's steps (app.serving.boundary.study_steps_on_gpu) that, after the first decode, report a status
     every 50 ms (the run reads Stop after each) for up to `seconds` before going on: a Stop pressed in the page
     finds the run going however slow the machine, where a real search can end before a busy page's click lands."""
     def held(*args, **kwargs):
@@ -439,7 +439,7 @@ def test_a_live_headroom_run_can_be_stopped(page, monkeypatch):
     """Stop during a live headroom run ends it within a step, with the problems complete so far or saying none
     was (here: stopped inside problem 1). Every status the page showed is recorded, for the message if it does
     not stop."""
-    from app import boundary
+    from app.serving import boundary
     monkeypatch.setattr(boundary, "study_steps_on_gpu", held_after_the_first_decode(boundary.study_steps_on_gpu, 240))
     choose_study(page, "4. How far LoPA is from the best order found")
     page.wait_for_function("document.querySelector('#study-summary')?.innerText.includes('best found')")
@@ -472,7 +472,7 @@ def test_a_live_headroom_run_can_be_stopped(page, monkeypatch):
 def test_a_run_is_compared_with_the_best_order_found_for_its_prompt(page):
     """After a run of the first example, the search renders beside it: its status in the round view (where the
     two part, or that LoPA's order is the best found) and the comparison's summary and strip."""
-    from app.models import example_prompts
+    from app.serving.models import example_prompts
     page.locator("#prompt textarea").fill(example_prompts()[0])
     page.click("#run")
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
@@ -512,8 +512,8 @@ def test_a_share_link_restores_the_prompt_and_settings(page, url):
 def test_every_bundled_model_is_offered_by_what_it_shows_loads_and_decodes(page):
     """The model choice lists both bundled models, labelled by what they show; each loads when picked
     (no other press) and decodes a run; the page ends on the default model again."""
-    from app.model_cache import MODELS
-    from app.models import bundled_models
+    from app.serving.model_cache import MODELS
+    from app.serving.models import bundled_models
     offered = bundled_models()
     assert {Path(folder).name for _, folder in offered} >= {"open-gsm-dllm", "sure-gsm-dllm"}
     default = next((pair for pair in offered if Path(pair[1]) == Path(MODELS.default)), offered[0])

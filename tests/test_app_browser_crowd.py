@@ -122,7 +122,7 @@ COUNT_FRAMES = """(() => { const frame = window.requestAnimationFrame.bind(windo
 
 def test_an_idle_page_asks_for_almost_no_frames(browser, url):
     """Gradio 6.31's app-level status tracker is unmounted while its timer loop runs, and the loop then asks
-    for a frame 60 times a second for as long as the page is open (app/frames.py); with the guard, about one."""
+    for a frame 60 times a second for as long as the page is open (app/serving/frames.py); with the guard, about one."""
     page, requests = open_page(browser, url, init_script=COUNT_FRAMES)
     settle(page, requests)
     before = page.evaluate("window.__callers = {}, window.__frames")
@@ -135,7 +135,7 @@ def test_an_idle_page_asks_for_almost_no_frames(browser, url):
 
 
 def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(browser, url, monkeypatch):
-    from app import callbacks
+    from app.panels.round_view import callbacks
     monkeypatch.setattr(callbacks, "stream_jobs", paced(callbacks.stream_jobs, 1.0))
     page, _ = open_page(browser, url)
     assert page.locator("#stop").is_disabled()                  # nothing to stop yet
@@ -154,7 +154,7 @@ def test_the_round_views_stop_is_clickable_while_a_run_streams_and_ends_it(brows
 
 
 def test_the_best_order_searchs_stop_is_clickable_while_it_searches_and_ends_it(browser, url, monkeypatch):
-    from app import boundary
+    from app.serving import boundary
     page, _ = open_page(browser, url)
     run_to_the_end(page)
     monkeypatch.setattr(boundary, "best_order_steps_on_gpu", paced(boundary.best_order_steps_on_gpu, 0.5))
@@ -174,7 +174,7 @@ def test_the_best_order_searchs_stop_is_clickable_while_it_searches_and_ends_it(
 
 
 def test_the_comparisons_stop_is_clickable_while_it_streams_and_ends_it(browser, url, monkeypatch):
-    from app import compare
+    from app.panels import compare
     monkeypatch.setattr(compare, "stream_jobs", paced(compare.stream_jobs, 1.0))
     page, _ = open_page(browser, url)
     page.locator("#prompt textarea").fill(PROMPT)
@@ -201,14 +201,14 @@ def queue_state(url) -> dict:
 
 
 def sessions_with_runs(url) -> set:
-    from app.session import Session
+    from app.serving.session import Session
     holder = SERVED[url].state_holder
     return {id(v): v for state in list(holder.session_data.values()) for _, v, _ in state.state_components
             if isinstance(v, Session) and v.runs.entries}
 
 
 def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
-    """Gradio would keep a closed page's session an hour (app.session.end_page)."""
+    """Gradio would keep a closed page's session an hour (app.serving.closed_pages.end_page)."""
     before = sessions_with_runs(url)
     page, _ = open_page(browser, url)
     run_to_the_end(page)
@@ -225,9 +225,9 @@ def test_a_closed_page_gives_its_runs_back_at_once(browser, url):
 
 
 def test_a_run_does_not_wait_for_another_visitors_search(browser, url, monkeypatch):
-    """The search and the studies run beside the model slot (app/wiring.py LONG): a Run pressed while another
+    """The search and the studies run beside the model slot (app/panels/events.py LONG): a Run pressed while another
     visitor's search runs ends while that search is still running (in the model slot it waited for the end)."""
-    from app import boundary
+    from app.serving import boundary
     searcher, _ = open_page(browser, url)
     run_to_the_end(searcher)
     monkeypatch.setattr(boundary, "best_order_steps_on_gpu", paced(boundary.best_order_steps_on_gpu, 1.0))

@@ -1,6 +1,6 @@
 """A Run's figures in a real browser (Playwright + Debian's Chromium): a page's Run ends without drawing
-its three figures (app/callbacks.py draw_figures); the page asks for them once one of them is on the screen
-(app/panels.py PAGE_ASKS_JS): at once when the window shows them, when the visitor scrolls to them otherwise.
+its three figures (app/panels/round_view/views.py draw_figures); the page asks for them once one of them is on the screen
+(app/panels/round_view/__init__.py PAGE_ASKS_JS): at once when the window shows them, when the visitor scrolls to them otherwise.
 Skips when /usr/bin/chromium is absent. Every wait has a timeout; none is a speed assertion."""
 
 import pytest

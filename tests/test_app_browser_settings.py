@@ -29,7 +29,7 @@ def test_the_controls_follow_the_session_s_model_and_keep_what_the_visitor_set(t
     from playwright import sync_api
 
     from app import LAUNCH_KWARGS, build_demo
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     dream, _ = save_dream_dir(tmp_path / "Dream-tiny-Base", sharded=False)
     config = json.loads((dream / "config.json").read_text())
     (dream / "config.json").write_text(json.dumps({**config, "lopa": {"attention": "full", "block_size": 16}}))

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from big_trace import trace_json
 
-from app import budget
-from app.budget import Ledger, held_bytes
-from app.runs import RunTree
-from app.session import Session
+from app.serving import budget
+from app.serving.budget import Ledger, held_bytes
+from app.serving.runs import RunTree
+from app.serving.session import Session
 from lopa import RunResult
 from lopa.read_budget import MAX_TRACE_BYTES, READ_BYTES, TRACE_MEMORY_BYTES, read_cost
 
@@ -39,7 +39,7 @@ def test_a_run_is_charged_what_it_holds():
 
 def test_a_session_keeps_its_loaded_traces_within_its_budget(monkeypatch):
     monkeypatch.setattr(budget, "LEDGER", Ledger(1 << 40))
-    monkeypatch.setattr("app.runs.LEDGER", budget.LEDGER)
+    monkeypatch.setattr("app.serving.runs.LEDGER", budget.LEDGER)
     one = held_bytes(loaded(20))
     tree = RunTree(budget=int(2.5 * one))
     ids = [tree.add("loaded trace", source="replay", run=loaded(20)).id for _ in range(5)]
@@ -60,7 +60,7 @@ def test_a_trace_over_the_session_budget_is_refused_and_nothing_changes():
 def test_the_app_budget_holds_across_sessions_and_evicted_runs_give_bytes_back(monkeypatch):
     one = held_bytes(loaded(20))
     ledger = Ledger(int(2.5 * one))
-    monkeypatch.setattr("app.runs.LEDGER", ledger)
+    monkeypatch.setattr("app.serving.runs.LEDGER", ledger)
     first, second = RunTree(), RunTree()
     first.add("loaded trace", source="replay", run=loaded(20))
     second.add("loaded trace", source="replay", run=loaded(20))
@@ -75,7 +75,7 @@ def test_the_app_budget_holds_across_sessions_and_evicted_runs_give_bytes_back(m
 
 
 def test_the_upload_callback_says_why_a_trace_was_refused(tmp_path, monkeypatch):
-    from app import traces
+    from app.panels import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(5, blocks=16, per_round=50))
     session = Session()
@@ -104,8 +104,8 @@ def test_a_trace_that_would_cost_too_much_to_read_is_refused_before_parsing(monk
 def _ledger(monkeypatch, budget: int) -> Ledger:
     """A fresh app budget for the upload callback and the run lists."""
     ledger = Ledger(budget)
-    monkeypatch.setattr("app.traces.LEDGER", ledger)
-    monkeypatch.setattr("app.runs.LEDGER", ledger)
+    monkeypatch.setattr("app.panels.traces.LEDGER", ledger)
+    monkeypatch.setattr("app.serving.runs.LEDGER", ledger)
     return ledger
 
 
@@ -117,7 +117,7 @@ def _read_bound(path) -> int:
 
 
 def test_a_read_is_charged_to_the_app_while_it_runs_and_gives_it_back_after(tmp_path, monkeypatch):
-    from app import traces
+    from app.panels import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(40, blocks=16, per_round=50))
     bound = _read_bound(path)
@@ -135,7 +135,7 @@ def test_a_read_is_charged_to_the_app_while_it_runs_and_gives_it_back_after(tmp_
 
 
 def test_a_read_that_fails_gives_its_charge_back(tmp_path, monkeypatch):
-    from app import traces
+    from app.panels import traces
     ledger = _ledger(monkeypatch, 1 << 30)
     data = json.loads(trace_json(5, blocks=16, per_round=50))
     data["records"][2]["winner"] = 99
@@ -151,7 +151,7 @@ def test_a_read_that_fails_gives_its_charge_back(tmp_path, monkeypatch):
 def test_two_sessions_reading_at_once_cannot_overrun_the_app(tmp_path, monkeypatch):
     """Session A's read is paused while it parses; session B's read, which the app cannot cover beside
     it, is refused; A's goes on and is kept."""
-    from app import traces
+    from app.panels import traces
     path = tmp_path / "trace.json"
     path.write_text(trace_json(40, blocks=16, per_round=50))
     ledger = _ledger(monkeypatch, _read_bound(path) * 3 // 2)

@@ -7,13 +7,16 @@ import gradio as gr
 import pytest
 from tiny import app_model, save_tiny_model_dir
 
-from app import callbacks as cb
-from app import model_and_settings, traces
-from app.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
-from app.model_cache import MODELS
-from app.models import example_prompts, safetensors_param_count
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels import model as model_panel
+from app.panels import traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream, stop_compare
+from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
+from app.panels.settings import callbacks as settings_panel
+from app.serving.model_cache import MODELS
+from app.serving.models import example_prompts, safetensors_param_count
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from visualizations import canvas_text
 
 # gr.Warning outside a request falls back to warnings.warn: expected for the bad-input tests. Most tests here
@@ -31,7 +34,7 @@ def values(**changes):
     return [{**SETTINGS, **changes}[n] for n in SETTING_NAMES]
 
 
-def named(outputs, names=cb.LIVE_OUTPUTS):
+def named(outputs, names=views.LIVE_OUTPUTS):
     assert len(outputs) == len(names)
     return dict(zip(names, outputs))
 
@@ -70,7 +73,7 @@ def test_run_streams_rounds_live_and_renders_the_final_state():
     assert rounds[0] == 0 and rounds[-1] == len(run.records)
     assert rounds[1:-1] == list(range(1, len(run.records) + 1))    # one yield per round, as computed
     last = outs[-1]
-    assert last["status"].startswith("Done") and not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS)
+    assert last["status"].startswith("Done") and not any(is_skip(last[n]) for n in views.VIEW_OUTPUTS)
     assert f'data-round="{len(run.records) - 1}"' in last["canvas"] and last["answer"] == run.text
     assert session.names                                             # token strings from the tokenizer
 
@@ -103,7 +106,7 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     session = Session()
     drain(cb.run_stream(session, PROMPT, *values()))
     n = session.n_rounds
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", session.elapsed + 1.0)     # this Run counts as fast
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", session.elapsed + 1.0)     # this Run counts as fast
     shown = [named(o, cb.ARRIVING_OUTPUTS) for o in cb.show_rounds_arriving(session)]
     assert [o["round_slider"]["value"] for o in shown] == list(range(n))
     assert all(f'data-round="{r}"' in o["canvas"] for r, o in enumerate(shown))
@@ -112,13 +115,13 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     assert list(cb.show_rounds_arriving(session)) == skips               # once a session
     slow = Session()
     drain(cb.run_stream(slow, PROMPT, *values()))
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 0.0)                       # a Run a visitor could follow
     assert list(cb.show_rounds_arriving(slow)) == skips
-    from app.boundary import TURNS
+    from app.serving.give_way import TURNS
     crowd, busy = Session(), Session()
     for s in (crowd, busy):
         drain(cb.run_stream(s, PROMPT, *values()))
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 1e9)
     TURNS.start()                                    # another visitor's decode runs: no replay to share the CPU with
     try:
         assert list(cb.show_rounds_arriving(crowd)) == skips
@@ -144,7 +147,7 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
     assert list(replay) == []
     moved_on = Session()
     drain(cb.run_stream(moved_on, PROMPT, *values()))
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 1e9)
     replay = cb.show_rounds_arriving(moved_on)
     next(replay)
     moved_on.streaming = True                                            # the visitor pressed Run again
@@ -152,10 +155,10 @@ def test_a_first_fast_run_is_shown_again_round_by_round_once(monkeypatch):
 
 
 def test_only_a_pages_first_fast_run_ends_with_counters_that_ask_for_its_rounds_again(monkeypatch):
-    """The page asks for show_rounds_arriving (app.panels.PAGE_ASKS_JS) only where the final counters carry
+    """The page asks for show_rounds_arriving (app.panels.round_view.PAGE_ASKS_JS) only where the final counters carry
     data-replay: no request for it on any other Run, Step or fork, nor from an API caller."""
     monkeypatch.setattr(cb, "REPLAY_STEP_S", 0.0)
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 1e9)
     page = Session()
     page.page = True
     outs = drain(cb.run_stream(page, PROMPT, *values()))
@@ -171,7 +174,7 @@ def test_only_a_pages_first_fast_run_ends_with_counters_that_ask_for_its_rounds_
     assert "data-replay" not in drain(cb.run_stream(api, PROMPT, *values()))[-1]["counters"]
     slow = Session()
     slow.page = True
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 0.0)
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 0.0)
     assert "data-replay" not in drain(cb.run_stream(slow, PROMPT, *values()))[-1]["counters"]
 
 
@@ -190,7 +193,7 @@ def test_run_answers_the_round_views_stop_in_its_own_last_message():
 
 
 def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
-    monkeypatch.setattr(cb, "REFRESH_S", {"html": 0.0, "plots": 3600.0})
+    monkeypatch.setattr(views, "REFRESH_S", {"html": 0.0, "plots": 3600.0})
     outs = drain(cb.run_stream(Session(), PROMPT, *values()))
     plots = [not is_skip(o["heatmap"]) and not is_skip(o["chart"]) for o in outs]
     html = [not is_skip(o["canvas"]) and not is_skip(o["branches"]) for o in outs]
@@ -198,7 +201,7 @@ def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
     assert html[0] is False and all(html[1:])                       # cheap HTML views: every round
     assert all(not is_skip(o["counters"]) for o in outs)             # counters move every round
     assert all(not is_skip(o["round_slider"]) and not is_skip(o["answer"]) for o in outs[1:])   # with the canvas
-    monkeypatch.setattr(cb, "REFRESH_S", {"html": 3600.0, "plots": 3600.0})
+    monkeypatch.setattr(views, "REFRESH_S", {"html": 3600.0, "plots": 3600.0})
     session = Session()
     outs = drain(cb.run_stream(session, PROMPT, *values()))
     assert all(is_skip(o["round_slider"]) and is_skip(o["answer"]) for o in outs[2:-1])         # ... and only then
@@ -206,27 +209,27 @@ def test_heavy_outputs_are_throttled_but_the_end_is_always_drawn(monkeypatch):
 
 
 def test_a_pages_run_leaves_its_figures_until_the_page_asks_for_them():
-    figures = cb.FIGURE_OUTPUTS + ("counters",)
+    figures = views.FIGURE_OUTPUTS + ("counters",)
     api = Session()                                           # an API caller: the figures come with the end
     everything = drain(cb.run_stream(api, PROMPT, *values()))[-1]
     assert 'data-figures' not in everything["counters"] and not api.figures_stale
     page = Session(page=True)
     last = drain(cb.run_stream(page, PROMPT, *values()))[-1]
-    assert all(is_skip(last[n]) for n in cb.FIGURE_OUTPUTS) and 'data-figures="stale"' in last["counters"]
-    assert not any(is_skip(last[n]) for n in cb.VIEW_OUTPUTS if n not in cb.FIGURE_OUTPUTS)
-    drawn = named(cb.draw_figures(page), figures)
+    assert all(is_skip(last[n]) for n in views.FIGURE_OUTPUTS) and 'data-figures="stale"' in last["counters"]
+    assert not any(is_skip(last[n]) for n in views.VIEW_OUTPUTS if n not in views.FIGURE_OUTPUTS)
+    drawn = named(views.draw_figures(page), figures)
     assert 'data-figures="drawn"' in drawn["counters"] and 'data-status="done"' in drawn["counters"]
     for name in ("heatmap", "chart"):                         # the same figures the end would have carried
         assert drawn[name].to_json() == everything[name].to_json()
     assert [t.y for t in drawn["ranks"].data] == [t.y for t in everything["ranks"].data]   # (its x: measured times)
-    again = named(cb.draw_figures(page), figures)             # drawn already: nothing to draw
-    assert all(is_skip(again[n]) for n in cb.FIGURE_OUTPUTS) and 'data-figures="drawn"' in again["counters"]
+    again = named(views.draw_figures(page), figures)             # drawn already: nothing to draw
+    assert all(is_skip(again[n]) for n in views.FIGURE_OUTPUTS) and 'data-figures="drawn"' in again["counters"]
     drain(cb.run_stream(page, PROMPT, *values(seed=1)))
     cb.show_round(page, 0)                                    # the slider drew a round's figures meanwhile
     assert not page.figures_stale
-    assert all(is_skip(v) for v in cb.draw_figures(page)[:len(cb.FIGURE_OUTPUTS)])
+    assert all(is_skip(v) for v in views.draw_figures(page)[:len(views.FIGURE_OUTPUTS)])
     page.streaming = True                                     # a new decode streams: its counters stay as sent
-    assert all(is_skip(v) for v in cb.draw_figures(page))
+    assert all(is_skip(v) for v in views.draw_figures(page))
 
 
 def test_stop_cancels_within_one_round():
@@ -297,7 +300,7 @@ def test_scrub_play_and_reset():
     canvas, *_, answer = cb.show_round(session, 1)
     assert 'data-round="1"' in canvas and 'data-round="0"' in cb.show_round(session, -5)[0]
     assert answer == canvas_text(session.run, 1, session.names) != session.run.text    # the output at round 1
-    assert cb.show_round(session, 10_000)[-1] == session.run.text == named(cb.live_outputs(session, ""))["answer"]
+    assert cb.show_round(session, 10_000)[-1] == session.run.text == named(views.live_outputs(session, ""))["answer"]
     assert f'data-round="{n - 1}"' in cb.show_round(session, 10_000)[0]
     timer, button, playing = cb.toggle_play(session, False, n - 1)
     assert playing and timer.active
@@ -345,26 +348,26 @@ def test_corrupt_foreign_or_misnamed_trace_files_are_refused(tmp_path):
 
 def test_model_directory_errors_keep_the_session_model(tiny_model, tmp_path):
     session = Session()
-    info, status, box = model_and_settings.pick_model(session, str(tmp_path / "nowhere"))
+    info, status, box = model_panel.pick_model(session, str(tmp_path / "nowhere"))
     assert "Error" in status and "still uses" in status and session.model is None
     assert box["value"] == str(MODELS.default)                        # the box shows the model Run uses again
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{broken")
-    assert "Error" in model_and_settings.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
-    assert "Error" in model_and_settings.pick_model(session, None)[1] and session.model is None
-    assert is_skip(model_and_settings.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
+    assert "Error" in model_panel.pick_model(session, str(tmp_path / "broken"))[1] and session.model is None
+    assert "Error" in model_panel.pick_model(session, None)[1] and session.model is None
+    assert is_skip(model_panel.pick_model(session, str(tiny_model))[1])          # the model it has: nothing to say
     other = save_tiny_model_dir(tmp_path / "other", seed=1)
-    info, status, box = model_and_settings.pick_model(session, str(other))
+    info, status, box = model_panel.pick_model(session, str(other))
     assert "now decodes with `other`" in status and "M parameters" in info and session.model == str(other)
     assert safetensors_param_count(other) == MODELS.get(other).n_params
 
 
 def test_a_space_only_loads_the_bundled_models(tiny_model, monkeypatch):
-    from app.models import MODELS_DIR, check_model_dir
+    from app.serving.models import MODELS_DIR, check_model_dir
     monkeypatch.delenv("LOPA_MODEL_DIRS", raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/lopa-explorer")
     session = Session()
-    info, status, box = model_and_settings.pick_model(session, str(tiny_model))
+    info, status, box = model_panel.pick_model(session, str(tiny_model))
     assert "only loads models from `assets/models`" in status and session.model is None
     check_model_dir(MODELS_DIR / "sure-gsm-dllm")  # the bundled model stays loadable
     with pytest.raises(ValueError):
@@ -399,7 +402,7 @@ def test_comparison_stops_on_request():
 
 
 def test_presets_and_examples():
-    updates = model_and_settings.apply_preset("paper: gsm8k")
+    updates = settings_panel.apply_preset("paper: gsm8k")
     by_name = dict(zip(SETTING_NAMES, updates))
     assert by_name["k"]["value"] == 14 and by_name["tau_conf"]["value"] == 0.9 and is_skip(by_name["max_new_tokens"])
     prompts = example_prompts()
@@ -409,13 +412,13 @@ def test_presets_and_examples():
 def test_warm_model_loads_lazily_and_describes_it():
     MODELS.clear()
     assert "not loaded yet" in MODELS.describe()
-    assert "M parameters" in model_and_settings.warm_model(Session()) and MODELS.peek() is not None
+    assert "M parameters" in model_panel.warm_model(Session()) and MODELS.peek() is not None
 
 
 def test_compare_decodes_the_baseline_with_the_chosen_peer_rule():
     """Each peer's rule is a baseline of Compare: its side decodes with that rule alone (k = 0, its knob as the
     settings panel has it), exactly as the engine does under those settings; D2F's side keeps D2F's threshold."""
-    from app.compare import BASELINES
+    from app.panels.compare import BASELINES
     from lopa import DecodeSettings
     from visualizations.glossary import PEER_RULES, rule_name
     assert [BASELINES[f"{rule_name(rule)} (k = 0)"] for rule in PEER_RULES] == [f"d2f-{rule}" for rule in PEER_RULES]

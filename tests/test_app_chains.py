@@ -7,10 +7,11 @@ from urllib.parse import parse_qsl
 import pytest
 from tiny import app_model
 
-from app import api, share
-from app import callbacks as cb
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels.round_view import callbacks as cb
+from app.panels.settings import share
+from app.serving import api
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

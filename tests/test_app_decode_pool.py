@@ -1,4 +1,4 @@
-"""The decode workers (app/decode_pool.py, app/decode_worker.py): a worker decodes what this process decodes,
+"""The decode workers (app/serving/decode_pool.py, app/serving/decode_worker.py): a worker decodes what this process decodes,
 two workers decode two visitors' jobs at once, Stop leaves the decode paused in its worker and Step goes back
 to it, a worker that dies ends its decode with a message and is replaced, and only the jobs they are for go
 to them. The served app with workers runs two sessions' Runs at once, each session's model events in turn."""
@@ -11,11 +11,11 @@ import time
 import gradio as gr
 import pytest
 
-from app import boundary, decode_pool
-from app import session as session_module
-from app.decode_pool import DecodePool, decode_workers
-from app.session import APP_DEFAULTS, LiveRun, Session, take_turn
-from app.wiring import in_turn
+from app.panels.events import in_turn
+from app.serving import boundary, decode_pool
+from app.serving import session as session_module
+from app.serving.decode_pool import DecodePool, decode_workers
+from app.serving.session import APP_DEFAULTS, LiveRun, Session, take_turn
 from lopa import DecodeSettings
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -250,8 +250,9 @@ def served_with_workers(app_model_dir, pool):
     with one model slot, or decodes taken in turn, it would wait in vain and the Run would fail)."""
     from servers import free_port
 
-    from app import build_demo, wiring
-    from app.model_cache import MODELS
+    from app import build_demo
+    from app.panels import events
+    from app.serving.model_cache import MODELS
     together = threading.Barrier(2, timeout=60)
     real = pool.stream
 
@@ -264,10 +265,10 @@ def served_with_workers(app_model_dir, pool):
         finally:
             passes.close()
 
-    saved = (boundary.POOL, dict(wiring.MODEL), MODELS.default)
+    saved = (boundary.POOL, dict(events.MODEL), MODELS.default)
     boundary.POOL, MODELS.default = pool, app_model_dir
     pool.stream = stream
-    wiring.MODEL["concurrency_limit"] = 2
+    events.MODEL["concurrency_limit"] = 2
     try:
         demo = build_demo()
         port = free_port()
@@ -276,8 +277,8 @@ def served_with_workers(app_model_dir, pool):
         demo.close()
     finally:
         boundary.POOL, MODELS.default = saved[0], saved[2]
-        wiring.MODEL.clear()
-        wiring.MODEL.update(saved[1])
+        events.MODEL.clear()
+        events.MODEL.update(saved[1])
         del pool.stream
 
 

@@ -1,4 +1,4 @@
-"""The DiffusionGemma panel (app/denoise.py, its saved traces: app/canvas_traces.py) on a tiny random
+"""The DiffusionGemma panel (app/panels/denoise/, its saved traces: app/panels/denoise/traces.py) on a tiny random
 DiffusionGemma folder (the stock config classes, the word-level test tokenizer): picking the folder in
 the model box opens it there, Decode records the sampler's steps and the slider shows each one, a saved
 canvas trace opens (and a hostile one is refused or shown escaped), the decode's bounds; then the same
@@ -14,12 +14,14 @@ import pytest
 from servers import free_port, launch_chromium, needs_chromium
 from test_diffusion_gemma import CANVAS
 
-from app import canvas_traces, denoise
-from app.budget import LEDGER
-from app.model_and_settings import pick_model
-from app.model_cache import MODELS
-from app.models import MODELS_DIR
-from app.session import Session
+from app.panels.denoise import build_denoise_panel
+from app.panels.denoise import callbacks as denoise
+from app.panels.denoise import traces as canvas_traces
+from app.panels.model import pick_model
+from app.serving.budget import LEDGER
+from app.serving.model_cache import MODELS
+from app.serving.models import MODELS_DIR
+from app.serving.session import Session
 from lopa.models.canvas_trace import CanvasRun
 from lopa.models.diffusion_gemma import decode
 from lopa.models.tiny import save_tiny_diffusion_gemma, tiny_diffusion_gemma, tiny_tokenizer
@@ -136,7 +138,7 @@ def test_the_panels_defaults_decode_the_tiny_checkpoint_the_documented_command_w
     pick_model(session, str(target))
     assert session.canvas_model == str(target)
     with gr.Blocks():
-        panel = denoise.build_denoise_panel()
+        panel = build_denoise_panel()
     defaults = [panel[name].value for name in denoise.PANEL_INPUTS]            # what the page shows and sends
     out = dict(zip(denoise.DENOISE_OUTPUTS, denoise.decode_canvas(session, view, PROMPT, *defaults)))
     assert "80 new tokens at up to 48 denoising steps" in out["denoise_status"], out["denoise_status"]   # 10 canvases
@@ -268,7 +270,7 @@ def test_the_served_endpoints_answer_hostile_raw_values_with_the_input_s_name(al
 
 
 def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_decode(allowed, other, monkeypatch):
-    from app.model_cache import model_bytes
+    from app.serving.model_cache import model_bytes
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(allowed.parent))
     monkeypatch.setattr(MODELS, "max_bytes", 1)                 # less than one model: the least recently used goes
     MODELS.clear()
@@ -304,7 +306,7 @@ def test_diffusion_gemma_models_live_in_the_one_models_cache_leased_while_they_d
 
 
 def test_the_trace_shown_saves_to_a_file_that_opens_as_the_same_view(allowed, tmp_path, monkeypatch):
-    from app import disk
+    from app.serving import disk
     exports = disk.Exports(1 << 30, 1 << 30, root=tmp_path / "cache")
     monkeypatch.setattr(disk, "EXPORTS", exports)
     empty = canvas_traces.export_canvas_trace(denoise.CanvasView(), visitor("a"))
@@ -344,8 +346,8 @@ class Link:
 def test_a_share_link_reopens_the_picked_diffusion_gemma_folder_with_its_settings(allowed, tmp_path, monkeypatch):
     from urllib.parse import parse_qsl
 
-    from app import share
-    from app.session import APP_DEFAULTS, SETTING_NAMES
+    from app.panels.settings import share
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES
     session = Session()
     pick_model(session, str(allowed))
     values = [APP_DEFAULTS[n] for n in SETTING_NAMES]

@@ -1,4 +1,4 @@
-"""What the server keeps on disk for its visitors (app/disk.py): trace exports within a byte budget per
+"""What the server keeps on disk for its visitors (app/serving/disk.py): trace exports within a byte budget per
 session and for the app, oldest first out, gone when the page closes; uploads deleted once read;
 exports served from Gradio's cache without a copy of their own; uploads no load read held within a
 budget, together with those still arriving, however they are sent; the app wires it all."""
@@ -16,9 +16,10 @@ import pytest
 from servers import free_port
 from tiny import LIVELY, PROMPT, app_model
 
-from app import callbacks as cb
-from app import disk, traces
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import traces
+from app.panels.round_view import callbacks as cb
+from app.serving import disk
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SETTINGS = dict(APP_DEFAULTS, k=1, temperature=0.0, seed=0, **LIVELY)
@@ -81,7 +82,7 @@ def test_a_closed_page_takes_its_exports_with_it(session, tmp_path, monkeypatch)
     monkeypatch.setattr(disk, "EXPORTS", exports)
     export(session, "a"), export(session, "a", "Parquet")
     kept, _ = export(session, "b")
-    from app.session import end_page
+    from app.serving.closed_pages import end_page
     asyncio.run(end_page(visitor("a")))              # demo.unload
     assert files(exports.root) == [kept] and not (exports.root / "a").exists()
     assert exports.held("a") == 0 and exports.held() == kept.stat().st_size
@@ -126,7 +127,7 @@ def test_an_upload_is_deleted_once_read(session, tmp_path, monkeypatch):
 
 def test_the_app_removes_exports_at_page_close_and_sweeps_gradios_cache():
     from app import build_demo
-    from app.session import end_page
+    from app.serving.closed_pages import end_page
     demo = build_demo()
     assert demo.delete_cache == (disk.CACHE_SWEEP_S, disk.CACHE_AGE_S)
     unloads = [f.fn for f in demo.fns.values() if any(t[1] == "unload" for t in f.targets)]

@@ -8,11 +8,12 @@ import gradio as gr
 import pytest
 from tiny import app_model
 
-from app import callbacks as cb
-from app import forks, traces
-from app.compare import COMPARE_OUTPUTS, compare_runs
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import forks, traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_runs
+from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from visualizations.timeline import fills
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -34,7 +35,7 @@ def tiny_model(tmp_path_factory):
 
 
 def live(outputs):
-    return dict(zip(cb.LIVE_OUTPUTS, outputs))
+    return dict(zip(views.LIVE_OUTPUTS, outputs))
 
 
 def decoded(session, *args):
@@ -107,7 +108,7 @@ def test_click_fill_first_fork_appears_in_the_run_list_and_compares():
     assert session.current == "1.1.1" and q not in fills(grandchild.records, r + 2)
     assert {"action": "hold", "position": q} in grandchild.records[r + 2].forced
     # Select the original again.
-    shown = live(forks.select_run(session, "1"))
+    shown = live(cb.select_run(session, "1"))
     assert session.run is parent and "Showing run 1" in shown["status"]
 
 
@@ -131,7 +132,7 @@ def test_a_peer_s_run_and_its_forks_take_its_rule(rule):
     assert child.forked_from == {"run_id": parent.run_id, "round": r} and child.settings == parent.settings
     vanilla = Session()
     decoded(vanilla, *values(k=0, **chosen))
-    view = dict(zip(cb.VIEW_OUTPUTS, cb.show_round(vanilla, 1)))
+    view = dict(zip(views.VIEW_OUTPUTS, cb.show_round(vanilla, 1)))
     assert "lopa-no-branches" in view["branches"] and "<table" not in view["branches"]
     assert view["branches"].count("</div>") == 1                 # one line in place of the table
     assert "lopa-canvas" in view["canvas"] and view["heatmap"] is not None    # the same canvas and heatmap
@@ -143,7 +144,7 @@ def test_a_finished_run_rests_on_its_final_round_at_the_end_of_the_slider():
     run = session.run
     final = dataclasses.replace(run.records[-1], round=len(run.records), kind="final")
     session.run = dataclasses.replace(run, records=run.records + [final])
-    out = live(cb.live_outputs(session, "done"))
+    out = live(views.live_outputs(session, "done"))
     assert f'data-round="{len(run.records)}"' in out["canvas"]
     assert out["round_slider"]["value"] == out["round_slider"]["maximum"] == len(run.records)
 
@@ -191,5 +192,5 @@ def test_bad_clicks_and_selections_answer_plainly():
     early = next(p for p, fill in fills(session.run.records).items() if fill.round < 2)
     panel = dict(zip(forks.WHATIF_OUTPUTS, forks.pick_cell(session, f"2:{early}:9")))
     assert "is not masked after round 2" in panel["whatif_info"]
-    assert "no run" in live(forks.select_run(session, "9"))["status"]
+    assert "no run" in live(cb.select_run(session, "9"))["status"]
     assert "pick two runs" in compare_runs(session, "1", None)[0]

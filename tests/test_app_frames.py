@@ -1,4 +1,4 @@
-"""app/frames.py FirstScript: the frame guard is the first thing in the app page's <head>, ahead of Gradio's
+"""app/serving/frames.py FirstScript: the frame guard is the first thing in the app page's <head>, ahead of Gradio's
 module scripts (which take requestAnimationFrame when they load); every other response passes unchanged."""
 
 from starlette.applications import Starlette
@@ -7,7 +7,7 @@ from starlette.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from app.frames import IDLE_FRAMES_JS, FirstScript
+from app.serving.frames import IDLE_FRAMES_JS, FirstScript
 
 PAGE = "<!doctype html><html><head><script type='module' src='/assets/index.js'></script></head><body></body></html>"
 

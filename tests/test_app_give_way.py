@@ -1,4 +1,4 @@
-"""app/boundary.py GiveWay: a long job (a study, the best-order search) waits between two of its decodes while a
+"""app/serving/give_way.py GiveWay: a long job (a study, the best-order search) waits between two of its decodes while a
 visitor's decode (decode_rounds: Run, Step, a fork, Compare) is under way, at most a bound each time. The waits
 are checked by their order and by threads, not by a clock (a bound is only a hang guard)."""
 
@@ -6,10 +6,10 @@ import threading
 
 from tiny import LIVELY, PROMPT
 
-from app import boundary
-from app.boundary import GiveWay
-from app.model_cache import MODELS
-from app.session import APP_DEFAULTS
+from app.serving import boundary
+from app.serving.give_way import GiveWay
+from app.serving.model_cache import MODELS
+from app.serving.session import APP_DEFAULTS
 from lopa import DecodeSettings
 
 

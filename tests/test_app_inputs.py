@@ -11,10 +11,12 @@ import pytest
 from servers import free_port
 from tiny import LIVELY, app_model
 
-from app import build_demo, forks, studies, traces
-from app import callbacks as cb
-from app.compare import COMPARE_OUTPUTS, compare_stream
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app import build_demo
+from app.panels import forks, traces
+from app.panels.compare import COMPARE_OUTPUTS, compare_stream
+from app.panels.round_view import callbacks as cb
+from app.panels.studies import callbacks as studies
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.cli import main
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -76,7 +78,7 @@ def test_studies_rounds_formats_runs_and_tokens_name_every_bad_input(model, kind
         cb.show_round(session, bad)
     assert "round must be a whole number" in str(err.value) and len(str(err.value)) < MAX_MESSAGE
     assert refused(traces.export_trace(session, bad)[1], "format")
-    assert len(forks.select_run(session, bad)[0]) < MAX_MESSAGE
+    assert len(cb.select_run(session, bad)[0]) < MAX_MESSAGE
     if kind != "none":                                           # None is "no token chosen yet"
         assert refused(list(forks.fill_first(session, {"run": "1", "round": 0, "position": 3}, bad))[-1][0], "token")
 

@@ -4,8 +4,8 @@ freed, and uploads are limited to the trace size the schema accepts."""
 from types import SimpleNamespace
 
 from app import LAUNCH_KWARGS
-from app.runs import MAX_RUNS, RunTree
-from app.session import Session, end_session
+from app.serving.runs import MAX_RUNS, RunTree
+from app.serving.session import Session, end_session
 from lopa.read_budget import MAX_TRACE_BYTES
 
 
@@ -40,13 +40,13 @@ def test_gradio_keeps_a_bounded_number_of_sessions():
 
 
 def test_an_ended_session_drops_its_kept_decodes(tmp_path_factory):
-    """A paused decode and the states a run's forks would resume from live in app.boundary's small shared
+    """A paused decode and the states a run's forks would resume from live in app.serving.boundary's small shared
     cache (MAX_KEPT for all sessions); a session that ends (closed page, expiry) takes its own out of it."""
     from tiny import app_model
 
-    from app import boundary
-    from app import callbacks as cb
-    from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE
+    from app.panels.round_view import callbacks as cb
+    from app.serving import boundary
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE
     prompt = "Tom has 3 apples and he buys 4 + 2 apples . how many apples does Tom have ?"
     settings = dict(APP_DEFAULTS, k=1, block_size=8, max_new_tokens=32, temperature=0.0)
     values = [settings[n] for n in SETTING_NAMES] + [SINGLE, 2]
@@ -64,7 +64,7 @@ def test_an_ended_session_drops_its_kept_decodes(tmp_path_factory):
 
 
 def test_a_closed_page_ends_its_jobs_then_leaves_gradios_holder_even_when_a_job_adds_a_state_meanwhile():
-    """demo.unload (app.session.end_page) ends the page's jobs in Gradio's queue (each step of a stream would
+    """demo.unload (app.serving.closed_pages.end_page) ends the page's jobs in Gradio's queue (each step of a stream would
     make the page's record afresh), then its States, and drops Gradio's record of the page. An event still in
     its last step may add a State to the record while the callbacks run; Gradio's own
     StateHolder.delete_state then fails ("dictionary changed size during iteration") and left the record."""
@@ -73,7 +73,7 @@ def test_a_closed_page_ends_its_jobs_then_leaves_gradios_holder_even_when_a_job_
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    from app.session import end_page
+    from app.serving.closed_pages import end_page
     happened = []
     with gr.Blocks() as demo:
         late = gr.State(None)                                         # a State no event had touched yet

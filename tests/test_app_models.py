@@ -1,4 +1,4 @@
-"""Each session's own model, from one cache (app/model_cache.py): the cache's bound in bytes, least recently
+"""Each session's own model, from one cache (app/serving/model_cache.py): the cache's bound in bytes, least recently
 used first and never a model a decode holds; two sessions decoding two models at once, each getting
 its own model's tokens; a session's pick that no other session sees, through gradio_client; /decode's
 `model`."""
@@ -12,11 +12,12 @@ from servers import plain, serve_demo
 from test_checkpoints import save_dream_dir
 from tiny import LIVELY, PROMPT, save_tiny_model_dir
 
-from app import boundary, model_and_settings
-from app import callbacks as cb
-from app.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
-from app.models import MODELS_DIR
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels import model as model_panel
+from app.panels.round_view import callbacks as cb
+from app.serving import boundary
+from app.serving.model_cache import CACHE_ENV, DEFAULT_CACHE_BYTES, MODELS, ModelCache, cache_bytes, model_bytes
+from app.serving.models import MODELS_DIR
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 from lopa.models import DEFAULT_MODEL, load
 
@@ -84,7 +85,7 @@ def test_a_model_is_never_evicted_while_a_decode_holds_it(folders):
 
 
 def test_a_model_of_another_kind_shares_the_bound_under_its_own_loader(folders):
-    """A model the LoPA engine does not decode (a DiffusionGemma checkpoint, app/denoise.py) is held by the
+    """A model the LoPA engine does not decode (a DiffusionGemma checkpoint, app/panels/denoise/) is held by the
     same cache under its own loader: in the same bound, least recently used first out, leased; never handed
     to a LoPA caller (nor a LoPA model to it); its tokenizer found by its folder's name."""
     from types import SimpleNamespace
@@ -154,7 +155,7 @@ def test_two_sessions_on_two_models_decode_at_once_each_with_its_own_tokens(fold
     a, b = folders[:2]
     sessions = [Session(), Session()]
     for session, folder in zip(sessions, (a, b)):
-        assert "now decodes with" in model_and_settings.pick_model(session, str(folder))[1]
+        assert "now decodes with" in model_panel.pick_model(session, str(folder))[1]
     # Interleaved in one thread: both decodes are live at once, each holding its own model.
     streams = [cb.run_stream(s, PROMPT, *VALUES) for s in sessions]
     for stream in streams:
@@ -209,12 +210,12 @@ def test_a_pick_leaves_other_sessions_alone_and_stops_a_paused_decode(folders):
     mine, other = Session(), Session()
     cb.step_once(mine, PROMPT, *VALUES)
     assert mine.live is not None
-    model_and_settings.pick_model(mine, str(folders[1]))
+    model_panel.pick_model(mine, str(folders[1]))
     assert mine.live is None and mine.run.stopped and other.model is None
     for _ in cb.run_stream(other, PROMPT, *VALUES):
         pass
     assert other.run.spec["name"] == Path(MODELS.default).name
-    assert "tiny-1" in model_and_settings.warm_model(mine) and "tiny-1" not in model_and_settings.warm_model(other)
+    assert "tiny-1" in model_panel.warm_model(mine) and "tiny-1" not in model_panel.warm_model(other)
 
 
 # -- through the server --------------------------------------------------------------------------------
@@ -261,19 +262,19 @@ def test_one_session_picks_a_dream_folder_and_a_fresh_session_still_runs_the_def
 def test_zerogpu_serves_only_the_models_loaded_at_startup(folders, empty_cache, monkeypatch):
     import gradio as gr
 
-    from app.api import decode
+    from app.serving.api import decode
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     session = Session()
-    status = model_and_settings.pick_model(session, str(folders[0]))[1]
+    status = model_panel.pick_model(session, str(folders[0]))[1]
     assert "loaded at startup" in status and session.model is None and MODELS.peek(folders[0]) is None
     with pytest.raises(gr.Error, match="loaded at startup"):
         decode(PROMPT, model=str(folders[0]))
-    MODELS.get(folders[0])                                # what app.model_cache.preload does at import
-    assert "now decodes with `tiny-0`" in model_and_settings.pick_model(session, str(folders[0]))[1]
+    MODELS.get(folders[0])                                # what app.serving.model_cache.preload does at import
+    assert "now decodes with `tiny-0`" in model_panel.pick_model(session, str(folders[0]))[1]
 
 
 def test_the_studies_follow_the_session_model(folders):
-    from app import studies
+    from app.panels.studies import callbacks as studies
     session = Session(model=str(folders[1]))
     assert "No shipped results for **tiny-1**" in studies.show_shipped("orders", session)[0]
     assert "on open-gsm-dllm" in studies.show_shipped("orders", Session())[0]    # another session: the default's

@@ -36,8 +36,9 @@ class Together:
 
 @pytest.fixture(scope="module")
 def served():
-    from app import LAUNCH_KWARGS, build_demo, wiring
-    from app.model_cache import MODELS
+    from app import LAUNCH_KWARGS, build_demo
+    from app.panels import events
+    from app.serving.model_cache import MODELS
     if Path(MODELS.default) != DEFAULT_MODEL:
         pytest.skip("another module moved the default model")
     try:
@@ -46,8 +47,8 @@ def served():
         pytest.skip(f"the bundled model does not load right now: {err}")
     # Two model slots (the app's default is one: a CPU runs one forward well at a time), so that the
     # two visitors' decodes run in the server at the same time.
-    saved = dict(wiring.MODEL)
-    wiring.MODEL["concurrency_limit"] = 2
+    saved = dict(events.MODEL)
+    events.MODEL["concurrency_limit"] = 2
     together = Together(MODELS)
     MODELS.acquire = together
     try:
@@ -57,8 +58,8 @@ def served():
         yield f"http://127.0.0.1:{port}/", together
         demo.close()
     finally:
-        wiring.MODEL.clear()
-        wiring.MODEL.update(saved)
+        events.MODEL.clear()
+        events.MODEL.update(saved)
         del MODELS.acquire
 
 
@@ -92,7 +93,7 @@ def export(page, tmp_path, name) -> tuple[str, RunResult]:
 
 
 def test_two_visitors_decode_two_models_at_the_same_time(served, browser, tmp_path):
-    from app.models import MODELS_DIR, bundled_models
+    from app.serving.models import MODELS_DIR, bundled_models
     url, together = served
     (a_ctx, a), (b_ctx, b) = open_page(browser, url), open_page(browser, url)
     try:

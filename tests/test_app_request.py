@@ -1,4 +1,4 @@
-"""The app reads a click once (app/request.py): one function turns its raw inputs into a request, whose
+"""The app reads a click once (app/serving/request.py): one function turns its raw inputs into a request, whose
 unset settings are the ones the visitor did not touch, and one resolution gives the settings every
 later step uses (Run, Step, Compare, the share link, the command); the settings title names the
 touched settings and resolves nothing."""
@@ -7,11 +7,11 @@ import pytest
 from tiny import app_model
 
 import lopa.resolution
-from app import callbacks as cb
-from app import layout, model_and_settings
-from app.compare import compare_stream
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels.compare import compare_stream
+from app.panels.round_view import callbacks as cb
+from app.panels.settings import callbacks as settings_panel
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")      # gr.Warning outside a request
 
@@ -81,12 +81,12 @@ def test_unset_means_untouched_and_a_touched_value_equal_to_the_shown_one_is_the
 
 def test_the_settings_title_link_and_command_follow_what_the_visitor_touched(resolutions):
     session = Session()
-    assert layout.settings_title(session)["label"].endswith("all at the defaults") and not resolutions
-    title, link, command = model_and_settings.toucher("k")(None, session, PROMPT, *values(k=4), 0, 0, 0, 0)
+    assert settings_panel.settings_title(session)["label"].endswith("all at the defaults") and not resolutions
+    title, link, command = settings_panel.toucher("k")(None, session, PROMPT, *values(k=4), 0, 0, 0, 0)
     assert session.touched == {"k"} and title["label"].endswith("1 set by you (k)")
     assert len(resolutions) == 3          # the request; the link's and the command's baselines (empty requests)
     assert [r for r in resolutions if r] == [{"k": 4}] and "--k 4" not in command      # lopa generate's k is 4 too
-    model_and_settings.apply_preset("paper: gsm8k", session)
+    settings_panel.apply_preset("paper: gsm8k", session)
     assert "k" in session.touched and "tau_conf" in session.touched and "max_new_tokens" not in session.touched
-    model_and_settings.apply_preset(model_and_settings.OWN, session)
+    settings_panel.apply_preset(settings_panel.OWN, session)
     assert session.touched == frozenset()       # the model's own: untouched again

@@ -10,10 +10,12 @@ import gradio as gr
 import pytest
 from tiny import app_model, tiny_spec
 
-from app import LAUNCH_KWARGS, api, model_and_settings, share
-from app.panels import build_settings_panel
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app import LAUNCH_KWARGS
+from app.panels.settings import build_settings_panel, share
+from app.panels.settings import callbacks as settings_panel
+from app.serving import api
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa.cli import build_parser
 from lopa.resolution import settings_from_args
 from lopa.settings import SETTINGS
@@ -76,7 +78,7 @@ def test_a_link_restores_every_setting_it_was_made_from():
 def test_the_app_s_paper_preset_is_the_cli_s():
     """The preset's values over the app's inputs decode what `--preset gsm8k` decodes (the app keeps
     its length: the preset leaves max_new_tokens to the caller, like the CLI)."""
-    updates = dict(zip(SETTING_NAMES, model_and_settings.apply_preset("paper: gsm8k")))
+    updates = dict(zip(SETTING_NAMES, settings_panel.apply_preset("paper: gsm8k")))
     values = [u["value"] if isinstance(u, dict) and "value" in u else APP_DEFAULTS[n]
               for n, u in updates.items()]
     app_settings = read_request(values).resolve()

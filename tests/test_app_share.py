@@ -3,10 +3,10 @@ bad or hostile queries change nothing, and the command decodes the same run as t
 
 import shlex
 
-from app import share
-from app.request import read_request
-from app.session import APP_DEFAULTS, SETTING_NAMES
-from app.share import command_line, restore, share_query
+from app.panels.settings import share
+from app.panels.settings.share import command_line, restore, share_query
+from app.serving.request import read_request
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES
 from lopa.cli import build_parser
 from lopa.resolution import settings_from_args
 
@@ -50,7 +50,7 @@ class Asked:
 
 
 def test_the_share_link_is_the_pages_own_address_with_the_run_in_its_query():
-    from app.session import Session
+    from app.serving.session import Session
     panel = [16, 0, 0, 0]                          # the DiffusionGemma panel's inputs, nothing picked for it
     asked = Asked(referer="https://someone-lopa.hf.space/?prompt=old&k=9#top")
     link, _ = share.links(asked, Session(), "Tom has 3 apples.", *values(), *panel)
@@ -88,10 +88,10 @@ def test_a_link_naming_a_folder_this_server_will_not_load_says_why_and_run_decod
     """Each bad `model=` ends in a sentence (the link's notes), the model box keeps the session's model, and
     Run then decodes with that model: the refused folder never reaches the box, whose event would refuse it
     again while a Run waits (issue 57)."""
-    from app import callbacks as cb
-    from app import model_and_settings
-    from app.model_cache import MODELS
-    from app.session import Session
+    from app.panels import model as model_and_settings
+    from app.panels.round_view import callbacks as cb
+    from app.serving.model_cache import MODELS
+    from app.serving.session import Session
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
     current = ["", *values()]
     for case, text in _bad_folders(tmp_path).items():
@@ -114,8 +114,8 @@ def test_a_link_naming_a_folder_this_server_will_not_load_says_why_and_run_decod
 
 
 def test_a_link_naming_a_looping_canvas_folder_says_so_and_run_still_decodes(tmp_path, monkeypatch):
-    from app import callbacks as cb
-    from app.session import Session
+    from app.panels.round_view import callbacks as cb
+    from app.serving.session import Session
     monkeypatch.setenv("LOPA_MODEL_DIRS", str(tmp_path))
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
@@ -131,7 +131,7 @@ def test_a_decode_ended_by_another_action_says_so_instead_of_failing():
     Run streams: the next chunk ends the Run with a sentence, not AttributeError in the server's log."""
     import pytest
 
-    from app.session import Session
+    from app.serving.session import Session
     session = Session()
     with pytest.raises(ValueError, match="press Run to decode again"):
         session.apply({"records": [], "names": [], "finished": False, "tokens": [], "text": ""})

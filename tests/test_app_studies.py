@@ -6,11 +6,11 @@ import plotly.graph_objects as go
 import pytest
 from tiny import app_model
 
-from app import studies
-from app.callbacks import stop_pending
-from app.model_cache import MODELS
-from app.models import MODELS_DIR
-from app.session import Session
+from app.panels.status import stop_pending
+from app.panels.studies import callbacks as studies
+from app.serving.model_cache import MODELS
+from app.serving.models import MODELS_DIR
+from app.serving.session import Session
 from lopa import DecodeSettings
 from lopa.study import APP_STUDIES as STUDIES
 from lopa.study.common import STUDIES_DIR, load_results, weights_digest

@@ -6,7 +6,7 @@ in) has a listener that would send a request from an idle page."""
 import pytest
 
 from app import build_demo, wiring
-from app.layout import ENABLE_STOP_JS
+from app.wiring import ENABLE_STOP_JS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -39,7 +39,7 @@ def test_the_page_load_reads_the_link_then_warms_the_model(listeners):
 
 
 def test_only_the_visitor_s_own_changes_send_requests(listeners):
-    from app.session import SETTING_NAMES
+    from app.serving.session import SETTING_NAMES
     for name in SETTING_NAMES:
         elem = name.replace("_", "-")
         assert (elem, "change") not in listeners, name           # filled in by the app: no listener
@@ -51,7 +51,7 @@ def test_every_panel_wires_itself_in_a_few_lines():
     import inspect
     assert len(wiring.PANELS) == len(set(wiring.PANELS))
     for panel in wiring.PANELS:
-        assert len(inspect.getsource(panel).splitlines()) <= 30, panel.__name__
+        assert len(inspect.getsource(panel.wire).splitlines()) <= 30, panel.__name__
     assert len(inspect.getsource(wiring.wire).splitlines()) <= 15
 
 
@@ -68,7 +68,7 @@ def test_the_session_is_the_page_s_from_its_first_load_listener():
 
 
 def test_events_with_hidden_progress_name_no_progress_target():
-    """app.wiring.no_hidden_progress: Gradio's page hands every progress target it has seen its loading state
+    """app.serving.progress.no_hidden_progress: Gradio's page hands every progress target it has seen its loading state
     again on each status message of any event, deep-copying its props; an event whose progress shows nothing
     names none (Run's included), and those whose progress shows keep their outputs."""
     config = build_demo().get_config_file()
@@ -80,13 +80,13 @@ def test_events_with_hidden_progress_name_no_progress_target():
 
 
 def test_an_idle_queue_sleeps_quietly(monkeypatch):
-    """app.wiring.quiet_queue: Gradio's queue, with no job to start and none running, sleeps QUEUE_POLL_S and
+    """app.serving.queue.quiet_queue: Gradio's queue, with no job to start and none running, sleeps QUEUE_POLL_S and
     PROGRESS_POLL_S between looks (Gradio's 0.001 s and 0.01 s woke an idle server 1,100 times a second)."""
     import asyncio
 
     import gradio.queueing
 
-    from app.wiring import PROGRESS_POLL_S, QUEUE_POLL_S
+    from app.serving.queue import PROGRESS_POLL_S, QUEUE_POLL_S
     queue = build_demo()._queue
     asked = []
     real_sleep = asyncio.sleep

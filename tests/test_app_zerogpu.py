@@ -11,11 +11,12 @@ import gradio as gr
 import pytest
 from fake_spaces import FakeZeroGPU, WorkerError
 
-from app import boundary, forks, gpu, traces
-from app import callbacks as cb
-from app.api import decode
-from app.model_cache import MODELS
-from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+from app.panels import forks, traces
+from app.panels.round_view import callbacks as cb
+from app.serving import boundary, gpu
+from app.serving.api import decode
+from app.serving.model_cache import MODELS
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 from lopa import DecodeSettings, RunResult
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("every_round")]
@@ -45,7 +46,7 @@ def worker(app_model_dir):
 
 @pytest.fixture
 def zerogpu(worker, monkeypatch):
-    """The app's GPU functions, decorated by the fake spaces.GPU (as app/gpu.py does on a Space)."""
+    """The app's GPU functions, decorated by the fake spaces.GPU (as app/serving/gpu.py does on a Space)."""
     for name, fn in (("decode_rounds_on_gpu", boundary.decode_rounds), ("top_tokens_on_gpu", boundary.top_tokens_at),
                      ("study_steps_on_gpu", boundary.study_steps),
                      ("best_order_steps_on_gpu", boundary.best_order_steps)):
@@ -97,7 +98,7 @@ def test_stop_and_a_closed_page_through_the_boundary(zerogpu):
 
 
 def test_the_best_order_search_through_the_boundary_finds_the_local_order(zerogpu):
-    from app import best_order
+    from app.panels import best_order
     through, here = Session(), Session()
     for session in (through, here):
         list(cb.run_stream(session, PROMPT, *values(k=1)))

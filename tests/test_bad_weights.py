@@ -75,16 +75,16 @@ def test_the_command_line_says_it_in_one_line(broken, capsys):
 
 
 def test_the_app_keeps_its_model(broken, good, monkeypatch):
-    from app import model_and_settings
-    from app.model_cache import MODELS
+    from app.panels import model as model_panel
+    from app.serving.model_cache import MODELS
     monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
     monkeypatch.delenv("SPACE_ID", raising=False)
-    from app.session import Session
+    from app.serving.session import Session
     d, name = broken
     session = Session()
-    model_and_settings.pick_model(session, str(good))
+    model_panel.pick_model(session, str(good))
     before = session.model
-    info, status, box = model_and_settings.pick_model(session, str(d))
+    info, status, box = model_panel.pick_model(session, str(d))
     assert "Error" in status and name in status and session.model == before and MODELS.peek(good) is not None
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from app import examples
+from app.serving import examples
 from visualizations.answer_mark import answer_mark
 
 LEO = "Leo has 7 stickers. He buys 2 more. How many stickers does Leo have now?"
@@ -41,8 +41,8 @@ def test_bundled_examples_have_references_and_gsm8k_its_own_label():
 
 
 def test_finished_run_in_the_app_is_marked(monkeypatch):
-    from app import callbacks as cb
-    from app.session import Session
+    from app.panels.round_view import views
+    from app.serving.session import Session
     from lopa import RunResult
 
     run = RunResult(prompt=LEO, prompt_ids=[1], settings={}, spec={}, records=[], tokens=[])
@@ -51,22 +51,22 @@ def test_finished_run_in_the_app_is_marked(monkeypatch):
     session.run = run
     monkeypatch.setattr(examples, "reference_answer", lambda p: "9" if p == LEO else None)
     monkeypatch.setattr(Session, "status", lambda self: "done")
-    assert 'data-correct="true"' in cb.live_outputs(session, "Done")[1]
+    assert 'data-correct="true"' in views.live_outputs(session, "Done")[1]
     run.text = "#### 8"
-    assert 'data-correct="false"' in cb.live_outputs(session, "Done")[1]
+    assert 'data-correct="false"' in views.live_outputs(session, "Done")[1]
     run.prompt = "something else"
-    assert "lopa-answer-mark" not in cb.live_outputs(session, "Done")[1]
+    assert "lopa-answer-mark" not in views.live_outputs(session, "Done")[1]
     monkeypatch.setattr(Session, "status", lambda self: "running")
     run.prompt, run.text = LEO, "#### 9"
-    assert "lopa-answer-mark" not in cb.live_outputs(session, "Running")[1]   # only once the run ends
+    assert "lopa-answer-mark" not in views.live_outputs(session, "Running")[1]   # only once the run ends
 
 
 def test_comparison_marks_both_sides_once_done(monkeypatch, tmp_path):
     from tiny import save_tiny_model_dir
 
-    from app.compare import COMPARE_OUTPUTS, compare_stream
-    from app.model_cache import MODELS
-    from app.session import APP_DEFAULTS, SETTING_NAMES, Session
+    from app.panels.compare import COMPARE_OUTPUTS, compare_stream
+    from app.serving.model_cache import MODELS
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
 
     settings = dict(APP_DEFAULTS, k=3, tau_conf=0.12, tau_add=0.3, tau_act=0.6, block_size=8, max_new_tokens=16,
                     confidence="max_prob", attention="block_causal", temperature=0.0, seed=0)

@@ -23,12 +23,14 @@ from gradio_client import Client
 from servers import plain, serve_demo
 from tiny import PROMPT, save_tiny_model_dir
 
-from app import denoise, model_and_settings, share
-from app.api import decode
-from app.inputs import QUOTE_CHARS
-from app.model_cache import MODELS
-from app.models import bundled_models
-from app.session import Session
+from app.panels import model as model_panel
+from app.panels.denoise import callbacks as denoise
+from app.panels.settings import share
+from app.serving.api import decode
+from app.serving.inputs import QUOTE_CHARS
+from app.serving.model_cache import MODELS
+from app.serving.models import bundled_models
+from app.serving.session import Session
 from lopa.cli import main
 from lopa.models import DEFAULT_MODEL
 from lopa.models.folder import MAX_JSON_DEPTH, json_depth, quoted, read_json
@@ -165,7 +167,7 @@ def no_traceback(capfd, caplog) -> None:
 
 
 class Link:
-    """A page request whose address carries `query` (what app.share.open_canvas_link reads)."""
+    """A page request whose address carries `query` (what app.panels.settings.share.open_canvas_link reads)."""
     def __init__(self, query: dict):
         self.query_params = query
 
@@ -174,7 +176,7 @@ class Link:
 def test_the_model_box_refuses_it_by_name_at_once(hostile, capfd, caplog):
     name, says = hostile
     session = Session()
-    info, status, box = answered(model_and_settings.pick_model, session, name)
+    info, status, box = answered(model_panel.pick_model, session, name)
     assert status.startswith("**⚠ Error:**") and status.endswith("this session still uses `open-gsm-dllm`.")
     core = status.removeprefix("**⚠ Error:** ").split(" — this session")[0]
     assert says in brief(core, name)
@@ -222,9 +224,9 @@ def test_a_pipe_holds_no_other_session(good, tmp_path, monkeypatch, capfd, caplo
         with pipes_released(folder):
             mine = {}
             blocked = threading.Thread(daemon=True, target=lambda: mine.update(
-                out=model_and_settings.pick_model(Session(), str(folder))))
+                out=model_panel.pick_model(Session(), str(folder))))
             blocked.start()
-            other = answered(model_and_settings.pick_model, Session(), "sure-gsm-dllm")
+            other = answered(model_panel.pick_model, Session(), "sure-gsm-dllm")
             assert "now decodes with `sure-gsm-dllm`" in other[1]
             blocked.join(HANG_S)
             assert not blocked.is_alive() and "`model.safetensors` in" in mine["out"][1]
@@ -239,7 +241,7 @@ def test_a_1_gib_config_is_refused_unread(good, tmp_path, monkeypatch):
     one_gib(folder)
     tracemalloc.start()
     try:
-        status = model_and_settings.pick_model(Session(), str(folder))[1]
+        status = model_panel.pick_model(Session(), str(folder))[1]
         note = share.read_canvas_link({"canvas": str(folder)})[2]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -270,7 +272,7 @@ def as_the_page_does(session, value) -> list[str]:
     pick_model again in the page): the statuses, in order."""
     statuses = []
     for _ in range(5):
-        info, status, box = model_and_settings.pick_model(session, value)
+        info, status, box = model_panel.pick_model(session, value)
         statuses.append(status)
         if box.get("value") in (None, value):
             break

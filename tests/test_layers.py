@@ -9,6 +9,10 @@ not. What two of them share (problems, prompts, grading, the code sandbox, the b
 the verify-forward timing, the hardware line, result files) lives in the task layer under all four, or
 in the core. The visualizations are pure functions of a trace: the core only.
 
+Inside the app, two rooms: what serves (app/serving/: sessions, models, workers, budgets, the framework's
+workarounds) under what shows (app/panels/: one place per panel), and the page and its one wiring site
+(app/page.py, app/wiring.py) over both. The serving room never imports the panels.
+
 Every import counts, lazy ones inside functions included: a cycle hidden in a lazy import is
 still a cycle (docs/style: "Data flows one way").
 """
@@ -22,8 +26,8 @@ LAYERS = {"core": 0, "models": 1, "distributed": 2, "hf": 3, "tasks": 4, **dict.
           "visualizations": 6, "cli": 7, "app": 8}
 # Upward edges that are known and on their way out, each with what removes it (none now).
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
-# app/viz.py becomes the visualizations package at import time (see its docstring).
-ALIASES = {"app.viz": "visualizations"}
+# app/panels/viz.py becomes the visualizations package at import time (see its docstring).
+ALIASES = {"app.panels.viz": "visualizations"}
 
 
 def module_name(path: Path) -> str:
@@ -125,6 +129,47 @@ def test_no_folder_reaches_another_that_reaches_it_back():
     edges = {(layer(m), layer(d)) for m, deps in graph().items() for d in deps if layer(m) != layer(d)}
     loops = sorted(f"{a} <-> {b}" for a, b in edges if (b, a) in edges and a < b)
     assert not loops, "folders that import each other: " + ", ".join(loops)
+
+
+# The app's rooms, bottom up: a module may import its own room and the rooms below it.
+APP_ROOMS = {"serving": 0, "panels": 1, "page": 2}
+MAX_APP_MODULE_LINES = 400
+
+
+def app_room(module: str) -> str | None:
+    """The app's room of `module` (None outside the app): app.serving.*, app.panels.*, or the page (the app
+    package, app.page, app.wiring, app.py)."""
+    top, _, rest = module.partition(".")
+    if top != "app":
+        return None
+    sub = rest.split(".")[0]
+    return sub if sub in ("serving", "panels") else "page"
+
+
+def test_the_app_s_serving_room_never_imports_its_panels():
+    """app/serving/ is what the panels stand on: it imports nothing of app/panels/, app/page.py or app/wiring.py,
+    lazily or not; the panels import nothing of the page or its wiring."""
+    upward = [f"{m} ({app_room(m)}) imports {d} ({app_room(d)})" for m, deps in graph().items() if app_room(m)
+              for d in deps if app_room(d) and APP_ROOMS[app_room(d)] > APP_ROOMS[app_room(m)]]
+    assert not upward, "imports that go up the app's rooms:\n" + "\n".join(sorted(upward))
+
+
+def test_the_rooms_checker_sees_a_lazy_import_of_a_panel(tmp_path):
+    """The walker and the rooms together: a serving module's lazy import of a panel is an upward edge."""
+    known = {"app.serving.session": None, "app.panels.round_view.callbacks": None}
+    src = tmp_path / "session.py"
+    src.write_text("def f():\n    from ..panels.round_view.callbacks import view\n")
+    found = imports("app.serving.session", src, known)
+    assert found == {"app.panels.round_view.callbacks"}
+    assert APP_ROOMS[app_room("app.panels.round_view.callbacks")] > APP_ROOMS[app_room("app.serving.session")]
+
+
+def test_no_app_module_is_over_400_lines():
+    """Small and flat (docs: style, habit 1): a module of the app that grows past MAX_APP_MODULE_LINES is split
+    where its concerns part (a panel over it becomes a folder: its layout and events, its callbacks)."""
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.glob("app/**/*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_APP_MODULE_LINES}
+    assert not long, long
 
 
 def test_the_core_is_exactly_the_engine():

@@ -53,8 +53,8 @@ def test_the_tour_and_run_are_on_the_first_screen_and_run_brings_its_rounds_into
 
 
 def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, monkeypatch):
-    from app import callbacks as cb
-    monkeypatch.setattr(cb, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
+    from app.panels.round_view import views
+    monkeypatch.setattr(views, "REPLAY_UNDER_S", 1e9)          # whatever this machine's speed: the Run counts as fast
     page.evaluate("""() => { const seen = window.__seen = [];
         new MutationObserver(() => { const c = document.querySelector('#canvas .lopa-canvas');
             if (c && seen[seen.length - 1] !== c.dataset.round) seen.push(c.dataset.round); })
@@ -65,7 +65,7 @@ def test_a_first_run_faster_than_the_page_draws_shows_its_rounds_arriving(page, 
     page.wait_for_function(f"window.__seen.slice(-{n}).join() === [...Array({n}).keys()].join()")
     assert page.locator("#round-slider input[type=range]").input_value() == str(n - 1)
     # Once a session: a second Run sends its own request and nothing else (the page asks for a replay only
-    # when the counters say one is due: app.panels.PAGE_ASKS_JS).
+    # when the counters say one is due: app.panels.round_view.PAGE_ASKS_JS).
     sent = []
     page.on("request", lambda r: sent.append(r.post_data_json.get("fn_index")) if "/queue/join" in r.url else None)
     page.click("#run")
@@ -117,7 +117,7 @@ def test_every_term_is_spelled_out_in_visible_text(page):
 
 
 def test_study_plots_show_no_literal_br_or_none(page):
-    from app.studies import titles
+    from app.panels.studies.callbacks import titles
     page.locator("#studies-view").scroll_into_view_if_needed()
     assert "--hardware-note" not in page.locator("#study-status").inner_text()
     for title in titles().values():

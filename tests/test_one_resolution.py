@@ -12,11 +12,15 @@ import pytest
 import torch
 from test_checkpoints import save_dream_dir
 
-from app import api, model_and_settings, share, traces
-from app import callbacks as cb
-from app.model_cache import MODELS
-from app.request import follow_model, read_request, shown_settings
-from app.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
+from app.panels import traces
+from app.panels.round_view import callbacks as cb
+from app.panels.round_view import views
+from app.panels.settings import callbacks as settings_panel
+from app.panels.settings import share
+from app.serving import api
+from app.serving.model_cache import MODELS
+from app.serving.request import follow_model, read_request, shown_settings
+from app.serving.session import APP_DEFAULTS, SETTING_NAMES, SINGLE, Session
 from lopa.cli import main
 from lopa.hf.generation import generate
 from lopa.models import load
@@ -62,7 +66,7 @@ def test_every_surface_decodes_the_same_tokens_with_the_model_s_settings(dream_d
     spec = MODELS.get(str(dream_dir)).spec
     values = app_values(spec, **REQUEST)
     assert [values[SETTING_NAMES.index(n)] for n in OWN] == list(OWN.values())   # the inputs show the model's own
-    outs = [dict(zip(cb.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values, SINGLE, 2)]
+    outs = [dict(zip(views.LIVE_OUTPUTS, o)) for o in cb.run_stream(session, PROMPT, *values, SINGLE, 2)]
     assert outs[-1]["status"].startswith("Done"), outs[-1]["status"]
     exported = traces.export_trace(session, "JSON")[0]["value"]
     runs["app"] = RunResult.load(exported)
@@ -124,6 +128,6 @@ def test_the_inputs_follow_the_session_s_model_where_the_visitor_did_not_touch_t
     assert dict(zip(SETTING_NAMES, follow_model(spec, ["block_size"], *before)))["max_new_tokens"] == 72
     # The callback on the page: the session's model's values for untouched inputs, gr.skip() elsewhere.
     session = Session(model=str(dream_dir), touched=frozenset({"k"}))
-    updates = dict(zip(SETTING_NAMES, model_and_settings.follow_session_model(session, *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
+    updates = dict(zip(SETTING_NAMES, settings_panel.follow_session_model(session, *[APP_DEFAULTS[n] for n in SETTING_NAMES])))
     assert updates["attention"]["value"] == "full" and updates["block_size"]["value"] == 16
     assert updates["k"].get("__type__") == "update" and "value" not in updates["k"]     # touched: skipped

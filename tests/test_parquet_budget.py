@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from big_trace import trace_json
 
-from app import traces
-from app.budget import Ledger
-from app.session import Session
+from app.panels import traces
+from app.serving.budget import Ledger
+from app.serving.session import Session
 from lopa import RunResult
 from lopa.read_budget import READ_BYTES
 
@@ -162,8 +162,8 @@ def test_a_hostile_parquet_file_is_refused_before_it_is_read(tmp_path, monkeypat
     else:
         monkeypatch.setattr("lopa.parquet_trace._rows", lambda table: pytest.fail("built rows of a file over budget"))
     ledger = Ledger(1 << 40)
-    monkeypatch.setattr("app.traces.LEDGER", ledger)
-    monkeypatch.setattr("app.runs.LEDGER", ledger)
+    monkeypatch.setattr("app.panels.traces.LEDGER", ledger)
+    monkeypatch.setattr("app.serving.runs.LEDGER", ledger)
     session = Session()
     session.replay(RunResult.from_json(trace_json(3, blocks=16, per_round=4)), {})
     before = (dict(session.runs.entries), session.current, session.run, session.runs.held)

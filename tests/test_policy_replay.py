@@ -258,8 +258,8 @@ def test_the_api_and_the_page_say_when_the_adaptive_budget_can_never_branch():
     bundled models at their shipped budgets: sure-gsm-dllm's never branches on a CPU, open-gsm-dllm's does."""
     from types import SimpleNamespace
 
-    from app.api import decode
-    from app.callbacks import describe_run
+    from app.panels.round_view.views import describe_run
+    from app.serving.api import decode
     runs = {m: decode("Tom has 3 apples. How many apples does Tom have?", model=m, order="adaptive",
                       max_new_tokens=32) for m in ("sure-gsm-dllm", "open-gsm-dllm")}
     assert "vanilla D2F" in runs["sure-gsm-dllm"]["warnings"][0] and runs["open-gsm-dllm"]["warnings"] == []

@@ -22,7 +22,7 @@ NAMED = {"round numbers on the arrival view": "#arrival .lopa-tok sub",
 
 
 
-# Each width with a system that prefers light; the laptop's with one that prefers dark too (app/scheme.py: the
+# Each width with a system that prefers light; the laptop's with one that prefers dark too (app/serving/scheme.py: the
 # page keeps its light colours, drawn for them).
 SCREENS = [*((width, "light") for width in WIDTHS), ("laptop", "dark")]
 
@@ -49,7 +49,7 @@ def run_and_compare(page) -> None:
     page.click("#run")
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
     # the final round's heatmap stands for the last round that had branches (visualizations.timeline.detail_round);
-    # a Run's figures are drawn once the page shows them (app.callbacks.draw_figures)
+    # a Run's figures are drawn once the page shows them (app.panels.round_view.views.draw_figures)
     page.locator("#heatmap").scroll_into_view_if_needed()
     page.wait_for_selector("#counters .lopa-counters[data-figures='drawn']")
     page.wait_for_selector("#heatmap .gtitle")

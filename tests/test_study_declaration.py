@@ -92,8 +92,8 @@ def test_a_study_in_one_new_file_is_a_command_with_its_knobs(toy, capsys):
 
 
 def test_a_study_in_one_new_file_is_in_the_apps_list_with_an_input_for_its_live_knob(toy):
-    from app import studies
-    from app.panels import build_studies_panel
+    from app.panels.studies import build_studies_panel
+    from app.panels.studies import callbacks as studies
     last = f"{len(studies.study_choices())}. A toy study"        # it ranks after every shipped study
     assert studies.study_choices()[-1] == (last, "toy")
     assert studies.live_knobs()["laps"][1] == ("toy",) and studies.live_knobs()["random"][1] == ("orders", "headroom")
@@ -114,7 +114,7 @@ def tiny_app_model(tmp_path_factory):
 
 def test_a_live_run_hands_a_study_its_own_knobs_only(toy, tiny_app_model, monkeypatch):
     """The toy's live() takes `laps` and nothing else: the app's other knob (random orders) never reaches it."""
-    from app import studies
+    from app.panels.studies import callbacks as studies
     monkeypatch.setattr(studies, "_base", lambda loaded: DecodeSettings(k=2, block_size=8, max_new_tokens=8))
     outs = list(studies.run_study(studies.new_study_state(), "toy", 1, laps=3))
     assert "Done" in outs[-1][0] and "3 laps" in outs[-1][4] and "3 / 3 laps" in outs[-1][1]

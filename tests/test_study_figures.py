@@ -3,7 +3,7 @@ panel, legends without None or code names, bar labels not clipped; PNGs redrawn 
 
 import pytest
 
-from app import studies
+from app.panels.studies import callbacks as studies
 from lopa.study import APP_STUDIES
 from lopa.study.common import STUDIES_DIR, load_results
 from lopa.study.figures import title_lines

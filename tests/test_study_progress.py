@@ -80,7 +80,7 @@ def test_the_headroom_total_counts_the_search_and_is_exact_once_it_ends():
 def app_studies(loaded, monkeypatch, tmp_path_factory):
     from tiny import app_model
 
-    from app import studies
+    from app.panels.studies import callbacks as studies
     monkeypatch.setattr(studies, "_base", lambda model: SETTINGS)
     monkeypatch.setattr(studies, "STATUS_EVERY_S", 0)      # every status reaches the page: the counts are checked
     with app_model(tmp_path_factory):

@@ -1,5 +1,5 @@
 """The arrival view and the guided tour: every claim a step makes is recomputed here from the records
-of the trace it shows, by code independent of app/tour_steps.py, on the shipped traces, on traces
+of the trace it shows, by code independent of app/panels/tour/steps.py, on the shipped traces, on traces
 decoded now by the bundled default model, on the same traces replayed from JSON without their token
 strings, and on a tiny random model whose lookahead branches win often. Then the callbacks, the
 recording script and the arrival HTML."""
@@ -12,9 +12,9 @@ import gradio as gr
 import pytest
 from tiny import LIVELY, PROMPT, save_tiny_model_dir, tiny_qwen2, tiny_spec, tiny_tokenizer
 
-from app import tour
-from app.session import APP_DEFAULTS, Session
-from app.tour_steps import tour_steps
+from app.panels.tour import callbacks as tour
+from app.panels.tour.steps import tour_steps
+from app.serving.session import APP_DEFAULTS, Session
 from lopa import Decoder, DecodeSettings, RunResult, decoder_settings
 from lopa.models import load
 from visualizations import arrival_html, story_sentence
@@ -29,7 +29,7 @@ def _pair_on(loaded, prompt, settings):
 
 @pytest.fixture(scope="module")
 def default_pair():
-    from app.models import example_prompts
+    from app.serving.models import example_prompts
     return _pair_on(load(), example_prompts()[0], DecodeSettings(**APP_DEFAULTS))
 
 
@@ -178,7 +178,7 @@ def check_steps(d2f, lopa, names):
 def test_every_step_claim_is_true_of_the_trace_it_shows(request, which):
     pairs = _pairs(request)
     if which not in pairs:
-        pytest.skip("no shipped traces: python -m app.tour --record")
+        pytest.skip("no shipped traces: python -m app.panels.tour --record")
     check_steps(*pairs[which])
 
 
@@ -281,10 +281,10 @@ def test_the_tours_runs_leave_the_visitors_own_numbered_from_one(traces):
 def test_a_missing_trace_says_how_to_record_it(tmp_path, monkeypatch):
     tour.shipped.cache_clear()
     monkeypatch.setattr(tour, "TRACES", tmp_path)
-    monkeypatch.setattr(tour, "shipped", lambda: "no recorded tour traces; record them with `python -m app.tour --record`")
+    monkeypatch.setattr(tour, "shipped", lambda: "no recorded tour traces; record them with `python -m app.panels.tour --record`")
     out = dict(zip(tour.TOUR_OUTPUTS, tour.start_tour(Session(), tour.new_tour_state())))
-    assert "python -m app.tour --record" in out["tour_card"] and "--record" in tour.arrival()
-    with pytest.raises(ValueError, match="python -m app.tour --record"):
+    assert "python -m app.panels.tour --record" in out["tour_card"] and "--record" in tour.arrival()
+    with pytest.raises(ValueError, match="python -m app.panels.tour --record"):
         tour.load_shipped(tmp_path)
 
 

@@ -28,7 +28,7 @@ WAIT_MS = 180_000          # hang guards only: on a busy machine a wait may take
 
 @pytest.fixture(scope="module")
 def recorded():
-    from app.tour import shipped
+    from app.panels.tour.callbacks import shipped
     data = shipped()
     if isinstance(data, str):
         pytest.fail(f"the app ships no tour traces: {data}")
@@ -146,7 +146,7 @@ def check_state(page, step, recorded) -> None:
 
 
 def test_the_tour_from_arrival_to_its_last_step(browser, url, recorded):
-    from app.tour_steps import tour_steps
+    from app.panels.tour.steps import tour_steps
     steps = tour_steps(recorded.d2f, recorded.lopa, recorded.names)
     page = new_page(browser, LAPTOP)
     page.goto(url, timeout=WAIT_MS)

@@ -55,6 +55,9 @@ def test_the_wheel_holds_the_bundled_model_and_no_generic_top_level_names(instal
     # transformers' generate() with LoPA (lopa.hf): the folder `lopa hf-export` copies from
     assert {"lopa/assets/models/sure-gsm-dllm/custom_generate/generate.py", "lopa/hf/generation.py"} <= set(names)
     assert "lopa_explorer/app/wiring.py" in names and "lopa_explorer/visualizations/canvas.py" in names
+    # every module of the app: both rooms and each panel's folder (pyproject lists every subpackage)
+    modules = {f"lopa_explorer/{p.relative_to(ROOT).as_posix()}" for p in (ROOT / "app").rglob("*.py")}
+    assert modules <= set(names), sorted(modules - set(names))
     # the shipped study results, one folder per bundled model (the app's Studies section shows them)
     for m in ("open-gsm-dllm", "sure-gsm-dllm"):
         assert f"lopa/assets/studies/{m}/orders.json" in names and f"lopa/assets/studies/{m}/orders.png" in names
@@ -72,6 +75,17 @@ def test_installed_lopa_generate_decodes_outside_the_checkout(installed, tmp_pat
                  "print(lopa.__file__); print(a.__file__); a.build_demo()"], cwd=tmp_path, env=env)
     assert all(line.startswith(str(purelib)) for line in where.split()[:2]), where
     assert "usage" in run([str(venv / "bin" / "lopa"), "app", "--help"], cwd=tmp_path, env=env)
+
+
+def test_installed_app_starts_a_decode_worker(installed, tmp_path):
+    """A decode worker is a fresh interpreter started as `python -m <the app's serving package>.decode_worker`:
+    from the wheel, lopa_explorer.app.serving.decode_worker, which says it is ready."""
+    _, venv, _, env = installed
+    code = ("import time; from lopa_explorer.app.serving.decode_pool import DecodePool; pool = DecodePool(1); "
+            "pool.start(None, 1); end = time.monotonic() + 240\n"
+            "while not pool.ready() and time.monotonic() < end: time.sleep(0.5)\n"
+            "print('ready', pool.ready(), pool.replaced); pool.close()")
+    assert "ready 1 0" in run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=env)
 
 
 def test_installed_model_folder_generates_with_lopa_through_transformers(installed, tmp_path):

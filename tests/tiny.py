@@ -43,7 +43,7 @@ def save_tiny_model_dir(path, with_spec=True, with_mask=True, seed=0):
 def app_model(tmp_path_factory):
     """The app's default model pointed at a fresh tiny model (loaded into the cache on first use) for
     the duration, then restored. Yields the model directory."""
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
     saved = MODELS.default
     MODELS.default = path

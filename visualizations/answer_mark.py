@@ -6,7 +6,7 @@ from .markup import esc
 
 
 def answer_mark(check: tuple[bool, str] | None) -> str:
-    """HTML for `check` = (right?, reference answer), as app.examples.check_answer returns it;
+    """HTML for `check` = (right?, reference answer), as app.serving.examples.check_answer returns it;
     "" when nothing is known about the prompt (nothing is claimed then)."""
     if check is None:
         return ""

@@ -4,7 +4,7 @@ help) and what it emits (its tables, whether it draws a figure, the units its li
 
 Everything else is generated from the declaration: the command line (`python -m lopa.study NAME`,
 parser()), the app's Studies inputs and the keywords its live() takes (live_knobs, live_values), the
-shipped file names (files()) and the figure titles (lopa.study.figures.shipped_title, app/studies.py
+shipped file names (files()) and the figure titles (lopa.study.figures.shipped_title, app/panels/studies/
 titles()). discover() finds the declarations: every module of lopa/study/ with a top-level `STUDY =`.
 """
 
