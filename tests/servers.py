@@ -107,11 +107,25 @@ def launch_chromium(playwright, timeout_ms: int):
 WIDTHS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 
+CONTEXTS: dict = {}       # browser -> the context its pages share (shared_context)
+
+
+def shared_context(browser):
+    """One browser context for the pages a module opens: they keep their own Gradio session each (one per page
+    load) but share the HTTP and compiled-script caches, so a page loads in about 2.3 s instead of 2.8 s
+    here. A test of a first visit (nothing cached) makes a context of its own (tests/test_tour_browser.py)."""
+    if browser not in CONTEXTS or not browser.is_connected():
+        CONTEXTS[browser] = browser.new_context()
+    return CONTEXTS[browser]
+
+
 def open_page(browser, url: str, size: dict, timeout_ms: int, scheme: str = "light"):
     """Yield a new page of `size` with the app loaded (the arrival view and the first figure drawn), then
     close it, asserting the page raised no script error. `scheme`: the colour scheme the browser says the
     system prefers. For a fixture: `yield from open_page(...)`."""
-    page = browser.new_page(viewport=size, color_scheme=scheme)
+    page = shared_context(browser).new_page()
+    page.set_viewport_size(size)
+    page.emulate_media(color_scheme=scheme)
     page.set_default_timeout(timeout_ms)
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
