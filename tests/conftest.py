@@ -29,6 +29,30 @@ os.environ["LOPA_DECODE_WORKERS"] = "0"
 torch.set_num_threads(1)
 
 
+def patient_url_ok(url: str, within_s: float = 120.0) -> bool:
+    """gradio.networking.url_ok, patient: Gradio 6.31's launch() asks the served page once per 0.5 s, 5 times,
+    and gives up at the first answer slower than 3 s ("When localhost is not accessible, a shareable link must
+    be created"): a page built by a busy 2-core machine can take longer. Here each ask may take 30 s, for up
+    to `within_s` in all (a hang guard, not a timing)."""
+    import time
+
+    import httpx
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.head(url, timeout=30, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                return True
+        except (httpx.ConnectError, httpx.TimeoutException):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+import gradio.networking  # noqa: E402  (after GRADIO_TEMP_DIR is set above)
+
+gradio.networking.url_ok = patient_url_ok
+
+
 @pytest.fixture(scope="module")
 def app_model_dir(tmp_path_factory):
     """A fresh tiny model as the app's default model for the module (tests/tiny.py app_model); its folder."""
