@@ -5,9 +5,10 @@ CPU and RSS are the server's alone, its decode workers included: app/decode_pool
    (gradio_client, a session per caller, no browser), with the decode workers a CPU Space gets (`--workers
    space`: the app decides, as on a Space; or a number). A Space's visitors' pages run on their own machines:
    this is what its server does for them. One caller `--api-runs` times alone, then each count of
-   `--api-callers` calling at once, `--api-runs` rounds each; CPU seconds per Run of the server process, its
-   workers and the callers (this process; elsewhere on a Space: `--server-cores N` keeps them off the
-   server's N cores where this machine has more).
+   `--api-callers` calling at once, `--api-runs` rounds each, every round after one more call alone; CPU
+   seconds per Run of the server process, its workers and the callers (this process; elsewhere on a Space:
+   `--server-cores N` keeps them off the server's N cores where this machine has more, `--caller-nice 19`
+   puts the server first where it has not).
 2. Co-located pages (scripts/crowd/colocated.py): N real Chromium pages left idle while M visitors run Runs,
    Steps, forks, a live study and a best-order search through the page (Playwright + Debian's Chromium, one
    browser, a context per visitor), on the server's own cores, the server as the app starts here (decode
@@ -23,6 +24,7 @@ CPU and RSS are the server's alone, its decode workers included: app/decode_pool
    4. every page closes; RSS is sampled for `--settle-s` seconds and the minimum kept.
 
     python scripts/bench_crowd.py [--mode both|server|pages] [--api-callers 2,8] [--api-runs 5] [--workers space]
+                                  [--server-cores N] [--caller-nice 0..19]
                                   [--idle 6] [--active 2] [--runs 3] [--watch-s 60] [--deadline-s 1200]
                                   [--model NAME] [--actions best_order,fork,steps,study] [--json out.json] [--strict]
 
@@ -80,6 +82,9 @@ def parse(argv) -> argparse.Namespace:
                     "decides on a CPU Space, one per core up to 4) or a number (LOPA_DECODE_WORKERS)")
     ap.add_argument("--server-cores", type=int, default=0, help="the server alone on this machine's first N cores, its "
                     "callers on the rest (default 0: all cores, shared with the callers)")
+    ap.add_argument("--caller-nice", type=int, default=0, choices=range(0, 20), metavar="0..19",
+                    help="the server alone: the API callers' niceness (default 0; 19: the server first, as on a Space "
+                         "whose callers run elsewhere, where no --server-cores can keep them apart)")
     ap.add_argument("--idle", type=int, default=6, help="pages left idle (default 6)")
     ap.add_argument("--active", type=int, default=2, help="visitors at work (default 2)")
     ap.add_argument("--watch-s", type=float, default=60.0, help="seconds the idle pages are watched after the visitors end")
@@ -168,17 +173,14 @@ class Sections:
             log(f"the server alone on cores {sorted(mine)}, its callers on {cores[a.server_cores:]}")
 
         def body(server: Server, out: dict) -> None:
-            if mine:
-                os.sched_setaffinity(0, set(cores) - mine)
-            try:
-                log(f"the server alone: {a.api_endpoint} by 1 API caller, then by {', '.join(map(str, a.api_callers))} "
-                    f"at once, {a.api_runs} times each")
-                out.update(callers.server_alone(server, a.prompt or server.first_prompt(), a.api_callers, a.api_runs,
-                                                a.api_endpoint, a.wait_s, log=log))
-            finally:
-                os.sched_setaffinity(0, set(cores))
+            log(f"the server alone: {a.api_endpoint} by 1 API caller, then by {', '.join(map(str, a.api_callers))} "
+                f"at once, {a.api_runs} times each; callers at nice {a.caller_nice}")
+            out.update(callers.apart(lambda: callers.server_alone(
+                server, a.prompt or server.first_prompt(), a.api_callers, a.api_runs, a.api_endpoint, a.wait_s, log=log),
+                nice=a.caller_nice, cpus=set(cores) - mine if mine else None))
         self.run("server_alone", body, env=env, cpus=mine)
-        self.result["server_alone"]["config"] = {"workers": a.workers, "server_cores": sorted(mine or cores)}
+        self.result["server_alone"]["config"] = {"workers": a.workers, "server_cores": sorted(mine or cores),
+                                                 "caller_nice": a.caller_nice}
 
     def pages(self) -> None:
         a = self.args
@@ -209,7 +211,7 @@ def main(argv=None) -> int:
         return 2
     began = time.monotonic()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    result = {"config": {k: getattr(args, k) for k in ("mode", "api_callers", "api_runs", "api_endpoint", "workers",
+    result = {"config": {k: getattr(args, k) for k in ("mode", "api_callers", "api_runs", "api_endpoint", "workers", "caller_nice",
                                                        "idle", "active", "watch_s", "model", "prompt", "alone", "runs",
                                                        "actions", "browser_nice", "split_cores", "stagger_s")},
               "machine": f"{os.cpu_count()} cores, load average {load} at the start", "complete": False, "error": None}

@@ -55,7 +55,7 @@ def check_server_alone(alone: dict, callers: list[int], runs: int) -> None:
     """The server-alone section: one caller's Runs, then each crowd's rounds, every caller timed, with the CPU
     seconds per Run of each side; the figures the goals read."""
     assert alone["complete"] and alone["endpoint"] == "/run"
-    assert len(alone["alone"]) == runs and all(s > 0 for s in alone["alone"])
+    assert len(alone["alone"]) == runs * (1 + len(callers)) and all(s > 0 for s in alone["alone"])   # one before each round
     assert alone["alone_median_s"] > 0 and alone["alone_rate"] > 0
     assert alone["alone_cpu_s"].keys() == {"server", "workers", "callers"}
     assert [c["callers"] for c in alone["crowds"]] == callers
@@ -150,6 +150,32 @@ def test_requests_are_counted_by_path_and_handler_within_their_window():
 
 
 @needs_chromium
+def test_the_callers_look_for_their_messages_often_and_keep_the_clock():
+    """gradio_client looks for a job's next message in two loops that sleep 0.05 s between looks (a Run's end seen up
+    to 50 ms late); the callers make those sleeps LOOK_S, every other use of the time module as it was."""
+    pytest.importorskip("gradio_client")
+    import inspect
+    import time as real
+
+    import gradio_client.utils as client_utils
+    sys.path.insert(0, str(SCRIPT.parent))
+    from crowd.callers import LOOK_S, look_often
+
+    loops = [inspect.getsource(f) for f in (client_utils.stream_sse_v1plus, client_utils.check_for_cancel)]
+    assert all("time.sleep(0.05)" in source for source in loops)        # what look_often shortens is still there
+    saved = client_utils.time
+    slept = []
+    try:
+        real_sleep, real.sleep = real.sleep, slept.append
+        look_often()
+        client_utils.time.sleep(0.05)
+        client_utils.time.sleep(0.0001)
+    finally:
+        real.sleep = real_sleep
+        client_utils.time = saved
+    assert slept == [LOOK_S, 0.0001]
+
+
 def test_a_deadline_before_the_server_answers_ends_the_run_and_kills_the_server():
     proc, result = bench("--deadline-s", "3", "--settle-s", "1", timeout_s=120)
     assert proc.returncode == 2 and not result["complete"]           # nothing could be measured

@@ -29,13 +29,11 @@ def report_server_alone(a: dict) -> None:
           f"{a['threads']['server']}, workers {a['threads']['workers']}")
     print(f"one caller alone:  {', '.join(f'{s:.2f}' for s in a['alone'])} s (median {a['alone_median_s']:.3f} s: "
           f"{a['alone_rate']} Runs/s); CPU s per Run: {fmt_cpu(a['alone_cpu_s'])}")
-    print("callers  each round: every caller's end (s)          last/alone  Runs/s  x one caller  CPU s per Run")
+    print("callers  last/alone  Runs/s  x one caller  CPU s per Run")
     for c in a["crowds"]:
-        ends = " | ".join(", ".join(f"{s:.2f}" for s in r) for r in c["rounds"])
-        print(f"{c['callers']:7d}  {ends[:48]:48s}  {c['later_ratio']:9.2f}x  {c['rate']:6.2f}  {c['rate_ratio']:11.2f}x  "
-              f"{fmt_cpu(c['cpu_s'])}")
-        if len(ends) > 48:
-            print(f"         {ends}")
+        print(f"{c['callers']:7d}  {c['later_ratio']:9.2f}x  {c['rate']:6.2f}  {c['rate_ratio']:11.2f}x  {fmt_cpu(c['cpu_s'])}")
+        print("         every caller's end, round by round (s): "
+              + " | ".join(", ".join(f"{s:.2f}" for s in r) for r in c["rounds"]))
 
 
 def report_pages(result: dict) -> None:
