@@ -174,7 +174,7 @@ class Sections:
 
         def body(server: Server, out: dict) -> None:
             log(f"the server alone: {a.api_endpoint} by 1 API caller, then by {', '.join(map(str, a.api_callers))} "
-                f"at once, {a.api_runs} times each; callers at nice {a.caller_nice}")
+                f"at once, {a.api_runs} rounds each; callers at nice {a.caller_nice}")
             out.update(callers.apart(lambda: callers.server_alone(
                 server, a.prompt or server.first_prompt(), a.api_callers, a.api_runs, a.api_endpoint, a.wait_s, log=log),
                 nice=a.caller_nice, cpus=set(cores) - mine if mine else None))
