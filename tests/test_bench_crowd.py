@@ -1,6 +1,7 @@
-"""scripts/bench_crowd.py end to end in its smallest crowd (one idle page, one visitor who runs and steps), and
-that it ends by itself, killing its server, when its deadline passes first. Its figures are not checked (a
-benchmark prints them: a busy machine must not fail a test), only that every one is measured and printed."""
+"""scripts/bench_crowd.py end to end: the server alone (API callers, no browser) with two and three callers at
+once, and both sections in the smallest crowd (one idle page, one visitor who runs and steps); that it ends by
+itself, killing its server, when its deadline passes first. Its figures are not checked (a benchmark prints
+them: a busy machine must not fail a test), only that every one is measured and printed."""
 
 import json
 import os
@@ -15,10 +16,12 @@ from types import SimpleNamespace
 import pytest
 from servers import needs_chromium
 
-pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(600)]     # a hang guard
+pytestmark = pytest.mark.timeout(600)           # a hang guard
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "bench_crowd.py"
+SERVER_GOALS = {"later_of_two_ratio", "eight_callers_rate_ratio"}
+PAGE_GOALS = {"idle_requests", "run_final_ratio", "rss_after_close_mb"}
 
 
 def bench(*flags: str, timeout_s: float) -> tuple[subprocess.CompletedProcess, dict]:
@@ -36,46 +39,94 @@ def server_gone(pid: int) -> bool:
         return True
 
 
-# Four page loads, a Run on three of them and a server start: 61 s here with the machine's load near 5, 141 s
-# near 8, over the ~90 s a test of the default selection may take, so `-m "not slow"` leaves it out.
+def check_goals(proc, result: dict, names: set, unmeasured: set = frozenset()) -> None:
+    """Every goal of `names` has its figure and a verdict, printed; those of `unmeasured` say so."""
+    assert result["goals"].keys() == names
+    for name, goal in result["goals"].items():
+        if name in unmeasured:
+            assert goal["value"] is None and goal["pass"] is None, (name, goal)
+            assert re.search(rf"^goal {name} .*not measured$", proc.stdout, flags=re.M), proc.stdout[-2000:]
+            continue
+        assert goal["value"] is not None and isinstance(goal["pass"], bool), (name, goal)
+        assert re.search(rf"^goal {name} .*(PASS|FAIL)$", proc.stdout, flags=re.M), proc.stdout[-2000:]
+
+
+def check_server_alone(alone: dict, callers: list[int], runs: int) -> None:
+    """The server-alone section: one caller's Runs, then each crowd's rounds, every caller timed, with the CPU
+    seconds per Run of each side; the figures the goals read."""
+    assert alone["complete"] and alone["endpoint"] == "/run"
+    assert len(alone["alone"]) == runs * (1 + len(callers)) and all(s > 0 for s in alone["alone"])   # one before each round
+    assert alone["alone_median_s"] > 0 and alone["alone_rate"] > 0
+    assert alone["alone_cpu_s"].keys() == {"server", "workers", "callers"}
+    assert [c["callers"] for c in alone["crowds"]] == callers
+    for crowd in alone["crowds"]:
+        assert [len(r) for r in crowd["rounds"]] == [crowd["callers"]] * runs, crowd
+        assert len(crowd["walls_s"]) == runs and crowd["cpu_s"].keys() == {"server", "workers", "callers"}
+        assert crowd["later_ratio"] > 0 and crowd["rate"] > 0 and crowd["rate_ratio"] > 0, crowd
+    assert alone["threads"]["server"] > 0 and len(alone["threads"]["workers"]) == alone["workers"]
+    assert alone["server"]["tracebacks_in_log"] == 0, Path(alone["server"]["log"]).read_text()[-3000:]
+    assert server_gone(alone["server"]["pid"])
+
+
+# A server start with its decode workers, and three rounds of API calls: 30-60 s here.
+@pytest.mark.slow
+def test_the_server_alone_takes_two_and_three_callers_at_once_without_a_browser():
+    pytest.importorskip("gradio_client")
+    proc, result = bench("--mode", "server", "--api-callers", "2,3", "--api-runs", "1", "--deadline-s", "300",
+                         timeout_s=420)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert result["complete"] and result["error"] is None, proc.stdout[-3000:]
+    assert "pages" not in result and result["config"]["workers"] == "space"
+    check_server_alone(result["server_alone"], [2, 3], 1)
+    # As on a CPU Space (SPACE_ID set): decode workers wherever this machine has two cores or more.
+    assert result["server_alone"]["workers"] >= (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
+    check_goals(proc, result, SERVER_GOALS, unmeasured={"eight_callers_rate_ratio"})   # no 8 callers here
+    assert "== the server alone" in proc.stdout and "== co-located pages" not in proc.stdout
+
+
+# Two server starts, four page loads, a Run on three of them: 61 s here with the machine's load near 5 for the
+# pages alone, 141 s near 8, over the ~90 s a test of the default selection may take, so `-m "not slow"`
+# leaves it out.
+@needs_chromium
+@pytest.mark.browser
 @pytest.mark.slow
 def test_the_smallest_crowd_runs_end_to_end_and_prints_every_figure(tmp_path):
     pytest.importorskip("playwright.async_api")
     out = tmp_path / "crowd.json"
     proc, result = bench("--idle", "1", "--active", "1", "--watch-s", "3", "--alone", "1", "--runs", "1", "--settle-s", "3",
-                         "--api-callers", "2", "--actions", "steps", "--deadline-s", "420", "--json", str(out),
-                         timeout_s=540)
+                         "--api-callers", "2,3", "--api-runs", "1", "--workers", "1", "--actions", "steps",
+                         "--deadline-s", "480", "--json", str(out), timeout_s=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["complete"] and result["error"] is None, proc.stdout[-3000:]
     assert json.loads(out.read_text()) == result
-    assert {"config", "machine", "warmup", "alone", "crowd", "idle", "server", "goals", "elapsed_s"} <= set(result)
-    assert result["goals"].keys() == {"idle_requests", "run_final_ratio", "rss_after_close_mb"}
-    for name, goal in result["goals"].items():
-        assert goal["value"] is not None and isinstance(goal["pass"], bool), (name, goal)
-        assert re.search(rf"^goal {name} .*(PASS|FAIL)$", proc.stdout, flags=re.M), proc.stdout[-2000:]
-    [page] = result["idle"]
+    assert {"config", "machine", "server_alone", "pages", "goals", "elapsed_s"} <= set(result)
+    check_goals(proc, result, SERVER_GOALS | PAGE_GOALS, unmeasured={"eight_callers_rate_ratio"})
+    check_server_alone(result["server_alone"], [2, 3], 1)
+    assert result["server_alone"]["workers"] == 1
+    pages = result["pages"]
+    assert {"warmup", "alone", "crowd", "idle", "server", "complete"} <= set(pages)
+    [page] = pages["idle"]
     assert page["settled"] and page["load_requests"] > 0           # its load was seen, so requests are counted
     assert page["total"] == sum(page["during_active"].values()) + sum(page["during_watch"].values())
-    [alone], [visitor] = result["alone"], result["crowd"]
+    [alone], [visitor] = pages["alone"], pages["crowd"]
     for run in (alone, *visitor["runs"]):
         assert 0 < run["first_round_s"] <= run["final_s"] and run["server_s"] > 0, run
     assert set(alone["cpu_s"]) >= {"server", "workers", "browsers"} and alone["cpu_s"]["browsers"] > 0
-    api = result["api"]                           # the server alone: one API caller, then two at once
-    assert len(api["alone"]) == 1 and len(api["together"]) == 2 and api["ratio"] > 0
     # The page is driven as a visitor would: a failed step means the figures no longer describe the app.
     assert visitor["actions"]["steps"]["ok"], visitor["actions"]
-    server = result["server"]
+    server = pages["server"]
     assert server["cpu_s"].keys() == {"alone", "crowd", "watch"}
     assert {"start", "peak", "end"} <= server["rss_mb"].keys()
     assert server["tracebacks_in_log"] == 0, Path(server["log"]).read_text()[-3000:]
     assert server_gone(server["pid"])
+    assert proc.stdout.index("== the server alone") < proc.stdout.index("== co-located pages")   # the headline first
 
 
 def test_requests_are_counted_by_path_and_handler_within_their_window():
     """A page's requests under /gradio_api/ are counted by path, a queue join or a direct call by the handler it
     runs, without the session hash, each in the window it was sent in; other requests are not counted."""
     sys.path.insert(0, str(SCRIPT.parent))
-    from bench_crowd import Requests
+    from crowd.pages import Requests
 
     class Page:
         def on(self, event, handler):
@@ -98,19 +149,48 @@ def test_requests_are_counted_by_path_and_handler_within_their_window():
                                    "run/predict follow_session_model (#model-info.change)": 1}
 
 
+@needs_chromium
+def test_the_callers_look_for_their_messages_often_and_keep_the_clock():
+    """gradio_client looks for a job's next message in two loops that sleep 0.05 s between looks (a Run's end seen up
+    to 50 ms late); the callers make those sleeps LOOK_S, every other use of the time module as it was."""
+    pytest.importorskip("gradio_client")
+    import inspect
+    import time as real
+
+    import gradio_client.utils as client_utils
+    sys.path.insert(0, str(SCRIPT.parent))
+    from crowd.callers import LOOK_S, look_often
+
+    loops = [inspect.getsource(f) for f in (client_utils.stream_sse_v1plus, client_utils.check_for_cancel)]
+    assert all("time.sleep(0.05)" in source for source in loops)        # what look_often shortens is still there
+    saved = client_utils.time
+    slept = []
+    try:
+        real_sleep, real.sleep = real.sleep, slept.append
+        look_often()
+        client_utils.time.sleep(0.05)
+        client_utils.time.sleep(0.0001)
+    finally:
+        real.sleep = real_sleep
+        client_utils.time = saved
+    assert slept == [LOOK_S, 0.0001]
+
+
 def test_a_deadline_before_the_server_answers_ends_the_run_and_kills_the_server():
     proc, result = bench("--deadline-s", "3", "--settle-s", "1", timeout_s=120)
     assert proc.returncode == 2 and not result["complete"]           # nothing could be measured
     assert "3 s" in result["error"] and "incomplete" in proc.stdout
     assert all(goal["pass"] is None for goal in result["goals"].values())
-    assert server_gone(result["server"]["pid"])
+    assert result["goals"].keys() == SERVER_GOALS | PAGE_GOALS
+    assert server_gone(result["server_alone"]["server"]["pid"])
+    assert "server" not in result["pages"] or "pid" not in result["pages"]["server"]   # never started
 
 
 def test_descendants_finds_every_process_under_a_pid_however_deep():
     """--browser-nice lowers every process under the benchmark but the server's: the browser is a grandchild (under
     Playwright's driver) and its renderers one level further, beside siblings with children of their own."""
     sys.path.insert(0, str(SCRIPT.parent))
-    from bench_crowd import descendants
+    from crowd.procs import descendants
 
     # two children, each with a child of its own, one of which has a child too
     tree = subprocess.Popen(["sh", "-c", "sleep 60 & sh -c 'sleep 60 & sleep 60' & wait"])
