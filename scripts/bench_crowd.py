@@ -1,5 +1,5 @@
 """A crowd on one server, in two sections, each with a server of its own (a child process on 127.0.0.1, so its
-CPU and RSS are the server's alone, its decode workers included: app/decode_pool.py):
+CPU and RSS are the server's alone, its decode workers included: app/serving/decode_pool.py):
 
 1. The server alone (the headline; scripts/crowd/callers.py): the page's Run called through the API
    (gradio_client, a session per caller, no browser), with the decode workers a CPU Space gets (`--workers
@@ -59,7 +59,7 @@ from crowd.report import log, report_goals, report_pages, report_server_alone  #
 from crowd.server import Server, serve_child  # noqa: E402
 from crowd.visitors import ACTIONS  # noqa: E402
 
-SPACE_ID = "lopa-bench/crowd"     # the server alone decides its workers as on a CPU Space (app/decode_pool.py)
+SPACE_ID = "lopa-bench/crowd"     # the server alone decides its workers as on a CPU Space (app/serving/decode_pool.py)
 
 
 def counts(text: str) -> list[int]:

@@ -37,7 +37,7 @@ OBSERVE_RUN = """() => {
     if (!t.sawRunning) return;            // still the previous Run's counters
     if (Number(el.dataset.rounds) >= 1) t.first ??= performance.now();
     // the final state: the run done and, where a figure is on the screen, the figures drawn (a page's Run
-    // leaves them until they are in view: app/callbacks.py draw_figures)
+    // leaves them until they are in view: app/panels/round_view/views.py draw_figures)
     if (el.dataset.status !== 'done' || t.done !== null) return;
     const shown = () => ['#heatmap', '#rank-lanes', '#tokens-chart'].some((id) => {
       const r = document.querySelector(id).getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });

@@ -25,7 +25,7 @@ def fmt_cpu(cpu: dict) -> str:
 def report_server_alone(a: dict) -> None:
     """The headline: the server alone, its Runs called through the API (what a Space's server does)."""
     print(f"\n== the server alone: {a['endpoint']} through the API, {a['workers']} decode workers (model slots: one "
-          f"per worker, at least one: app/wiring.py MODEL), torch threads {a['torch_threads']}; threads now: server "
+          f"per worker, at least one: app/panels/events.py MODEL), torch threads {a['torch_threads']}; threads now: server "
           f"{a['threads']['server']}, workers {a['threads']['workers']}")
     print(f"one caller alone:  {', '.join(f'{s:.2f}' for s in a['alone'])} s (median {a['alone_median_s']:.3f} s: "
           f"{a['alone_rate']} Runs/s); CPU s per Run: {fmt_cpu(a['alone_cpu_s'])}")

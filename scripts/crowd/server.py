@@ -1,5 +1,5 @@
 """The app in a child process of the benchmark (so its CPU and RSS are the server's alone, its decode workers
-included: app/decode_pool.py), and what /proc and its /config say of it."""
+included: app/serving/decode_pool.py), and what /proc and its /config say of it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def serve_child(port: int, model: str) -> None:
     default) as every session's model, loaded before the first page opens."""
     sys.path.insert(0, str(ROOT))
     from app import build_demo, serve
-    from app.model_cache import MODELS  # the one name below the app's top level this benchmark needs
+    from app.serving.model_cache import MODELS  # the one name below the app's top level this benchmark needs
     try:
         MODELS.default = MODELS.folder(model)
     except ValueError as err:
@@ -48,7 +48,7 @@ def child_env(changes: dict) -> dict:
 
 class Server:
     """The app in a child process (its own process group, killed with it) and its /proc figures. `env`: what
-    the child's environment adds, changes or (None) unsets (LOPA_DECODE_WORKERS, SPACE_ID: app/decode_pool.py);
+    the child's environment adds, changes or (None) unsets (LOPA_DECODE_WORKERS, SPACE_ID: app/serving/decode_pool.py);
     `cpus`: the cores it may run on (its workers inherit them)."""
 
     def __init__(self, model: str, log: Path, cpus: set[int] | None = None, env: dict | None = None):
@@ -107,7 +107,7 @@ class Server:
 
     def status_mb(self, field: str) -> float:
         """A /proc status figure in MB: VmRSS summed over the server and its children (the decode workers,
-        app/decode_pool.py; any branch-parallel ranks), anything else the server process's own (VmHWM)."""
+        app/serving/decode_pool.py; any branch-parallel ranks), anything else the server process's own (VmHWM)."""
         pids = [self.proc.pid] + (descendants(self.proc.pid) if field == "VmRSS" else [])
         total = 0.0
         for pid in pids:
