@@ -11,6 +11,7 @@
 and over both the page (app/page.py: where each panel sits) and the one wiring site (app/wiring.py: wire()
 walks PANELS). Imports go one way, panels -> serving (tests/test_layers.py)."""
 
+import gc
 import os
 
 from .page import LAUNCH_KWARGS, build_demo
@@ -31,4 +32,9 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, demo=None) -> None
     from .serving.model_cache import MODELS
     torch.set_num_threads(server_threads())
     POOL.start(MODELS.default, server_threads())
-    (demo or build_demo()).launch(server_name=host, server_port=port, **LAUNCH_KWARGS)
+    demo = demo or build_demo()
+    # The modules, the page's Blocks and the loaded model live as long as the process: out of the collector's
+    # reach (gc.freeze), a full collection during a Run scans what the requests made, not all of them.
+    gc.collect()
+    gc.freeze()
+    demo.launch(server_name=host, server_port=port, **LAUNCH_KWARGS)
