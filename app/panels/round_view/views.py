@@ -9,12 +9,13 @@ a constant (VIEW_OUTPUTS, LIVE_OUTPUTS, RUN_LIST_OUTPUTS, FIGURE_OUTPUTS) that t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import gradio as gr
 
 from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
-from lopa.trace import metrics
+from lopa.trace import fills, metrics
 
 from ...serving.examples import check_answer
 from ...serving.session import Session
@@ -72,6 +73,23 @@ def answer_at(session: Session, r: int | None = None) -> str:
     if session.run is None:
         return ""
     return canvas_text(session.run, session.n_rounds - 1 if r is None else int(r), session.names)
+
+
+def counters_at(session: Session, r: int, title: str = "") -> str:
+    """The counters of the session's run as it stood after round r (its first r + 1 records, the tokens the
+    canvas holds then): what a view of round r shows beside the canvas (the guided tour's steps)."""
+    run = session.run
+    if run is None:
+        return counters_html(None, 0.0, session.status(), title=title)
+    r = max(0, min(int(r), len(run.records) - 1))
+    last = r == len(run.records) - 1
+    mask = run.spec.get("mask_token_id")
+    held = {p: fill.token for p, fill in fills(run.records, r).items()}
+    snapshot = run if last else replace(run, records=run.records[:r + 1], decoder=None, text=answer_at(session, r),
+                                        tokens=[held.get(p, mask) for p in range(len(run.tokens))])
+    status = session.status() if last else "paused"
+    where = f" at round {r} of {len(run.records) - 1}" + ("" if last else ": the counters so far")
+    return counters_html(snapshot, 0.0, status, title=title + where)
 
 
 def _slider(session: Session):
