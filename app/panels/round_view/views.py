@@ -105,7 +105,7 @@ def run_list_outputs(session: Session, force: bool = False) -> tuple:
     if not (force or session.runs_changed):
         return tuple(gr.skip() for _ in RUN_LIST_OUTPUTS)
     session.runs_changed = False
-    choices = session.runs.choices()
+    choices = session.run_choices()
     ids = {value for _, value in choices}
     a, b = session.runs.default_pair(session.current)
     return (gr.update(choices=choices, value=session.current if session.current in ids else None),

@@ -206,7 +206,7 @@ def show_step(session: Session, state: dict, index: int) -> tuple:
     lopa_title = f"LoPA (k = {data.lopa.settings.get('k')})"
     compared = compare_outputs("Tour: the two recorded runs, compared.", data.d2f, data.lopa, D2F_TITLE, lopa_title,
                                data.names, data.names)[:n_compare]
-    choices = session.runs.choices()
+    choices = session.run_choices()
     lists = (run_list_outputs(session, force=True)[0],
              gr.update(choices=choices, value=ids["d2f"]), gr.update(choices=choices, value=ids["lopa"]))
     live = (status,) + _skips(n_live - 1 - len(RUN_LIST_OUTPUTS)) + lists
