@@ -1,7 +1,8 @@
 """Frozen settings: what the user chooses (DecodeSettings) and what the model is (ModelSpec).
 
 Every decode setting is declared once, as a DecodeSettings field whose metadata holds its range or
-choices, help, the paper's value and whether the app shows it (`setting(...)` below). SETTINGS, the
+choices, help, its name and its choices' names in plain words, the paper's value and whether the app shows it
+(`setting(...)` below, lopa/setting.py). SETTINGS, the
 registry read from those fields, is what every surface is generated from: the command-line flags
 (lopa.resolution.add_settings_arguments), the trace schema (lopa.schema), transformers' generation
 config (lopa.hf), the paper presets, the app's inputs, its share links and its /decode endpoint.
@@ -16,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .setting import Setting, registry, setting
-
-__all__ = ["Setting", "setting", "registry"]  # declared in lopa/setting.py, read here
+from .setting import Setting, registry, setting  # noqa: F401 (Setting: read from here too; declared in lopa/setting.py)
 
 CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
 # Attention inside the window (docs/method.md, "Attention"): block_causal as D2F trains; full as the

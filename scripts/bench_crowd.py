@@ -133,7 +133,7 @@ def serve_child(port: int, model: str) -> None:
     default) as every session's model, loaded before the first page opens."""
     sys.path.insert(0, str(ROOT))
     from app import build_demo, serve
-    from app.model_cache import MODELS
+    from app.serving.model_cache import MODELS
     try:
         MODELS.default = MODELS.folder(model)
     except ValueError as err:

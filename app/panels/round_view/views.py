@@ -87,9 +87,8 @@ def counters_at(session: Session, r: int, title: str = "") -> str:
     held = {p: fill.token for p, fill in fills(run.records, r).items()}
     snapshot = run if last else replace(run, records=run.records[:r + 1], decoder=None, text=answer_at(session, r),
                                         tokens=[held.get(p, mask) for p in range(len(run.tokens))])
-    status = session.status() if last else "paused"
     where = f" at round {r} of {len(run.records) - 1}" + ("" if last else ": the counters so far")
-    return counters_html(snapshot, 0.0, status, title=title + where)
+    return counters_html(snapshot, 0.0, session.status(), title=title + where)
 
 
 def _slider(session: Session):
