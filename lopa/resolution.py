@@ -145,7 +145,7 @@ def add_settings_arguments(parser, per_row=(), choose_decoder: bool = True, defa
         paper = f"; paper: {spec.paper}" if spec.paper is not None else ""
         kind = dict(type=choice_type(name, spec.choices), choices=spec.choices) if spec.choices \
             else dict(type=_flag_type(spec))
-        g.add_argument(spec.flag, dest=name, **kind, help=f"{spec.help} ({spec.describe()}; default {defaults.get(name, spec.default)}{paper})")
+        g.add_argument(spec.flag, dest=name, **kind, help=f"{spec.explain()} (default {defaults.get(name, spec.default)}{paper})")
 
 
 def flag_settings(args) -> dict:

@@ -1,7 +1,8 @@
 """Frozen settings: what the user chooses (DecodeSettings) and what the model is (ModelSpec).
 
 Every decode setting is declared once, as a DecodeSettings field whose metadata holds its range or
-choices, help, the paper's value and whether the app shows it (`setting(...)` below). SETTINGS, the
+choices, help, its name and its choices' names in plain words, the paper's value and whether the app shows it
+(`setting(...)` below, lopa/setting.py). SETTINGS, the
 registry read from those fields, is what every surface is generated from: the command-line flags
 (lopa.resolution.add_settings_arguments), the trace schema (lopa.schema), transformers' generation
 config (lopa.hf), the paper presets, the app's inputs, its share links and its /decode endpoint.
@@ -14,8 +15,9 @@ lopa.resolution's.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
+
+from .setting import Setting, registry, setting  # noqa: F401 (Setting: read from here too; declared in lopa/setting.py)
 
 CONFIDENCE_METRICS = ("max_prob", "neg_entropy", "margin")
 # Attention inside the window (docs/method.md, "Attention"): block_causal as D2F trains; full as the
@@ -35,6 +37,10 @@ MASK_ARGMAX = ("next_best", "authors", "excluded")
 COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
+# The orders in words, for the app's menus and the help.
+ORDER_WORDS = {"confidence": "most confident first (the paper's)", "random": "drawn at random", "left_to_right": "left to right",
+    "adaptive": "adaptive: only the branches that pay", "least_confident": "least confident first",
+    "highest_entropy": "least sure first (highest entropy)", "mixed": "half most, half least sure"}
 # The rankings the adaptive budget can verify a prefix of: every order but itself.
 ADAPTIVE_RANKS = tuple(o for o in ORDERS if o != "adaptive")
 # Branch score rules (lopa.rules.BRANCH_SCORES): "mean" is the paper's C(B); the others are the
@@ -69,192 +75,108 @@ MAX_FACTOR = 100.0
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One decode setting as the registry holds it (read from a DecodeSettings field's metadata).
-
-    low / high (numbers, open_low / open_high for strict bounds) or choices: what a value may be.
-    paper: the paper's value (Table 5's GSM8K row; None where the paper fixes none).
-    app: whether the app shows it as an input. label: how messages name it."""
-    name: str
-    type: type
-    default: object
-    help: str
-    low: float | None = None
-    high: float | None = None
-    open_low: bool = False
-    open_high: bool = False
-    choices: tuple | None = None
-    paper: object = None
-    app: bool = True
-    label: str = ""
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def describe(self) -> str:
-        """What a value may be, as messages say it: 'an integer in 0..32', 'in (0, 1]', 'one of (...)'."""
-        if self.choices is not None:
-            return f"one of {self.choices}"
-        if self.type is int:
-            return f"an integer in {self.low}..{self.high}"
-        return f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
-
-    def error(self, value, hint: str = "") -> ValueError:
-        """The registry's message for a value this setting refuses (`hint`: what kind of value it wanted),
-        quoting at most a short prefix of the value: the one wording every surface's reading uses."""
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-        return ValueError(f"{self.label or self.name} must be {self.describe()}{hint}, got {shown}")
-
-    def _inside(self, value) -> bool:
-        above = value > self.low if self.open_low else value >= self.low
-        below = value < self.high if self.open_high else value <= self.high
-        return above and below
-
-    def check(self, value):
-        """`value` if it has this setting's type and range (an int is a float here); ValueError otherwise."""
-        if self.choices is not None:
-            if not isinstance(value, str) or value not in self.choices:
-                raise self.error(value)
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(value, " (a number)" if self.type is float else "")
-        if self.type is int:
-            if not isinstance(value, int) or not self._inside(value):
-                raise self.error(value)
-            return value
-        if not math.isfinite(value) or not self._inside(value):
-            raise self.error(value)
-        return float(value)
-
-    def parse(self, value):
-        """`value` as typed by a person or a client (a number, its text, a whole float for an int),
-        then check()ed: the one reading of the app's inputs, share links and /decode. The message
-        quotes what was given."""
-        if value is None or (isinstance(value, str) and not value.strip()):
-            raise ValueError(f"{self.label or self.name} is empty (it must be {self.describe()})")
-        if self.choices is not None:
-            return self.check(value)
-        given = value
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise self.error(given, " (a number)") from None
-        if self.type is int and isinstance(value, float):
-            if not value.is_integer():
-                raise self.error(given, " (a whole number)")
-            value = int(value)
-        try:
-            return self.check(value)
-        except ValueError:
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            raise self.error(given, "" if number else " (a number)") from None
-
-
-def setting(default, help: str, *, low=None, high=None, open_low=False, open_high=False, choices=None,
-            paper=None, app=True, label=""):
-    """A DecodeSettings field with its registry entry (see Setting) in the field's metadata."""
-    meta = dict(help=help, low=low, high=high, open_low=open_low, open_high=open_high,
-                choices=choices, paper=paper, app=app, label=label)
-    return field(default=default, metadata={"lopa": meta})
-
-
-@dataclass(frozen=True)
 class DecodeSettings:
     """One run's decoding settings. The defaults are the paper's D2F-Dream GSM8K row (Table 5), k and
     the mechanics aside (the `paper` of each field is the paper's value). Each field's help says what
     it does; `SETTINGS[name]` holds its range, choices, paper value and whether the app shows it."""
 
     k: int = setting(0, "lookahead branches per round (0 = D2F vanilla)", low=0, high=MAX_LOOKAHEAD, paper=14,
-                     label="k (lookahead branches)")
+                     label="k (lookahead branches)", words="lookahead branches per round")
     tau_conf: float = setting(0.9, "commit threshold on max prob (strict: commit when max_prob > tau_conf); "
                               "commit=joint and commit=stable read it too",
-                              low=0.0, high=1.0, open_low=True, paper=0.9)
+                              low=0.0, high=1.0, open_low=True, paper=0.9, words="commit threshold")
     tau_add: float = setting(0.1, "add a block once the last block's decoded fraction reaches this",
-                             low=0.0, high=1.0, open_low=True, paper=0.1)
+                             low=0.0, high=1.0, open_low=True, paper=0.1, words="add the next block at")
     tau_act: float = setting(0.95, "fully activate block i+1 once block i's decoded fraction reaches this",
-                             low=0.0, high=1.0, open_low=True, paper=0.95)
-    block_size: int = setting(32, "block size N", low=1, high=MAX_BLOCK_SIZE, paper=32)
+                             low=0.0, high=1.0, open_low=True, paper=0.95, words="fully activate the next block at")
+    block_size: int = setting(32, "block size N", low=1, high=MAX_BLOCK_SIZE, paper=32, words="block size, in tokens")
     max_new_tokens: int = setting(256, "new tokens at most, a multiple of the block size", low=1,
-                                  high=MAX_NEW_TOKENS, paper=512)
+                                  high=MAX_NEW_TOKENS, paper=512, words="new tokens at most")
     commit: str = setting("threshold", "commit rule: threshold (D2F / Fast-dLLM: every max prob > tau_conf, "
                           "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
                           "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
                           "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
                           "tau_conf; SGLang's default 0.5 comes with token edits that can rewrite a commit, not taken "
-                          "here), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold")
+                          "here), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
+    "eb": "entropy-bounded (EB sampler)", "factor": "Fast-dLLM's factor rule", "frechet": "Fréchet bound (Fast-dLLM++)",
+    "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)"})
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
-                              "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy")
+                              "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy", words="confidence measure", choice_words={"max_prob": "highest probability", "neg_entropy": "negative entropy (how peaked)",
+    "margin": "gap between the two best"})
     attention: str = setting("block_causal", "attention inside the window: block_causal (how D2F models are "
                              "trained), full (the authors': the prompt's rows see the first window too), "
                              "full_prompt_blind (full, the prompt seeing only itself)", choices=ATTENTION_MODES,
-                             paper="full")
-    temperature: float = setting(0.0, "sampling temperature (0 = greedy)", low=0.0, high=MAX_TEMPERATURE, paper=0.0)
-    seed: int = setting(0, "sampling seed", low=0, high=MAX_SEED)
+                             paper="full", words="attention inside the window", choice_words={"block_causal": "block-causal (as D2F trains)", "full": "full (the authors')",
+    "full_prompt_blind": "full, the prompt seeing only itself"})
+    temperature: float = setting(0.0, "sampling temperature (0 = greedy)", low=0.0, high=MAX_TEMPERATURE, paper=0.0, words="sampling temperature")
+    seed: int = setting(0, "sampling seed", low=0, high=MAX_SEED, words="sampling seed")
     order: str = setting("confidence", "token filling order (lopa/order.py): confidence (the paper's), random "
                          "(lookahead drawn uniformly, seeded by order_seed), left_to_right (lowest first), "
                          "adaptive (the adaptive_rank order verifying only the branches that pay, branch_cost), or "
                          "another lookahead proposal with the paper's anchor: least_confident (lowest max prob), "
                          "highest_entropy (lowest Conf) or mixed (half highest, half lowest Conf)",
-                         choices=ORDERS, paper="confidence")
-    order_seed: int = setting(0, "seed of the random order", low=0, high=MAX_SEED)
+                         choices=ORDERS, paper="confidence", words="token filling order", choice_words=ORDER_WORDS)
+    order_seed: int = setting(0, "seed of the random order", low=0, high=MAX_SEED, words="seed of the random order")
     branch_score: str = setting("mean", "how a branch is scored to pick the winner: mean (the paper's mean Conf "
                                 "of its masked positions), loo, min, window, segment or count (docs/studies.md)",
-                                choices=BRANCH_SCORE_RULES, paper="mean")
-    cache_schedule: str = setting("eager", "eager: a block a lookahead token completed is cached from the "
-                                  "forward that verified it; authors: one forward later, as in their loop "
-                                  "(docs/method.md, departure 2)", choices=CACHE_SCHEDULES, paper="authors")
-    mask_argmax: str = setting("next_best", "next_best: the mask token is never predicted; authors: it is, and "
-                               "its commit leaves the position masked; excluded: its logit is -inf before the "
-                               "softmax, so probabilities and Conf leave it out (departure 1)", choices=MASK_ARGMAX,
-                               paper="authors")
+                                choices=BRANCH_SCORE_RULES, paper="mean", words="how a branch is scored", choice_words={"mean": "mean confidence of the masked (the paper's C(B))", "loo": "mean over positions all leave masked",
+    "min": "least confident masked position", "window": "mean of the first positions",
+    "segment": "least confident stretch", "count": "positions over the threshold"})
+    cache_schedule: str = setting("eager", "when a block a lookahead token completed enters the prefix cache: "
+                                  "eager, from the forward that verified it; authors, one forward later, as in their "
+                                  "loop (docs/method.md, departure 2)", choices=CACHE_SCHEDULES, paper="authors", words="when a finished block is cached", choice_words={"eager": "at once", "authors": "one forward later (the authors')"})
+    mask_argmax: str = setting("next_best", "what a position predicts when its best guess is the mask token: next_best, "
+                               "the best other token; authors, the mask token, whose commit leaves the position "
+                               "masked; excluded, its logit is -inf before the softmax, so probabilities and Conf "
+                               "leave it out (departure 1)", choices=MASK_ARGMAX,
+                               paper="authors", words="when the mask token is the best guess", choice_words={"next_best": "take the best other token", "authors": "commit it, the position stays masked (the authors')",
+    "excluded": "leave it out of the probabilities"})
     lookahead_min_prob: float = setting(
         0.0, "a position is a lookahead candidate only if its max prob is at least this; 0 = the paper's (every "
         "masked position). Ours: the branch score never checks the lookahead token itself (departure 8)",
-        low=0.0, high=1.0, open_high=True, paper=0.0)
+        low=0.0, high=1.0, open_high=True, paper=0.0, words="least sureness of a lookahead position")
     branch_cost: float = setting(
         1.0, "order=adaptive only: what one more row of the verify batch (a branch; each token of its chain at "
         "lookahead_depth > 1) adds to a round's seconds, in rounds of the anchor alone (1 = a compute-bound CPU; "
-        "a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST)
+        "a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST, words="cost of one more branch (adaptive order)")
     adaptive_rank: str = setting(
         "confidence", "order=adaptive only: the order whose lookahead ranking the budget verifies a prefix of: "
         "confidence (the paper's top-Conf) or another proposal rule (least_confident pays best on the regime "
-        "model, docs/studies.md)", choices=ADAPTIVE_RANKS)
+        "model, docs/studies.md)", choices=ADAPTIVE_RANKS, words="ranking the adaptive order checks", choice_words={o: w for o, w in ORDER_WORDS.items() if o in ADAPTIVE_RANKS})
     # The adaptive order's gain model (lopa.rules.choose_k): a won round saves release + lift * n_near
     # forwards later. A model's own values come from a short calibration decode
     # (lopa.study.adaptive_fit.calibrate); the defaults, as measured on sure-gsm-dllm. Not app inputs: a
     # study fits them, nobody picks them by hand.
     adaptive_win: float = setting(
         0.35, "order=adaptive only: the chance one lookahead branch wins a round (k branches: 1 - (1 - win)^k)",
-        low=0.0, high=1.0, app=False)
+        low=0.0, high=1.0, app=False, words="chance a branch wins (adaptive order)")
     adaptive_release: float = setting(
         0.2, "order=adaptive only: forwards a won round saves later in the decode, whatever lies near tau_conf",
-        low=0.0, high=MAX_ADAPTIVE_RELEASE, app=False)
+        low=0.0, high=MAX_ADAPTIVE_RELEASE, app=False, words="forwards a win saves (adaptive order)")
     adaptive_lift: float = setting(
         0.0, "order=adaptive only: forwards a won round saves beyond release, per free position within 0.2 "
-        "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False)
+        "under tau_conf", low=0.0, high=MAX_ADAPTIVE_LIFT, app=False, words="forwards a win saves per near position (adaptive order)")
     # The peers' own knobs (lopa/peers.py, docs/method.md "Peers"): app inputs like the rest (Run, Compare and
     # forks all take them); each is read only under its commit rule, as its help says.
     eb_gamma: float = setting(
         0.1, "commit=eb only: the entropy bound gamma (nats): commit the lowest-entropy positions while their "
-        "summed entropy less the largest stays within it (0 = one token per round)", low=0.0, high=MAX_EB_GAMMA)
+        "summed entropy less the largest stays within it (0 = one token per round)", low=0.0, high=MAX_EB_GAMMA, words="entropy budget (entropy-bounded rule)")
     factor_f: float = setting(
         1.0, "commit=factor only: Fast-dLLM's f: commit the n most probable while (n + 1)(1 - c_(n)) <= f",
-        low=0.0, high=MAX_FACTOR, open_low=True)
+        low=0.0, high=MAX_FACTOR, open_low=True, words="factor f (Fast-dLLM's factor rule)")
     frechet_margin: float = setting(
         0.0, "commit=frechet only: commit the n most probable while the Fréchet bound c_(1) + ... + c_(n) - (n - 1) "
         "less 1 - c_(n) exceeds this margin. 0 is the published function's default, where the rule on an even "
         "profile is factor at f = 1; the Fast-dLLM++ README's tables use 0.25 (factor at f = 0.75)",
-        low=-1.0, high=1.0)
+        low=-1.0, high=1.0, words="margin (Fréchet rule)")
     stable_js: float = setting(
         0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' (predicted "
-        "token, the rest) splits at a position it commits", low=0.0, high=0.6931471805599453)
+        "token, the rest) splits at a position it commits", low=0.0, high=0.6931471805599453, words="largest change between rounds (stable rule)")
     lookahead_depth: int = setting(
         1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "
         "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1,
-        label="lookahead depth")
+        label="lookahead depth", words="lookahead depth: tokens a chain may add")
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():
@@ -283,14 +205,6 @@ class DecodeSettings:
     @classmethod
     def from_dict(cls, data: dict) -> DecodeSettings:
         return cls(**{k: v for k, v in data.items() if k in SETTINGS})
-
-
-_TYPES = {"int": int, "float": float, "str": str}
-
-
-def registry(declared) -> dict[str, Setting]:
-    """{name: Setting} of a dataclass whose fields are declared with setting(), in declaration order."""
-    return {f.name: Setting(f.name, _TYPES[f.type], f.default, **f.metadata["lopa"]) for f in dataclasses.fields(declared)}
 
 
 # The registry: every decode setting, in declaration order.

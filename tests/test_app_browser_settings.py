@@ -9,6 +9,8 @@ import pytest
 from servers import free_port, launch_chromium, needs_chromium, open_accordion
 from test_checkpoints import save_dream_dir
 
+from lopa.settings import SETTINGS
+
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(600)]
 WAIT_MS = 180_000           # hang guards only
 SHOWN = """() => ({attention: document.querySelector('#attention input')?.value,
@@ -43,12 +45,14 @@ def test_the_controls_follow_the_session_s_model_and_keep_what_the_visitor_set(t
             page.goto(f"http://127.0.0.1:{port}/?k=2", timeout=WAIT_MS)
             page.wait_for_selector("#settings", timeout=WAIT_MS, state="attached")
             open_accordion(page, "#settings", "#attention", timeout_s=WAIT_MS / 1000)      # the settings accordion
-            want = {"attention": "full", "block_size": "16", "k": "2"}          # the model's own; the link's k
+            # a choice shows in words with its code name beside (lopa.settings: Setting.choice_title)
+            attention = SETTINGS["attention"].choice_title
+            want = {"attention": attention("full"), "block_size": "16", "k": "2"}      # the model's own; the link's k
             assert wait_for(page, want) == want
             box = page.locator("#model-dir input")
             box.fill("sure-gsm-dllm")
             box.press("Enter")
-            want = {"attention": "block_causal", "block_size": "32", "k": "2"}  # the new model's; k kept
+            want = {"attention": attention("block_causal"), "block_size": "32", "k": "2"}  # the new model's; k kept
             assert wait_for(page, want) == want
             browser.close()
     finally:

@@ -47,8 +47,8 @@ def test_a_run_at_depth_2_records_chains_and_the_table_and_explanation_show_them
     for r, shown in views.items():
         rec = run.records[r]
         assert len(rec.chain_positions) == len(rec.lookahead_positions) and all(1 <= n <= 2 for n in rec.chain_kept)
-        assert "<th>chain: kept ✓ / cut ✗</th>" in shown["branches"]
-        assert shown["branches"].count("<span data-chain=") == len(rec.branch_scores) - 1
+        assert "<th>chain: kept ✓ / cut ✗, and why</th>" in shown["branches"]
+        assert shown["branches"].count("<span data-chain=") == len(rec.chain_rows)          # one row per chain
         assert shown["branches"].count('class="lopa-chain-kept"') >= sum(rec.chain_kept)
         if rec.winner:
             assert "*Chain:* " in shown["explanation"]

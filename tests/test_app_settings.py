@@ -33,8 +33,15 @@ def test_the_app_has_one_input_per_setting_the_registry_shows():
     for name in SETTING_NAMES:
         component = panel[name]
         assert component.value == APP_DEFAULTS[name] and component.elem_id == name.replace("_", "-")
+        # In words, the code name beside it; the help and the choices as the registry words them (the CLI's too).
+        assert component.label == SETTINGS[name].title and name in component.label
+        assert component.info == SETTINGS[name].explain()
         if SETTINGS[name].choices:
             assert [c[1] for c in component.choices] == list(SETTINGS[name].choices)
+            assert [c[0] for c in component.choices] == [SETTINGS[name].choice_title(c) for c in SETTINGS[name].choices]
+        if isinstance(component, gr.Slider):       # its ends as a person reads them, inside the range
+            for end in (component.minimum, component.maximum):
+                assert len(f"{end}") <= 5 and SETTINGS[name].check(end) == end
     assert read_request([APP_DEFAULTS[n] for n in SETTING_NAMES]).resolve().k == 4
 
 
@@ -48,7 +55,7 @@ def test_the_settings_panel_lists_every_peer_and_its_knob_through_the_registry()
         panel = build_settings_panel()
     assert [c[1] for c in panel["commit"].choices] == list(COMMIT_RULES)
     for name in knobs:
-        assert panel[name].info == f"{SETTINGS[name].help} ({SETTINGS[name].describe()})"
+        assert panel[name].info == SETTINGS[name].explain()
         assert panel[name].value == SETTINGS[name].default == APP_DEFAULTS[name]     # the engine's default
     given = dict(APP_DEFAULTS, commit="frechet", eb_gamma=2.5, factor_f=1.5, frechet_margin=-0.25, stable_js=0.3)
     settings = read_request([given[n] for n in SETTING_NAMES]).resolve()

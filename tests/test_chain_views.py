@@ -75,23 +75,25 @@ def test_a_chain_kept_whole_and_one_cut_after_a_token_read_from_the_trace():
         RunResult(**{**run.__dict__, "records": [run.records[0], dataclasses.replace(blind, winner=2)]}), 1, NAMES)
 
 
-def test_the_table_shows_each_row_s_chain_kept_and_cut():
+def test_the_table_shows_one_row_per_chain_with_why_it_was_cut_in_view():
+    """Issue 58: one row per chain (its kept prefix, the row the branch score weighed), not one per prefix; why a
+    chain was cut is in the cell's text, not only in a hover title (a touch screen shows none)."""
     run = chain_run(at3=(13, 0.7))
     table = html.unescape(branches_table(run, 1, NAMES))
-    assert "<th>chain: kept ✓ / cut ✗</th>" in table
-    for j in (1, 3):                                            # branch 1's rows: both its tokens kept
-        assert 'B1: <b class="lopa-chain-kept">2←twelve ✓</b> <b class="lopa-chain-kept">3←thirteen ✓</b>' in \
-            branch_row(table, j)
-    for j in (2, 4):                                            # branch 2's: 15 kept, 16 cut, the title says why
-        cells = branch_row(table, j)
-        assert '<b class="lopa-chain-kept">5←fifteen ✓</b> <s class="lopa-chain-cut" title="' in cells
-        assert "at position 6, row B2 (the anchor plus its first token) predicts 'ninety' there" in cells
-        assert "6←sixteen</s> ✗" in cells and "kept 1 of 2" in cells
-    assert "this row: inside the kept chain" in branch_row(table, 1)
-    assert "this row: the kept chain" in branch_row(table, 3) and "★" in branch_row(table, 3)
-    assert "this row: the kept chain" in branch_row(table, 2)
-    assert "this row: past the cut (verified, not a candidate)" in branch_row(table, 4)
-    assert "a row past a cut does not compete" in table
+    assert "<th>chain: kept ✓ / cut ✗, and why</th>" in table
+    assert re.findall(r'data-branch="(\d+)"', table) == ["0", "3", "2"]       # the anchor, then each chain's kept row
+    assert table.count("<span data-chain=") == len(run.records[1].chain_rows) == 2
+    whole = branch_row(table, 3)                                               # branch 1's chain: both tokens kept
+    assert 'B1: <b class="lopa-chain-kept">2←twelve ✓</b> <b class="lopa-chain-kept">3←thirteen ✓</b>' in whole
+    assert "B1's chain was kept whole (2 tokens). Kept 2 of 2; scored as row B3 (its rows: B1, B3)." in whole
+    assert "★" in whole
+    cut = branch_row(table, 2)                                                 # branch 2's: 15 kept, 16 cut
+    assert '<b class="lopa-chain-kept">5←fifteen ✓</b> <s class="lopa-chain-cut">6←sixteen</s> ✗' in cut
+    why = re.search(r'<small class="lopa-chain-why">(.*?)</small>', cut).group(1)      # shown text, no title
+    assert "at position 6, row B2 (the anchor plus its first token) predicts 'ninety' there" in why
+    assert "B4 past the cut: verified, not candidates" in why and "title=" not in cut
+    assert "one row per chain" in table and "a row past a cut does not compete" in table
+    assert 'href="#term-chain"' in table
 
 
 def test_the_explanation_says_in_one_line_why_the_winning_chain_was_cut():
@@ -130,4 +132,4 @@ def test_chain_marks_appear_only_where_a_chain_ran(depth):
         if depth == 1:
             assert "chain" not in views
         else:
-            assert branches_table(run, r).count("<span data-chain=") == len(run.records[r].branch_scores) - 1
+            assert branches_table(run, r).count("<span data-chain=") == len(run.records[r].chain_rows)

@@ -32,11 +32,13 @@ def test_answer_mark_html():
     assert "<b>" not in answer_mark((False, "<b>9</b>")) and "&lt;b&gt;" in answer_mark((False, "<b>9</b>"))
 
 
-def test_bundled_examples_have_references_and_gsm8k_its_own_label():
+def test_bundled_examples_have_references_and_gsm8k_is_apart_for_a_real_checkpoint():
     groups = examples.example_groups()
-    labels = [label for label, _ in groups]
-    assert len(groups) == 2 and "not trained on" in labels[1] and "real D2F checkpoint" in labels[1]
-    for _, prompts in groups:
+    assert len(groups) == 1 and "synthetic" in groups[0][0]                 # the default list: what the models answer
+    label, gsm8k = examples.checkpoint_examples()
+    assert "not trained on" in label and "real D2F checkpoint" in label and "nonsense" not in label
+    assert not set(gsm8k) & set(groups[0][1])
+    for prompts in (groups[0][1], gsm8k):
         assert prompts and all(examples.reference_answer(p) is not None for p in prompts)
 
 

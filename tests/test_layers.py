@@ -177,7 +177,7 @@ def test_the_core_is_exactly_the_engine():
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
     assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "engine", "exact",
                     "forward", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "records", "resolution", "rules",
-                    "schema", "script", "settings", "trace"]
+                    "schema", "script", "setting", "settings", "trace"]
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):

@@ -204,3 +204,27 @@ def test_a_new_flag_is_generated_for_each_command_from_the_registry():
     parser = argparse.ArgumentParser()
     add_settings_arguments(parser, per_row=("k",), choose_decoder=False, defaults={"max_new_tokens": 128})
     assert "k" not in settings_flags(parser) and "default 128" in parser.format_help()
+
+
+def test_every_setting_is_declared_in_words_once_and_the_cli_says_them():
+    """Issue 58: each setting has a name in plain words, each choice a name in words, a help in sentences with
+    its range in words and numbers rounded (no Python tuple, no 0.6931471805599453), declared in the registry;
+    the command line's flag help says exactly what the app's input says (Setting.explain)."""
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, choose_decoder=False)
+    helps = {a.dest: a.help for a in parser._actions if a.dest in SETTINGS}
+    assert set(helps) == set(SETTINGS)
+    for name, spec in SETTINGS.items():
+        assert spec.words and spec.title == f"{spec.words} ({name})", name
+        text = spec.explain()
+        assert text[0] == text[0].upper() or not text.split()[0].isalpha(), name
+        assert text.endswith(".") and "('" not in text and "0.6931471805599453" not in text, (name, text)
+        assert helps[name].startswith(text), name                       # the CLI's help is the app's words
+        if spec.choices:
+            assert [c for c, _ in spec.choice_words] == list(spec.choices), name
+            assert all(words and words != c for c, words in spec.choice_words), name
+            assert all(spec.choice_title(c) in text for c in spec.choices), name
+    assert SETTINGS["stable_js"].allowed() == "A number from 0 to 0.6931."
+    assert SETTINGS["tau_conf"].allowed() == "A number above 0, at most 1."
+    assert SETTINGS["k"].allowed() == "A whole number from 0 to 32."
+    assert SETTINGS["commit"].choice_title("top1") == "one token a round (top1)"

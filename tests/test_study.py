@@ -331,7 +331,7 @@ def test_every_study_is_a_command_of_the_one_registry():
         assert callable(module.main), name
         if study.app:                                   # what the app and its GPU boundary call
             assert all(callable(getattr(module, f)) for f in ("live", "live_summary", "figure", "report")), name
-    assert APP_STUDIES == ("orders", "calibration", "adaptive", "headroom", "frontier")
+    assert APP_STUDIES == ("orders", "calibration", "adaptive", "headroom", "frontier", "depth")
     usage = subprocess.run([sys.executable, "-m", "lopa.study"], capture_output=True, text=True)
     assert usage.returncode == 2 and all(name in usage.stderr for name in STUDIES)
 

@@ -155,7 +155,7 @@ def test_each_app_study_s_live_run_takes_its_declared_knobs_and_no_other():
              for name in lopa.study.APP_STUDIES}
     assert taken == {name: [k.name for k in lopa.study.STUDIES[name].live_knobs] for name in lopa.study.APP_STUDIES}
     assert taken == {"orders": ["random"], "calibration": [], "adaptive": [], "headroom": ["random"],
-                     "frontier": ["values"]}
+                     "frontier": ["values"], "depth": []}
 
 
 def test_two_studies_of_one_name_are_refused(tmp_path, monkeypatch):

@@ -305,3 +305,34 @@ def test_arrival_html_escapes_token_strings_and_shows_both_runs(tiny_pair):
     assert f'data-d2f-forwards="{forwards(d2f)}"' in page and f'data-lopa-forwards="{forwards(lopa)}"' in page
     assert page.count('class="lopa-story-side"') == 2
     assert html.escape(story_sentence(d2f, lopa)) in page
+
+
+@pytest.mark.parametrize("which", ["tiny", "shipped"])
+def test_every_box_of_a_step_holds_what_its_canvas_holds(which, request, monkeypatch):
+    """Issue 58: each step's boxes (output so far, counters, branches, figures, round in words) are what the
+    round slider shows at the step's round (the same code path), not the finished run's; the counters count
+    the rounds up to it."""
+    from app.panels.round_view.callbacks import show_round
+    from app.panels.round_view.views import VIEW_OUTPUTS
+    if which == "tiny":
+        request.getfixturevalue("traces")
+    elif isinstance(tour.shipped(), str):
+        pytest.skip("no shipped traces: python -m app.panels.tour --record")
+    data = tour.shipped()
+    steps = tour_steps(data.d2f, data.lopa, data.names)
+    session, state = Session(), tour.new_tour_state()
+    shown = 0
+    for i, step in enumerate(steps):
+        out = dict(zip(tour.TOUR_OUTPUTS, tour.show_step(session, state, i)))
+        state = out["tour_state"]
+        if step.run is None:
+            continue
+        shown += 1
+        slider = dict(zip(VIEW_OUTPUTS + ("answer",), show_round(session, step.round)))
+        for name in ("canvas", "branches", "explanation", "answer"):
+            assert out[name] == slider[name], (i, name)
+        if step.round < session.n_rounds - 1:
+            assert out["answer"] != session.run.text or "▢" not in out["canvas"]     # not the finished answer
+            assert f'data-rounds="{step.round + 1}"' in out["counters"]
+            assert f"at round {step.round} of {session.n_rounds - 1}" in out["counters"]
+    assert shown == sum(s.run is not None for s in steps) >= 4

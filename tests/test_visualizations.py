@@ -338,8 +338,7 @@ def test_round_view_splits_the_winners_gain_into_removal_and_change(lopa):
 
 
 def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
-    """lookahead_depth > 1: every verified row is a branch row (the deeper ones labelled as chains with their
-    tokens), every round explains its winner, and the heatmap marks every position a row filled."""
+    """lookahead_depth > 1: every chain is a row at its kept prefix (labelled as a chain with its tokens), every round explains its winner, and the heatmap marks every position a row filled."""
     tokenizer = tiny_tokenizer()
     s = DecodeSettings(k=3, lookahead_depth=3, **LIVELY)
     run = Decoder(tiny_qwen2(seed=1), tiny_spec(), s, tokenizer).run(PROMPT)
@@ -349,9 +348,11 @@ def test_lookahead_chains_show_as_chain_rows_and_the_winner_s_kept_chain():
     for r in rounds:
         rec = run.records[r]
         table = branches_table(run, r, names)
-        assert table.count('<tr class="lopa-branch') == len(rec.branch_scores)
+        # one row per chain (its kept prefix), not one per verified prefix (issue 58)
+        assert table.count('<tr class="lopa-branch') == 1 + (len(rec.chain_rows) or len(rec.branch_scores) - 1)
         assert ("chain" in table) == bool(rec.chain_rows)          # a round with chains has their column
-        assert all(f"B{j} chain" in table for j in range(len(rec.branch_scores)) if len(rec.row_fills(j)) > 1)
+        kept = {rows[n - 1] for rows, n in zip(rec.chain_rows, rec.chain_kept)}
+        assert all(f"B{j} chain" in table for j in kept) and rec.winner in kept | {0}
         text = explain_round(run, r, names)
         assert f"Winner: B{rec.winner}" in text or (rec.winner == 0 and "Winner: the anchor" in text)
         if len(rec.row_fills(rec.winner)) > 1:

@@ -88,23 +88,20 @@ def cut_sentence(record, c: int, names, mask_id: int, floor: float) -> str:
             f"{cut['position']}, row B{cut['row']} (the anchor plus {holds}) {said}.")
 
 
-def _chain_cell(record, j: int, names, mask_id: int, floor: float) -> str:
-    """Row j's chain (lookahead_depth > 1): its proposed tokens in order, kept ✓ or cut ✗ (the cut token's title says
-    why), and what this row was for the branch score."""
-    c = chain_of(record, j)
-    if c is None:
-        return ""
+def _chain_cell(record, c: int, names, mask_id: int, floor: float) -> str:
+    """Chain c (lookahead_depth > 1) in one cell: its proposed tokens in order, kept ✓ or cut ✗, and in words why it
+    was cut (shown, not only on hover: a touch screen has none), and which verified rows it took."""
     n, rows = record.chain_kept[c], record.chain_rows[c]
     why = esc(cut_sentence(record, c, names, mask_id, floor))
     tokens = [f'<b class="lopa-chain-kept">{p}←{esc(token_label(t, names, mask_id))} ✓</b>' if i < n else
-              f'<s class="lopa-chain-cut" title="{why}">{p}←{esc(token_label(t, names, mask_id))}</s> ✗'
+              f'<s class="lopa-chain-cut">{p}←{esc(token_label(t, names, mask_id))}</s> ✗'
               for i, (p, t) in enumerate(zip(record.chain_positions[c], record.chain_tokens[c]))]
-    held = rows.index(j) + 1
-    role = ("the kept chain (the row the branch score weighed)" if held == n else
-            "inside the kept chain (its prediction kept the next token)" if held < n else
-            "past the cut (verified, not a candidate)")
+    verified = ", ".join(f"B{j}" for j in rows)
+    past = ("" if n == len(rows) else
+            f"; {', '.join(f'B{j}' for j in rows[n:])} past the cut: verified, not candidates")
     return (f'<span data-chain="{c}" data-kept="{n}">B{rows[0]}: {" ".join(tokens)}<br>'
-            f'<small>kept {n} of {len(rows)}; this row: {role}</small></span>')
+            f'<small class="lopa-chain-why">{why} Kept {n} of {len(rows)}; scored as row B{rows[n - 1]} (its rows: '
+            f'{verified}{past}).</small></span>')
 
 
 def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
@@ -124,7 +121,12 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
     anchor_score = record.branch_scores[0]
     floor, chained = float(run.settings.get("lookahead_min_prob") or 0), bool(record.chain_rows)
     rows = []
-    for j, score in enumerate(record.branch_scores):
+    # One row per chain where chains ran (lookahead_depth > 1): its kept prefix, the row the branch score weighed;
+    # every other prefix was verified in the same forward, and the chain's cell names them.
+    chain_at = {rows_[kept - 1]: c for c, (rows_, kept) in enumerate(zip(record.chain_rows, record.chain_kept))}
+    shown = [0, *chain_at] if chained else range(len(record.branch_scores))      # chains in rank order
+    for j in shown:
+        score = record.branch_scores[j]
         win = j == record.winner
         if j == 0:
             name = "B0 anchor" if record.kind == "round" else "prompt forward"
@@ -132,10 +134,14 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
                     f"{_positions_text(record.anchor_positions, record.anchor_tokens, names, mask_id)}"
                     if record.anchor_positions else "anchor commits nothing")
             colour = ANCHOR_COLOUR
-        elif len(record.row_fills(j)) > 1:               # a chain's prefix (lookahead_depth > 1)
+        elif len(record.row_fills(j)) > 1:               # a chain's kept prefix (lookahead_depth > 1)
             positions, tokens = zip(*record.row_fills(j))
             name, colour = f"B{j} chain", LOOKAHEAD_COLOUR
             adds = f"anchor + {len(positions)} tokens: {esc(_positions_text(positions, tokens, names, mask_id))}"
+        elif chained:                                    # a chain kept to its first token
+            pos, tok = record.row_fills(j)[0]
+            name, colour = f"B{j} chain", LOOKAHEAD_COLOUR
+            adds = f"anchor + position {pos} ← <b>{esc(token_label(tok, names, mask_id))}</b>"
         else:
             pos, tok = record.row_fills(j)[0]
             name, colour = f"B{j} lookahead", LOOKAHEAD_COLOUR
@@ -149,12 +155,13 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
         rows.append(
             f'<tr class="lopa-branch{" lopa-winner" if win else ""}" data-branch="{j}" style="{style}">'
             f'<td>{"★ " if win else ""}{name}</td><td>{adds if j else esc(adds)}</td>'
-            + (f'<td style="font-size:12px">{_chain_cell(record, j, names, mask_id, floor)}</td>' if chained else "") +
+            + (f'<td style="font-size:12px">{_chain_cell(record, chain_at[j], names, mask_id, floor) if j else ""}</td>'
+               if chained else "") +
             f'<td style="text-align:right">{len(record.branch_positions[j])}</td>'
             f'<td style="text-align:right">{_ready(record, j, tau)}</td>'
             f'<td style="min-width:150px">{_score(score)}{bar}</td><td style="text-align:right">{delta}</td>'
             f'<td style="text-align:right;font-size:12px">{_split_text(split(record, j, run.settings))}</td></tr>')
-    head = ("<tr><th>branch</th><th>what it fills</th>" + ("<th>chain: kept ✓ / cut ✗</th>" if chained else "")
+    head = ("<tr><th>branch</th><th>what it fills</th>" + ("<th>chain: kept ✓ / cut ✗, and why</th>" if chained else "")
             + "<th>masked left</th>"
             f"<th>max prob &gt; τ_conf={tau}</th><th>score C(B) = mean Conf of masked</th><th>Δ vs anchor</th>"
             '<th title="removal: the gain from its own filled position leaving the mean; change: what the extra '
@@ -166,8 +173,9 @@ def branches_table(run, r: int, names: dict[int, str] | None = None) -> str:
               f'confidence score); {term_link("τ_conf")} = the threshold a commit needs. '
               'Δ = removal + change: filling a low-confidence position lifts a mean over the remaining positions by '
               'itself (removal); only the change is the extra token raising the confidence of the others.'
-              + (' Chains: every prefix of every chain is a row; the winner is chosen among the anchor and each '
-                 'chain\'s kept prefix, so a row past a cut does not compete.' if chained else '') + '</div>')
+              + (f' {term_link("chain", "Chains")}: one row per chain, scored at its kept prefix; every prefix of '
+                 'every chain was verified in the same forward, and a row past a cut does not compete.'
+                 if chained else '') + '</div>')
     return (f'<div class="lopa-branches" data-round="{r}"><table style="border-collapse:collapse;width:100%;'
             f'font-size:13px">{head}{"".join(rows)}</table>{legend}</div>')
 

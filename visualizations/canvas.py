@@ -141,7 +141,9 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
         label = f"block {b}<br><small>{esc(BLOCK_WORDS.get(block_state, block_state))}</small>"
         rows.append(f'<div class="lopa-block{in_window}" data-block="{b}"><div class="lopa-block-label">{label}</div>'
                     f'<div class="lopa-block-cells">{"".join(cells)}</div></div>')
-    note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({esc(record.kind)}) — rows with a dark left bar '
+    kind = {"prefill": " (the prompt's forward: nothing committed yet)",
+            "final": " (the final round: the anchor's last commits, no forward)"}.get(record.kind, "")
+    note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r}{esc(kind)} — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
             f' Hover a cell for its token and probabilities.</div>')
     return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'

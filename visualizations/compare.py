@@ -107,10 +107,48 @@ def comparison_summary(a, b, name_a: str, name_b: str | None = None) -> str:
         f"{mb['tpf_useful']:.2f}); {compute} ({ma['token_forwards']} → {mb['token_forwards']}); {wall} "
         f"({ma['latency_s']:.2f} s → {mb['latency_s']:.2f} s).**", "",
         *table, "",
-        f"{where} {answers} Wall-clock is each run's own engine time{_device(ma, mb)}. {FEWER_FORWARDS_SLOWER} On a "
-        "GPU at batch 1 the k + 1 branches cost little more than one, so fewer forwards nearly means less time "
-        "(design note, last section).",
+        f"{where} {answers}", "",
+        f"{expectation(ma, mb, name_a, name_b)} Wall-clock is each run's own engine time{_device(ma, mb)}. "
+        f"{FEWER_FORWARDS_SLOWER}",
     ])
+
+
+def _fewer(what: str, va: float, vb: float, name_a: str, name_b: str, fmt: str) -> tuple[str, str | None]:
+    """("B needed fewer forwards (12 against 20)", "b"), or both the same and None."""
+    unit = " s" if what == "seconds" else ""
+    if format(va, fmt) == format(vb, fmt):
+        return f"both needed as many {what} ({format(va, fmt)}{unit})", None
+    side, few, many = ("b", vb, va) if vb < va else ("a", va, vb)
+    return (f"{name_b if side == 'b' else name_a} needed fewer {what} ({format(few, fmt)}{unit} against "
+            f"{format(many, fmt)}{unit})", side)
+
+
+def expectation(ma: dict, mb: dict, name_a: str, name_b: str) -> str:
+    """Markdown, in sentences: which side needed fewer forwards, token-forwards and seconds, which of the first two
+    the seconds went with here, and what that means on the device the runs' wall-clock was measured on. Names
+    are escaped by the caller (comparison_summary)."""
+    parts = [_fewer(what, ma[key], mb[key], name_a, name_b, fmt) for what, key, fmt in
+             (("forwards", "forwards", "d"), ("token-forwards", "token_forwards", "d"), ("seconds", "latency_s", ".2f"))]
+    (forwards, by_forwards), (compute, by_compute), (seconds, by_seconds) = parts
+    said = f"{forwards[0].upper()}{forwards[1:]}, {compute}, and {seconds}."
+    if by_seconds is None or (by_forwards == by_compute):
+        went = ""
+    elif by_seconds == by_forwards:
+        went = " Here the seconds went with the forwards, not the token-forwards."
+    else:
+        went = " Here the seconds went with the token-forwards, not the forwards."
+    device = next((m["device"] for m in (mb, ma) if m["device"]), "")
+    kind = device.split(":")[0].split(" ")[0].lower()
+    if kind in ("cuda", "mps", "xpu"):
+        means = (f" On {esc(device)}, a GPU, a batched verify of k + 1 branches at batch 1 costs little more than one "
+                 "forward: fewer forwards should mean fewer seconds, until the branches fill the device.")
+    elif kind == "cpu":
+        means = (" On a CPU (these runs' device) every token-forward is paid for: the side with fewer token-forwards "
+                 "is usually the faster one, whatever the forward count. On a GPU at batch 1 the branches cost little "
+                 "more than one forward, so there the side with fewer forwards would usually win.")
+    else:
+        means = " Neither trace says which device it ran on, so the seconds cannot be read against one."
+    return said + went + means
 
 
 def _device(ma: dict, mb: dict) -> str:

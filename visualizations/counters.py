@@ -10,11 +10,12 @@ from .palette import STATUS_COLOURS
 
 
 def counters_html(run, elapsed_s: float, status: str = "running", title: str = "", figures: str = "",
-                  replay: str = "") -> str:
+                  replay: str = "", gloss: bool = True) -> str:
     """A row of counters. `elapsed_s` is wall clock since Run was pressed (includes streaming and UI);
     latency is the engine's own sum of round times. Values carry data-* attributes for tests. `figures`
     ("stale" or "drawn"), where given, tells the page whether the run's figures are still to be drawn; `replay`
-    (a run id), where given, that the page may ask to see that run's rounds arriving again."""
+    (a run id), where given, that the page may ask to see that run's rounds arriving again. `gloss`: the line
+    spelling out the labels (off where the page shows it already: the two sides of a comparison)."""
     m = metrics(run)
     boxes = [
         ("rounds", "rounds", f"{m['rounds']}", "model forwards + a possible final no-forward round"),
@@ -52,7 +53,7 @@ def counters_html(run, elapsed_s: float, status: str = "running", title: str = "
     badge = (f'<div class="lopa-status" data-status="{esc(status)}" style="align-self:center;padding:2px 8px;'
              f'border-radius:10px;background:{colour};color:#fff;font-size:12px">{esc(status)}</div>')
     # The labels are abbreviations and a phone has no hover: one visible line spells them out.
-    gloss = (f'<div class="lopa-counters-gloss" style="font-size:12px;color:#555;margin-top:3px">'
+    gloss = "" if not gloss else (f'<div class="lopa-counters-gloss" style="font-size:12px;color:#555;margin-top:3px">'
              f'{term_link("TPF")} = tokens per forward (answer tokens up to the first {term_link("EOS")}, the '
              f'end-of-sequence token); {term_link("verified/forward")} = positions the model checks per forward, all '
              f'k + 1 branches together; a <a href="#term-forward">forward</a> is one model pass; '

@@ -54,6 +54,12 @@ TERMS = (
      "one more token; all k + 1 are checked in one batched forward and the surest wins."),
     ("anchor", "anchor", "the round's D2F commit: every position whose max prob clears τ_conf (tag A on the canvas)."),
     ("k", "k", "the number of lookahead branches per round; k = 0 is vanilla D2F."),
+    ("lookahead depth", "lookahead-depth", "how many tokens a lookahead branch may fix beyond the anchor (the "
+     "lookahead_depth setting): 1 is LoPA's one token; at d > 1 each branch grows a chain of up to d tokens."),
+    ("chain", "chain", "at lookahead depth d > 1, a branch's run of up to d tokens, each the model's guess given the "
+     "ones before it. Every prefix is verified in the same forward, and the chain is cut at the first token the row "
+     "before it no longer predicts (or predicts under the lookahead floor); the branch is scored at its kept prefix, "
+     "and the branches table shows one row per chain with why it was cut."),
     ("τ_conf (tau_conf)", "tau-conf", "the confidence threshold: a masked position whose max prob is above it is "
      "committed."),
     ("max prob", "max-prob", "the probability the model gives its top guess at a position."),

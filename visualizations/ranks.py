@@ -115,6 +115,6 @@ def rank_lanes(run, r: int | None = None, names: dict | None = None) -> go.Figur
         annotations=annotations, barmode="overlay", height=max(MIN_HEIGHT, 210 + 46 * world) + 14 * len(notes),
         margin=dict(l=10, r=10, t=36 + 14 * len(notes), b=90),
         # One note a line, small: plotly never wraps a title, and a phone gives it about 320 px.
-        title=dict(text=f"Rank lanes, round {record.round} ({record.kind})<br><sup>" + "<br>".join(notes) + "</sup>",
+        title=dict(text=f"Rank lanes, round {record.round}{' (the prompt)' if record.kind == 'prefill' else ''}<br><sup>" + "<br>".join(notes) + "</sup>",
                    font=dict(size=13)),
         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0), plot_bgcolor="white"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from lopa.trace import metrics
 
+from .glossary import PEER_RULES, rule_name
 from .labels import token_text
 from .markup import esc
 from .palette import LOOKAHEAD_COLOUR, VIRIDIS, text_on, viridis
@@ -121,9 +122,18 @@ def arrival_html(d2f, lopa, names: dict | None = None, d2f_title: str = "Vanilla
     sides = (_side(d2f, d2f_title, f["d2f_forwards"], most, names, top, "d2f")
              + _side(lopa, lopa_title, f["lopa_forwards"], most, names, top, "lopa"))
     foot = f'<div class="lopa-story-note">{esc(note)}</div>' if note else ""
+    foot = f'<p class="lopa-story-others">{others_line()}</p>' + foot
     return (f'<div class="lopa-story" data-d2f-forwards="{f["d2f_forwards"]}" data-lopa-forwards="{f["lopa_forwards"]}">'
             f'<p class="lopa-story-sentence">{esc(story_sentence(d2f, lopa))}</p>'
             f'<div class="lopa-story-sides">{sides}</div>{_legend(top)}{foot}</div>')
+
+
+def others_line() -> str:
+    """HTML: D2F and LoPA are two decoders among several, named (the app's Compare decodes each beside LoPA)."""
+    peers = ", ".join(f'<a href="#term-rule-{rule}">{esc(rule_name(rule))}</a>' for rule in PEER_RULES)
+    return ("D2F and LoPA are two decoders of several. Compare (below) also decodes single-block D2F, one token a "
+            f"round, and the commit rules of other decoders ({peers}), each alone; LoPA's lookahead can run over any "
+            "of their rules (the settings' commit rule).")
 
 
 def tour_card(index: int, total: int, title: str, text: str, target: str) -> str:

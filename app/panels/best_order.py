@@ -136,7 +136,7 @@ def _show(session: Session, run_id: str, step: dict, names: dict, stopped: bool)
     status = (f"**Best order found** for run {esc(run_id)}: {step['rounds']} forwards against "
               f"{run.metrics()['forwards']} ({searched}). {_where(first)} It is run {esc(entry.id)} of the run "
               "list; the two are compared below in *Compare runs*.")
-    choices_ids = session.runs.choices()
+    choices_ids = session.run_choices()
     runs = (gr.update(choices=choices_ids, value=session.current), gr.update(choices=choices_ids, value=run_id),
             gr.update(choices=choices_ids, value=entry.id))
     compared = compare_outputs(status, run, best, f"run {run_id}: {session.runs[run_id].note}",

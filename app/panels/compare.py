@@ -100,7 +100,7 @@ class Side:
         latency = sum(r.round_seconds for r in run.records) if run else 0.0
         status = "running" if not self.done else ("stopped" if run is not None and run.stopped else "done")
         mark = answer_mark(check_answer(run.prompt, run.text)) if status == "done" else ""
-        return counters_html(run, latency, status, title=self.title) + mark
+        return counters_html(run, latency, status, title=self.title, gloss=False) + mark     # the page's counters gloss
 
 
 def _outputs(status, base: Side, lopa: Side, heavy: bool, summary="") -> tuple:
@@ -125,7 +125,7 @@ def compare_outputs(status: str, a, b, title_a: str, title_b: str, names_a=None,
     maps = [tfo_map(run, names, title=f"Token filling order — {title}", zmax=top, highlight=differs)
             for run, names, title in ((a, names_a, title_a), (b, names_b, title_b))]
     counters = [counters_html(run, sum(r.round_seconds for r in run.records),
-                              "stopped" if run.stopped else "done", title=title)
+                              "stopped" if run.stopped else "done", title=title, gloss=False)
                 + ("" if run.stopped else answer_mark(check_answer(run.prompt, run.text)))   # ✓/✗ where known
                 for run, title in ((a, title_a), (b, title_b))]
     return (status, counters[0], a.text, maps[0], counters[1], b.text, maps[1],

@@ -38,10 +38,14 @@ document.addEventListener("click", (event) => {
   const canvas = cell.closest(".lopa-canvas");
   const box = document.querySelector("#clicked-cell textarea, #clicked-cell input");
   if (!canvas || !box) return;
+  // The chosen cell keeps a marker (the what-if panel names it): one at a time, gone when the round is redrawn.
+  document.querySelectorAll("#canvas .lopa-whatif-chosen").forEach((el) => el.classList.remove("lopa-whatif-chosen"));
+  cell.classList.add("lopa-whatif-chosen");
   box.value = `${canvas.dataset.round}:${cell.dataset.position}:${Date.now()}`;
   box.dispatchEvent(new Event("input", {bubbles: true}));
 });
-</script>"""
+</script>
+<style>#canvas .lopa-cell.lopa-whatif-chosen {outline: 3px dashed #D55E00; outline-offset: 1px}</style>"""
 
 
 def build_what_if() -> dict:
@@ -104,8 +108,8 @@ def pick_cell(session: Session, clicked: str) -> tuple:
     if record.kind == "final" or guess is None or position in fills(run.records, r):
         return _closed(f"Position {position} is not masked after round {r}: click a still-masked (pale) cell.")
     names, mask_id = session.names, run.spec.get("mask_token_id")
-    head = (f"**What if position {position} were filled first?** Run {esc(entry)}, after round {r}: "
-            f"still masked; round {r}'s forward predicts {esc(token_repr(guess.token, names))} "
+    head = (f"**What if position {position} were filled first?** Run {esc(entry)}, after round {r} (the cell "
+            f"outlined in dashes on the canvas): still masked; round {r}'s forward predicts {esc(token_repr(guess.token, names))} "
             f"with probability {guess.max_prob:.3f}.")
     try:
         folder, _ = fork_model(session, entry)

@@ -1,9 +1,10 @@
 """Example prompts and the answers known for them, so a finished run can say whether it is right.
 
-The list opens with held-out synthetic problems on which the filling order matters (picked by
-scripts/pick_examples.py: LoPA's token filling order differs from vanilla D2F's), then more
-held-out problems, then real GSM8K test questions under their own label: the bundled tiny model
-was trained on the synthetic family only and writes nonsense on them.
+The default list holds held-out synthetic problems, the family the bundled models were trained on, which they
+answer (tests/test_teach_words.py decodes each): first those on which the filling order matters (picked by
+scripts/pick_examples.py: LoPA's token filling order differs from vanilla D2F's), then more held-out problems.
+Real GSM8K test questions are apart (checkpoint_examples), marked as what a real D2F checkpoint is for: the
+bundled models cannot answer them, so a newcomer's first pick is never one of them.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ GSM8K_TEST = ASSETS / "data" / "gsm8k" / "test.jsonl"
 
 SYNTHETIC_LABEL = ("examples: held-out synthetic problems (the bundled model's family), first those where "
                    "LoPA fills the answer in another order than vanilla D2F")
-GSM8K_LABEL = ("real GSM8K test questions: the bundled tiny model was not trained on these and writes nonsense "
-               "on them; load a real D2F checkpoint, or replay a trace recorded from one, to see them properly")
+GSM8K_LABEL = ("for a real D2F checkpoint: GSM8K test questions. The bundled models were not trained on these and "
+               "cannot answer them; load a real checkpoint (model panel), or replay a trace recorded from one")
 
 
 def _read(path: Path, limit: int | None = None) -> list[dict]:
@@ -37,12 +38,18 @@ def _read(path: Path, limit: int | None = None) -> list[dict]:
 
 
 def example_groups(per_file: int = 4) -> list[tuple[str, list[str]]]:
-    """[(label, prompts)]: the synthetic examples (order-sensitive ones first), then GSM8K."""
+    """[(label, prompts)]: the default examples, those the bundled models answer (the synthetic ones,
+    order-sensitive first)."""
     picked = [r["question"] for r in _read(ORDER_SENSITIVE)]
     more = [r["question"] for r in _read(HELDOUT, per_file + len(picked)) if r["question"] not in picked]
     synthetic = picked + more[: max(per_file - len(picked), 0) + 2]
-    gsm8k = [r["question"] for r in _read(GSM8K_TEST, per_file)]
-    return [(label, prompts) for label, prompts in ((SYNTHETIC_LABEL, synthetic), (GSM8K_LABEL, gsm8k)) if prompts]
+    return [(SYNTHETIC_LABEL, synthetic)] if synthetic else []
+
+
+def checkpoint_examples(per_file: int = 4) -> tuple[str, list[str]]:
+    """(label, prompts): real GSM8K questions, for a real checkpoint (the page keeps them in a closed folder
+    under the default examples)."""
+    return GSM8K_LABEL, [r["question"] for r in _read(GSM8K_TEST, per_file)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -108,5 +108,6 @@ def trace_ids(run) -> set[int]:
 
 # -- example prompts -----------------------------------------------------------------------------
 def example_prompts(per_file: int = 4) -> list[str]:
-    """Every example prompt in list order: synthetic ones (order-sensitive first), then GSM8K (app.serving.examples)."""
+    """Every default example prompt in list order: the synthetic ones the bundled models answer, order-sensitive
+    first (app.serving.examples; the GSM8K ones for a real checkpoint are apart)."""
     return [prompt for _, prompts in example_groups(per_file) for prompt in prompts]

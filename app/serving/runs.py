@@ -135,7 +135,9 @@ class RunTree:
         walk(None)
         return out
 
-    def label(self, entry: RunEntry) -> str:
+    def label(self, entry: RunEntry, unfinished: str = "") -> str:
+        """The run list's line for `entry`; `unfinished` ("paused", "running"): the word for a decode that is
+        still live (its snapshot is not finished, but it was not stopped either)."""
         m = metrics(entry.run)
         depth = entry.id.count(".")
         answer = " ".join(entry.run.text.split())
@@ -144,13 +146,14 @@ class RunTree:
         changed = ""
         if parent is not None and parent.run is not None:
             changed = " · " + answer_label(parent.run.text, entry.run.text)
-        state = " · stopped" if entry.run.stopped else ""
+        state = f" · {unfinished}" if unfinished else " · stopped" if entry.run.stopped else ""
         model = entry.run.spec.get("name") or "?"
         return (f"{INDENT * depth}{'└ ' if depth else ''}run {entry.id} · {model} · {entry.note} · {m['rounds']} rounds · "
                 f"{m['forwards']} forwards · TPF {m['tpf_useful']:.2f} · answer “{answer}”{changed}{state}")
 
-    def choices(self) -> list[tuple[str, str]]:
-        return [(self.label(e), e.id) for e in self.ready()]
+    def choices(self, live: str | None = None, unfinished: str = "paused") -> list[tuple[str, str]]:
+        """(line, id) of every run shown; the run `live` (the session's live decode) reads `unfinished`."""
+        return [(self.label(e, unfinished if e.id == live else ""), e.id) for e in self.ready()]
 
     def default_pair(self, current: str | None) -> tuple[str | None, str | None]:
         """What Compare runs starts with: the current run against its parent (a fork) or the run

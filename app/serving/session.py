@@ -272,6 +272,12 @@ class Session:
     def n_rounds(self) -> int:
         return len(self.run.records) if self.run is not None else 0
 
+    def run_choices(self) -> list[tuple[str, str]]:
+        """The run list's choices, the live decode (paused after Step, or streaming) named as such, not
+        "stopped" (its snapshot is unfinished, but nobody stopped it)."""
+        live = self.current if self.live is not None else None
+        return self.runs.choices(live, "running" if self.streaming else "paused")
+
     def status(self) -> str:
         """One word for the counters' badge."""
         if self.source == "replay":

@@ -51,7 +51,8 @@ STUDY = Study(
                 "positions (0 = every one; default)", low=0),
            Knob("pair_pool", int, PAIR_POOL, f"the depth-2 search's pairs: among the P most confident free positions "
                 f"(default {PAIR_POOL}), besides every adjacent chain", low=0)),
-    tables=("", "cuts"))
+    tables=("", "cuts"), figure=True, app=True)
+LIVE_DEPTHS = (1, 2, 3)      # the app's live run: D2F and the app's k at these depths, no search (a shared CPU)
 
 
 def cell_name(k: int, depth: int) -> str:
@@ -223,6 +224,33 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
+# -- the app's view of this study (lopa.study.STUDIES) ------------------------------------------------
+def live(loaded, problems: list[dict], base: DecodeSettings):
+    """The study's decodes for a live run (D2F, and the app's k at each depth of LIVE_DEPTHS; no search):
+    {"done", "total", "row", "rounds" (its cut chains), "complete" on a problem's last decode}."""
+    configs = cells(base, (base.k or 4,), LIVE_DEPTHS)
+    total = len(problems) * len(configs)
+    for done, (row, cut) in enumerate(iter_depth(loaded, problems, configs), 1):
+        yield {"done": done, "total": total, "row": {**row, "config": row["cell"]}, "rounds": cut,
+               **({"complete": row["problem"]} if done % len(configs) == 0 else {})}
+
+
+def live_summary(rows: list[dict], rounds: list[dict]) -> tuple[dict, dict]:
+    import pandas as pd
+    df, cuts = pd.DataFrame(rows), pd.DataFrame(rounds, columns=CUT_COLUMNS)
+    return summarize_depth(df, cuts), {"": df, "cuts": cuts}
+
+
+def figure(tables: dict, summary: dict, title: str):
+    from lopa.study.depth_figures import depth_figure
+    return depth_figure(summary, title)
+
+
+def png(tables: dict, summary: dict, title: str, path) -> None:
+    from lopa.study.depth_figures import depth_png
+    depth_png(summary, title, path)
+
+
 def _ints(parser, flag: str, text: str, low: int, high: int) -> list[int]:
     try:
         values = sorted({int(x) for x in text.split(",") if x.strip()})
@@ -258,7 +286,12 @@ def main(argv=None) -> int:
     summary = summarize_depth(df, cuts_df)
     summary["wall_s"] = time.perf_counter() - t0
     print(report(summary))
-    files = write_results(args.out, STUDY.name, {"": df, "cuts": cuts_df}, started.meta(argv, args, summary))
+    meta = started.meta(argv, args, summary)
+    from lopa.study.depth_figures import depth_figure, depth_png
+    from lopa.study.figures import shipped_title
+    title = shipped_title(STUDY.name, meta)
+    files = write_results(args.out, STUDY.name, {"": df, "cuts": cuts_df}, meta, depth_figure(summary, title),
+                          lambda path: depth_png(summary, title, path))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
 

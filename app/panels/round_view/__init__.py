@@ -9,7 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from ...serving import api
-from ...serving.examples import example_groups
+from ...serving.examples import checkpoint_examples, example_groups
 from ...serving.models import example_prompts
 from ...serving.session import Session
 from ..events import MODEL, UNSET, VIEW, Wiring, named
@@ -81,6 +81,12 @@ def build_input_panel() -> dict:
         reset = gr.Button("Reset", min_width=70, elem_id="reset")
     for label, prompts in example_groups():
         gr.Examples(examples=[[e] for e in prompts], inputs=[prompt], label=label, examples_per_page=8)
+    # What a real checkpoint is for, apart and closed: the bundled models cannot answer these.
+    label, prompts = checkpoint_examples()
+    if prompts:
+        with gr.Accordion("Harder examples, for a real checkpoint (the bundled models cannot answer them)",
+                          open=False, elem_id="checkpoint-examples"):
+            gr.Examples(examples=[[e] for e in prompts], inputs=[prompt], label=label, examples_per_page=8)
     return {"prompt": prompt, "run": run, "stop": stop, "step": step, "reset": reset}
 
 

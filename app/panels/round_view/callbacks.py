@@ -159,7 +159,8 @@ def step_once(session: Session, prompt: str, *values) -> tuple:
     session.stop_clock()
     if session.live is None:
         return live_outputs(session, f"Done: {describe_run(session)} Step again to start a new decode.")
-    return live_outputs(session, f"Paused after round {record.round} ({record.kind}). Step for the next round, "
+    kind = {"prefill": " (the prompt's forward: nothing committed yet)"}.get(record.kind, "")
+    return live_outputs(session, f"Paused after round {record.round}{kind}. Step for the next round, "
                                  "Run to continue to the end.")
 
 

@@ -9,12 +9,13 @@ a constant (VIEW_OUTPUTS, LIVE_OUTPUTS, RUN_LIST_OUTPUTS, FIGURE_OUTPUTS) that t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import gradio as gr
 
 from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
-from lopa.trace import metrics
+from lopa.trace import fills, metrics
 
 from ...serving.examples import check_answer
 from ...serving.session import Session
@@ -74,6 +75,22 @@ def answer_at(session: Session, r: int | None = None) -> str:
     return canvas_text(session.run, session.n_rounds - 1 if r is None else int(r), session.names)
 
 
+def counters_at(session: Session, r: int, title: str = "") -> str:
+    """The counters of the session's run as it stood after round r (its first r + 1 records, the tokens the
+    canvas holds then): what a view of round r shows beside the canvas (the guided tour's steps)."""
+    run = session.run
+    if run is None:
+        return counters_html(None, 0.0, session.status(), title=title)
+    r = max(0, min(int(r), len(run.records) - 1))
+    last = r == len(run.records) - 1
+    mask = run.spec.get("mask_token_id")
+    held = {p: fill.token for p, fill in fills(run.records, r).items()}
+    snapshot = run if last else replace(run, records=run.records[:r + 1], decoder=None, text=answer_at(session, r),
+                                        tokens=[held.get(p, mask) for p in range(len(run.tokens))])
+    where = f" at round {r} of {len(run.records) - 1}" + ("" if last else ": the counters so far")
+    return counters_html(snapshot, 0.0, session.status(), title=title + where)
+
+
 def _slider(session: Session):
     """The round slider at its end, on the latest round: a finished run shows its final round (the
     anchor's last commits, no forward); resting one short of the end read as a run not shown to the end."""
@@ -87,7 +104,7 @@ def run_list_outputs(session: Session, force: bool = False) -> tuple:
     if not (force or session.runs_changed):
         return tuple(gr.skip() for _ in RUN_LIST_OUTPUTS)
     session.runs_changed = False
-    choices = session.runs.choices()
+    choices = session.run_choices()
     ids = {value for _, value in choices}
     a, b = session.runs.default_pair(session.current)
     return (gr.update(choices=choices, value=session.current if session.current in ids else None),

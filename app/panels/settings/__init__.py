@@ -6,6 +6,7 @@ which become their request. Its callbacks: callbacks.py."""
 from __future__ import annotations
 
 import functools
+import math
 
 import gradio as gr
 
@@ -24,15 +25,19 @@ def setting_input(name: str, value):
     a bounded interval, a number box otherwise; its label, help and range from the registry. Values
     are checked by the registry when read (app.serving.request.read_request), with its message."""
     spec = SETTINGS[name]
-    kw = dict(label=spec.label or name, info=f"{spec.help} ({spec.describe()})", value=value,
-              elem_id=name.replace("_", "-"))
+    # In words with the code name beside it (what the command line and the paper call it), the help in
+    # sentences: the registry's words, which the command line's help says too (Setting.title, .explain).
+    kw = dict(label=spec.title, info=spec.explain(), value=value, elem_id=name.replace("_", "-"))
     if spec.choices is not None:
-        return gr.Dropdown(list(spec.choices), **kw)
+        return gr.Dropdown([(spec.choice_title(c), c) for c in spec.choices], **kw)
     if spec.type is int and spec.high - spec.low <= 64:
         return gr.Slider(spec.low, spec.high, step=1, **kw)
     if spec.type is float and spec.high <= 1:          # a probability: open ends one step inside
         step = 0.01
-        return gr.Slider(spec.low + step * spec.open_low, spec.high - step * spec.open_high, step=step, **kw)
+        # The ends on the step's grid, inside the range: a slider shows its ends (ln 2, not 0.6931471805599453).
+        low = math.ceil(round(spec.low / step, 6) + spec.open_low) * step
+        high = math.floor(round(spec.high / step, 6) - spec.open_high) * step
+        return gr.Slider(round(low, 2), round(high, 2), step=step, **kw)
     return gr.Number(precision=0 if spec.type is int else None, **kw)
 
 

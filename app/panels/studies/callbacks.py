@@ -139,8 +139,12 @@ def cost_table(rows) -> str:
     """The live run's decodes so far, per decoder (DECODER_FIELDS), pooled by lopa.trace.pooled: TPF beside what
     it leaves out, forwards, token-forwards and wall-clock per decode, and tokens/s. "" before the first decode."""
     groups: dict[str, list] = {}
+    # Rows of several k (frontier: every rule at k = 0 and with lookahead) are told apart by their k, never pooled.
+    split_k = len({row["k"] for row in rows if "k" in row}) > 1
     for row in rows:
         name = " / ".join(str(row[f]) for f in DECODER_FIELDS if f in row) or "all"
+        if split_k and "k" in row and f"k{row['k']}" not in name:
+            name += f", k = {row['k']}"
         groups.setdefault(name, []).append(row)
     if not groups:
         return ""

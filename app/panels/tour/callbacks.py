@@ -25,8 +25,8 @@ from lopa.models import ASSETS, DEFAULT_MODEL
 from ...serving.session import APP_DEFAULTS, Session
 from ..compare import COMPARE_OUTPUTS, compare_outputs
 from ..round_view.callbacks import reset_session
-from ..round_view.views import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, run_list_outputs, view
-from ..viz import STORY_CSS, counters_html, esc, tour_card
+from ..round_view.views import LIVE_OUTPUTS, RUN_LIST_OUTPUTS, answer_at, counters_at, run_list_outputs, view
+from ..viz import STORY_CSS, esc, tour_card
 from .steps import tour_steps
 
 TRACES = ASSETS / "traces"
@@ -196,15 +196,17 @@ def show_step(session: Session, state: dict, index: int) -> tuple:
     status = f"Tour, step {index + 1} of {len(steps)}: {esc(step.title)}."
     if step.run is not None:
         r = step.round
-        live = (status, counters_html(session.run, 0.0, session.status(), title=session.runs[ids[step.run]].note),
-                gr.update(maximum=max(session.n_rounds - 1, 1), value=r), session.run.text) \
+        # The slider's own path (round_view.callbacks.show_round: view and answer_at at round r), and the counters
+        # as they stood then: every box holds what the canvas holds at the step's round.
+        live = (status, counters_at(session, r, title=session.runs[ids[step.run]].note),
+                gr.update(maximum=max(session.n_rounds - 1, 1), value=r), answer_at(session, r)) \
             + view(session, r) + run_list_outputs(session, force=True)
         return head + live + _skips(n_compare)
     # The comparison of the two recorded runs, and the pickers set to them for "Compare runs".
     lopa_title = f"LoPA (k = {data.lopa.settings.get('k')})"
     compared = compare_outputs("Tour: the two recorded runs, compared.", data.d2f, data.lopa, D2F_TITLE, lopa_title,
                                data.names, data.names)[:n_compare]
-    choices = session.runs.choices()
+    choices = session.run_choices()
     lists = (run_list_outputs(session, force=True)[0],
              gr.update(choices=choices, value=ids["d2f"]), gr.update(choices=choices, value=ids["lopa"]))
     live = (status,) + _skips(n_live - 1 - len(RUN_LIST_OUTPUTS)) + lists
