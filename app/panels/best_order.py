@@ -21,7 +21,7 @@ from ..serving.session import Session
 from .compare import COMPARE_OUTPUTS, compare_outputs
 from .events import LONG, Wiring
 from .forks import fork_model
-from .status import error_message, stop_pending
+from .status import error_message, stop_stream
 from .viz import esc
 
 BEST_OUTPUTS = ("best_status",) + COMPARE_OUTPUTS
@@ -144,13 +144,7 @@ def _show(session: Session, run_id: str, step: dict, names: dict, stopped: bool)
     return (status,) + compared
 
 
-def stop_search(session: Session):
-    """Ask a running search to stop within its current rollout (stop_pending(): the search says so), or
-    say that nothing runs."""
-    if session.streaming:
-        session.stop_requested = True
-        return stop_pending()
-    return "Nothing is running."
+stop_search = stop_stream          # Stop of a running search
 
 
 def wire(w: Wiring) -> None:

@@ -26,7 +26,7 @@ from ..serving.session import Backend, LiveRun, Session, forkable
 from .events import MODEL, UNSET, VIEW, Wiring, named
 from .round_view.callbacks import bp_fault_message
 from .round_view.views import REFRESH_S, RUN_LIST_OUTPUTS, run_list_outputs
-from .status import error_message, stop_pending
+from .status import error_message, stop_stream
 from .viz import (
     PEER_RULES,
     answer_mark,
@@ -207,13 +207,7 @@ def compare_stream(session: Session, prompt: str, baseline: str, *values):
                           base.names, lopa.names, runs=run_list_outputs(session, force=True))
 
 
-def stop_compare(session: Session):
-    """Ask a running comparison to stop after its current pair of rounds (stop_pending(): it says so), or
-    say that nothing runs."""
-    if session.streaming:
-        session.stop_requested = True
-        return stop_pending()
-    return "Nothing is running."
+stop_compare = stop_stream          # Stop of a running comparison
 
 
 # -- layout and events ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What a panel says in its status line: a problem the visitor can fix (error_message: the line and a toast),
-and nothing while a Stop waits for its stream to end (stop_pending)."""
+and nothing while a Stop waits for its stream to end (stop_pending, stop_stream)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,12 @@ def stop_pending():
     says it stopped; Stop is answered outside the queue and the stream's updates through it, in no
     guaranteed order, so a "Stopping…" from Stop could reach the page after that last status and hide it."""
     return gr.skip()
+
+
+def stop_stream(session) -> str:
+    """A Stop of a session's stream (a comparison, a best-order search): ask it to end within its current step
+    (stop_pending: the stream says so), or say that nothing runs."""
+    if session.streaming:
+        session.stop_requested = True
+        return stop_pending()
+    return "Nothing is running."
