@@ -40,6 +40,20 @@ CSS = """
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
 #branches table {min-width: 560px}
 #branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
+/* The headers wrap and "what it fills" is capped, so that at a laptop's width every column (the score the tour
+   points at included) shows; where the table is still wider than its panel (a phone) it scrolls inside a marked
+   box: a border, a shadow on the side that hides columns, and the first column kept in view. */
+#branches th {white-space: normal; vertical-align: bottom}
+#branches td:nth-child(2) {max-width: 180px}
+#branches td:has(.lopa-chain-kept, .lopa-chain-cut) {max-width: 160px; white-space: normal}
+#branches td[style*="min-width:150px"] {min-width: 110px !important}
+#branches td:last-child {white-space: normal; min-width: 90px}
+.lopa-scroll-cue, #branches .lopa-branches:has(table), #compare-summary table {border: 1px solid #8a8a8a;
+  border-radius: 4px; background: linear-gradient(90deg, #ffffff 30%, rgba(255,255,255,0)) left / 24px 100% no-repeat local,
+  linear-gradient(270deg, #ffffff 30%, rgba(255,255,255,0)) right / 24px 100% no-repeat local,
+  radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,0.3), transparent) right / 12px 100% no-repeat scroll,
+  radial-gradient(farthest-side at 0 50%, rgba(0,0,0,0.3), transparent) left / 12px 100% no-repeat scroll}
+#branches td:first-child, #branches th:first-child {position: sticky; left: 0; background: #ffffff; z-index: 1}
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}
@@ -49,6 +63,13 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 /* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
 #study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
   border: none !important; margin: 0 !important; overflow: hidden}
+/* After a page's Run its figures are drawn once they come into view: until then the empty figures' "No rounds
+   yet." is not true any more, so it is not shown. */
+#round-view:has(#counters .lopa-counters[data-figures="stale"]) :is(#heatmap, #rank-lanes, #tokens-chart) .annotation
+  {visibility: hidden}
+/* A command or a code span wraps inside its panel rather than run off its edge. */
+.prose code {overflow-wrap: anywhere; white-space: pre-wrap}
+.prose pre {max-width: 100%; overflow-x: auto}
 /* No plotly toolbar: it covered the figures' titles (a tap shows it on a phone); drag zooms, a double-click resets. */
 .js-plotly-plot .modebar-container {display: none !important}
 /* Tables scroll sideways inside their panel rather than break a number over two lines; only the first
@@ -64,7 +85,18 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
   #round-view > * {order: 3}
   #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
-  #round-view > #canvas {order: 2}
+  #round-view > #round-row, #round-view > #canvas, #round-view > #whatif-panel {order: 2}
+  /* the slider and the canvas on one screen: a block's label over its cells, not beside them */
+  .lopa-block {flex-wrap: wrap}
+  .lopa-block-label {width: 100%}
+  .lopa-block-label br {display: none}
+  .lopa-block-label small {margin-left: 6px}
+  /* Compare's table stacked: each measure's label on a line of its own, its values and Δ under it */
+  #compare-summary table, #compare-summary tbody, #compare-summary thead {display: block}
+  #compare-summary tr {display: grid; grid-template-columns: 1fr 1fr 0.7fr}
+  #compare-summary tr > :first-child {grid-column: 1 / -1; white-space: normal; padding-bottom: 0; border-bottom: none}
+  #compare-summary thead tr > :first-child {display: none}
+  #compare-summary td, #compare-summary th {min-width: 0; overflow-wrap: anywhere}
   .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
   .lopa-counter > div:last-child {font-size: 15px !important}
   .lopa-story-sentence {font-size: 15px !important}

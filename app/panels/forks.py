@@ -39,7 +39,19 @@ document.addEventListener("click", (event) => {
   const box = document.querySelector("#clicked-cell textarea, #clicked-cell input");
   if (!canvas || !box) return;
   box.value = `${canvas.dataset.round}:${cell.dataset.position}:${Date.now()}`;
+  const info = () => document.querySelector("#whatif-info")?.innerText || "";
+  const panel = () => document.querySelector("#whatif-panel");
+  const before = panel()?.offsetParent ? info() : "", until = Date.now() + 30000;
   box.dispatchEvent(new Event("input", {bubbles: true}));
+  // Bring the panel the tap opened into view (on a phone it opens a screen below the cell): once it shows
+  // this cell, scroll it just as far as needed for the whole of it (Fill first and Hold back) to show.
+  const reveal = () => {
+    const text = info();
+    if (panel()?.offsetParent && text !== before && text.includes(`position ${cell.dataset.position}`)) {
+      panel().scrollIntoView({block: "nearest"});
+    } else if (Date.now() < until) setTimeout(reveal, 150);
+  };
+  setTimeout(reveal, 150);
 });
 </script>"""
 
