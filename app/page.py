@@ -70,6 +70,8 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 /* A command or a code span wraps inside its panel rather than run off its edge. */
 .prose code {overflow-wrap: anywhere; white-space: pre-wrap}
 .prose pre {max-width: 100%; overflow-x: auto}
+#command .cm-content, #command .cm-line {white-space: pre-wrap !important; overflow-wrap: anywhere; word-break: break-all}
+#command .cm-content {flex-shrink: 1 !important; min-width: 0 !important}
 /* No plotly toolbar: it covered the figures' titles (a tap shows it on a phone); drag zooms, a double-click resets. */
 .js-plotly-plot .modebar-container {display: none !important}
 /* Tables scroll sideways inside their panel rather than break a number over two lines; only the first
@@ -97,6 +99,14 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #compare-summary tr > :first-child {grid-column: 1 / -1; white-space: normal; padding-bottom: 0; border-bottom: none}
   #compare-summary thead tr > :first-child {display: none}
   #compare-summary td, #compare-summary th {min-width: 0; overflow-wrap: anywhere}
+  /* The confidence heatmap and the TFO maps keep a readable width (the heatmap's data area over 240 px, a TFO cell
+     wide enough for a two-digit round) and scroll sideways inside their marked box, which says so. */
+  #heatmap, #base-tfo, #lopa-tfo {overflow-x: auto !important; border: 1px solid #8a8a8a !important}
+  #heatmap .js-plotly-plot {min-width: 620px}
+  #base-tfo .js-plotly-plot, #lopa-tfo .js-plotly-plot {min-width: 460px}
+  #heatmap::before, #base-tfo::before, #lopa-tfo::before, #branches .lopa-branches:has(table)::before {
+    content: "⇆ swipe sideways for the whole of it"; display: block; position: sticky; left: 0; width: max-content;
+    font-size: 12px; color: #444444; padding: 2px 4px}
   .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
   .lopa-counter > div:last-child {font-size: 15px !important}
   .lopa-story-sentence {font-size: 15px !important}
@@ -107,7 +117,32 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #compare-sides > .column > * {flex: 1 1 100%}
   #base-tfo, #lopa-tfo {order: 1}
 }
+/* Hover words on a screen that hovers, tap words on a touch screen (a tap shows what a hover would: TAP_JS). */
+@media (hover: none) {.lopa-hover-words {display: none}}
+@media (hover: hover) {.lopa-tap-words {display: none}}
+#lopa-tap-note {position: fixed; z-index: 1001; max-width: min(360px, calc(100vw - 16px)); box-sizing: border-box;
+  background: #ffffff; color: #222222; border: 1px solid #555555; border-radius: 4px; padding: 4px 8px; font-size: 13px;
+  line-height: 1.35; white-space: pre-line; box-shadow: 0 2px 8px rgba(0,0,0,0.3); pointer-events: none}
 """
+# What a hover's tooltip says (a cell's token and probabilities, a token's position, a counter's meaning), shown by a
+# tap too: a touch screen never hovers. As text (textContent), in a note by the element; the next tap moves or hides it.
+TAP_JS = """<script>
+document.addEventListener("click", (event) => {
+  const tappable = "#canvas .lopa-cell[title], #arrival [title], #branches [title], .lopa-counter[title]";
+  const el = event.target.closest && event.target.closest(tappable);
+  let note = document.querySelector("#lopa-tap-note");
+  if (!note) {
+    note = Object.assign(document.createElement("div"), {id: "lopa-tap-note", hidden: true});
+    document.body.appendChild(note);
+  }
+  if (!el || !el.title) { note.hidden = true; return; }
+  note.textContent = el.title;
+  note.hidden = false;
+  const at = el.getBoundingClientRect(), size = note.getBoundingClientRect();
+  note.style.left = `${Math.max(8, Math.min(at.left, innerWidth - size.width - 8))}px`;
+  note.style.top = `${at.bottom + 4 + size.height <= innerHeight ? at.bottom + 4 : Math.max(8, at.top - size.height - 4)}px`;
+});
+</script>"""
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
 # output of every component, and more: README "Limits") until this many newer sessions push it out;
 # its time-to-live only frees the gr.State values. Default 10,000, about 1 MB each here: the most
@@ -115,7 +150,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})

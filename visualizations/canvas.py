@@ -146,7 +146,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                     f'<div class="lopa-block-cells">{"".join(cells)}</div></div>')
     note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r} ({esc(record.kind)}) — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
-            f' Hover a cell for its token and probabilities.</div>')
+            f' <span class="lopa-hover-words">Hover</span><span class="lopa-tap-words">Tap</span> a cell for its token and '
+            f'probabilities.</div>')
     return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'
 
 

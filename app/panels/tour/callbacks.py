@@ -84,10 +84,11 @@ TOUR_CSS = """
 .lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px; scroll-margin-top: 12px}
 #arrival, #tour-card {overflow-wrap: anywhere}
 body.lopa-tour-closed #tour-dock {display: none !important}
-/* A phone's screen is short: the dock leaves room for the panel a step points at (two maps at the filling order),
-   and its card scrolls under Back / Next / Close, which stay in the dock whatever the card's length. */
-#tour-buttons {position: sticky; bottom: 0; z-index: 1; background: var(--block-background-fill, #ffffff)}
-@media (max-width: 640px) {#tour-dock {max-height: 28vh} #tour-buttons {flex-wrap: nowrap; gap: 4px}
+/* The card scrolls above Back / Next / Close, so they stay in the dock whatever the card's length. A phone's screen
+   is short: the dock leaves room for the panel a step points at (two maps at the filling order). */
+#tour-card {max-height: calc(40vh - 64px); overflow-y: auto}
+@media (max-width: 640px) {#tour-dock {max-height: 28vh} #tour-card {max-height: calc(28vh - 60px)}
+  #tour-buttons {flex-wrap: nowrap; gap: 4px}
   #tour-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px}}
 """
 CSS = TOUR_CSS + STORY_CSS                  # the page's CSS for the arrival view and the tour
