@@ -42,17 +42,13 @@ CSS = """
 #branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
 /* The headers wrap and "what it fills" is capped, so that at a laptop's width every column (the score the tour
    points at included) shows; where the table is still wider than its panel (a phone) it scrolls inside a marked
-   box: a border, a shadow on the side that hides columns, and the first column kept in view. */
+   box: a border, on a phone a "swipe sideways" line above it, and the first column kept in view. */
 #branches th {white-space: normal; vertical-align: bottom}
 #branches td:nth-child(2) {max-width: 180px}
 #branches td:has(.lopa-chain-kept, .lopa-chain-cut) {max-width: 160px; white-space: normal}
 #branches td[style*="min-width:150px"] {min-width: 110px !important}
 #branches td:last-child {white-space: normal; min-width: 90px}
-.lopa-scroll-cue, #branches .lopa-branches:has(table), #compare-summary table {border: 1px solid #8a8a8a;
-  border-radius: 4px; background: linear-gradient(90deg, #ffffff 30%, rgba(255,255,255,0)) left / 24px 100% no-repeat local,
-  linear-gradient(270deg, #ffffff 30%, rgba(255,255,255,0)) right / 24px 100% no-repeat local,
-  radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,0.3), transparent) right / 12px 100% no-repeat scroll,
-  radial-gradient(farthest-side at 0 50%, rgba(0,0,0,0.3), transparent) left / 12px 100% no-repeat scroll}
+#branches .lopa-branches:has(table) {border: 1px solid #8a8a8a; border-radius: 4px; padding: 2px}
 #branches td:first-child, #branches th:first-child {position: sticky; left: 0; background: #ffffff; z-index: 1}
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
@@ -85,10 +81,15 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   /* the tour and Run on the first screen, the recorded story after them */
   #arrival-actions {flex-direction: column; align-items: stretch; order: -1}
   /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
-  #round-view > * {order: 3}
+  #round-view > * {order: 5}
   #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
-  #round-view > #round-row, #round-view > #canvas, #round-view > #whatif-panel {order: 2}
-  /* the slider and the canvas on one screen: a block's label over its cells, not beside them */
+  #round-view > #canvas {order: 2}
+  #round-view > #round-row {order: 3}
+  #round-view > #whatif-panel {order: 4}
+  /* the canvas and the slider right under it on one screen: a block's label over its cells, not beside them, and
+     a compact legend */
+  #canvas .lopa-swatch {height: 22px; line-height: 18px; min-width: 30px}
+  #canvas .lopa-legend {font-size: 11px}
   .lopa-block {flex-wrap: wrap}
   .lopa-block-label {width: 100%}
   .lopa-block-label br {display: none}

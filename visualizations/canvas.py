@@ -100,7 +100,7 @@ def canvas_legend() -> str:
         tag = STATE_STYLE[state][2]
         fill = _fill(state, 0.5)
         style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
-        corner = f'<span class="lopa-tag">{tag}</span>' if tag else ""
+        corner = f'<span class="lopa-tag" style="color:{text_on(fill)}">{tag}</span>' if tag else ""
         swatches.append(f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px">'
                         f'<span class="lopa-cell lopa-{state}{" lopa-tagged" if tag else ""} lopa-swatch" '
                         f'data-swatch="{state}" style="{style};display:inline-block;cursor:default">ab{corner}</span>'
