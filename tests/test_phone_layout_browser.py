@@ -164,12 +164,14 @@ def test_compare_reads_on_the_width_its_cells_and_the_filling_order_numbers_fit(
     assert page.evaluate("document.scrollingElement.scrollWidth <= innerWidth")
 
 
-def test_the_command_box_wraps_instead_of_clipping(page):
+def test_the_command_box_wraps_and_no_setting_is_wider_than_its_panel(page):
+    open_accordion(page, "#settings", "#k")
     open_accordion(page, "#share", "#command")
     page.wait_for_function("document.querySelector('#command .cm-content')?.innerText.includes('lopa')")
     clip = page.evaluate("""() => { const s = document.querySelector('#command .cm-scroller');
       return [s.scrollWidth, s.clientWidth, s.getBoundingClientRect().right]; }""")
     assert clip[0] <= clip[1] + 1 and clip[2] <= page.viewport_size["width"], clip
+    assert not page.evaluate(OVERFLOW_JS, "#all-controls"), page.evaluate(OVERFLOW_JS, "#all-controls")
 
 
 def test_the_tours_buttons_stay_in_its_dock_and_escape_returns_to_the_top(page):
