@@ -38,7 +38,7 @@ CSS = """
 /* Wide tables (the branches of a round) scroll inside their panel instead of leaving it. */
 #branches {min-width: 0; max-width: 100%}
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
-#branches table {min-width: 560px}
+#branches table {min-width: 560px; display: table !important; overflow: visible !important}  /* one scroll box: its div */
 #branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
 /* The headers wrap and "what it fills" is capped, so that at a laptop's width every column (the score the tour
    points at included) shows; where the table is still wider than its panel (a phone) it scrolls inside a marked
@@ -144,6 +144,22 @@ document.addEventListener("click", (event) => {
   note.style.top = `${at.bottom + 4 + size.height <= innerHeight ? at.bottom + 4 : Math.max(8, at.top - size.height - 4)}px`;
 });
 </script>"""
+# Where the branches table scrolls inside its box (a phone) while the tour points at it, the box is scrolled to the
+# score the tour's words are about, beside the branch's name (the first column stays in view); once a table.
+SCORE_IN_VIEW_JS = """<script>
+(() => {
+  const done = new WeakSet();
+  new MutationObserver(() => {
+    const box = document.querySelector("#branches.lopa-tour-focus .lopa-branches");
+    const table = box?.querySelector("table");
+    if (!table || done.has(table) || box.scrollWidth <= box.clientWidth + 1) return;
+    const score = [...table.querySelectorAll("th")].find((th) => /^score/i.test(th.innerText.trim()));
+    if (!score) return;
+    done.add(table);
+    box.scrollLeft = score.offsetLeft - table.querySelector("th").offsetWidth;
+  }).observe(document.documentElement, {subtree: true, childList: true, attributes: true, attributeFilter: ["class"]});
+})();
+</script>"""
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
 # output of every component, and more: README "Limits") until this many newer sessions push it out;
 # its time-to-live only frees the gr.State values. Default 10,000, about 1 MB each here: the most
@@ -151,7 +167,7 @@ document.addEventListener("click", (event) => {
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + SCORE_IN_VIEW_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})

@@ -5,7 +5,7 @@ assertions, no screenshots' pixels.
 """
 
 import pytest
-from servers import WIDTHS, needs_chromium, open_accordion, type_value
+from servers import WIDTHS, PlaywrightTimeout, needs_chromium, open_accordion, type_value
 
 pytestmark = [needs_chromium, pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -91,12 +91,22 @@ def test_the_branches_table_shows_the_columns_the_words_point_at_or_scrolls_in_a
 
 
 def show_round(page, r: int) -> None:
-    """The canvas at round r, scrubbed to with the keys (a scrub also ends the rounds a Run's replay still shows)."""
-    page.locator("#round-slider input[type=range]").focus()
-    page.keyboard.press("Home")
-    for _ in range(r):
-        page.keyboard.press("ArrowRight")
-    page.wait_for_selector(f"#canvas .lopa-canvas[data-round='{r}']")
+    """The canvas at round r, scrubbed to with the keys; again where a Run's replay of its rounds, asked for by the
+    page after the scrub, took the canvas on (a scrub only ends a replay already running)."""
+    for attempt in range(4):
+        page.locator("#round-slider input[type=range]").focus()
+        page.keyboard.press("Home")
+        for _ in range(r):
+            page.keyboard.press("ArrowRight")
+        try:
+            page.wait_for_function(f"document.querySelector('#canvas .lopa-canvas')?.dataset.round === '{r}' && "
+                                   "!document.querySelector('#canvas .lopa-canvas.lopa-empty')", timeout=15_000)
+            page.wait_for_timeout(300)
+            if page.locator("#canvas .lopa-canvas").get_attribute("data-round") == str(r):
+                return
+        except PlaywrightTimeout:
+            if attempt == 3:
+                raise
 
 
 def test_the_canvas_legend_swatches_look_like_its_cells(page):
@@ -183,6 +193,12 @@ def test_the_tours_buttons_stay_in_its_dock_and_escape_returns_to_the_top(page):
             b = box(page, button)
             assert dock["top"] <= b["top"] and b["bottom"] <= dock["bottom"] + 1 and b["height"] >= 20, (step, button, b, dock)
             assert b["bottom"] <= page.viewport_size["height"] and b["right"] <= page.viewport_size["width"]
+        if step == 2:                          # the branches: the score its words name in view, by the branch's name
+            page.wait_for_function("document.querySelector('#branches')?.classList.contains('lopa-tour-focus')")
+            page.wait_for_function("""() => { const box = document.querySelector('#branches .lopa-branches')
+                ?.getBoundingClientRect(); const th = [...document.querySelectorAll('#branches th')]
+                .find((h) => /^score/i.test(h.innerText.trim()))?.getBoundingClientRect();
+              return box && th && th.left >= box.left - 1 && th.right <= box.right + 1; }""", timeout=30_000)
         if step < 5:
             page.click("#tour-next")
     page.keyboard.press("Escape")
