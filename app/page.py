@@ -38,8 +38,18 @@ CSS = """
 /* Wide tables (the branches of a round) scroll inside their panel instead of leaving it. */
 #branches {min-width: 0; max-width: 100%}
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
-#branches table {min-width: 560px}
+#branches table {min-width: 560px; display: table !important; overflow: visible !important}  /* one scroll box: its div */
 #branches td:not(:nth-child(2)) {white-space: nowrap}     /* "-1.033" broke after its minus; only "what it fills" wraps */
+/* The headers wrap and "what it fills" is capped, so that at a laptop's width every column (the score the tour
+   points at included) shows; where the table is still wider than its panel (a phone) it scrolls inside a marked
+   box: a border, on a phone a "swipe sideways" line above it, and the first column kept in view. */
+#branches th {white-space: normal; vertical-align: bottom}
+#branches td:nth-child(2) {max-width: 180px}
+#branches td:has(.lopa-chain-kept, .lopa-chain-cut) {max-width: 160px; white-space: normal}
+#branches td[style*="min-width:150px"] {min-width: 110px !important}
+#branches td:last-child {white-space: normal; min-width: 90px}
+#branches .lopa-branches:has(table) {border: 1px solid #8a8a8a; border-radius: 4px; padding: 2px}
+#branches td:first-child, #branches th:first-child {position: sticky; left: 0; background: #ffffff; z-index: 1}
 /* A disabled Stop must not look like a live red button. */
 button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: grayscale(0.7)}
 #glossary {margin-top: 16px}
@@ -49,6 +59,15 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 /* An empty study plot folds to nothing (not display: none, under which Gradio never draws the figure). */
 #study-plot:has(> [aria-label="Empty value"]) {height: 0 !important; min-height: 0 !important; padding: 0 !important;
   border: none !important; margin: 0 !important; overflow: hidden}
+/* After a page's Run its figures are drawn once they come into view: until then the empty figures' "No rounds
+   yet." is not true any more, so it is not shown. */
+#round-view:has(#counters .lopa-counters[data-figures="stale"]) :is(#heatmap, #rank-lanes, #tokens-chart) .annotation
+  {visibility: hidden}
+/* A command or a code span wraps inside its panel rather than run off its edge. */
+.prose code {overflow-wrap: anywhere; white-space: pre-wrap}
+.prose pre {max-width: 100%; overflow-x: auto}
+#command .cm-content, #command .cm-line {white-space: pre-wrap !important; overflow-wrap: anywhere; word-break: break-all}
+#command .cm-content {flex-shrink: 1 !important; min-width: 0 !important}
 /* No plotly toolbar: it covered the figures' titles (a tap shows it on a phone); drag zooms, a double-click resets. */
 .js-plotly-plot .modebar-container {display: none !important}
 /* Tables scroll sideways inside their panel rather than break a number over two lines; only the first
@@ -62,9 +81,33 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   /* the tour and Run on the first screen, the recorded story after them */
   #arrival-actions {flex-direction: column; align-items: stretch; order: -1}
   /* after Run: the counters, four to a row, and the canvas right under them, within one screen */
-  #round-view > * {order: 3}
+  #round-view > * {order: 5}
   #round-view > :first-child, #round-view > #status, #round-view > #counters {order: 1}
   #round-view > #canvas {order: 2}
+  #round-view > #round-row {order: 3}
+  #round-view > #whatif-panel {order: 4}
+  /* the canvas and the slider right under it on one screen: a block's label over its cells, not beside them, and
+     a compact legend */
+  #canvas .lopa-swatch {height: 22px; line-height: 18px; min-width: 30px}
+  #canvas .lopa-legend {font-size: 11px}
+  .lopa-block {flex-wrap: wrap}
+  .lopa-block-label {width: 100%}
+  .lopa-block-label br {display: none}
+  .lopa-block-label small {margin-left: 6px}
+  /* Compare's table stacked: each measure's label on a line of its own, its values and Δ under it */
+  #compare-summary table, #compare-summary tbody, #compare-summary thead {display: block}
+  #compare-summary tr {display: grid; grid-template-columns: 1fr 1fr 0.7fr}
+  #compare-summary tr > :first-child {grid-column: 1 / -1; white-space: normal; padding-bottom: 0; border-bottom: none}
+  #compare-summary thead tr > :first-child {display: none}
+  #compare-summary td, #compare-summary th {min-width: 0; overflow-wrap: anywhere}
+  /* The confidence heatmap and the TFO maps keep a readable width (the heatmap's data area over 240 px, a TFO cell
+     wide enough for a two-digit round) and scroll sideways inside their marked box, which says so. */
+  #heatmap, #base-tfo, #lopa-tfo {overflow-x: auto !important; border: 1px solid #8a8a8a !important}
+  #heatmap .js-plotly-plot {min-width: 620px}
+  #base-tfo .js-plotly-plot, #lopa-tfo .js-plotly-plot {min-width: 460px}
+  #heatmap::before, #base-tfo::before, #lopa-tfo::before, #branches .lopa-branches:has(table)::before {
+    content: "⇆ swipe sideways for the whole of it"; display: block; position: sticky; left: 0; width: max-content;
+    font-size: 12px; color: #444444; padding: 2px 4px}
   .lopa-counter {min-width: 0 !important; padding: 2px 6px !important}
   .lopa-counter > div:last-child {font-size: 15px !important}
   .lopa-story-sentence {font-size: 15px !important}
@@ -75,7 +118,48 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
   #compare-sides > .column > * {flex: 1 1 100%}
   #base-tfo, #lopa-tfo {order: 1}
 }
+/* Hover words on a screen that hovers, tap words on a touch screen (a tap shows what a hover would: TAP_JS). */
+@media (hover: none) {.lopa-hover-words {display: none}}
+@media (hover: hover) {.lopa-tap-words {display: none}}
+#lopa-tap-note {position: fixed; z-index: 1001; max-width: min(360px, calc(100vw - 16px)); box-sizing: border-box;
+  background: #ffffff; color: #222222; border: 1px solid #555555; border-radius: 4px; padding: 4px 8px; font-size: 13px;
+  line-height: 1.35; white-space: pre-line; box-shadow: 0 2px 8px rgba(0,0,0,0.3); pointer-events: none}
 """
+# What a hover's tooltip says (a cell's token and probabilities, a token's position, a counter's meaning), shown by a
+# tap too: a touch screen never hovers. As text (textContent), in a note by the element; the next tap moves or hides it.
+TAP_JS = """<script>
+document.addEventListener("click", (event) => {
+  const tappable = "#canvas .lopa-cell[title], #arrival [title], #branches [title], .lopa-counter[title]";
+  const el = event.target.closest && event.target.closest(tappable);
+  let note = document.querySelector("#lopa-tap-note");
+  if (!note) {
+    note = Object.assign(document.createElement("div"), {id: "lopa-tap-note", hidden: true});
+    document.body.appendChild(note);
+  }
+  if (!el || !el.title) { note.hidden = true; return; }
+  note.textContent = el.title;
+  note.hidden = false;
+  const at = el.getBoundingClientRect(), size = note.getBoundingClientRect();
+  note.style.left = `${Math.max(8, Math.min(at.left, innerWidth - size.width - 8))}px`;
+  note.style.top = `${at.bottom + 4 + size.height <= innerHeight ? at.bottom + 4 : Math.max(8, at.top - size.height - 4)}px`;
+});
+</script>"""
+# Where the branches table scrolls inside its box (a phone) while the tour points at it, the box is scrolled to the
+# score the tour's words are about, beside the branch's name (the first column stays in view); once a table.
+SCORE_IN_VIEW_JS = """<script>
+(() => {
+  const done = new WeakSet();
+  new MutationObserver(() => {
+    const box = document.querySelector("#branches.lopa-tour-focus .lopa-branches");
+    const table = box?.querySelector("table");
+    if (!table || done.has(table) || box.scrollWidth <= box.clientWidth + 1) return;
+    const score = [...table.querySelectorAll("th")].find((th) => /^score/i.test(th.innerText.trim()));
+    if (!score) return;
+    done.add(table);
+    box.scrollLeft = score.offsetLeft - table.querySelector("th").offsetWidth;
+  }).observe(document.documentElement, {subtree: true, childList: true, attributes: true, attributeFilter: ["class"]});
+})();
+</script>"""
 # Gradio keeps a SessionState per browser session (a copy of the page's config holding the last
 # output of every component, and more: README "Limits") until this many newer sessions push it out;
 # its time-to-live only frees the gr.State values. Default 10,000, about 1 MB each here: the most
@@ -83,7 +167,7 @@ button:disabled.stop, button[disabled][class*="stop"] {opacity: 0.35; filter: gr
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + SCORE_IN_VIEW_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})

@@ -134,7 +134,11 @@ PLOTS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter((gd
   const box = (e) => { const b = e.getBoundingClientRect(); return {top: b.top, bottom: b.bottom, left: b.left, right: b.right,
                                                                      height: b.height, width: b.width}; };
   const title = gd.querySelector('.gtitle'), bar = gd.querySelector('.modebar');
-  return {id: gd.closest('[id]:not(.js-plotly-plot)')?.id, plot: box(gd), svg: box(gd.querySelector('.main-svg')),
+  // the box the figure scrolls sideways in, where it is wider than the screen (a phone): marked by a border
+  const panel = gd.closest('[id]:not(.js-plotly-plot)'), style = panel && getComputedStyle(panel);
+  const scroller = style && ['auto', 'scroll'].includes(style.overflowX) && parseFloat(style.borderLeftWidth) > 0
+    ? box(panel) : null;
+  return {id: panel?.id, plot: box(gd), svg: box(gd.querySelector('.main-svg')), scroller,
           title: title && title.textContent ? box(title) : null,
           modebar: bar && bar.offsetParent !== null && getComputedStyle(bar).opacity !== '0' ? box(bar) : null};
 })"""

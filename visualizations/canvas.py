@@ -93,14 +93,17 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
 
 
 def canvas_legend() -> str:
+    # Each swatch is a cell of its state (the same classes, so the same border, fill, stripe and tag), holding a
+    # token-like "ab" as the cells hold their tokens.
     swatches = []
     for state, words in STATE_WORDS.items():
-        border, extra, tag = STATE_STYLE[state]
+        tag = STATE_STYLE[state][2]
         fill = _fill(state, 0.5)
-        bg = f"linear-gradient(0deg, {fill} 0 5px, {MASKED_BACKGROUND} 5px)" if state == MASKED else fill
+        style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
+        corner = f'<span class="lopa-tag" style="color:{text_on(fill)}">{tag}</span>' if tag else ""
         swatches.append(f'<span style="display:inline-flex;align-items:center;gap:4px;margin-right:12px;font-size:12px">'
-                        f'<span style="display:inline-block;width:22px;height:16px;border:{border};border-radius:3px;'
-                        f'background:{bg};{extra};color:{text_on(fill)};font-size:9px;text-align:right">{tag}</span>'
+                        f'<span class="lopa-cell lopa-{state}{" lopa-tagged" if tag else ""} lopa-swatch" '
+                        f'data-swatch="{state}" style="{style};display:inline-block;cursor:default">ab{corner}</span>'
                         f'{esc(words)}</span>')
     return (f'<div class="lopa-legend" style="margin:4px 0 6px 0">{"".join(swatches)}'
             f'{viridis_legend("fill = max prob")}</div>')
@@ -145,7 +148,8 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             "final": " (the final round: the anchor's last commits, no forward)"}.get(record.kind, "")
     note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r}{esc(kind)} — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
-            f' Hover a cell for its token and probabilities.</div>')
+            f' <span class="lopa-hover-words">Hover</span><span class="lopa-tap-words">Tap</span> a cell for its token and '
+            f'probabilities.</div>')
     return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'
 
 

@@ -12,6 +12,10 @@ from .labels import token_text
 from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, VIRIDIS, text_on, viridis
 from .timeline import committed_per_round, fills, n_positions
 
+# A TFO map's row holds at most this many positions (a longer block folds into rows of it): two-digit round
+# numbers fit their cells in the ~300 px a map gets beside the other at a laptop's width.
+TFO_ROW = 16
+
 
 def title_lines(text: str, width: int = 40) -> str:
     """A figure title broken into lines of at most `width` characters: plotly never wraps a title, and on a
@@ -44,7 +48,8 @@ def tokens_per_round_chart(run, current: int | None = None) -> go.Figure:
 
 def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int | None = None,
             highlight=None) -> go.Figure:
-    """Token filling order: one row per block, one cell per position, colour = round it was filled.
+    """Token filling order: one row per block (folded into rows of TFO_ROW positions when longer), one cell per
+    position, colour = round it was filled.
 
     zmax: shared top of the colour scale, so two runs side by side read on the same scale.
     highlight: positions to outline (those another run fills in a different round).
@@ -55,17 +60,19 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
             height=MIN_HEIGHT, xaxis=dict(visible=False), yaxis=dict(visible=False),
             title=dict(text=title_lines(title), font=dict(size=13))))
     N = int(run.settings["block_size"])
+    W = TFO_ROW if N > TFO_ROW and N % TFO_ROW == 0 else N          # positions a row: a block folds into N / W rows
     done = fills(run.records)
     n_blocks = n_positions(run.records[-1], N) // N
-    z, text, hover = [], [], []       # [n_blocks, N] each
-    for b in range(n_blocks):
+    n_rows = n_blocks * N // W
+    z, text, hover = [], [], []       # [n_rows, W] each
+    for h in range(n_rows):
         z.append([]), text.append([]), hover.append([])
-        for i in range(N):
-            fill = done.get(b * N + i)
-            z[b].append(fill.round if fill else None)
-            text[b].append(str(fill.round) if fill else "")
-            hover[b].append(f"position {b * N + i}<br>filled in round {fill.round} by the {fill.how}<br>"
-                            f"token {token_text(fill.token, names)!r}" if fill else f"position {b * N + i}<br>masked")
+        for i in range(W):
+            fill = done.get(h * W + i)
+            z[h].append(fill.round if fill else None)
+            text[h].append(str(fill.round) if fill else "")
+            hover[h].append(f"position {h * W + i}<br>filled in round {fill.round} by the {fill.how}<br>"
+                            f"token {token_text(fill.token, names)!r}" if fill else f"position {h * W + i}<br>masked")
     # zmin < zmax always: a colour bar over an empty range makes plotly.js throw on every relayout.
     top = max(zmax or max((f.round for f in done.values()), default=1), 2)
     data = [go.Heatmap(z=z, customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale=VIRIDIS,
@@ -73,21 +80,23 @@ def tfo_map(run, names: dict[int, str] | None = None, title: str = "", zmax: int
                        colorbar=dict(title=dict(text="round filled", side="right"), thickness=12))]
     # The round numbers, each in black or white by its cell's fill (text_on: >= 4.5:1); plotly's own heatmap
     # text picks one by a brightness rule that gave 3.7:1 on viridis's middle.
-    cells = [(i, b, row[i]) for b, row in enumerate(z) for i in range(N) if row[i] is not None]
+    cells = [(i, h, row[i]) for h, row in enumerate(z) for i in range(W) if row[i] is not None]
     data.append(go.Scatter(x=[i for i, _, _ in cells], y=[b for _, b, _ in cells], mode="text",
                            text=[str(v) for _, _, v in cells], hoverinfo="skip", showlegend=False,
                            textfont=dict(size=12, color=[text_on(viridis((v - 1) / (top - 1))) for _, _, v in cells])))
     marked = sorted(p for p in (highlight or ()) if p < n_blocks * N)
-    layout = dict(yaxis=dict(autorange="reversed", title=dict(text="block"), dtick=1),
-                  xaxis=dict(title=dict(text="position in block")),
+    rows = [f"{h * W // N} · {h * W % N}–{h * W % N + W - 1}" if W < N else str(h) for h in range(n_rows)]
+    layout = dict(yaxis=dict(autorange="reversed", title=dict(text="block · positions" if W < N else "block"),
+                             tickvals=list(range(n_rows)), ticktext=rows),
+                  xaxis=dict(title=dict(text="position in the row" if W < N else "position in block")),
                   title=dict(text=title_lines(title) if title else
                              "Token filling order<br><sup>the round each position was committed</sup>",
                              font=dict(size=13)),
                   # Room for the colour bar: plotly.js throws when a colour bar is longer than the plot.
-                  height=max(MIN_HEIGHT, 200 + 26 * n_blocks) + (30 if marked else 0),
+                  height=max(MIN_HEIGHT, 200 + (26 if W == N else 20) * n_rows) + (30 if marked else 0),
                   margin=dict(l=10, r=10, t=56, b=66 if marked else 36), plot_bgcolor="#f2f2f2")
     if marked:
-        data.append(go.Scatter(x=[p % N for p in marked], y=[p // N for p in marked], mode="markers",
+        data.append(go.Scatter(x=[p % W for p in marked], y=[p // W for p in marked], mode="markers",
                                name="filled in a different round than the other run", hoverinfo="skip",
                                marker=dict(symbol="square-open", size=15, color=DIFF_COLOUR, line=dict(width=2.5))))
         layout["legend"] = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0)

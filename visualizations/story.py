@@ -91,7 +91,8 @@ def _legend(top: int) -> str:
             f'<span class="lopa-story-scale">1 <span style="background:linear-gradient(90deg, {stops})"></span> '
             f'{top}</span>, the round also written small after it; '
             f'<span class="lopa-tok" style="outline:2px dashed {LOOKAHEAD_COLOUR};outline-offset:-2px">dashed</span>'
-            ' = the extra token a winning lookahead branch placed. Hover a token for its position.</div>')
+            ' = the extra token a winning lookahead branch placed. <span class="lopa-hover-words">Hover</span>'
+            '<span class="lopa-tap-words">Tap</span> a token for its position.</div>')
 
 
 STORY_CSS = """

@@ -42,7 +42,19 @@ document.addEventListener("click", (event) => {
   document.querySelectorAll("#canvas .lopa-whatif-chosen").forEach((el) => el.classList.remove("lopa-whatif-chosen"));
   cell.classList.add("lopa-whatif-chosen");
   box.value = `${canvas.dataset.round}:${cell.dataset.position}:${Date.now()}`;
+  const info = () => document.querySelector("#whatif-info")?.innerText || "";
+  const panel = () => document.querySelector("#whatif-panel");
+  const before = panel()?.offsetParent ? info() : "", until = Date.now() + 30000;
   box.dispatchEvent(new Event("input", {bubbles: true}));
+  // Bring the panel the tap opened into view (on a phone it opens a screen below the cell): once it shows
+  // this cell, scroll it just as far as needed for the whole of it (Fill first and Hold back) to show.
+  const reveal = () => {
+    const text = info();
+    if (panel()?.offsetParent && text !== before && text.includes(`position ${cell.dataset.position}`)) {
+      panel().scrollIntoView({block: "nearest"});
+    } else if (Date.now() < until) setTimeout(reveal, 150);
+  };
+  setTimeout(reveal, 150);
 });
 </script>
 <style>#canvas .lopa-cell.lopa-whatif-chosen {outline: 3px dashed #D55E00; outline-offset: 1px}</style>"""

@@ -103,7 +103,7 @@ def build_controls() -> dict:
 def build_rounds() -> dict:
     """The round on show: its slider, Play (and Play's timer), and the canvas of the round (a click on a
     still-masked cell opens the what-if panel, app/panels/forks.py, laid out right under it)."""
-    with gr.Row():
+    with gr.Row(elem_id="round-row"):                # on a phone, right under the canvas (app/page.py)
         round_slider = gr.Slider(0, 1, value=0, step=1, label="round (scrub through recorded rounds)", scale=5,
                                  elem_id="round-slider")
         play = gr.Button("▶ Play", scale=1, min_width=90, elem_id="play")

@@ -60,7 +60,7 @@ def build_settings_panel() -> dict:
         gr.Markdown("*Branch-parallel: the k+1 branches are spread over worker processes, each with a model replica "
                     "(the first run starts them, ~10 s). The rank lanes show who computed what.*")
     # ---- END BACKEND SLOT ----------------------------------------------------------------------
-    with gr.Accordion("share this run: a link, or the same decode on the command line", open=False):
+    with gr.Accordion("share this run: a link, or the same decode on the command line", open=False, elem_id="share"):
         share_link = gr.Textbox(label="this run as a link (opening it restores the prompt and settings)",
                                 interactive=False, buttons=["copy"], elem_id="share-link")
         command = gr.Code(language="shell", label="copy as command", interactive=False, elem_id="command")

@@ -29,7 +29,7 @@ def build_tour_dock() -> dict:
     """The tour's card, docked at the bottom of the window while the tour is on (CSS in callbacks.py)."""
     with gr.Group(visible=False, elem_id="tour-dock") as dock:
         card = gr.HTML(elem_id="tour-card")
-        with gr.Row():
+        with gr.Row(elem_id="tour-buttons"):          # under the card, which scrolls (callbacks.TOUR_CSS)
             back = gr.Button("◀ Back", size="sm", min_width=80, elem_id="tour-prev")
             forward = gr.Button("Next ▶", variant="primary", size="sm", min_width=80, elem_id="tour-next")
             end = gr.Button("Close the tour", size="sm", min_width=80, elem_id="tour-end")

@@ -64,10 +64,13 @@ TOUR_JS = """<script>
     if (event.target.closest("#tour-end")) close();
     else if (event.target.closest("#tour-start")) { document.body.classList.remove("lopa-tour-closed"); focus(); }
   }, true);
-  // Escape closes the tour too (the dock's own Close button, so the server hears of it).
+  // Escape closes the tour too (the dock's own Close button, so the server hears of it), and takes the visitor
+  // back to the top: the panel a step had scrolled to is emptied by the close.
   document.addEventListener("keydown", (event) => {
     const end = document.querySelector("#tour-end");
-    if (event.key === "Escape" && end && !closed() && end.offsetParent !== null) { close(); end.click(); }
+    if (event.key === "Escape" && end && !closed() && end.offsetParent !== null) {
+      close(); end.click(); window.scrollTo({top: 0, behavior: "instant"});
+    }
   });
 })();
 </script>"""
@@ -81,8 +84,12 @@ TOUR_CSS = """
 .lopa-tour-focus {outline: 4px solid #D55E00 !important; outline-offset: 3px; border-radius: 4px; scroll-margin-top: 12px}
 #arrival, #tour-card {overflow-wrap: anywhere}
 body.lopa-tour-closed #tour-dock {display: none !important}
-/* A phone's screen is short: the dock leaves room for the panel a step points at (two maps at the filling order). */
-@media (max-width: 640px) {#tour-dock {max-height: 28vh}}
+/* The card scrolls above Back / Next / Close, so they stay in the dock whatever the card's length. A phone's screen
+   is short: the dock leaves room for the panel a step points at (two maps at the filling order). */
+#tour-card {max-height: calc(40vh - 64px); overflow-y: auto}
+@media (max-width: 640px) {#tour-dock {max-height: 28vh} #tour-card {max-height: calc(28vh - 60px)}
+  #tour-buttons {flex-wrap: nowrap; gap: 4px}
+  #tour-buttons button {min-width: 0 !important; padding-left: 4px; padding-right: 4px}}
 """
 CSS = TOUR_CSS + STORY_CSS                  # the page's CSS for the arrival view and the tour
 
