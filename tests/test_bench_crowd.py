@@ -1,5 +1,5 @@
-"""scripts/bench_crowd.py end to end: the server alone (API callers, no browser) with two and three callers at
-once, and both sections in the smallest crowd (one idle page, one visitor who runs and steps); that it ends by
+"""scripts/bench_crowd.py end to end: both sections in the smallest crowd (the server alone with two and three
+API callers at once, then one idle page and one visitor who runs and steps); that it ends by
 itself, killing its server, when its deadline passes first. Its figures are not checked (a benchmark prints
 them: a busy machine must not fail a test), only that every one is measured and printed."""
 
@@ -68,25 +68,9 @@ def check_server_alone(alone: dict, callers: list[int], runs: int) -> None:
     assert server_gone(alone["server"]["pid"])
 
 
-# A server start with its decode workers, and three rounds of API calls: 30-60 s here.
-@pytest.mark.slow
-def test_the_server_alone_takes_two_and_three_callers_at_once_without_a_browser():
-    pytest.importorskip("gradio_client")
-    proc, result = bench("--mode", "server", "--api-callers", "2,3", "--api-runs", "1", "--deadline-s", "300",
-                         timeout_s=420)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert result["complete"] and result["error"] is None, proc.stdout[-3000:]
-    assert "pages" not in result and result["config"]["workers"] == "space"
-    check_server_alone(result["server_alone"], [2, 3], 1)
-    # As on a CPU Space (SPACE_ID set): decode workers wherever this machine has two cores or more.
-    assert result["server_alone"]["workers"] >= (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
-    check_goals(proc, result, SERVER_GOALS, unmeasured={"eight_callers_rate_ratio"})   # no 8 callers here
-    assert "== the server alone" in proc.stdout and "== co-located pages" not in proc.stdout
-
-
-# Two server starts, four page loads, a Run on three of them: 61 s here with the machine's load near 5 for the
-# pages alone, 141 s near 8, over the ~90 s a test of the default selection may take, so `-m "not slow"`
-# leaves it out.
+# Both sections, each with a server of its own: the server alone with the decode workers a CPU Space gets and 2
+# and 3 callers at once (its API callers need no browser), then the pages: 76 s in a full suite on this 2-core
+# machine, over the ~90 s a test of the default selection may take near load 8, so `-m "not slow"` leaves it out.
 @needs_chromium
 @pytest.mark.browser
 @pytest.mark.slow
@@ -94,7 +78,7 @@ def test_the_smallest_crowd_runs_end_to_end_and_prints_every_figure(tmp_path):
     pytest.importorskip("playwright.async_api")
     out = tmp_path / "crowd.json"
     proc, result = bench("--idle", "1", "--active", "1", "--watch-s", "3", "--alone", "1", "--runs", "1", "--settle-s", "3",
-                         "--api-callers", "2,3", "--api-runs", "1", "--workers", "1", "--actions", "steps",
+                         "--api-callers", "2,3", "--api-runs", "1", "--actions", "steps",
                          "--deadline-s", "480", "--json", str(out), timeout_s=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["complete"] and result["error"] is None, proc.stdout[-3000:]
@@ -102,7 +86,9 @@ def test_the_smallest_crowd_runs_end_to_end_and_prints_every_figure(tmp_path):
     assert {"config", "machine", "server_alone", "pages", "goals", "elapsed_s"} <= set(result)
     check_goals(proc, result, SERVER_GOALS | PAGE_GOALS, unmeasured={"eight_callers_rate_ratio"})
     check_server_alone(result["server_alone"], [2, 3], 1)
-    assert result["server_alone"]["workers"] == 1
+    # As on a CPU Space (SPACE_ID set): decode workers wherever this machine has two cores or more.
+    assert result["config"]["workers"] == "space"
+    assert result["server_alone"]["workers"] >= (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     pages = result["pages"]
     assert {"warmup", "alone", "crowd", "idle", "server", "complete"} <= set(pages)
     [page] = pages["idle"]
