@@ -3,7 +3,7 @@
 # Usage: bash scripts/test.sh [pytest args]
 # The tests run on LOPA_TEST_WORKERS pytest-xdist workers (default 3 on the 2-core CI machine: a test waits
 # for a served page, a browser or a subprocess for part of its time, and with 2 workers the suite kept only
-# about 1.4 of the 2 cores busy, with 3 about 1.8: 6:53 of tests against 8:46; CONTRIBUTING.md), a test file
+# about 1.3 of the 2 cores busy, with 3 about 1.8; CONTRIBUTING.md, "How long the suite takes"), a test file
 # per worker at a time (--dist loadfile), so a module's fixtures (a served app, a browser, a branch-parallel
 # group) start once. LOPA_TEST_WORKERS=0 runs in one process.
 set -euo pipefail
@@ -29,4 +29,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 "$VENV/bin/ruff" check .          # the lint pre-commit runs (configured in pyproject.toml)
-exec "$VENV/bin/python" -m pytest -q -n "${LOPA_TEST_WORKERS:-3}" --dist loadfile "$@"
+exec "$VENV/bin/python" -m pytest -q -n "${LOPA_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"

@@ -107,3 +107,21 @@ def url(tmp_path_factory):
 def browser():
     from servers import open_browser
     yield from open_browser(180_000)          # a hang guard only
+
+
+# The test files that take longest, longest first (seconds each in a full run with 3 workers: 104 down to 14),
+# then the others in name order. A worker takes a file at a time (--dist loadfile) in this order
+# (scripts/test.sh passes --no-loadscope-reorder: pytest-xdist would otherwise start with the files of most tests,
+# the quick ones, and leave a 2-minute file for the end, with the other workers idle). Re-measure with
+# `bash scripts/test.sh --junitxml=run.xml` and sum each file's times (CONTRIBUTING.md, "How long the suite takes").
+LONGEST_FIRST = ("test_layout_browser", "test_bench_crowd", "test_app_browser_crowd", "test_phone_layout_browser",
+                 "test_app_browser", "test_eval_tasks", "test_bad_input_cli", "test_wheel", "test_eval",
+                 "test_app_decode_pool", "test_parquet_budget", "test_parallel", "test_readability_browser",
+                 "test_bench_gpu", "test_tour_browser", "test_study_headroom", "test_app_denoise",
+                 "test_study_figures", "test_sandbox_battery", "test_study_progress", "test_app_zerogpu",
+                 "test_teach_words_browser", "test_app_browser_figures", "test_app_api")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))      # stable: each file's own order kept
