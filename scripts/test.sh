@@ -28,5 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "warning: ${missing[*]} missing and not root; the tests that need them will be skipped"
   fi
 fi
+# What every test worker imports, compiled once here: installed with --no-compile, each of the workers and the
+# processes they start would otherwise compile torch's, transformers' and gradio's modules on its own.
+"$VENV/bin/python" -c "import app, lopa.cli, lopa.study, lopa.bench, lopa.tasks, playwright.sync_api, gradio_client"
 "$VENV/bin/ruff" check .          # the lint pre-commit runs (configured in pyproject.toml)
 exec "$VENV/bin/python" -m pytest -q -n "${LOPA_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
