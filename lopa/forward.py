@@ -125,6 +125,7 @@ class LocalExecutor:
     @torch.no_grad()
     def verify(self, branches: list[Branch]) -> Verified:
         t0 = time.perf_counter()
+        self.rows_from = 0                                         # unless _forward skips the prompt's rows
         logits, q0 = self._forward(branches)                       # [B, L, V]
         rows = tuple(r.cpu() for r in self.summarize(logits))      # 3 x [B, L]
         return self._verified(rows, q0, [b.window().numel() for b in branches], t0)
@@ -249,9 +250,16 @@ class _CachedExecutor(LocalExecutor):
     """Inputs for executors with a prefix cache: the window, behind the prompt in the first round."""
 
     def _forward(self, branches):
-        # The prompt's rows are read by no decision but the last one's (the logit shift's boundary).
-        self.rows_from = max(self.prompt.numel() - 1, 0) if not self.prompt_cached else 0
+        self.rows_from = self.first_read_row()
         return self.forward_windows([b.window() for b in branches], branches[0].window_start, keep_from=self.rows_from)
+
+    def first_read_row(self) -> int:
+        """The first input row of the next forward whose logits a decision reads: the prompt's rows are read
+        by none but the last one's (the logit shift's boundary). Sampling draws one token per row, so there
+        every row stays: the same seed keeps drawing the same tokens. Branch-parallel ranks ask the same,
+        so their forwards have the rows, and the float sums, of the single process's."""
+        greedy = self.settings.temperature == 0
+        return max(self.prompt.numel() - 1, 0) if not self.prompt_cached and greedy else 0
 
     def forward_windows(self, windows: list[torch.Tensor], window_start: int, rows: list[int] | None = None,
                         keep_from: int = 0):
