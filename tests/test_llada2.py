@@ -272,3 +272,30 @@ def test_the_engine_mask_reaches_the_model_as_the_stock_classes_take_it(llada2):
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(11)[None]).logits[0]
     assert torch.allclose(logits, published_forward(weights, ids, mask[0, 0]), atol=1e-5, rtol=0)
+
+
+def test_the_app_model_box_picks_the_folder_and_its_family_settings(llada2, monkeypatch):
+    """Picked in the model box, the folder decodes with its family's settings where the visitor set none,
+    and the settings inputs show them."""
+    from app.panels import model as model_panel
+    from app.panels.round_view import callbacks as cb
+    from app.serving.model_cache import MODELS
+    from app.serving.request import follow_model
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
+    monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
+    path, _ = llada2
+    session = Session(touched=frozenset({"k", "max_new_tokens"}))
+    values = [dict(APP_DEFAULTS, k=1, max_new_tokens=32)[n] for n in SETTING_NAMES]
+    try:
+        assert "now decodes with `LLaDA2.0-tiny`" in model_panel.pick_model(session, str(path))[1]
+        shown = dict(zip(SETTING_NAMES, follow_model(MODELS.get(str(path)).spec, session.touched, *values)))
+        assert (shown["block_size"], shown["attention"], shown["tau_conf"]) == (32, "block_causal", 0.95)
+        for _ in cb.run_stream(session, "Tom has 3 apples", *values):
+            pass
+        run = session.run
+        assert run.spec["name"] == "LLaDA2.0-tiny" and len(run.tokens) == 32
+        assert (run.settings["block_size"], run.settings["attention"], run.settings["tau_conf"],
+                run.settings["commit"], run.settings["k"]) == (32, "block_causal", 0.95, "threshold", 1)
+    finally:
+        session.close()
+        MODELS.clear()
