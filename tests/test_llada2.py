@@ -198,11 +198,12 @@ def test_the_spec_carries_the_family_settings_and_a_short_decode_runs_with_them(
     assert sources["tau_conf"] == "model" and sources["block_size"] == "model"
     result = loaded.decoder(settings).run("how many apples")
     assert len(result.tokens) == 32 and loaded.spec.mask_token_id not in result.tokens
-    # the batched executor (shared-prefix attention through AttentionInterface) equals the uncached reference
+    # the batched executor (shared-prefix attention through AttentionInterface) equals both references:
+    # one branch at a time on a transformers DynamicCache, and no cache at all
     lookahead, _ = resolution({"max_new_tokens": 32, "k": 2}, spec)
-    batched = loaded.decoder(lookahead, executor="batched").run("how many apples")
-    uncached = loaded.decoder(lookahead, executor="uncached").run("how many apples")
-    assert batched.tokens == uncached.tokens
+    runs = [loaded.decoder(lookahead, executor=e).run("how many apples") for e in ("batched", "per_branch", "uncached")]
+    assert runs[0].tokens == runs[1].tokens == runs[2].tokens
+    assert loaded.model.config._attn_implementation == "lopa_shared_prefix"
 
 
 def test_lopa_generate_decodes_the_folder(llada2, capsys):
