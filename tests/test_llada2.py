@@ -300,3 +300,20 @@ def test_the_app_model_box_picks_the_folder_and_its_family_settings(llada2, monk
     finally:
         session.close()
         MODELS.clear()
+
+
+def test_in_bf16_the_router_bias_stays_float32(llada2):
+    """The expert bias only ranks near-equal scores: bf16 would reorder experts, so it loads in float32
+    whatever dtype the rest takes (as accelerators load it)."""
+    from lopa.models.llada2_family import llada2_config
+    from lopa.models.llada2_moe import LLaDA2MoeModelLM
+    path, weights = llada2
+    model = LLaDA2MoeModelLM.from_pretrained(path, config=llada2_config({**CONFIG, "mask_token_id": 0}),
+                                             dtype=torch.bfloat16)
+    gate = model.model.layers[1].mlp.gate
+    assert gate.expert_bias.dtype == torch.float32 and gate.weight.dtype == torch.bfloat16
+    assert torch.equal(gate.expert_bias, weights["model.layers.1.mlp.gate.expert_bias"])
+    ids = torch.randint(3, 33, (1, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    assert logits.dtype == torch.bfloat16 and logits.isfinite().all()

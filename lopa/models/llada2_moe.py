@@ -209,6 +209,9 @@ class LLaDA2PreTrainedModel(PreTrainedModel):
     _no_split_modules = ["LLaDA2DecoderLayer"]
     _supports_sdpa = True
     _supports_attention_backend = True
+    # The router's bias only ranks experts (scores near each other): kept in float32 as SGLang keeps it,
+    # whatever dtype the rest loads in.
+    _keep_in_fp32_modules_strict = ["expert_bias"]
 
     @torch.no_grad()
     def _init_weights(self, module):
