@@ -237,6 +237,7 @@ def test_editing_values_come_from_the_checkpoint_and_are_recorded_not_applied(tm
 
 @pytest.mark.parametrize("key, value", [("score_function", "softmax"), ("norm_head", True), ("use_bias", True),
                                         ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+                                        ("rope_parameters", {"rope_type": "llama3", "factor": 8.0}),
                                         ("norm_topk_prob", False), ("num_key_value_heads", None)])
 def test_an_unknown_variant_is_refused_naming_the_key(tmp_path, key, value):
     config = {**CONFIG, key: value}
@@ -317,3 +318,23 @@ def test_in_bf16_the_router_bias_stays_float32(llada2):
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0]
     assert logits.dtype == torch.bfloat16 and logits.isfinite().all()
+
+
+def test_tied_embeddings_and_the_chat_template(tmp_path):
+    """A variant with `tie_word_embeddings` (no lm_head stored) computes the published forward with the
+    embeddings as head; a tokenizer with a chat template makes prompts go through it, whatever the name."""
+    weights = published_weights(seed=4)
+    del weights["lm_head.weight"]
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = ("{% for m in messages %}<role>HUMAN</role>{{ m['content'] }}<|role_end|>{% endfor %}"
+                               "<role>ASSISTANT</role>")
+    path = save_llada2_dir(tmp_path / "tied", config={**CONFIG, "tie_word_embeddings": True,
+                                                      "rope_parameters": {"rope_type": "default", "rope_theta": 600000}},
+                           weights=weights, tokenizer=tokenizer)
+    loaded = load(str(path), device="cpu")
+    ids = torch.randint(3, 33, (1, 8), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = loaded.model(input_ids=ids).logits[0]
+    assert torch.allclose(logits, published_forward({**weights, "lm_head.weight": weights[
+        "model.word_embeddings.weight"]}, ids), atol=1e-5, rtol=0)
+    assert loaded.spec.prompt_template == "<role>HUMAN</role>{prompt}<|role_end|><role>ASSISTANT</role>"

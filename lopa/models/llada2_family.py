@@ -53,6 +53,9 @@ _SUPPORTED = {
     "router_dtype": (lambda v: v in (None, "fp32", "float32"), None),
     "rope_scaling": (lambda v: v is None or (isinstance(v, dict) and
                                             (v.get("rope_type") or v.get("type")) == "default"), None),
+    # transformers 5's spelling of the same: the default type, with at most its theta
+    "rope_parameters": (lambda v: v is None or (isinstance(v, dict) and v.get("rope_type", "default") == "default"
+                                                and set(v) <= {"rope_type", "rope_theta"}), None),
     "partial_rotary_factor": (lambda v: isinstance(v, (int, float)) and 0 < v <= 1, 0.5),
     "first_k_dense_replace": (lambda v: isinstance(v, int) and v >= 0, 0),
 }
@@ -76,6 +79,9 @@ def llada2_unsupported(raw: dict) -> list[str]:
     if shared is not None and shared != raw.get("moe_intermediate_size"):
         bad.append(f"moe_shared_expert_intermediate_size={shared!r} (the published HF code sizes the shared "
                    "expert by moe_intermediate_size)")
+    theta = (raw.get("rope_parameters") or {}).get("rope_theta")
+    if theta is not None and raw.get("rope_theta") not in (None, theta):
+        bad.append(f"rope_parameters.rope_theta={theta!r} differs from rope_theta={raw['rope_theta']!r}")
     if bad:
         return bad
     heads, kv, experts = raw["num_attention_heads"], raw["num_key_value_heads"], raw["num_experts"]
@@ -102,8 +108,10 @@ def llada2_config(raw: dict):
     if bad:
         raise ValueError(f"this LLaDA 2.x variant is not supported: {', '.join(bad)}")
     fields = {k: v for k, v in raw.items() if k not in ("architectures", "auto_map", "model_type", "torch_dtype",
-                                                        "dtype", "transformers_version", "rope_scaling")}
+                                                        "dtype", "transformers_version", "rope_scaling",
+                                                        "rope_parameters")}
     fields["head_dim"] = raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"]
+    fields["rope_theta"] = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta")
     for key, default in (("partial_rotary_factor", 0.5), ("first_k_dense_replace", 0), ("rope_theta", 10000.0),
                          ("rms_norm_eps", 1e-5), ("use_qk_norm", True), ("use_qkv_bias", False),
                          ("routed_scaling_factor", 2.5), ("n_group", 8), ("topk_group", 4),
