@@ -333,8 +333,8 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
         mask, eos = llada2_special_ids(raw, tokenizer)
         raw = {**raw, "mask_token_id": mask, "eos_token_id": raw["eos_token_id"] if raw.get("eos_token_id") is not None
                else eos}
+        decode, editing = llada2_generation(path)          # its settings and its config refuse before a weight is read
         model = _from_pretrained(LLaDA2MoeModelLM, path, llada2_config(raw), dev)
-        decode, editing = llada2_generation(path)
         block_size, attention, own = LLADA2_BLOCK_SIZE, "block_causal", {"token_editing": editing} if editing else {}
     elif family == "llada_moe":
         raw = {**raw, "mask_token_id": llada_moe_mask_id(raw, tokenizer)}
