@@ -276,14 +276,19 @@ def test_the_engine_mask_reaches_the_model_as_the_stock_classes_take_it(llada2):
     assert torch.allclose(logits, published_forward(weights, ids, mask[0, 0]), atol=1e-5, rtol=0)
 
 
-def test_the_app_model_box_picks_the_folder_and_its_family_settings(llada2, monkeypatch):
+def test_the_app_model_box_picks_the_folder_and_its_family_settings(llada2, monkeypatch, capsys):
     """Picked in the model box, the folder decodes with its family's settings where the visitor set none,
-    and the settings inputs show them."""
+    the settings inputs show them, and the page's command runs the same settings through `lopa generate`."""
+    import shlex
+
     from app.panels import model as model_panel
     from app.panels.round_view import callbacks as cb
+    from app.panels.settings.share import command_line
     from app.serving.model_cache import MODELS
     from app.serving.request import follow_model
     from app.serving.session import APP_DEFAULTS, SETTING_NAMES, Session
+    from lopa import DecodeSettings
+    from lopa.cli import main
     monkeypatch.setenv("LOPA_MODEL_DIRS", "*")
     path, _ = llada2
     session = Session(touched=frozenset({"k", "max_new_tokens"}))
@@ -298,6 +303,12 @@ def test_the_app_model_box_picks_the_folder_and_its_family_settings(llada2, monk
         assert run.spec["name"] == "LLaDA2.0-tiny" and len(run.tokens) == 32
         assert (run.settings["block_size"], run.settings["attention"], run.settings["tau_conf"],
                 run.settings["commit"], run.settings["k"]) == (32, "block_causal", 0.95, "threshold", 1)
+        settings = DecodeSettings.from_dict(run.settings)
+        command = command_line("Tom has 3 apples", settings, MODELS.get(str(path)).spec, path)
+        capsys.readouterr()
+        assert main(shlex.split(command)[3:]) == 0
+        out = capsys.readouterr().out
+        assert f"settings: {settings.to_dict()}" in out and run.text in out
     finally:
         session.close()
         MODELS.clear()
