@@ -222,6 +222,13 @@ def test_editing_values_come_from_the_checkpoint_and_are_recorded_not_applied(tm
     assert spec.decode["tau_conf"] == 0.7
     assert spec.extra["token_editing"] == {"editing_threshold": 0.5, "max_post_steps": 16,
                                            "source": "generation_config.json", "applied": False}
+    # a decode of it runs without editing, and its trace says what the checkpoint asked for
+    from lopa import RunResult
+    from lopa.cli import main
+    assert main(["generate", "--model", str(path), "--prompt", "how many", "--max-new-tokens", "32", "--device", "cpu",
+                 "--trace", str(tmp_path / "trace.json")]) == 0
+    run = RunResult.load(tmp_path / "trace.json")
+    assert run.settings["tau_conf"] == 0.7 and run.spec["extra"]["token_editing"]["applied"] is False
     # without a generation config: the defaults of generate() in the folder's modeling file, read, never run
     (path / "generation_config.json").unlink()
     (path / "modeling_llada2_moe.py").write_text(
