@@ -245,7 +245,8 @@ def test_editing_values_come_from_the_checkpoint_and_are_recorded_not_applied(tm
 @pytest.mark.parametrize("key, value", [("score_function", "softmax"), ("norm_head", True), ("use_bias", True),
                                         ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
                                         ("rope_parameters", {"rope_type": "llama3", "factor": 8.0}),
-                                        ("norm_topk_prob", False), ("num_key_value_heads", None)])
+                                        ("norm_topk_prob", False), ("num_key_value_heads", None),
+                                        ("routed_scaling_factor", "2.5"), ("n_group", 3)])
 def test_an_unknown_variant_is_refused_naming_the_key(tmp_path, key, value):
     config = {**CONFIG, key: value}
     assert any(key in reason for reason in llada2_unsupported(config))

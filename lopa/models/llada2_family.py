@@ -57,7 +57,8 @@ _SUPPORTED = {
     "rope_parameters": (lambda v: v is None or (isinstance(v, dict) and v.get("rope_type", "default") == "default"
                                                 and set(v) <= {"rope_type", "rope_theta"}), None),
     "partial_rotary_factor": (lambda v: isinstance(v, (int, float)) and 0 < v <= 1, 0.5),
-    "first_k_dense_replace": (lambda v: isinstance(v, int) and v >= 0, 0),
+    "first_k_dense_replace": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, 0),
+    "routed_scaling_factor": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, 2.5),
 }
 
 
