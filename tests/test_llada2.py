@@ -357,3 +357,25 @@ def test_tied_embeddings_and_the_chat_template(tmp_path):
     assert torch.allclose(logits, published_forward({**weights, "lm_head.weight": weights[
         "model.word_embeddings.weight"]}, ids), atol=1e-5, rtol=0)
     assert loaded.spec.prompt_template == "<role>HUMAN</role>{prompt}<|role_end|><role>ASSISTANT</role>"
+
+
+def test_the_router_picks_in_the_best_groups_by_biased_scores_and_weighs_by_unbiased_ones():
+    """Hand-made scores: 8 experts in 4 groups of 2, the best 2 groups kept, top 2 experts. Expert 0 has the
+    best score but its group does not make it; the bias lifts expert 4's group and expert 4 itself, and the
+    weights are the unbiased scores, normalised, times routed_scaling_factor."""
+    from types import SimpleNamespace
+
+    from lopa.models.llada2_moe import LLaDA2Gate
+    config = SimpleNamespace(num_experts_per_tok=2, routed_scaling_factor=2.5, n_group=4, topk_group=2, num_experts=8,
+                             hidden_size=8)
+    gate = LLaDA2Gate(config)
+    scores = torch.tensor([[0.9, 0.05, 0.7, 0.65, 0.6, 0.6, 0.1, 0.1]])
+    with torch.no_grad():
+        gate.weight.copy_(torch.eye(8))
+        experts, weights = gate(torch.logit(scores))                 # sigmoid(logit(p)) = p
+        assert experts.tolist() == [[2, 3]]                         # groups {2, 3} and {4, 5}; expert 0 left out
+        assert torch.allclose(weights, torch.tensor([[0.7, 0.65]]) / 1.35 * 2.5)
+        gate.expert_bias.copy_(torch.tensor([0, 0, 0, 0, 0.2, 0, 0, 0]))
+        experts, weights = gate(torch.logit(scores))
+    assert experts.tolist() == [[4, 2]]                             # chosen by 0.8 (biased) over 0.7
+    assert torch.allclose(weights, torch.tensor([[0.6, 0.7]]) / 1.3 * 2.5)   # weighed by 0.6 (unbiased)
