@@ -98,6 +98,16 @@ def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, bou
     return torch.cat([head, rows[:, :width - 1]], dim=1)
 
 
+def host_rows(rows: tuple) -> tuple:
+    """(token, max_prob, conf) [B, L] each, on the host: from a device in one copy (one synchronisation
+    per round; float64 holds every token id and float32 number exactly)."""
+    token, max_prob, conf = rows
+    if token.device.type == "cpu":
+        return rows
+    packed = torch.stack([token.double(), max_prob.double(), conf.double()]).cpu()     # [3, B, L]
+    return packed[0].long(), packed[1].to(max_prob.dtype), packed[2].to(conf.dtype)
+
+
 def boundary_rows(rows: tuple, q0: int, winner: int, n_positions: int, current):
     """The winner's (token, max_prob, conf) at the last position that `commit` caches, or `current`
     when nothing new is cached. rows: 3 x [B, L] over input positions."""
@@ -127,8 +137,7 @@ class LocalExecutor:
         t0 = time.perf_counter()
         self.rows_from = 0                                         # unless _forward skips the prompt's rows
         logits, q0 = self._forward(branches)                       # [B, L, V]
-        rows = tuple(r.cpu() for r in self.summarize(logits))      # 3 x [B, L]
-        return self._verified(rows, q0, [b.window().numel() for b in branches], t0)
+        return self._verified(host_rows(self.summarize(logits)), q0, [b.window().numel() for b in branches], t0)
 
     def _verified(self, rows: tuple, q0: int, lengths: list[int], t0: float) -> Verified:
         """Rows over input positions (3 x [B, L] on the host) -> the window predictions of every branch."""
