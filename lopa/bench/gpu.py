@@ -34,18 +34,19 @@ from pathlib import Path
 
 import torch
 
+from lopa.bench.curve import cost_curve, forward_floor, random_prompt
+from lopa.bench.curve import markdown as roofline_markdown
 from lopa.bench.decoders import DEFAULTS, row_settings, run_decoder, summarize_rows
 from lopa.bench.gpu_plan import (
     BLOCK,
-    MORE_SHAPES,
     PLANS,
     Plan,
     bundled_models,
     environment,
     kv_bytes_per_token,
-    random_model,
-    toy_shape,
+    shaped_models,
 )
+from lopa.bench.tables import table
 from lopa.models import load
 from lopa.models.loading import LoadedModel
 from lopa.resolution import resolve
@@ -135,9 +136,8 @@ def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     rows = []
     for wanted in plan.prefixes:
-        prefix = min(wanted, loaded.spec.max_context - 2 * BLOCK)
-        vocab = loaded.model.config.vocab_size
-        prompt_ids = torch.randint(3, vocab - 2, (prefix,), generator=generator)          # [P]
+        prompt_ids = random_prompt(loaded, wanted, generator)                               # [P]
+        prefix = prompt_ids.numel()
         times = {}
         for B in plan.counts:
             if device.type == "cuda":
@@ -149,6 +149,7 @@ def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
             rows.append({"model": loaded.spec.name, "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
                          "attention": settings.attention, "prefix": prefix, "B": B, "ms_per_forward": times[B] * 1e3,
                          "ratio_to_b1": times[B] / times[1], "ms_per_branch": times[B] * 1e3 / B,
+                         **forward_floor(loaded, B, prefix, times[B]),
                          "prefix_kv_mib": prefix * per_token / 2**20,
                          "window_kv_per_branch_mib": 2 * BLOCK * per_token / 2**20,
                          "copy_kv_per_branch_mib": (prefix + 2 * BLOCK) * per_token / 2**20,
@@ -208,13 +209,6 @@ def bench(loaded: LoadedModel, plan: Plan, names: tuple[str, ...] | None = None,
 
 
 # -- the report --------------------------------------------------------------------------------
-def table(rows: list[dict], columns: dict[str, str]) -> str:
-    """A Markdown table: columns maps a row key to its heading; floats to 3 significant digits."""
-    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else "" if v is None else str(v)
-    lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(cell(r.get(key)) for key in columns) + " |" for r in rows])
-
-
 def markdown(report: dict) -> str:
     env, plan = report["environment"], report["plan"]
     out = [f"# lopa.bench.gpu on {env['device']}", "",
@@ -245,10 +239,13 @@ def markdown(report: dict) -> str:
                 f"({'holds' if v['holds'] else 'does not hold'}: at most {PREMISE_LIMIT}x)" for v in report["verdict"]]
         out += ["", table(report["premise"], {"model": "model", "dtype": "dtype", "prefix": "prefix", "B": "B",
                                               "ms_per_forward": "ms/forward", "ratio_to_b1": "x B=1", "ms_per_branch": "ms/branch",
+                                              "floor_ms": "floor ms", "over_floor": "x floor",
                                               "prefix_kv_mib": "prefix KV MiB (once)",
                                               "window_kv_per_branch_mib": "window KV MiB/branch",
                                               "copy_kv_per_branch_mib": "KV MiB/branch if copied",
                                               "peak_forward_mib": "peak MiB (CUDA)"}), ""]
+    if "roofline" in report:
+        out += roofline_markdown(report["roofline"])
     if "bench" in report:
         out += ["## 3. The bundled model's bench on this device", "", table(report["bench"], {
             "model": "model", "decoder": "decoder", "n": "n", "accuracy": "accuracy", "tpf_useful": "TPF",
@@ -326,19 +323,15 @@ def main(argv=None) -> int:
     if plan.peer_rows:
         section("peers", lambda: [row for m in models for row in bench(m, plan, plan.peer_rows, plan.peer_n)])
 
-    def measure_premise() -> list[dict]:
-        rows = [row for m in models for row in premise(m, plan)]
-        big = random_model(plan.shape, plan.shape_name, device, torch.float32 if device.type == "cpu" else torch.bfloat16)
-        rows += premise(big, plan)
-        del big
-        for name in plan.more_shapes:
-            architecture, shape, shift, attention = MORE_SHAPES[name]
-            big = random_model(toy_shape(shape) if plan.toy else shape, name, device,
-                               torch.float32 if device.type == "cpu" else torch.bfloat16, architecture, shift, attention)
-            rows += premise(big, plan)
+    def over_shapes(measure) -> list[dict]:
+        """measure(model) over the plan's random models, one on the device at a time."""
+        rows = []
+        for big in shaped_models(plan, device):
+            rows += measure(big)
             del big
         return rows
-    section("premise", measure_premise)
+    section("premise", lambda: [row for m in models for row in premise(m, plan)] + over_shapes(lambda m: premise(m, plan)))
+    section("roofline", lambda: over_shapes(lambda m: cost_curve(m, plan)))
     if "premise" in report:
         report["verdict"] = [{"model": r["model"], "prefix": r["prefix"], "ratio_b8": r["ratio_to_b1"],
                               "holds": r["ratio_to_b1"] <= PREMISE_LIMIT}

@@ -133,6 +133,16 @@ def random_model(shape: dict, name: str, device: torch.device, dtype: torch.dtyp
     return LoadedModel(model, None, spec, Path("random"))
 
 
+def shaped_models(plan: Plan, device: torch.device):
+    """The plan's random models, one at a time (each freed before the next is made): its main shape, then
+    more_shapes; toy-sized when the plan is; bf16 on a GPU, fp32 on a CPU. -> LoadedModel, ..."""
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    yield random_model(plan.shape, plan.shape_name, device, dtype)
+    for name in plan.more_shapes:
+        architecture, shape, shift, attention = MORE_SHAPES[name]
+        yield random_model(toy_shape(shape) if plan.toy else shape, name, device, dtype, architecture, shift, attention)
+
+
 def kv_bytes_per_token(model) -> int:
     """K and V of one position over every layer: 2 x layers x Hkv x D x bytes per element."""
     c = model.config
