@@ -8,7 +8,10 @@
 2. The premise: one verify forward over B = 1, 2, 4, 8, 15 windows of two 32-token blocks at
    prefixes of about 100 and 500 tokens (lopa.tasks.timing.forward_times), on the bundled model(s) and
    on a randomly initialised Qwen2 of Dream-7B's shape (28 layers, hidden 3584, GQA 28/4, bf16;
-   nothing downloaded): ms/forward, ratio to B = 1, KV memory.
+   nothing downloaded), a Qwen3 of SDAR-1.7B's and a Qwen3-MoE of LLaDA-MoE-7B-A1B's: ms/forward, ratio to
+   B = 1, KV memory, and each forward's floor on this device (lopa.bench.roofline) and measured / floor.
+2b. The roofline (lopa.bench.curve): at those three shapes, ms against positions per forward for
+   B = 1..15 windows, each beside its floor, and the ridge point (positions where FLOPs start to bind).
 3. The bundled model's bench (lopa.bench.decoders) on this device, rows k = 0, 1, 3, 7, 14, whose
    B = k + 1 are the premise's.
 4. A projection of tokens/s for vanilla and LoPA rounds at the 7B shape: TPF / (verify forward at
@@ -16,6 +19,8 @@
 3b/4b. The peers' commit rules (lopa/peers.py), each alone (`d2f-<rule>`) and under LoPA k = 7
    (`lopa-k7-<rule>`, B = 8), on the bundled model(s) with forwards, token-forwards and wall-clock, and
    projected to the 7B shape as in 4.
+5. Tokens/s measured at the 7B shape by replay (lopa.bench.replay): the bundled default model's decodes at
+   D2F, LoPA k = 1..14 and the adaptive order, every round replayed on the random Dream-7B-shaped model.
 
 On a CPU (or with --toy) the same runs at toy sizes: each model shape shrunk to 2 layers (toy_shape), a
 few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Runs on an image with torch, transformers, safetensors, peft, pandas and
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from lopa.bench import replay
 from lopa.bench.curve import cost_curve, forward_floor, random_prompt
 from lopa.bench.curve import markdown as roofline_markdown
 from lopa.bench.decoders import DEFAULTS, row_settings, run_decoder, summarize_rows
@@ -48,7 +54,7 @@ from lopa.bench.gpu_plan import (
 )
 from lopa.bench.tables import table
 from lopa.models import load
-from lopa.models.loading import LoadedModel
+from lopa.models.loading import DEFAULT_MODEL, LoadedModel
 from lopa.resolution import resolve
 from lopa.settings import ATTENTION_MODES, DecodeSettings
 from lopa.tasks.sources import HELDOUT, heldout_questions, read_rows
@@ -273,6 +279,8 @@ def markdown(report: dict) -> str:
                 table(report["peer_projection"], {"prefix": "prefix", "decoder": "decoder", "B": "B", "tpf": "TPF",
                                                   "round_ms": "ms/round", "tps": "tokens/s",
                                                   "speedup_over_vanilla": "x d2f"}), ""]
+    if "replay" in report:
+        out += replay.markdown(report["replay"])
     if report["errors"]:
         out += ["## Errors", ""] + [f"- {section}: `{err}`" for section, err in report["errors"].items()]
     out += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items())]
@@ -332,6 +340,12 @@ def main(argv=None) -> int:
         return rows
     section("premise", lambda: [row for m in models for row in premise(m, plan)] + over_shapes(lambda m: premise(m, plan)))
     section("roofline", lambda: over_shapes(lambda m: cost_curve(m, plan)))
+
+    def measure_replay() -> list[dict]:
+        default = next((m for m in models if m.path.name == DEFAULT_MODEL.name), models[0])
+        big = next(shaped_models(plan, device))                      # the plan's main shape (Dream-7B's)
+        return replay.measure(default, big, replay.row_names(plan.replay_ks), plan.replay_n)
+    section("replay", measure_replay)
     if "premise" in report:
         report["verdict"] = [{"model": r["model"], "prefix": r["prefix"], "ratio_b8": r["ratio_to_b1"],
                               "holds": r["ratio_to_b1"] <= PREMISE_LIMIT}

@@ -25,7 +25,8 @@ What is counted, exactly (work()):
 Peaks come from NVIDIA's datasheets for the devices named in DATASHEET, else (a CPU, an unknown GPU) they
 are measured once per device and dtype by measure_peaks, and the report says which.
 
-Shapes (notation in lopa/__init__.py): T positions per forward, P prefix, W window.
+Shapes (notation in lopa/__init__.py): B windows of W behind a prefix of P; `positions` (T above) is what a
+forward feeds, B x L (L = W, plus the prompt in the prefill).
 """
 
 from __future__ import annotations
@@ -117,13 +118,13 @@ def datasheet_peaks(name: str, dtype: str) -> Peaks | None:
     return None
 
 
-_MEASURED: dict[tuple[str, str], Peaks] = {}
+_MEASURED: dict[tuple, Peaks] = {}
 
 
 def measure_peaks(device: torch.device, dtype: torch.dtype, size: int = 1024, copy_mib: int = 256) -> Peaks:
     """The best of a few timings of a size x size matmul (2 size^3 FLOPs) and of copying copy_mib MiB
     (read + write: twice the bytes), about a second on a CPU; cached per device and dtype."""
-    key = (str(device), str(dtype))
+    key = (str(device), str(dtype), size, copy_mib)
     if key not in _MEASURED:
         def best(fn, repeats: int) -> float:
             fn()                                                   # warm-up
