@@ -92,7 +92,7 @@ BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    #
 PEER_BENCH_ROWS = ("d2f",) + tuple(f"d2f-{rule}" for rule in PEER_RULES) + tuple(f"lopa-k7-{rule}" for rule in PEER_RULES)
 PLANS = {
     "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS,
-                   peer_rows=PEER_BENCH_ROWS, peer_n=30, replay_ks=tuple(range(15)), replay_n=8),
+                   peer_rows=PEER_BENCH_ROWS, peer_n=30, replay_ks=tuple(range(15)), replay_n=20),
     "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=1, bench_n=2,
                 bench_rows=("d2f", "lopa-k14"), equality_tokens=64, peer_rows=PEER_BENCH_ROWS, peer_n=1,
                 replay_ks=(0, 1, 14), replay_n=2),

@@ -1,7 +1,7 @@
 """Tokens/s at a real model's shape, measured by replaying real decodes' round structure.
 
     python -m lopa.bench.replay [--shape dream-7b|toy] [--problems N] [--ks 0,1,2,4,8,14] [--no-adaptive]
-                                [--device cuda|cpu] [--threads N] [--out DIR]
+                                [--executor batched] [--device cuda|cpu] [--threads N] [--out DIR]
 
 1. The bundled model (assets/models/open-gsm-dllm) decodes held-out problems at D2F (k = 0), LoPA
    k = 1..14 and the adaptive order (`lopa-k14-adaptive`), every problem by every row before the next.
@@ -34,7 +34,7 @@ from lopa.bench.decoders import DEFAULTS, row_settings
 from lopa.bench.gpu_plan import DREAM_7B, TOY_SHAPE, environment, random_model
 from lopa.bench.tables import table
 from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor
+from lopa.forward import EXECUTORS, LocalExecutor, make_executor
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel
 from lopa.resolution import resolve
@@ -83,10 +83,11 @@ def replay_branches(record: RoundRecord, recorded_mask: int, mask: int, vocab: i
     return branches
 
 
-def replay_run(ex: BatchedExecutor, run: RunResult, generator: torch.Generator) -> list[dict]:
-    """Run's rounds through `ex` (a batched executor on the replay model): per forward, the prefix it
-    read (cached positions; 0 in the prefill, whose input holds the prompt), its branch count and window
-    lengths, the seconds of the verify and of the commit, and the real decode's bookkeeping that round."""
+def replay_run(ex: LocalExecutor, run: RunResult, generator: torch.Generator) -> list[dict]:
+    """Run's rounds through `ex` (an executor on the replay model): per forward, the prefix it read
+    (positions in its prefix cache; 0 in the prefill, whose input holds the prompt; None for an executor
+    without a PrefixKV), its branch count and window lengths, the seconds of the verify and of the commit,
+    and the real decode's bookkeeping that round."""
     spec, N = ex.spec, ex.settings.block_size
     vocab = ex.model.config.vocab_size
     ex.start(torch.randint(3, vocab - 2, (len(run.prompt_ids),), generator=generator))   # [P0]
@@ -97,7 +98,7 @@ def replay_run(ex: BatchedExecutor, run: RunResult, generator: torch.Generator) 
             out.append({"kind": "final", "bookkeeping_s": bookkeeping})
             continue
         branches = replay_branches(record, run.spec["mask_token_id"], spec.mask_token_id, vocab, N)
-        prefix = ex.kv.length
+        prefix = ex.kv.length if hasattr(ex, "kv") else None
         _sync(ex.device)
         t0 = time.perf_counter()
         verified = ex.verify(branches)
@@ -112,18 +113,20 @@ def replay_run(ex: BatchedExecutor, run: RunResult, generator: torch.Generator) 
     return out
 
 
-def replay_all(replay_model: LoadedModel, traces: dict[str, list[dict]]) -> dict[str, list[list[dict]]]:
-    """Every trace replayed, problem by problem, rows in Williams orders; one untimed warm-up replay first."""
+def replay_all(replay_model: LoadedModel, traces: dict[str, list[dict]], executor_name: str = "batched"
+               ) -> dict[str, list[list[dict]]]:
+    """Every trace replayed through lopa.forward's executor `executor_name`, problem by problem, rows in
+    Williams orders; one untimed warm-up replay first."""
     names = list(traces)
     generator = torch.Generator().manual_seed(0)
     executors = {}
 
-    def executor(run: RunResult) -> BatchedExecutor:
+    def executor(run: RunResult) -> LocalExecutor:
         # one per settings (attention, block size, max_new_tokens), reused: start() empties its cache
         s = DecodeSettings.from_dict(run.settings)
         key = (s.attention, s.block_size, s.max_new_tokens)
         if key not in executors:
-            executors[key] = BatchedExecutor(replay_model.model, replay_model.spec, s)
+            executors[key] = make_executor(executor_name, replay_model.model, replay_model.spec, s)
         return executors[key]
 
     replay_run(executor(traces[names[0]][0]["run"]), traces[names[0]][0]["run"], generator)          # warm-up
@@ -168,12 +171,12 @@ def summarize(traces: dict[str, list[dict]], replays: dict[str, list[list[dict]]
     return rows
 
 
-def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n: int) -> list[dict]:
+def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n: int, executor: str = "batched") -> list[dict]:
     """Decode the first n held-out problems with `loaded` at every row, replay on `replay_model`: the rows."""
     base = resolve(None, loaded.spec, defaults=DEFAULTS)        # as `python -m lopa.bench` decodes
     rows = {name: row_settings(name, base) for name in names}
     traces = decode_traces(loaded, rows, read_rows(HELDOUT)[:n])
-    return summarize(traces, replay_all(replay_model, traces), replay_model.spec.name)
+    return summarize(traces, replay_all(replay_model, traces, executor), replay_model.spec.name)
 
 
 def markdown(rows: list[dict]) -> list[str]:
@@ -197,10 +200,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopa.bench.replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=tuple(SHAPES), help="replay model (default: dream-7b on a GPU, toy on a CPU)")
-    parser.add_argument("--problems", type=int, default=8, help="held-out problems (default 8)")
+    parser.add_argument("--problems", type=int, default=20, help="held-out problems (default 20)")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="comma-separated k (0 = D2F); default %(default)s")
     parser.add_argument("--no-adaptive", action="store_true", help=f"leave out the adaptive row ({ADAPTIVE_ROW})")
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="the model whose decodes are replayed")
+    parser.add_argument("--executor", default="batched", choices=tuple(EXECUTORS), help="lopa.forward executor the "
+                        "rounds are replayed through (default %(default)s)")
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", help="folder for replay.json and replay.md")
@@ -213,7 +218,8 @@ def main(argv=None) -> int:
     big = random_model(DREAM_7B if shape == "dream-7b" else TOY_SHAPE, SHAPES[shape], device,
                        torch.float32 if device.type == "cpu" else torch.bfloat16)
     t0 = time.perf_counter()
-    rows = measure(loaded, big, row_names([int(k) for k in args.ks.split(",")], not args.no_adaptive), args.problems)
+    rows = measure(loaded, big, row_names([int(k) for k in args.ks.split(",")], not args.no_adaptive), args.problems,
+                   args.executor)
     text = "\n".join([f"# lopa.bench.replay on {environment(device)['device']}", "",
                       f"Replayed: {args.model} on {args.problems} held-out problems.", "", *markdown(rows)])
     print(text)
