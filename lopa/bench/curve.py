@@ -48,7 +48,7 @@ def cost_curve(loaded: LoadedModel, plan: Plan) -> list[dict]:
     for wanted in plan.prefixes:
         prompt_ids = random_prompt(loaded, wanted, generator)                                      # [P]
         prefix = prompt_ids.numel()
-        times = forward_times(loaded, prompt_ids, settings, plan.repeats, counts=CURVE_COUNTS)
+        times = forward_times(loaded, prompt_ids, settings, plan.curve_repeats, counts=CURVE_COUNTS)
         ridge = ridge_positions(shape, peaks, prefix, WINDOW, element_bytes)
         rows += [{"model": loaded.spec.name, "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
                   "prefix": prefix, "B": B, "positions": B * WINDOW, "ms_per_forward": times[B] * 1e3,

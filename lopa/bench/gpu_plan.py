@@ -82,6 +82,7 @@ class Plan:
     peer_n: int = 0
     # The replay (lopa.bench.replay): the bundled default model's decodes of replay_n problems at these k
     # (0 = D2F) and the adaptive order, replayed on the plan's shape.
+    curve_repeats: int = 5        # timings per B of the cost curve (lopa.bench.curve): 15 B x prefixes x 3 shapes
     replay_ks: tuple[int, ...] = (0, 1, 2, 4, 8, 14)
     replay_n: int = 8
 
@@ -95,7 +96,7 @@ PLANS = {
                    peer_rows=PEER_BENCH_ROWS, peer_n=30, replay_ks=tuple(range(15)), replay_n=20),
     "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=1, bench_n=2,
                 bench_rows=("d2f", "lopa-k14"), equality_tokens=64, peer_rows=PEER_BENCH_ROWS, peer_n=1,
-                replay_ks=(0, 1, 14), replay_n=2),
+                curve_repeats=1, replay_ks=(0, 1, 14), replay_n=2),
 }
 
 
