@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from lopa.bench.decoders import PEER_RULES
+from lopa.bench.roofline import EXPERT_COUNTS
 from lopa.bench.round import BRANCH_COUNTS
 from lopa.models import ASSETS
 from lopa.models.loading import LoadedModel
@@ -23,7 +24,6 @@ BLOCK = 32                        # the paper's block size: windows of two 32-to
 # Dream-7B (Qwen2.5-7B's architecture); weights random, created on the device.
 DREAM_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
 # The other families the engine loads, at their published sizes (random weights, same stock classes the
 # loaders map them onto): SDAR-1.7B-Chat's config.json (Qwen3); LLaDA-MoE-7B-A1B as OLMoE-1B-7B's
 # geometry (16 layers, hidden 2048, 16 heads, 64 experts, 8 active, expert width 1024) with its

@@ -219,6 +219,8 @@ def main(argv=None) -> int:
     loaded = load(args.model, device=args.device)
     device = next(loaded.model.parameters()).device
     shape = args.shape or ("toy" if device.type == "cpu" else "dream-7b")
+    if shape == "dream-7b" and device.type == "cpu":
+        parser.error("--shape dream-7b on a CPU would create 7.6 B fp32 weights (30 GB); run it on a GPU, or --shape toy")
     big = random_model(DREAM_7B if shape == "dream-7b" else TOY_SHAPE, SHAPES[shape], device,
                        torch.float32 if device.type == "cpu" else torch.bfloat16)
     t0 = time.perf_counter()

@@ -17,10 +17,11 @@ What is counted, exactly (work()):
   and the window's K and V written once (T positions).
 - FLOPs: 2 per multiply-add: 2 x (matmul weights a position multiplies by: projections, MLP or router +
   `active` experts, LM head) x T, plus attention's QK^T and AV, 2 x 2 x heads x head_dim x (P + W) per
-  position per layer (every query against the prefix and its own window; a block-causal mask skips part of
-  that, so under it this is an upper bound of the attention term).
-- Not counted: activations and logits, which a fused kernel can keep on chip. The floor is a bound no
-  implementation beats, not a prediction.
+  position per layer (every query against the prefix and its own window; a block-causal mask lets a kernel
+  skip part of that, so there the attention term is counted high: under 2% of a Dream-7B forward's FLOPs
+  at a 500-token prefix).
+- Not counted: activations and logits, which a fused kernel can keep on chip. The floor is a bound, not a
+  prediction.
 
 Peaks come from NVIDIA's datasheets for the devices named in DATASHEET, else (a CPU, an unknown GPU) they
 are measured once per device and dtype by measure_peaks, and the report says which.
@@ -36,7 +37,7 @@ import time
 
 import torch
 
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")   # what configs call the expert count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +151,12 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, size: int = 1024, co
 
 
 def device_peaks(device: torch.device, dtype: torch.dtype) -> Peaks:
-    """The datasheet's peaks for a known CUDA device, else measured ones."""
+    """The datasheet's peaks for a known CUDA device, else measured ones (on a GPU at sizes that keep it
+    busy for more than a kernel launch: an 8192 x 8192 matmul, a 1 GiB copy)."""
     name = str(dtype).removeprefix("torch.")
-    known = datasheet_peaks(torch.cuda.get_device_name(device), name) if device.type == "cuda" else None
-    return known or measure_peaks(device, dtype)
+    if device.type != "cuda":
+        return measure_peaks(device, dtype)
+    return datasheet_peaks(torch.cuda.get_device_name(device), name) or measure_peaks(device, dtype, 8192, 1024)
 
 
 @dataclasses.dataclass(frozen=True)
