@@ -37,7 +37,7 @@ from lopa.blocks import Branch
 from lopa.forward import EXECUTORS, LocalExecutor, make_executor
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel
-from lopa.resolution import resolve
+from lopa.resolution import add_settings_arguments, resolve, settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.tasks import synthetic
 from lopa.tasks.sources import HELDOUT, read_rows
@@ -175,9 +175,11 @@ def summarize(traces: dict[str, list[dict]], replays: dict[str, list[list[dict]]
     return rows
 
 
-def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n: int, executor: str = "batched") -> list[dict]:
-    """Decode the first n held-out problems with `loaded` at every row, replay on `replay_model`: the rows."""
-    base = resolve(None, loaded.spec, defaults=DEFAULTS)        # as `python -m lopa.bench` decodes
+def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n: int, executor: str = "batched",
+            base: DecodeSettings | None = None) -> list[dict]:
+    """Decode the first n held-out problems with `loaded` at every row (over `base`, default: as
+    `python -m lopa.bench` decodes), replay on `replay_model`: the rows."""
+    base = base or resolve(None, loaded.spec, defaults=DEFAULTS)
     rows = {name: row_settings(name, base) for name in names}
     traces = decode_traces(loaded, rows, read_rows(HELDOUT)[:n])
     return summarize(traces, replay_all(replay_model, traces, executor), replay_model.spec.name)
@@ -213,6 +215,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", help="folder for replay.json and replay.md")
+    add_settings_arguments(parser, per_row=("k", "order"), choose_decoder=False, defaults=DEFAULTS)  # rows set k, order
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
                        torch.float32 if device.type == "cpu" else torch.bfloat16)
     t0 = time.perf_counter()
     rows = measure(loaded, big, row_names([int(k) for k in args.ks.split(",")], not args.no_adaptive), args.problems,
-                   args.executor)
+                   args.executor, settings_from_args(args, loaded.spec, defaults=DEFAULTS))
     text = "\n".join([f"# lopa.bench.replay on {environment(device)['device']}", "",
                       f"Replayed: {args.model} on {args.problems} held-out problems.", "", *markdown(rows)])
     print(text)
