@@ -67,18 +67,17 @@ def markdown(rows: list[dict]) -> list[str]:
            "prefix and the window). Ridge: the positions per forward from which FLOPs, not bytes, bind.", ""]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
-        prefixes = list(dict.fromkeys(r["prefix"] for r in mine))
+        ridges = {r["prefix"]: r["ridge_positions"] for r in mine}          # one per prefix
         first = mine[0]
         out += [f"### {model}, {first['dtype']}", "",
                 f"Peaks: {first['peak_tflops']:.4g} TFLOPS, {first['bandwidth_tbs']:.4g} TB/s ({first['peaks_source']}). "
-                + "; ".join(f"prefix {p}: ridge at {ridge} positions ({ridge / WINDOW:.1f} windows)" if ridge else
-                            f"prefix {p}: no ridge" for p in prefixes
-                            for ridge in [next(r["ridge_positions"] for r in mine if r["prefix"] == p)]) + ".", ""]
+                + "; ".join(f"prefix {p}: ridge at {ridge} positions ({ridge / WINDOW:.1f} windows)" if ridge
+                            else f"prefix {p}: no ridge" for p, ridge in ridges.items()) + ".", ""]
         wide = [{"B": B, "positions": B * WINDOW,
                  **{f"{key}_{p}": r[key] for r in mine if r["B"] == B for p in [r["prefix"]]
                     for key in ("ms_per_forward", "floor_ms", "floor_bound", "over_floor")}} for B in CURVE_COUNTS]
         columns = {"B": "B", "positions": "positions"}
-        for p in prefixes:
+        for p in ridges:
             columns.update({f"ms_per_forward_{p}": f"ms (P={p})", f"floor_ms_{p}": f"floor ms (P={p})",
                             f"floor_bound_{p}": "bound", f"over_floor_{p}": "x floor"})
         out += [table(wide, columns), ""]
