@@ -68,3 +68,9 @@ def test_the_report_has_every_decoder_beside_d2f(replayed):
         assert r["tps_over_d2f"] == pytest.approx(r["tps"] / by_name["d2f"]["tps"])
     text = "\n".join(replay.markdown(rows))
     assert all(f"| {name} |" in text for name in NAMES)
+
+
+def test_the_standing_names_the_fastest_fixed_k_and_the_adaptive_row_against_it():
+    rows = [{"decoder": "d2f", "order": "confidence", "tps": 100.0}, {"decoder": "lopa-k2", "order": "confidence", "tps": 150.0},
+            {"decoder": "lopa-k14-adaptive", "order": "adaptive", "tps": 120.0}]
+    assert replay.standing(rows) == "Fastest fixed k: lopa-k2 at 150 tokens/s; lopa-k14-adaptive 120 (0.80x)."

@@ -185,6 +185,16 @@ def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n:
     return summarize(traces, replay_all(replay_model, traces, executor), replay_model.spec.name)
 
 
+def standing(rows: list[dict]) -> str:
+    """Which fixed k was fastest, and where each other-order row (the adaptive one) stands against it."""
+    fixed = [r for r in rows if r["order"] != "adaptive"]
+    if not fixed:
+        return ""
+    best = max(fixed, key=lambda r: r["tps"])
+    others = [f"{r['decoder']} {r['tps']:.4g} ({r['tps'] / best['tps']:.2f}x)" for r in rows if r["order"] == "adaptive"]
+    return f"Fastest fixed k: {best['decoder']} at {best['tps']:.4g} tokens/s" + (f"; {', '.join(others)}." if others else ".")
+
+
 def markdown(rows: list[dict]) -> list[str]:
     shape = rows[0]["shape"] if rows else ""
     return [f"## 5. Tokens/s at the {shape}, measured by replay", "",
@@ -196,7 +206,7 @@ def markdown(rows: list[dict]) -> list[str]:
                          "forwards": "forwards", "tpf_useful": "TPF", "ms_per_forward": "ms/forward",
                          "replayed_s": "replayed s", "bookkeeping_s": "bookkeeping s", "tps": "tokens/s",
                          "tps_over_d2f": "x d2f", "tps_device": "tokens/s device only",
-                         "tps_device_over_d2f": "x d2f (device)"}), ""]
+                         "tps_device_over_d2f": "x d2f (device)"}), "", standing(rows), ""]
 
 
 SHAPES = {"dream-7b": "Dream-7B shape (random weights)", "toy": "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)"}
