@@ -7,9 +7,11 @@ import torch
 from lopa.bench import replay
 from lopa.bench.decoders import DEFAULTS, row_settings
 from lopa.bench.gpu_plan import TOY_SHAPE, random_model
+from lopa.forward import BatchedExecutor
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL
 from lopa.resolution import resolve
+from lopa.settings import DecodeSettings
 from lopa.tasks.sources import HELDOUT, read_rows
 
 NAMES = replay.row_names((0, 1, 4))            # d2f, lopa-k1, lopa-k4 and the adaptive row
@@ -68,6 +70,16 @@ def test_the_report_has_every_decoder_beside_d2f(replayed):
         assert r["tps_over_d2f"] == pytest.approx(r["tps"] / by_name["d2f"]["tps"])
     text = "\n".join(replay.markdown(rows))
     assert all(f"| {name} |" in text for name in NAMES)
+
+
+def test_an_extra_prefix_lengthens_every_replayed_prefix_by_as_much(replayed):
+    traces, _ = replayed
+    toy = random_model(dict(TOY_SHAPE, num_hidden_layers=1), "toy", torch.device("cpu"), torch.float32)
+    run = traces["lopa-k1"][1]["run"]
+    ex = BatchedExecutor(toy.model, toy.spec, DecodeSettings.from_dict(run.settings))
+    plain, longer = (replay.replay_run(ex, run, torch.Generator().manual_seed(0), extra) for extra in (0, 40))
+    assert [r.get("prefix") for r in longer] == [None if r["kind"] == "final" else 0 if r["kind"] == "prefill"
+                                                 else r["prefix"] + 40 for r in plain]
 
 
 def test_the_standing_names_the_fastest_fixed_k_and_the_adaptive_row_against_it():

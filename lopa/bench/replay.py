@@ -1,7 +1,7 @@
 """Tokens/s at a real model's shape, measured by replaying real decodes' round structure.
 
     python -m lopa.bench.replay [--shape dream-7b|toy] [--problems N] [--ks 0,1,2,4,8,14] [--no-adaptive]
-                                [--executor batched] [--device cuda|cpu] [--threads N] [--out DIR]
+                                [--extra-prefix P] [--executor batched] [--device cuda|cpu] [--threads N] [--out DIR]
 
 1. The bundled model (assets/models/open-gsm-dllm) decodes held-out problems at D2F (k = 0), LoPA
    k = 1..14 and the adaptive order (`lopa-k14-adaptive`), every problem by every row before the next.
@@ -83,14 +83,16 @@ def replay_branches(record: RoundRecord, recorded_mask: int, mask: int, vocab: i
     return branches
 
 
-def replay_run(ex: LocalExecutor, run: RunResult, generator: torch.Generator) -> list[dict]:
+def replay_run(ex: LocalExecutor, run: RunResult, generator: torch.Generator, extra_prefix: int = 0) -> list[dict]:
     """Run's rounds through `ex` (an executor on the replay model): per forward, the prefix it read
     (positions in its prefix cache; 0 in the prefill, whose input holds the prompt; None for an executor
     without a PrefixKV), its branch count and window lengths, the seconds of the verify and of the commit,
-    and the real decode's bookkeeping that round."""
+    and the real decode's bookkeeping that round. extra_prefix: positions added to the prompt, so every
+    prefix is that much longer than recorded (the bundled model's prompts are short; a few-shot GSM8K
+    prompt runs to hundreds of tokens)."""
     spec, N = ex.spec, ex.settings.block_size
     vocab = ex.model.config.vocab_size
-    ex.start(torch.randint(3, vocab - 2, (len(run.prompt_ids),), generator=generator))   # [P0]
+    ex.start(torch.randint(3, vocab - 2, (len(run.prompt_ids) + extra_prefix,), generator=generator))   # [P0]
     out = []
     for record in run.records:
         bookkeeping = record.round_seconds - record.forward_seconds
@@ -113,8 +115,8 @@ def replay_run(ex: LocalExecutor, run: RunResult, generator: torch.Generator) ->
     return out
 
 
-def replay_all(replay_model: LoadedModel, traces: dict[str, list[dict]], executor_name: str = "batched"
-               ) -> dict[str, list[list[dict]]]:
+def replay_all(replay_model: LoadedModel, traces: dict[str, list[dict]], executor_name: str = "batched",
+               extra_prefix: int = 0) -> dict[str, list[list[dict]]]:
     """Every trace replayed through lopa.forward's executor `executor_name`, problem by problem, rows in
     Williams orders, after an untimed replay of each row's first trace (a device's first call at a new
     shape pays for kernel selection)."""
@@ -133,13 +135,13 @@ def replay_all(replay_model: LoadedModel, traces: dict[str, list[dict]], executo
 
     with torch.no_grad():
         for name in names:                                          # warm-up
-            replay_run(executor(traces[name][0]["run"]), traces[name][0]["run"], generator)
+            replay_run(executor(traces[name][0]["run"]), traces[name][0]["run"], generator, extra_prefix)
     out = {name: [] for name in names}
     with torch.no_grad():
         for i in range(len(traces[names[0]])):
             for name in in_turns(names, i):
                 run = traces[name][i]["run"]
-                out[name].append(replay_run(executor(run), run, generator))
+                out[name].append(replay_run(executor(run), run, generator, extra_prefix))
     return out
 
 
@@ -176,13 +178,13 @@ def summarize(traces: dict[str, list[dict]], replays: dict[str, list[list[dict]]
 
 
 def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n: int, executor: str = "batched",
-            base: DecodeSettings | None = None) -> list[dict]:
+            base: DecodeSettings | None = None, extra_prefix: int = 0) -> list[dict]:
     """Decode the first n held-out problems with `loaded` at every row (over `base`, default: as
     `python -m lopa.bench` decodes), replay on `replay_model`: the rows."""
     base = base or resolve(None, loaded.spec, defaults=DEFAULTS)
     rows = {name: row_settings(name, base) for name in names}
     traces = decode_traces(loaded, rows, read_rows(HELDOUT)[:n])
-    return summarize(traces, replay_all(replay_model, traces, executor), replay_model.spec.name)
+    return summarize(traces, replay_all(replay_model, traces, executor, extra_prefix), replay_model.spec.name)
 
 
 def standing(rows: list[dict]) -> str:
@@ -219,6 +221,8 @@ def main(argv=None) -> int:
     parser.add_argument("--problems", type=int, default=20, help="held-out problems (default 20)")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="comma-separated k (0 = D2F); default %(default)s")
     parser.add_argument("--no-adaptive", action="store_true", help=f"leave out the adaptive row ({ADAPTIVE_ROW})")
+    parser.add_argument("--extra-prefix", type=int, default=0, help="positions added to every replayed prompt "
+                        "(the bundled model's are 25 to 50 tokens; a few-shot GSM8K prompt is hundreds)")
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="the model whose decodes are replayed")
     parser.add_argument("--executor", default="batched", choices=tuple(EXECUTORS), help="lopa.forward executor the "
                         "rounds are replayed through (default %(default)s)")
@@ -238,9 +242,11 @@ def main(argv=None) -> int:
                        torch.float32 if device.type == "cpu" else torch.bfloat16)
     t0 = time.perf_counter()
     rows = measure(loaded, big, row_names([int(k) for k in args.ks.split(",")], not args.no_adaptive), args.problems,
-                   args.executor, settings_from_args(args, loaded.spec, defaults=DEFAULTS))
+                   args.executor, settings_from_args(args, loaded.spec, defaults=DEFAULTS), args.extra_prefix)
     text = "\n".join([f"# lopa.bench.replay on {environment(device)['device']}", "",
-                      f"Replayed: {args.model} on {args.problems} held-out problems.", "", *markdown(rows)])
+                      f"Replayed: {args.model} on {args.problems} held-out problems"
+                      + (f", every prompt {args.extra_prefix} positions longer" if args.extra_prefix else "") + ".", "",
+                      *markdown(rows)])
     print(text)
     print(f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.out:
