@@ -51,6 +51,7 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
     surface's own starting point (the app's k = 4 and 64 tokens, a study's 128). Precedence, written
     once: request > preset > the model's own (model_settings) > defaults > the engine's default. The
     decoder's overrides (DECODERS: d2f is k = 0) come last, since choosing it is part of the request.
+    A branch_cost set at any layer without a cost_curve there or above chooses the linear curve it prices.
     A max_new_tokens nobody asked for is rounded up to whole blocks of the resolved block size."""
     if isinstance(preset, str):
         if preset not in PAPER_PRESETS:
@@ -66,6 +67,10 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
     for source, layer in layers.items():
         values.update(layer)
         sources.update(dict.fromkeys(layer, source))
+    below = list(layers).index                                    # a branch_cost asked for is the curve asked for
+    if "branch_cost" in sources and ("cost_curve" not in sources
+                                     or below(sources["cost_curve"]) < below(sources["branch_cost"])):
+        values["cost_curve"], sources["cost_curve"] = "linear", sources["branch_cost"]
     block = values.get("block_size", SETTINGS["block_size"].default)
     length = values.get("max_new_tokens", SETTINGS["max_new_tokens"].default)
     if sources.get("max_new_tokens") not in ("user", "preset") and length % block:

@@ -96,6 +96,12 @@ def _stored(spec) -> tuple:
 class _SettingsChecks(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _before_cost_curve(cls, data):
+        """A trace from before cost_curve priced adaptive branches by the linear model: it reads as linear."""
+        return {**data, "cost_curve": "linear"} if isinstance(data, dict) and "cost_curve" not in data else data
+
     @model_validator(mode="after")
     def _ranges(self):
         DecodeSettings(**self.model_dump())            # its own checks: thresholds, multiples, ...
@@ -177,6 +183,7 @@ class Policy(StrictModel):
     lift: Annotated[float, Field(ge=0.0, le=MAX_ADAPTIVE_LIFT, allow_inf_nan=False)] | None = None
     round: Annotated[int, Field(ge=-1, le=MAX_NEW_TOKENS + 2)] | None = None
     type: Name | None = None
+    source: Name | None = None         # where an adaptive order's cost curve came from (lopa.cost)
     base: Policy | None = None
 
     @model_validator(mode="after")
