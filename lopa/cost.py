@@ -213,8 +213,7 @@ def run_curve(settings: DecodeSettings, order: dict | None) -> tuple[list[float]
 
 
 def curve_words(cost: list[float], source: str) -> str:
-    """A cost curve in one line: "cost curve (measured on cpu ...): a round with 0, 1, 2 branches costs
-    1.00, 1.66, 2.24 rounds without"."""
+    """A cost curve in one line: "cost curve: measured on cpu, ... in 372 ms (...); a round with b = 0, 1, ...
+    branches costs 1.00, 1.40, ... rounds without"."""
     shown = ", ".join(f"{c / cost[0]:.2f}" for c in cost[:8]) + (", ..." if len(cost) > 8 else "")
-    return (f"cost curve ({source or 'given'}): a round with 0, 1, ... branches costs {shown} rounds without"
-            if cost and cost[0] > 0 else f"cost curve ({source or 'given'})")
+    return f"cost curve: {source or 'given'}; a round with b = 0, 1, ... branches costs {shown} rounds without"
