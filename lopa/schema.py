@@ -96,12 +96,6 @@ def _stored(spec) -> tuple:
 class _SettingsChecks(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _before_cost_curve(cls, data):
-        """A trace from before cost_curve priced adaptive branches by the linear model: it reads as linear."""
-        return {**data, "cost_curve": "linear"} if isinstance(data, dict) and "cost_curve" not in data else data
-
     @model_validator(mode="after")
     def _ranges(self):
         DecodeSettings(**self.model_dump())            # its own checks: thresholds, multiples, ...
@@ -324,7 +318,10 @@ class Trace(BaseModel):
 
 def upgrade_trace(data: Any) -> Any:
     """A trace of an older format as the current one (a new dict; `data` is not changed), renaming
-    the attention modes that changed meaning. Anything else is returned as it is."""
+    the attention modes that changed meaning; a trace from before cost_curve reads as the linear curve its
+    adaptive branches were priced by. Anything else is returned as it is."""
+    if isinstance(data, dict) and isinstance(data.get("settings"), dict) and "cost_curve" not in data["settings"]:
+        data = {**data, "settings": {**data["settings"], "cost_curve": "linear"}}
     if not isinstance(data, dict) or data.get("format") not in OLD_FORMATS:
         return data
     renamed = OLD_FORMATS[data["format"]]

@@ -50,10 +50,7 @@ def test_the_trace_schema_stores_every_setting_with_its_default_and_choices():
         assert fields[name].default == spec.default
         if spec.choices:
             assert typing.get_args(fields[name].annotation) == spec.choices
-    # A setting a stored run lacks reads as its default, but for cost_curve: runs from before it priced
-    # adaptive branches by the linear model, so that is what they read as (lopa.schema).
-    assert Settings().model_dump() == {**DecodeSettings().to_dict(), "cost_curve": "linear"}
-    assert Settings(cost_curve="measured").model_dump() == DecodeSettings().to_dict()
+    assert Settings().model_dump() == DecodeSettings().to_dict()
 
 
 def test_the_generation_config_carries_every_setting_and_round_trips():
