@@ -87,8 +87,13 @@ def resolve(request: dict | None = None, spec: ModelSpec | None = None, **kwargs
 
 def settings_diff(settings: DecodeSettings, baseline: DecodeSettings) -> dict:
     """{name: value} of `settings` where it differs from `baseline`, in registry order: what a
-    command or a link must say so that a surface resolving from `baseline` reproduces `settings`."""
-    return {name: getattr(settings, name) for name in SETTINGS if getattr(settings, name) != getattr(baseline, name)}
+    command or a link must say so that a surface resolving from `baseline` reproduces `settings`. A branch_cost
+    it names comes with the cost_curve, which a branch_cost alone would set to linear (resolution)."""
+    diff = {name: getattr(settings, name) for name in SETTINGS if getattr(settings, name) != getattr(baseline, name)}
+    if "branch_cost" in diff:
+        diff = {**diff, "cost_curve": settings.cost_curve}
+        diff = {name: diff[name] for name in SETTINGS if name in diff}          # registry order
+    return diff
 
 
 def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:

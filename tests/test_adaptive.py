@@ -164,3 +164,13 @@ def test_forward_times_times_the_executor_it_is_given():
     assert built == [ADAPTIVE] and Counting.verifies == 1 + 3 * (1 + 3)           # prompt, warm-ups, timings
     assert describe_order(Decoder(model, spec, ADAPTIVE, executor=Counting(model, spec, ADAPTIVE)).base_order
                           )["source"].startswith("linear")                       # an executor object: not timed
+
+
+def test_a_command_that_names_a_branch_cost_names_the_curve_too():
+    """settings_diff (links, commands) reproduces a measured run whose branch_cost was changed."""
+    from lopa.resolution import settings_diff
+    run = DecodeSettings(order="adaptive", k=3, branch_cost=0.5)                    # measured, branch_cost unread
+    diff = settings_diff(run, DecodeSettings())
+    assert diff == {"k": 3, "order": "adaptive", "branch_cost": 0.5, "cost_curve": "measured"}
+    assert resolve(diff) == run
+    assert settings_diff(DecodeSettings(k=3), DecodeSettings()) == {"k": 3}
