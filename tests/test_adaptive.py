@@ -174,3 +174,20 @@ def test_a_command_that_names_a_branch_cost_names_the_curve_too():
     assert diff == {"k": 3, "order": "adaptive", "branch_cost": 0.5, "cost_curve": "measured"}
     assert resolve(diff) == run
     assert settings_diff(DecodeSettings(k=3), DecodeSettings()) == {"k": 3}
+
+
+@pytest.mark.parametrize("flags, said", [
+    ([], "cost curve: measured on cpu, float32"),
+    (["--branch-cost", "0.5"], "cost curve: linear, branch_cost 0.5; a round with b = 0, 1, ... branches costs 1.00, 1.50, 2.00"),
+    (["--executor", "uncached"], "cost curve: linear, branch_cost 1 (the uncached executor is a reference, not timed)"),
+])
+def test_lopa_generate_says_which_curve_prices_the_branches(tmp_path, capsys, flags, said):
+    from tiny import save_tiny_model_dir
+
+    from lopa.cli import main
+    model = save_tiny_model_dir(tmp_path / "tiny")
+    assert main(["generate", "--model", str(model), "--prompt", "how many apples", "--max-new-tokens", "16",
+                 "--order", "adaptive", "--k", "2", "--trace", str(tmp_path / "run.json"), *flags]) == 0
+    assert said in capsys.readouterr().err
+    source = RunResult.load(tmp_path / "run.json").order["source"]          # the trace names the same curve
+    assert f"cost curve: {source}".startswith(said.split(";")[0])
