@@ -150,10 +150,10 @@ def device_words(model) -> str:
 def untimeable(model, executor) -> str | None:
     """Why no curve can be measured for `model` under `executor`, or None when one can."""
     from transformers import PreTrainedModel
+    if not isinstance(executor, str):                        # a branch-parallel group's, a fork's snapshot
+        return f"the {type(executor).__name__} executor is not timed here"
     if not isinstance(model, PreTrainedModel):
         return f"{type(model).__name__} is not a transformers model"
-    if not isinstance(executor, str):
-        return f"the {type(executor).__name__} executor is not timed here"
     if executor not in TIMED_EXECUTORS:
         return f"the {executor} executor is a reference, not timed"
     return None
