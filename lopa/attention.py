@@ -93,7 +93,10 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     Hkv = key.shape[1]
     G, P = H // Hkv, prefix_k.shape[2]
     scaling = D ** -0.5 if scaling is None else scaling
-    kernels = flash_kernels()
+    # A fixed-capacity prefix (lopa.graphs.StaticPrefixKV) marks its cached positions in `valid`; the
+    # FlashAttention path takes no such mask, so those forwards stay on the function below.
+    valid = getattr(lopa_prefix, "valid", None)
+    kernels = flash_kernels() if valid is None else None
     lopa_prefix.kernel = window_kernel(query, lopa_window_lengths, kernels)
     if lopa_prefix.kernel == "flash":
         return flash_shared_prefix(query, key, value, prefix_k, prefix_v, lopa_window_lengths, scaling, kernels), None
@@ -103,6 +106,8 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     q_folded = q.transpose(0, 1).reshape(1, Hkv, B * G * L, D)              # [1, Hkv, B*G*L, D]
     s_prefix = (q_folded @ prefix_k.transpose(-1, -2)).float() * scaling    # [1, Hkv, B*G*L, P]
     s_prefix = s_prefix.reshape(Hkv, B, G * L, P).transpose(0, 1)           # [B, Hkv, G*L, P]
+    if valid is not None:
+        s_prefix = s_prefix.masked_fill(~valid, float("-inf"))                 # past the cached length
     s_window = (q @ key.transpose(-1, -2)).float() * scaling                # [B, Hkv, G*L, L]
     mask = attention_mask[:, :, :, -L:].expand(B, G, L, L).reshape(B, 1, G * L, L)
     s_window = s_window.masked_fill(~mask, float("-inf"))

@@ -176,9 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "57 and 13 as the model's top token in round 3; keep 14 masked), or a recorded trace "
                           "(.json/.parquet), whose every decision is replayed: --script run.json reproduces run.json")
     gen.add_argument("--trace", help="write the trace to this .json or .parquet file")
-    executors = ("batched", "per_branch", "uncached")
+    executors = ("batched", "batched_eager", "per_branch", "uncached")
     gen.add_argument("--executor", type=choice_type("executor", executors), choices=executors,
-                     help="batched: all branches in one forward (default); the others are reference paths")
+                     help="batched: all branches in one forward (default; the lean forward, on CUDA captured as graphs: lopa.fast); batched_eager: the same over the model's own forward; the others are reference paths")
     gen.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
     gen.add_argument("--backend", type=choice_type("backend", ("single", "bp")), choices=("single", "bp"),
                      default="single",

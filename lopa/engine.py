@@ -152,6 +152,14 @@ class Decoder:
 
     # -- the loop: one round per iteration, a line or two per phase; the helpers follow it --
     def _rounds(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
+        try:
+            yield from self._loop(prompt_ids, resume)
+        finally:               # finished, stopped or failed: what the executor holds may serve another decode
+            release = getattr(self.executor, "release", None)
+            if release is not None:
+                release()
+
+    def _loop(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
         if resume is None:
             predictions = yield from self._prefill(prompt_ids)          # round 0: the prompt forward
         else:

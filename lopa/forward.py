@@ -5,11 +5,14 @@
     verify(branches) -> Verified   one forward over every branch's window (LoPA step 4)
     commit(winner, n)          the winner's first n window positions join the prefix cache
 
-Three local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.distributed
+Four local executors implement them (`LocalExecutor`); the branch-parallel ones in lopa.distributed
 implement the same protocol and reuse the public helpers here (`forward_windows`, `summarize`)
 and lopa.kv's `PrefixKV`, never private methods:
 - BatchedExecutor (fast path): all k + 1 windows in one batch; attention reads the shared
-  prefix K/V, stored once with batch 1, through a custom attention function (no per-branch copy).
+  prefix K/V, stored once with batch 1, through a custom attention function (no per-branch copy);
+  the forward is lopa.fast's lean one where the model's layout allows, and on CUDA a captured graph
+  per shape bucket (lopa.graphs). EagerBatchedExecutor ("batched_eager") is the same over the
+  model's own forward: the reference the fast path is held to.
 - PerBranchExecutor (reference): one forward per branch, each on its own copy of a transformers
   DynamicCache, as the authors' code does.
 - UncachedExecutor (reference): recomputes prompt + every generated token each forward. Works
@@ -95,6 +98,16 @@ def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, bou
     return torch.cat([head, rows[:, :width - 1]], dim=1)
 
 
+def host_rows(rows: tuple) -> tuple:
+    """(token, max_prob, conf) [B, L] each, on the host: from a device in one copy (one synchronisation
+    per round; float64 holds every token id and float32 number exactly)."""
+    token, max_prob, conf = rows
+    if token.device.type == "cpu":
+        return rows
+    packed = torch.stack([token.double(), max_prob.double(), conf.double()]).cpu()     # [3, B, L]
+    return packed[0].long(), packed[1].to(max_prob.dtype), packed[2].to(conf.dtype)
+
+
 def boundary_rows(rows: tuple, q0: int, winner: int, n_positions: int, current):
     """The winner's (token, max_prob, conf) at the last position that `commit` caches, or `current`
     when nothing new is cached. rows: 3 x [B, L] over input positions."""
@@ -117,14 +130,18 @@ class LocalExecutor:
         self.prompt_cached = False
         self.boundary = None                  # (token, max_prob, conf) at the last cached position
         self._last = None
+        self.rows_from = 0                    # the input position the last forward's rows start at
 
     @torch.no_grad()
     def verify(self, branches: list[Branch]) -> Verified:
         t0 = time.perf_counter()
+        self.rows_from = 0                                         # unless _forward skips the prompt's rows
         logits, q0 = self._forward(branches)                       # [B, L, V]
-        rows = tuple(r.cpu() for r in self.summarize(logits))      # 3 x [B, L]
+        return self._verified(host_rows(self.summarize(logits)), q0, [b.window().numel() for b in branches], t0)
+
+    def _verified(self, rows: tuple, q0: int, lengths: list[int], t0: float) -> Verified:
+        """Rows over input positions (3 x [B, L] on the host) -> the window predictions of every branch."""
         self._last = (rows, q0)
-        lengths = [b.window().numel() for b in branches]
         token, max_prob, conf = (window_predictions(r, q0, max(lengths), self.spec.logit_shift,
                                                     self.boundary[i] if self.boundary else None) for i, r in enumerate(rows))
         return Verified(token, max_prob, conf, lengths, time.perf_counter() - t0)
@@ -133,7 +150,7 @@ class LocalExecutor:
         """The winner's first n window positions (and the prompt, after the first round) are cached."""
         rows, q0 = self._last
         self.boundary = boundary_rows(rows, q0, winner, n_positions, self.boundary)
-        self._cache(winner, q0 + n_positions)
+        self._cache(winner, self.rows_from + q0 + n_positions)
         self.prompt_cached = True
 
     def snapshot(self) -> LocalExecutor:
@@ -242,34 +259,92 @@ class _CachedExecutor(LocalExecutor):
     """Inputs for executors with a prefix cache: the window, behind the prompt in the first round."""
 
     def _forward(self, branches):
-        return self.forward_windows([b.window() for b in branches], branches[0].window_start)
+        self.rows_from = self.first_read_row()
+        return self.forward_windows([b.window() for b in branches], branches[0].window_start, keep_from=self.rows_from)
 
-    def forward_windows(self, windows: list[torch.Tensor], window_start: int, rows: list[int] | None = None):
+    def first_read_row(self) -> int:
+        """The first input row of the next forward whose logits a decision reads: the prompt's rows are read
+        by none but the last one's (the logit shift's boundary). Sampling draws one token per row, so there
+        every row stays: the same seed keeps drawing the same tokens. Branch-parallel ranks ask the same,
+        so their forwards have the rows, and the float sums, of the single process's."""
+        greedy = self.settings.temperature == 0
+        return max(self.prompt.numel() - 1, 0) if not self.prompt_cached and greedy else 0
+
+    def forward_windows(self, windows: list[torch.Tensor], window_start: int, rows: list[int] | None = None,
+                        keep_from: int = 0):
         """One forward over `windows` [W_j] each, padded into a batch (behind the prompt until it is
         cached), or over the batch rows `rows` of that same padded batch (a branch-parallel rank's
-        share, padded exactly as one process pads the whole round). -> logits [b, L, V], q0."""
+        share, padded exactly as one process pads the whole round). -> logits [b, L - keep_from, V] (the
+        rows from input position keep_from on), q0 (the input index of window position 0 in those rows)."""
         with_prompt = not self.prompt_cached
         inputs, segments = self._window_inputs(windows, with_prompt, 0)       # [B, L] each
         if rows is not None:
             inputs, segments = inputs[rows], segments[rows]
         start = 0 if with_prompt else self.prompt.numel() + window_start
-        return self._logits(inputs, segments, start), (self.prompt.numel() if with_prompt else 0)
+        return self._logits(inputs, segments, start, keep_from), (self.prompt.numel() if with_prompt else 0) - keep_from
 
 
 class BatchedExecutor(_CachedExecutor):
     """All branches in one forward that reads the shared prefix without copying it per branch.
     Under block_causal attention, once the prompt is cached, the branches go packed into one row
-    where that feeds fewer tokens (Packing): the equality tests hold it to the reference executors."""
+    where that feeds fewer tokens (Packing): the equality tests hold it to the reference executors.
 
-    def __init__(self, model, spec, settings):
+    The forward itself is lopa.fast's lean forward where the model's layout allows (lean_support),
+    else the model's own; `lean=False` (executor "batched_eager") always runs the model's own, the
+    reference the fast path is held to bit for bit (tests/test_fast.py)."""
+
+    def __init__(self, model, spec, settings, lean: bool = True, static: bool | None = None):
         super().__init__(model, spec, settings)
         from lopa.attention import install_shared_prefix_attention
+        from lopa.fast import LeanForward, lean_support
         install_shared_prefix_attention(model)
+        self.lean_reason = lean_support(model) if lean else "the eager reference (executor batched_eager)"
+        self.lean = LeanForward(model) if self.lean_reason is None else None
+        # static shapes and captured graphs (lopa.graphs): by default on CUDA; static=True runs the same
+        # static path uncaptured on any device (the suite's check of it on a CPU)
+        self.static = self.device.type == "cuda" if static is None else static
+        self.graph = None
 
     def start(self, prompt_ids):
         super().start(prompt_ids)
+        self.release()
         self.kv = PrefixKV(prompt_ids.numel() + self.settings.max_new_tokens)
         self.packing = None
+        if self.static:
+            from lopa.graphs import runner_for
+            self.graph = runner_for(self, prompt_ids.numel())
+            if self.graph is not None:
+                self.kv = self.graph.kv          # the runner's fixed-address prefix, emptied for this decode
+
+    def release(self) -> None:
+        """The decode is over (the engine says so): the graph runner's buffers may serve another decode."""
+        if getattr(self, "graph", None) is not None:
+            self.graph.owner = None
+            self.graph = None
+
+    @torch.no_grad()
+    def verify(self, branches):
+        if self.graph is None or not self.prompt_cached:       # the prefill runs uncaptured (any prompt length)
+            return super().verify(branches)
+        t0 = time.perf_counter()
+        inputs, segments = self._window_inputs([b.window() for b in branches], False, 0)     # [B, L] each
+        positions = self._position_ids(inputs, self.prompt.numel() + branches[0].window_start)
+        rows = self.graph.run(inputs, attention_mask(segments, self.settings.attention, False), positions)
+        self.packing, self.rows_from = None, 0           # static shapes: padded, never packed
+        return self._verified(rows, 0, [b.window().numel() for b in branches], t0)
+
+    def snapshot(self):
+        """None under the graph runner (its buffers serve the next decode): a fork then replays."""
+        return None if self.graph is not None else super().snapshot()
+
+    def _run(self, inputs, mask, positions, window_lengths=None, keep_from: int = 0) -> torch.Tensor:
+        """One forward -> logits [B, L - keep_from, V]: the lean forward, or the model's own."""
+        inputs, mask, positions = inputs.to(self.device), mask.to(self.device), positions.to(self.device)
+        if self.lean is not None:
+            return self.lean(inputs, mask, positions, self.kv, window_lengths, keep_from)
+        out = self.model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=False,
+                         lopa_prefix=self.kv, lopa_window_lengths=window_lengths)
+        return out.logits[:, keep_from:]
 
     def _forward(self, branches):
         windows = [b.window() for b in branches]
@@ -285,21 +360,17 @@ class BatchedExecutor(_CachedExecutor):
         """One row of every branch's fed positions -> logits [B, Lmax, V] as the padded batch gives them."""
         inputs = torch.cat([w[s:] for w, s in zip(windows, plan.skip)])[None]                 # [1, T]
         positions = (self.prompt.numel() + window_start + plan.local)[None]                  # [1, T]
-        out = self.model(input_ids=inputs.to(self.device), attention_mask=plan.mask(self.settings.block_size).to(self.device),
-                         position_ids=positions.to(self.device), use_cache=False, lopa_prefix=self.kv,
-                         lopa_window_lengths=None)
-        return out.logits[0][plan.index.to(self.device)]                                    # [B, Lmax, V]
+        logits = self._run(inputs, plan.mask(self.settings.block_size), positions)           # [1, T, V]
+        return logits[0][plan.index.to(self.device)]                                         # [B, Lmax, V]
 
-    def _logits(self, inputs, segments, start):
+    def _logits(self, inputs, segments, start, keep_from: int = 0):
         mode = self.settings.attention
         mask = attention_mask(segments, mode, not self.prompt_cached)  # window part only
         # Full attention needs no window mask (the authors' none at all; prompt-blind none once the
         # prompt is cached): FlashAttention may serve those forwards.
         unmasked = mode == "full" or (mode == "full_prompt_blind" and self.prompt_cached)
-        out = self.model(input_ids=inputs.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=self._position_ids(inputs, start).to(self.device), use_cache=False,
-                         lopa_prefix=self.kv, lopa_window_lengths=(segments >= 0).sum(1).tolist() if unmasked else None)
-        return out.logits
+        return self._run(inputs, mask, self._position_ids(inputs, start),
+                         (segments >= 0).sum(1).tolist() if unmasked else None, keep_from)
 
     def pending_kv(self, branch: int, n: int) -> torch.Tensor:
         """Branch `branch`'s K/V of the last forward, first n input positions, packed or not. -> [layers, 2, Hkv, n, D]"""
@@ -324,7 +395,7 @@ class PerBranchExecutor(_CachedExecutor):
         self.cache = DynamicCache(config=self.model.config)
         self.copies = []
 
-    def _logits(self, inputs, segments, start):
+    def _logits(self, inputs, segments, start, keep_from: int = 0):
         prefix_len = self.cache.get_seq_length()
         mask = attention_mask(segments, self.settings.attention, not self.prompt_cached, prefix_len)
         position_ids = self._position_ids(inputs, start)
@@ -337,7 +408,7 @@ class PerBranchExecutor(_CachedExecutor):
                              position_ids=position_ids[j:j + 1, :n].to(self.device), past_key_values=cache, use_cache=True)
             self.copies.append(cache)
             logits.append(torch.nn.functional.pad(out.logits, (0, 0, 0, inputs.shape[1] - n)))
-        return torch.cat(logits)                       # [B, L, V]
+        return torch.cat(logits)[:, keep_from:]        # [B, L - keep_from, V]
 
     def _cache(self, winner, n_input_positions):
         cache = self.copies[winner]
@@ -351,7 +422,15 @@ class PerBranchExecutor(_CachedExecutor):
                    for t in (layer.keys, layer.values) if t is not None)
 
 
-EXECUTORS = {"batched": BatchedExecutor, "per_branch": PerBranchExecutor, "uncached": UncachedExecutor}
+class EagerBatchedExecutor(BatchedExecutor):
+    """The batched executor over the model's own forward: the reference for the fast path (lopa.fast)."""
+
+    def __init__(self, model, spec, settings):
+        super().__init__(model, spec, settings, lean=False)
+
+
+EXECUTORS = {"batched": BatchedExecutor, "batched_eager": EagerBatchedExecutor, "per_branch": PerBranchExecutor,
+             "uncached": UncachedExecutor}
 
 
 def make_executor(name: str, model, spec: ModelSpec, settings: DecodeSettings) -> LocalExecutor:

@@ -214,7 +214,8 @@ class Shard:
         rank, world = self.comm.rank, self.comm.world
         windows = [torch.tensor(w, dtype=torch.long) for w in windows]
         mine = assigned(rank, world, len(windows))
-        logits, q0 = self.ex.forward_windows(windows, window_start, rows=mine)   # [b, L, V]
+        logits, q0 = self.ex.forward_windows(windows, window_start, rows=mine,
+                                             keep_from=self.ex.first_read_row())   # [b, L, V]
         self.logits_shape, self.logits_itemsize = tuple(logits.shape), logits.element_size()
         lo = max(q0 - 1, 0)                                                   # first row any prediction uses
         n_slots = -(-len(windows) // world)

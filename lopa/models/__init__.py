@@ -1,5 +1,5 @@
 """Models: local Hugging Face directories (loading), Dream / LLaDA / SDAR checkpoint families
-(families, sdar_llada_moe), the paper's D2F presets (presets), and `load`, the one entry point that
+(families, sdar_llada_moe), LLaDA 2.x on a class of our own (llada2_moe, llada2_family), the paper's D2F presets (presets), and `load`, the one entry point that
 picks among them (loader). DiffusionGemma, not a masked diffusion LM, has its own sampler and trace
 (diffusion_gemma, canvas_trace).
 

@@ -16,6 +16,8 @@ are in lopa.models.presets.
 - SDAR (dense and MoE) and LLaDA-MoE map onto Qwen3 / Qwen3-MoE (lopa.models.sdar_llada_moe);
   LLaDA 1.5 is LLaDA-8B's architecture. Each family's published decode settings (block size,
   threshold, commit rule) go into the spec (ModelSpec.block_size / .decode), which resolve() applies.
+- LLaDA 2.x (`llada2_moe`) loads into our own class (lopa.models.llada2_moe; lopa.models.llada2_family
+  says which configs it computes and reads the family's settings).
 - DiffusionGemma is not a masked diffusion LM: it is refused here, pointing at its own sampler
   (lopa.models.diffusion_gemma).
 
@@ -32,6 +34,7 @@ import torch
 
 from lopa.models.diffusion_gemma import check_diffusion_gemma
 from lopa.models.folder import read_config, read_json
+from lopa.models.llada2_family import LLADA2_BLOCK_SIZE, is_llada2, llada2_config, llada2_generation, llada2_special_ids
 from lopa.models.loading import (
     LoadedModel,
     check_weights,
@@ -69,11 +72,13 @@ SPEC_IN_CONFIG = ("mask_token_id", "eos_token_ids", "logit_shift", "pad_token_id
 
 # -- which checkpoint family ------------------------------------------------------------------------
 def checkpoint_family(path: Path) -> str:
-    """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada" (LLaDA-8B, LLaDA 1.5), "llada_moe",
+    """"dream" (Dream, Dream-Instruct, DiffuCoder), "llada" (LLaDA-8B, LLaDA 1.5), "llada_moe", "llada2",
     "sdar" (dense and MoE), "diffusion_gemma", or "hf" (a stock transformers directory). Reads
     config.json within its bounds (lopa.models.folder.read_config: ValueError naming what is wrong)."""
     raw = read_config(path)
     model_type = str(raw.get("model_type", "")).lower()
+    if is_llada2(raw):
+        return "llada2"
     if is_llada_moe(raw):
         return "llada_moe"
     if model_type in SDAR_MODEL_TYPES:
@@ -302,9 +307,11 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
         raise ValueError(f"{path} is a DiffusionGemma checkpoint: it is not a masked diffusion LM (it denoises a "
                          "random-token canvas with its own sampler), so the LoPA engine cannot decode it; "
                          "decode it with lopa.models.diffusion_gemma.decode (docs/checkpoints.md)")
-    chat = any(n in path.name.lower() for n in CHAT_NAMES) if chat is None else chat
     tokenizer = load_family_tokenizer(path, trust_remote_code)
-    extra, shift, block_size, decode = {}, False, None, {}
+    if chat is None:    # every published LLaDA 2.x is instruction-tuned, whatever its name
+        chat = any(n in path.name.lower() for n in CHAT_NAMES) or (
+            family == "llada2" and bool(getattr(tokenizer, "chat_template", None)))
+    extra, shift, block_size, decode, own = {}, False, None, {}, {}
     # Dream and LLaDA were trained with full bidirectional attention. A D2F adapter was trained
     # block-causal, but the authors decode D2F checkpoints with full attention (their evaluation
     # class defaults to use_full_attention=True and no published script changes it): the paper's
@@ -321,6 +328,14 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
         extra = _remote_extra(model)
         block_size, decode = int(raw.get("block_size") or SDAR_BLOCK_SIZE), SDAR_DECODE
         attention = "full" if extra else "block_causal"     # its own code is given no mask here
+    elif family == "llada2":
+        from lopa.models.llada2_moe import LLaDA2MoeModelLM
+        mask, eos = llada2_special_ids(raw, tokenizer)
+        raw = {**raw, "mask_token_id": mask, "eos_token_id": raw["eos_token_id"] if raw.get("eos_token_id") is not None
+               else eos}
+        decode, editing = llada2_generation(path)          # its settings and its config refuse before a weight is read
+        model = _from_pretrained(LLaDA2MoeModelLM, path, llada2_config(raw), dev)
+        block_size, attention, own = LLADA2_BLOCK_SIZE, "block_causal", {"token_editing": editing} if editing else {}
     elif family == "llada_moe":
         raw = {**raw, "mask_token_id": llada_moe_mask_id(raw, tokenizer)}
         model = _stock_or_remote(path, raw, dev, trust_remote_code, "LLaDA-MoE", llada_moe_unsupported(raw),
@@ -345,7 +360,7 @@ def load_family(path: str | Path, device: str | None = None, trust_remote_code: 
             raise ValueError("a LoRA adapter cannot be merged into a remote-code model")
         model = merge_lora(model, Path(lora))
     spec = family_spec(path, raw, tokenizer, logit_shift=shift, attention=attention, chat=chat,
-                       name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra=extra,
+                       name=name or (f"{path.name}+{Path(lora).name}" if lora else path.name), extra={**extra, **own},
                        block_size=block_size, decode=decode)
     # The stock model carries the spec it was loaded with (config.lopa, as a stock directory's does),
     # so transformers' generate() through lopa.hf decodes it with the settings `lopa generate` uses.
