@@ -14,7 +14,7 @@ import torch
 from tiny import tiny_qwen2, tiny_spec
 
 from lopa import Decoder, DecodeSettings
-from lopa.bench import gpu, gpu_plan
+from lopa.bench import gpu, gpu_plan, replay
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor
 from lopa.settings import ATTENTION_MODES
@@ -87,6 +87,14 @@ def check_schema(report: dict) -> None:
             assert r["ms_per_forward"] > 0 and r["window_kv_per_branch_mib"] > 0
             assert r["copy_kv_per_branch_mib"] == pytest.approx(r["prefix_kv_mib"] + r["window_kv_per_branch_mib"])
             assert r["ratio_to_b1"] == 1.0 if r["B"] == 1 else r["ratio_to_b1"] > 0
+        if "floor_ms" in mine[0]:                  # reports from before the roofline lack the floor
+            assert all(r["floor_ms"] > 0 and r["over_floor"] == pytest.approx(r["ms_per_forward"] / r["floor_ms"])
+                       and r["floor_bound"] in ("bytes", "flops") for r in mine)
+    if "roofline" in report:
+        check_roofline(report["roofline"], plan)
+    if "replay" in report:
+        assert [r["decoder"] for r in report["replay"]] == replay.row_names(plan["replay_ks"])
+        assert all(r["tps"] > 0 and r["n"] == plan["replay_n"] for r in report["replay"])
     assert [v["prefix"] for v in report["verdict"]] == [r["prefix"] for r in premise
                                                        if r["model"] == plan["shape_name"] and r["B"] == 8]
 
@@ -99,12 +107,32 @@ def check_schema(report: dict) -> None:
         assert (r["speedup_over_vanilla"] == 1.0) if r["k"] == 0 else r["speedup_over_vanilla"] > 0
 
 
+def check_roofline(rows: list[dict], plan: dict) -> None:
+    """The cost curve: B = 1..15 at each prefix for the plan's random shapes, each beside its floor, one
+    ridge per shape and prefix."""
+    shapes = [plan["shape_name"], *plan["more_shapes"]]
+    assert list(dict.fromkeys(r["model"] for r in rows)) == shapes
+    for model in shapes:
+        mine = [r for r in rows if r["model"] == model]
+        assert [r["B"] for r in mine] == list(range(1, 16)) * len(plan["prefixes"])
+        for r in mine:
+            assert r["positions"] == 64 * r["B"] and r["ms_per_forward"] > 0 and r["floor_ms"] > 0
+            assert r["over_floor"] == pytest.approx(r["ms_per_forward"] / r["floor_ms"])
+        for prefix in {r["prefix"] for r in mine}:
+            curve = [r for r in mine if r["prefix"] == prefix]
+            (ridge,) = {r["ridge_positions"] for r in curve}          # one ridge per shape and prefix
+            # from the ridge on, FLOPs bind the floor; below it, bytes
+            assert all((r["floor_bound"] == "flops") == (ridge is not None and r["positions"] >= ridge) for r in curve)
+
+
 def test_the_command_runs_on_the_image_s_packages_and_writes_the_report(report):
     data, text = report
     check_schema(data)
     assert data["plan"]["toy"] and "Toy sizes on a CPU" in text
     assert "flash_attn is not installed" in data["environment"]["flash_attn_note"]
-    for heading in ("## 1. Equality", "## 2. The premise", "## 3. The bundled model's bench",
+    assert {"roofline", "replay"} <= set(data)
+    for heading in ("## 1. Equality", "## 2. The premise", "## 2b. The roofline", "## 5. Tokens/s at the",
+                    "## 3. The bundled model's bench",
                     "## 4. Projection (not a measurement)", "## 3b. The peers", "## 4b. The peers projected"):
         assert heading in text
 

@@ -80,7 +80,7 @@ def test_presets_policies_rules_and_schedules_cover_the_registry():
     ("bench", ("k", "commit")), ("orders", ("order", "order_seed")), ("calibration", ("branch_score",)),
     ("adaptive", ("k", "order", "branch_cost")), ("errors", ()), ("headroom", ("order", "order_seed")),
     ("departures", ("attention", "k", "cache_schedule", "mask_argmax")), ("oracle", ("k",)),
-    ("lopa.bench.round", ("k",)), ("lopa.bench.fork", ("k", "commit")),
+    ("lopa.bench.round", ("k",)), ("lopa.bench.fork", ("k", "commit")), ("lopa.bench.replay", ("k", "order")),
     ("lopa.bench.bp", ("attention",)),         # its --attention takes one mode or a list, a table each
 ])
 def test_bench_and_study_commands_take_every_setting_they_do_not_set_per_row(command, per_row, monkeypatch):

@@ -8,7 +8,10 @@
 2. The premise: one verify forward over B = 1, 2, 4, 8, 15 windows of two 32-token blocks at
    prefixes of about 100 and 500 tokens (lopa.tasks.timing.forward_times), on the bundled model(s) and
    on a randomly initialised Qwen2 of Dream-7B's shape (28 layers, hidden 3584, GQA 28/4, bf16;
-   nothing downloaded): ms/forward, ratio to B = 1, KV memory.
+   nothing downloaded), a Qwen3 of SDAR-1.7B's and a Qwen3-MoE of LLaDA-MoE-7B-A1B's: ms/forward, ratio to
+   B = 1, KV memory, and each forward's floor on this device (lopa.bench.roofline) and measured / floor.
+2b. The roofline (lopa.bench.curve): at those three shapes, ms against positions per forward for
+   B = 1..15 windows, each beside its floor, and the ridge point (positions where FLOPs start to bind).
 3. The bundled model's bench (lopa.bench.decoders) on this device, rows k = 0, 1, 3, 7, 14, whose
    B = k + 1 are the premise's.
 4. A projection of tokens/s for vanilla and LoPA rounds at the 7B shape: TPF / (verify forward at
@@ -16,6 +19,8 @@
 3b/4b. The peers' commit rules (lopa/peers.py), each alone (`d2f-<rule>`) and under LoPA k = 7
    (`lopa-k7-<rule>`, B = 8), on the bundled model(s) with forwards, token-forwards and wall-clock, and
    projected to the 7B shape as in 4.
+5. Tokens/s measured at the 7B shape by replay (lopa.bench.replay): the bundled default model's decodes at
+   D2F, LoPA k = 1..14 and the adaptive order, every round replayed on the random Dream-7B-shaped model.
 
 On a CPU (or with --toy) the same runs at toy sizes: each model shape shrunk to 2 layers (toy_shape), a
 few problems, one repeat; the report says so. The toy run checks that the command works, not the premise. Runs on an image with torch, transformers, safetensors, peft, pandas and
@@ -34,20 +39,22 @@ from pathlib import Path
 
 import torch
 
+from lopa.bench import replay
+from lopa.bench.curve import cost_curve, forward_floor, random_prompt
+from lopa.bench.curve import markdown as roofline_markdown
 from lopa.bench.decoders import DEFAULTS, row_settings, run_decoder, summarize_rows
 from lopa.bench.gpu_plan import (
     BLOCK,
-    MORE_SHAPES,
     PLANS,
     Plan,
     bundled_models,
     environment,
     kv_bytes_per_token,
-    random_model,
-    toy_shape,
+    shaped_models,
 )
+from lopa.bench.tables import table
 from lopa.models import load
-from lopa.models.loading import LoadedModel
+from lopa.models.loading import DEFAULT_MODEL, LoadedModel
 from lopa.resolution import resolve
 from lopa.settings import ATTENTION_MODES, DecodeSettings
 from lopa.tasks.sources import HELDOUT, heldout_questions, read_rows
@@ -135,9 +142,8 @@ def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     rows = []
     for wanted in plan.prefixes:
-        prefix = min(wanted, loaded.spec.max_context - 2 * BLOCK)
-        vocab = loaded.model.config.vocab_size
-        prompt_ids = torch.randint(3, vocab - 2, (prefix,), generator=generator)          # [P]
+        prompt_ids = random_prompt(loaded, wanted, generator)                               # [P]
+        prefix = prompt_ids.numel()
         times = {}
         for B in plan.counts:
             if device.type == "cuda":
@@ -149,6 +155,7 @@ def premise(loaded: LoadedModel, plan: Plan) -> list[dict]:
             rows.append({"model": loaded.spec.name, "dtype": str(next(loaded.model.parameters()).dtype).removeprefix("torch."),
                          "attention": settings.attention, "prefix": prefix, "B": B, "ms_per_forward": times[B] * 1e3,
                          "ratio_to_b1": times[B] / times[1], "ms_per_branch": times[B] * 1e3 / B,
+                         **forward_floor(loaded, B, prefix, times[B]),
                          "prefix_kv_mib": prefix * per_token / 2**20,
                          "window_kv_per_branch_mib": 2 * BLOCK * per_token / 2**20,
                          "copy_kv_per_branch_mib": (prefix + 2 * BLOCK) * per_token / 2**20,
@@ -208,13 +215,6 @@ def bench(loaded: LoadedModel, plan: Plan, names: tuple[str, ...] | None = None,
 
 
 # -- the report --------------------------------------------------------------------------------
-def table(rows: list[dict], columns: dict[str, str]) -> str:
-    """A Markdown table: columns maps a row key to its heading; floats to 3 significant digits."""
-    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else "" if v is None else str(v)
-    lines = ["| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(cell(r.get(key)) for key in columns) + " |" for r in rows])
-
-
 def markdown(report: dict) -> str:
     env, plan = report["environment"], report["plan"]
     out = [f"# lopa.bench.gpu on {env['device']}", "",
@@ -245,10 +245,13 @@ def markdown(report: dict) -> str:
                 f"({'holds' if v['holds'] else 'does not hold'}: at most {PREMISE_LIMIT}x)" for v in report["verdict"]]
         out += ["", table(report["premise"], {"model": "model", "dtype": "dtype", "prefix": "prefix", "B": "B",
                                               "ms_per_forward": "ms/forward", "ratio_to_b1": "x B=1", "ms_per_branch": "ms/branch",
+                                              "floor_ms": "floor ms", "over_floor": "x floor",
                                               "prefix_kv_mib": "prefix KV MiB (once)",
                                               "window_kv_per_branch_mib": "window KV MiB/branch",
                                               "copy_kv_per_branch_mib": "KV MiB/branch if copied",
                                               "peak_forward_mib": "peak MiB (CUDA)"}), ""]
+    if "roofline" in report:
+        out += roofline_markdown(report["roofline"])
     if "bench" in report:
         out += ["## 3. The bundled model's bench on this device", "", table(report["bench"], {
             "model": "model", "decoder": "decoder", "n": "n", "accuracy": "accuracy", "tpf_useful": "TPF",
@@ -276,6 +279,8 @@ def markdown(report: dict) -> str:
                 table(report["peer_projection"], {"prefix": "prefix", "decoder": "decoder", "B": "B", "tpf": "TPF",
                                                   "round_ms": "ms/round", "tps": "tokens/s",
                                                   "speedup_over_vanilla": "x d2f"}), ""]
+    if "replay" in report:
+        out += replay.markdown(report["replay"])
     if report["errors"]:
         out += ["## Errors", ""] + [f"- {section}: `{err}`" for section, err in report["errors"].items()]
     out += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items())]
@@ -326,19 +331,21 @@ def main(argv=None) -> int:
     if plan.peer_rows:
         section("peers", lambda: [row for m in models for row in bench(m, plan, plan.peer_rows, plan.peer_n)])
 
-    def measure_premise() -> list[dict]:
-        rows = [row for m in models for row in premise(m, plan)]
-        big = random_model(plan.shape, plan.shape_name, device, torch.float32 if device.type == "cpu" else torch.bfloat16)
-        rows += premise(big, plan)
-        del big
-        for name in plan.more_shapes:
-            architecture, shape, shift, attention = MORE_SHAPES[name]
-            big = random_model(toy_shape(shape) if plan.toy else shape, name, device,
-                               torch.float32 if device.type == "cpu" else torch.bfloat16, architecture, shift, attention)
-            rows += premise(big, plan)
+    def over_shapes(measure) -> list[dict]:
+        """measure(model) over the plan's random models, one on the device at a time."""
+        rows = []
+        for big in shaped_models(plan, device):
+            rows += measure(big)
             del big
         return rows
-    section("premise", measure_premise)
+    section("premise", lambda: [row for m in models for row in premise(m, plan)] + over_shapes(lambda m: premise(m, plan)))
+    section("roofline", lambda: over_shapes(lambda m: cost_curve(m, plan)))
+
+    def measure_replay() -> list[dict]:
+        default = next((m for m in models if m.path.name == DEFAULT_MODEL.name), models[0])
+        big = next(shaped_models(plan, device))                      # the plan's main shape (Dream-7B's)
+        return replay.measure(default, big, replay.row_names(plan.replay_ks), plan.replay_n)
+    section("replay", measure_replay)
     if "premise" in report:
         report["verdict"] = [{"model": r["model"], "prefix": r["prefix"], "ratio_b8": r["ratio_to_b1"],
                               "holds": r["ratio_to_b1"] <= PREMISE_LIMIT}

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from lopa.bench.decoders import PEER_RULES
+from lopa.bench.roofline import EXPERT_COUNTS
 from lopa.bench.round import BRANCH_COUNTS
 from lopa.models import ASSETS
 from lopa.models.loading import LoadedModel
@@ -23,7 +24,6 @@ BLOCK = 32                        # the paper's block size: windows of two 32-to
 # Dream-7B (Qwen2.5-7B's architecture); weights random, created on the device.
 DREAM_7B = dict(num_hidden_layers=28, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
                 num_key_value_heads=4, vocab_size=152064, max_position_embeddings=4096, tie_word_embeddings=False)
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
 # The other families the engine loads, at their published sizes (random weights, same stock classes the
 # loaders map them onto): SDAR-1.7B-Chat's config.json (Qwen3); LLaDA-MoE-7B-A1B as OLMoE-1B-7B's
 # geometry (16 layers, hidden 2048, 16 heads, 64 experts, 8 active, expert width 1024) with its
@@ -80,6 +80,11 @@ class Plan:
     # The peers' commit rules (lopa/peers.py), alone and under lookahead, on the first peer_n problems.
     peer_rows: tuple[str, ...] = ()
     peer_n: int = 0
+    # The replay (lopa.bench.replay): the bundled default model's decodes of replay_n problems at these k
+    # (0 = D2F) and the adaptive order, replayed on the plan's shape.
+    curve_repeats: int = 5        # timings per B of the cost curve (lopa.bench.curve): 15 B x prefixes x 3 shapes
+    replay_ks: tuple[int, ...] = (0, 1, 2, 4, 8, 14)
+    replay_n: int = 8
 
 
 BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
@@ -88,9 +93,10 @@ BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    #
 PEER_BENCH_ROWS = ("d2f",) + tuple(f"d2f-{rule}" for rule in PEER_RULES) + tuple(f"lopa-k7-{rule}" for rule in PEER_RULES)
 PLANS = {
     "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS,
-                   peer_rows=PEER_BENCH_ROWS, peer_n=30),
+                   peer_rows=PEER_BENCH_ROWS, peer_n=30, replay_ks=tuple(range(15)), replay_n=20),
     "toy": Plan(True, "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)", TOY_SHAPE, repeats=1, bench_n=2,
-                bench_rows=("d2f", "lopa-k14"), equality_tokens=64, peer_rows=PEER_BENCH_ROWS, peer_n=1),
+                bench_rows=("d2f", "lopa-k14"), equality_tokens=64, peer_rows=PEER_BENCH_ROWS, peer_n=1,
+                curve_repeats=1, replay_ks=(0, 1, 14), replay_n=2),
 }
 
 
@@ -131,6 +137,16 @@ def random_model(shape: dict, name: str, device: torch.device, dtype: torch.dtyp
     spec = ModelSpec(mask_token_id=V - 1, eos_token_ids=(V - 2,), logit_shift=logit_shift,
                      max_context=shape["max_position_embeddings"], block_size=BLOCK, attention=attention, name=name)
     return LoadedModel(model, None, spec, Path("random"))
+
+
+def shaped_models(plan: Plan, device: torch.device):
+    """The plan's random models, one at a time (each freed before the next is made): its main shape, then
+    more_shapes; toy-sized when the plan is; bf16 on a GPU, fp32 on a CPU. -> LoadedModel, ..."""
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    yield random_model(plan.shape, plan.shape_name, device, dtype)
+    for name in plan.more_shapes:
+        architecture, shape, shift, attention = MORE_SHAPES[name]
+        yield random_model(toy_shape(shape) if plan.toy else shape, name, device, dtype, architecture, shift, attention)
 
 
 def kv_bytes_per_token(model) -> int:
