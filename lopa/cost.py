@@ -29,13 +29,14 @@ from dataclasses import dataclass
 import torch
 
 from lopa.blocks import Branch
-from lopa.forward import BatchedExecutor
+from lopa.forward import make_executor
 from lopa.order import linear_cost, linear_source
 from lopa.settings import DecodeSettings, ModelSpec
 
-# Named executors a measurement times (lopa.forward.EXECUTORS): the batched fast path. The per_branch and
-# uncached executors are references kept for equality tests, not what a run should be priced by.
-TIMED_EXECUTORS = {"batched": BatchedExecutor}
+# Named executors a measurement times (lopa.forward.EXECUTORS): the batched one (its fast path, lopa.fast,
+# where the model allows) and its eager reference. The per_branch and uncached executors are references
+# kept for equality tests, not what a run should be priced by.
+TIMED_EXECUTORS = ("batched", "batched_eager")
 MEASURE_REPEATS = 2          # sweeps after a warm-up; the study takes 5 (lopa.study.adaptive_fit.measure_cost)
 MEASURE_PREFIX = 64          # tokens of the synthetic prompt the windows are timed behind (a GSM prompt's length)
 
@@ -120,21 +121,34 @@ def bookkeeping_seconds(decode, model, spec: ModelSpec, settings: DecodeSettings
     return statistics.median(outside) if outside else 0.0
 
 
-def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, decode) -> CostCurve:
-    """The measured curve (module docstring): verify(1 + b * d rows) + bookkeeping for b = 0 .. k."""
-    t0 = time.perf_counter()
-    factory = TIMED_EXECUTORS[executor]
+def verify_curve(model, spec: ModelSpec, settings: DecodeSettings, executor: str) -> list[float]:
+    """Seconds of a verify forward over B = 1 + b * d rows (b = 0 .. k, d = lookahead_depth) through the
+    executor named `executor` (lopa.forward.EXECUTORS): the fastest of MEASURE_REPEATS sweeps, monotone."""
     vocab = model.config.vocab_size
-    prompt = synthetic_prompt(spec, vocab, settings)
     counts = [1 + b * settings.lookahead_depth for b in range(settings.k + 1)]
     with torch.no_grad():
-        samples = verify_samples(factory(model, spec, settings), spec, vocab, prompt, settings, counts, MEASURE_REPEATS)
-        bookkeeping = bookkeeping_seconds(decode, model, spec, settings, prompt, factory(model, spec, settings))
-    verify = monotone([min(samples[B]) for B in counts])
+        samples = verify_samples(make_executor(executor, model, spec, settings), spec, vocab,
+                                 synthetic_prompt(spec, vocab, settings), settings, counts, MEASURE_REPEATS)
+    return monotone([min(samples[B]) for B in counts])
+
+
+def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, decode, timed=None) -> CostCurve:
+    """The measured curve (module docstring): verify(1 + b * d rows) + bookkeeping for b = 0 .. k. timed:
+    (model, spec) whose verify forwards are timed instead of the decode's own, with the decode's bookkeeping
+    (lopa.bench.replay prices a small model's decisions at a large model's shape)."""
+    t0 = time.perf_counter()
+    timed_model, timed_spec = timed or (model, spec)
+    verify = verify_curve(timed_model, timed_spec, settings, executor)
+    with torch.no_grad():
+        prompt = synthetic_prompt(spec, model.config.vocab_size, settings)
+        bookkeeping = bookkeeping_seconds(decode, model, spec, settings, prompt,
+                                          make_executor(executor, model, spec, settings))
     took = time.perf_counter() - t0
+    shape = f" at {timed_spec.name}'s shape" if timed else ""
     return CostCurve(tuple(t + bookkeeping for t in verify),
-                     f"measured on {device_words(model)} in {took * 1e3:.0f} ms ({MEASURE_REPEATS} sweeps of "
-                     f"{len(counts)} verify forwards, bookkeeping {bookkeeping * 1e3:.2f} ms a round)")
+                     f"measured on {device_words(timed_model)}{shape} in {took * 1e3:.0f} ms ({MEASURE_REPEATS} "
+                     f"sweeps of {len(verify)} verify forwards through the {executor} executor, bookkeeping "
+                     f"{bookkeeping * 1e3:.2f} ms a round)")
 
 
 def device_words(model) -> str:
