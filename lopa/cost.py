@@ -69,8 +69,8 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
                    counts, repeats: int, where: str = "first") -> dict[int, list[float]]:
     """{B: `repeats` seconds of one verify forward over B two-block windows (round_branches)}, through
     `executor` (any Executor: it is started on prompt_ids and the prompt cached first). Every B is warmed up
-    once, then the B are timed in turn, `repeats` sweeps over: other work on the machine then spreads over
-    all B instead of landing on one."""
+    once, then the B are timed in the order of `counts`, `repeats` sweeps over: other work on the machine
+    then spreads over all B instead of landing on one. A B listed twice is timed twice a sweep."""
     executor.start(prompt_ids)
     executor.verify([Branch.start(settings, spec)])
     executor.commit(0, 0)                                    # the prompt is now the cached prefix
@@ -78,12 +78,12 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
     rows = {B: round_branches(B, settings, spec.mask_token_id, vocab, where) for B in counts}
     for branches in rows.values():
         executor.verify(branches)                            # warm-up
-    samples = {B: [] for B in counts}
+    samples = {B: [] for B in rows}
     for _ in range(repeats):
-        for B, branches in rows.items():
+        for B in counts:
             _sync(device)
             t0 = time.perf_counter()
-            executor.verify(branches)
+            executor.verify(rows[B])
             _sync(device)
             samples[B].append(time.perf_counter() - t0)
     return samples
@@ -123,12 +123,14 @@ def bookkeeping_seconds(decode, model, spec: ModelSpec, settings: DecodeSettings
 
 def verify_curve(model, spec: ModelSpec, settings: DecodeSettings, executor: str) -> list[float]:
     """Seconds of a verify forward over B = 1 + b * d rows (b = 0 .. k, d = lookahead_depth) through the
-    executor named `executor` (lopa.forward.EXECUTORS): the fastest of MEASURE_REPEATS sweeps, monotone."""
+    executor named `executor` (lopa.forward.EXECUTORS): the fastest of MEASURE_REPEATS sweeps, monotone. B = 1
+    is timed at both ends of a sweep: every ratio the budget reads is over it, and one slow sample of it
+    (a shared machine's) would make every branch look cheap."""
     vocab = model.config.vocab_size
     counts = [1 + b * settings.lookahead_depth for b in range(settings.k + 1)]
     with torch.no_grad():
         samples = verify_samples(make_executor(executor, model, spec, settings), spec, vocab,
-                                 synthetic_prompt(spec, vocab, settings), settings, counts, MEASURE_REPEATS)
+                                 synthetic_prompt(spec, vocab, settings), settings, [*counts, 1], MEASURE_REPEATS)
     return monotone([min(samples[B]) for B in counts])
 
 

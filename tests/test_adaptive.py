@@ -61,7 +61,7 @@ def test_the_curve_times_one_row_per_token_of_a_chain(monkeypatch):
     monkeypatch.setattr(cost, "verify_samples", record)
     curve = cost.cost_curve(tiny_qwen2(), tiny_spec(), ADAPTIVE.replace(k=3, lookahead_depth=2), "batched",
                             lambda *a, **kw: Decoder(*a[:3], executor=kw["executor"]).run(a[3]))
-    assert timed == [[1, 3, 5, 7]]
+    assert timed == [[1, 3, 5, 7, 1]]                                  # B = 1 at both ends of a sweep
     steps = [b - a for a, b in zip(curve.seconds, curve.seconds[1:])]
     assert steps == pytest.approx([2e-3] * 3)                          # bookkeeping is the same for every b
 
