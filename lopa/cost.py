@@ -146,7 +146,7 @@ def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, dec
         bookkeeping = bookkeeping_seconds(decode, model, spec, settings, prompt,
                                           make_executor(executor, model, spec, settings))
     took = time.perf_counter() - t0
-    shape = f" at {timed_spec.name}'s shape" if timed else ""
+    shape = f", timing {timed_spec.name}," if timed else ""
     return CostCurve(tuple(t + bookkeeping for t in verify),
                      f"measured on {device_words(timed_model)}{shape} in {took * 1e3:.0f} ms ({MEASURE_REPEATS} "
                      f"sweeps of {len(verify)} verify forwards through the {executor} executor, bookkeeping "

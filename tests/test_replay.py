@@ -99,6 +99,6 @@ def test_the_adaptive_row_is_priced_at_the_replays_shape():
     assert list(orders) == ["lopa-k2-adaptive"]
     traces = replay.decode_traces(loaded, rows, PROBLEMS[:1], orders)
     recorded = traces["lopa-k2-adaptive"][0]["run"].order
-    assert recorded["source"].startswith("measured on cpu, float32") and "at toy's shape" in recorded["source"]
+    assert recorded["source"].startswith("measured on cpu, float32") and ", timing toy, in " in recorded["source"]
     assert "through the batched_eager executor" in recorded["source"] and len(recorded["cost"]) == 3
     assert traces["d2f"][0]["run"].order is None
