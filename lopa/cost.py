@@ -4,14 +4,16 @@ which lopa.tasks.timing.forward_times and the benchmarks take too) and the adapt
 
 settings.cost_curve picks the curve (docs/method.md, "The adaptive order"):
 - measured (the default): a few timed verify forwards through the executor the decode uses, B = 1 + b * d
-  rows (d = lookahead_depth) of two-block windows behind a synthetic prompt, the fastest of
+  rows (d = lookahead_depth) of two-block windows behind a synthetic prompt, each branch's token in the
+  window's first block (it then feeds the whole window: the dearest placement, and where the least-confident
+  proposal puts 70% of its branches on the bundled model, docs/studies.md section 3), the fastest of
   MEASURE_REPEATS sweeps made non-decreasing (monotone), plus the bookkeeping of a round (the median time
   outside the forward of a short vanilla decode). Measured once per process for each (model, device,
   dtype, torch threads, executor, block size, attention, k, depth) and kept in memory (CURVES): a second
   adaptive decode reuses it. Not kept on disk: a timing belongs to the machine's load and thread count at
   the time, and a curve costs a few tenths of a second to measure again.
 - linear: 1 + branch_cost * b * d rounds of the anchor alone (lopa.order.linear_cost). Also the fallback
-  wherever nothing can be timed: an executor other than the batched one (the per_branch and uncached
+  wherever nothing can be timed: an executor other than a TIMED_EXECUTORS name (the per_branch and uncached
   references, branch-parallel backends, an executor object), or a model that is not a transformers model
   (the tests' scripted fakes).
 
