@@ -40,6 +40,9 @@ from lopa.settings import DecodeSettings, ModelSpec
 # kept for equality tests, not what a run should be priced by.
 TIMED_EXECUTORS = ("batched", "batched_eager")
 MEASURE_REPEATS = 2          # sweeps after a warm-up; the study takes 5 (lopa.study.adaptive_fit.measure_cost)
+MEASURE_SETTLE = 0.15        # more sweeps while the two fastest samples of a B differ by more than this ...
+MEASURE_MAX_REPEATS = 5      # ... up to this many (a machine busier than that leaves a gap the source names)
+clock = time.perf_counter    # what times a verify (a test scripts it)
 MEASURE_PREFIX = 64          # tokens of the synthetic prompt the windows are timed behind (a GSM prompt's length)
 
 
@@ -68,11 +71,14 @@ def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, wher
 
 
 def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tensor, settings: DecodeSettings,
-                   counts, repeats: int, where: str = "first") -> dict[int, list[float]]:
+                   counts, repeats: int, where: str = "first", settle: float | None = None,
+                   max_repeats: int = 0) -> dict[int, list[float]]:
     """{B: `repeats` seconds of one verify forward over B two-block windows (round_branches)}, through
     `executor` (any Executor: it is started on prompt_ids and the prompt cached first). Every B is warmed up
     once, then the B are timed in the order of `counts`, `repeats` sweeps over: other work on the machine
-    then spreads over all B instead of landing on one. A B listed twice is timed twice a sweep."""
+    then spreads over all B instead of landing on one. A B listed twice is timed twice a sweep. settle:
+    sweep on, up to max_repeats, while the two fastest samples of some B differ by more than this fraction
+    (other work only ever adds time, so the fastest is the estimate, and two that agree make it credible)."""
     executor.start(prompt_ids)
     executor.verify([Branch.start(settings, spec)])
     executor.commit(0, 0)                                    # the prompt is now the cached prefix
@@ -81,14 +87,22 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
     for branches in rows.values():
         executor.verify(branches)                            # warm-up
     samples = {B: [] for B in rows}
-    for _ in range(repeats):
+    sweeps = 0
+    while sweeps < repeats or (settle is not None and sweeps < max_repeats and gap(samples) > settle):
+        sweeps += 1
         for B in counts:
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             executor.verify(rows[B])
             _sync(device)
-            samples[B].append(time.perf_counter() - t0)
+            samples[B].append(clock() - t0)
     return samples
+
+
+def gap(samples: dict[int, list[float]]) -> float:
+    """The largest relative difference between the two fastest samples of any B (0 with one sample)."""
+    gaps = [b / a - 1 for a, b in (sorted(times)[:2] for times in samples.values() if len(times) > 1)]
+    return max(gaps, default=0.0)
 
 
 def monotone(y: list[float]) -> list[float]:
@@ -123,17 +137,20 @@ def bookkeeping_seconds(decode, model, spec: ModelSpec, settings: DecodeSettings
     return statistics.median(outside) if outside else 0.0
 
 
-def verify_curve(model, spec: ModelSpec, settings: DecodeSettings, executor: str) -> list[float]:
-    """Seconds of a verify forward over B = 1 + b * d rows (b = 0 .. k, d = lookahead_depth) through the
-    executor named `executor` (lopa.forward.EXECUTORS): the fastest of MEASURE_REPEATS sweeps, monotone. B = 1
-    is timed at both ends of a sweep: every ratio the budget reads is over it, and one slow sample of it
-    (a shared machine's) would make every branch look cheap."""
+def verify_curve(model, spec: ModelSpec, settings: DecodeSettings, executor: str) -> tuple[list[float], int, float]:
+    """(seconds of a verify forward over B = 1 + b * d rows for b = 0 .. k, d = lookahead_depth, through the
+    executor named `executor` (lopa.forward.EXECUTORS); the sweeps taken; the gap left between the two
+    fastest samples of a B). The fastest of MEASURE_REPEATS sweeps, more (up to MEASURE_MAX_REPEATS) while
+    they disagree by more than MEASURE_SETTLE, made monotone. B = 1 is timed at both ends of a sweep: every
+    ratio the budget reads is over it, and one slow sample of it would make every branch look cheap."""
     vocab = model.config.vocab_size
     counts = [1 + b * settings.lookahead_depth for b in range(settings.k + 1)]
     with torch.no_grad():
         samples = verify_samples(make_executor(executor, model, spec, settings), spec, vocab,
-                                 synthetic_prompt(spec, vocab, settings), settings, [*counts, 1], MEASURE_REPEATS)
-    return monotone([min(samples[B]) for B in counts])
+                                 synthetic_prompt(spec, vocab, settings), settings,
+                                 [*counts, 1] if len(counts) > 1 else counts, MEASURE_REPEATS,
+                                 settle=MEASURE_SETTLE, max_repeats=MEASURE_MAX_REPEATS)
+    return monotone([min(samples[B]) for B in counts]), len(samples[counts[-1]]), gap(samples)
 
 
 def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, decode, timed=None) -> CostCurve:
@@ -142,7 +159,7 @@ def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, dec
     (lopa.bench.replay prices a small model's decisions at a large model's shape)."""
     t0 = time.perf_counter()
     timed_model, timed_spec = timed or (model, spec)
-    verify = verify_curve(timed_model, timed_spec, settings, executor)
+    verify, sweeps, left = verify_curve(timed_model, timed_spec, settings, executor)
     with torch.no_grad():
         prompt = synthetic_prompt(spec, model.config.vocab_size, settings)
         bookkeeping = bookkeeping_seconds(decode, model, spec, settings, prompt,
@@ -150,9 +167,9 @@ def measure(model, spec: ModelSpec, settings: DecodeSettings, executor: str, dec
     took = time.perf_counter() - t0
     shape = f", timing {timed_spec.name}," if timed else ""
     return CostCurve(tuple(t + bookkeeping for t in verify),
-                     f"measured on {device_words(timed_model)}{shape} in {took * 1e3:.0f} ms ({MEASURE_REPEATS} "
-                     f"sweeps of {len(verify)} verify forwards through the {executor} executor, bookkeeping "
-                     f"{bookkeeping * 1e3:.2f} ms a round)")
+                     f"measured on {device_words(timed_model)}{shape} in {took * 1e3:.0f} ms ({sweeps} sweeps of "
+                     f"{len(verify)} verify forwards through the {executor} executor, the two fastest within "
+                     f"{left:.0%}; bookkeeping {bookkeeping * 1e3:.2f} ms a round)")
 
 
 def device_words(model) -> str:

@@ -55,7 +55,7 @@ def test_the_curve_times_one_row_per_token_of_a_chain(monkeypatch):
     """At lookahead_depth d a branch verifies d rows: the curve times B = 1 + b * d rows for b = 0 .. k."""
     timed = []
 
-    def record(executor, spec, vocab, prompt, settings, counts, repeats, where="first"):
+    def record(executor, spec, vocab, prompt, settings, counts, repeats, **sweeping):
         timed.append(list(counts))
         return {B: [1e-3 * B] * repeats for B in counts}
     monkeypatch.setattr(cost, "verify_samples", record)
@@ -191,3 +191,31 @@ def test_lopa_generate_says_which_curve_prices_the_branches(tmp_path, capsys, fl
     assert said in capsys.readouterr().err
     source = RunResult.load(tmp_path / "run.json").order["source"]          # the trace names the same curve
     assert f"cost curve: {source}".startswith(said.split(";")[0])
+
+
+class Idle:
+    """An executor whose verify does nothing: the clock says what each one took."""
+    device = torch.device("cpu")
+
+    def start(self, prompt_ids):
+        pass
+
+    def verify(self, branches):
+        pass
+
+    def commit(self, winner, n):
+        pass
+
+
+@pytest.mark.parametrize("max_repeats, sweeps", [(5, 3), (2, 2)])
+def test_sweeps_go_on_while_the_two_fastest_disagree(monkeypatch, max_repeats, sweeps):
+    """B = 1 timed at both ends of a sweep; a third sweep only because the two fastest of each B were
+    20% and 50% apart after two, none after the two fastest agree within settle (or at max_repeats)."""
+    took = iter([1.0, 2.0, 1.5,  1.2, 3.0, 1.3,  1.05, 2.1, 1.4,  9.0, 9.0, 9.0])       # a verify's seconds, in order
+    ticks = iter(x for t in took for x in (0.0, t))
+    monkeypatch.setattr(cost, "clock", lambda: next(ticks))
+    samples = cost.verify_samples(Idle(), tiny_spec(), 24, PROMPT, ADAPTIVE, [1, 2, 1], 2, settle=0.15,
+                                  max_repeats=max_repeats)
+    assert len(samples[2]) == sweeps and len(samples[1]) == 2 * sweeps
+    assert min(samples[1]) == 1.0 and min(samples[2]) == 2.0
+    assert cost.gap(samples) == pytest.approx(0.05 if sweeps == 3 else 0.5)
