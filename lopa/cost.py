@@ -41,7 +41,7 @@ from lopa.settings import DecodeSettings, ModelSpec
 TIMED_EXECUTORS = ("batched", "batched_eager")
 MEASURE_REPEATS = 2          # sweeps after a warm-up; the study takes 5 (lopa.study.adaptive_fit.measure_cost)
 MEASURE_SETTLE = 0.15        # more sweeps while the two fastest samples of a B differ by more than this ...
-MEASURE_MAX_REPEATS = 5      # ... up to this many (a machine busier than that leaves a gap the source names)
+MEASURE_MAX_REPEATS = 4      # ... up to this many (a machine busier than that leaves a gap the source names)
 clock = time.perf_counter    # what times a verify (a test scripts it)
 MEASURE_PREFIX = 64          # tokens of the synthetic prompt the windows are timed behind (a GSM prompt's length)
 
