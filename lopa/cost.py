@@ -41,7 +41,8 @@ from lopa.settings import DecodeSettings, ModelSpec
 TIMED_EXECUTORS = ("batched", "batched_eager")
 MEASURE_REPEATS = 2          # sweeps after a warm-up; the study takes 5 (lopa.study.adaptive_fit.measure_cost)
 MEASURE_SETTLE = 0.15        # more sweeps while the two fastest samples of a B differ by more than this ...
-MEASURE_MAX_REPEATS = 4      # ... up to this many (a machine busier than that leaves a gap the source names)
+MEASURE_MAX_REPEATS = 4      # ... up to this many (a machine busier than that leaves a gap the source names),
+MEASURE_BUDGET_S = 0.5       # ... while the timed sweeps so far took less than this
 clock = time.perf_counter    # what times a verify (a test scripts it)
 MEASURE_PREFIX = 64          # tokens of the synthetic prompt the windows are timed behind (a GSM prompt's length)
 
@@ -72,13 +73,14 @@ def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, wher
 
 def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tensor, settings: DecodeSettings,
                    counts, repeats: int, where: str = "first", settle: float | None = None,
-                   max_repeats: int = 0) -> dict[int, list[float]]:
+                   max_repeats: int = 0, budget_s: float = float("inf")) -> dict[int, list[float]]:
     """{B: `repeats` seconds of one verify forward over B two-block windows (round_branches)}, through
     `executor` (any Executor: it is started on prompt_ids and the prompt cached first). Every B is warmed up
     once, then the B are timed in the order of `counts`, `repeats` sweeps over: other work on the machine
     then spreads over all B instead of landing on one. A B listed twice is timed twice a sweep. settle:
     sweep on, up to max_repeats, while the two fastest samples of some B differ by more than this fraction
-    (other work only ever adds time, so the fastest is the estimate, and two that agree make it credible)."""
+    (other work only ever adds time, so the fastest is the estimate, and two that agree make it credible)
+    and the timed sweeps so far took less than budget_s (a machine too busy for that gets no more)."""
     executor.start(prompt_ids)
     executor.verify([Branch.start(settings, spec)])
     executor.commit(0, 0)                                    # the prompt is now the cached prefix
@@ -87,8 +89,9 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
     for branches in rows.values():
         executor.verify(branches)                            # warm-up
     samples = {B: [] for B in rows}
-    sweeps = 0
-    while sweeps < repeats or (settle is not None and sweeps < max_repeats and gap(samples) > settle):
+    sweeps, began = 0, time.perf_counter()
+    while sweeps < repeats or (settle is not None and sweeps < max_repeats and gap(samples) > settle
+                               and time.perf_counter() - began < budget_s):
         sweeps += 1
         for B in counts:
             _sync(device)
@@ -149,7 +152,7 @@ def verify_curve(model, spec: ModelSpec, settings: DecodeSettings, executor: str
         samples = verify_samples(make_executor(executor, model, spec, settings), spec, vocab,
                                  synthetic_prompt(spec, vocab, settings), settings,
                                  [*counts, 1] if len(counts) > 1 else counts, MEASURE_REPEATS,
-                                 settle=MEASURE_SETTLE, max_repeats=MEASURE_MAX_REPEATS)
+                                 settle=MEASURE_SETTLE, max_repeats=MEASURE_MAX_REPEATS, budget_s=MEASURE_BUDGET_S)
     return monotone([min(samples[B]) for B in counts]), len(samples[counts[-1]]), gap(samples)
 
 

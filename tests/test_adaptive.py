@@ -219,3 +219,12 @@ def test_sweeps_go_on_while_the_two_fastest_disagree(monkeypatch, max_repeats, s
     assert len(samples[2]) == sweeps and len(samples[1]) == 2 * sweeps
     assert min(samples[1]) == 1.0 and min(samples[2]) == 2.0
     assert cost.gap(samples) == pytest.approx(0.05 if sweeps == 3 else 0.5)
+
+
+def test_no_sweep_beyond_the_first_ones_once_the_budget_is_spent(monkeypatch):
+    took = iter([1.0, 2.0, 1.5, 1.2, 3.0, 1.3] + [1.0] * 12)
+    ticks = iter(x for t in took for x in (0.0, t))
+    monkeypatch.setattr(cost, "clock", lambda: next(ticks))
+    samples = cost.verify_samples(Idle(), tiny_spec(), 24, PROMPT, ADAPTIVE, [1, 2, 1], 2, settle=0.15,
+                                  max_repeats=4, budget_s=0.0)
+    assert len(samples[2]) == 2 and cost.gap(samples) == pytest.approx(0.5)       # unsettled, and said so
