@@ -167,9 +167,15 @@ def runner_for(executor, prompt_len: int) -> GraphVerify | None:
     if lean is None or s.temperature > 0 or lean.model.config.vocab_size > MAX_EXACT_TOKEN:
         return None
     capture = executor.device.type == "cuda"
+    # The weights' address and dtype: a graph reads the weights where they were at capture, so a model moved
+    # or cast since (model.to(...), as the GPU report does between dtypes) gets new runners, the old dropped.
+    param = next(lean.model.parameters())
+    weights = (param.dtype, str(param.device), param.data_ptr())
     key = (capacity_for(prompt_len + s.max_new_tokens), s.block_size, s.attention, s.confidence, s.mask_argmax,
-           executor.spec.mask_token_id, capture)
+           executor.spec.mask_token_id, capture, weights)
     runners = lean.model.__dict__.setdefault("_lopa_graph_runners", {})
+    for stale in [k for k in runners if k[-1] != weights]:
+        del runners[stale]
     if key not in runners:
         runners[key] = GraphVerify(lean, s, executor.spec, key[0], capture)
     runner = runners[key]

@@ -127,6 +127,21 @@ def test_one_decode_at_a_time_holds_the_static_buffers(model):
     assert third.graph is None                           # and a stopped decode releases them too
 
 
+def test_a_cast_model_gets_new_static_buffers(model):
+    """A graph reads the weights where they were captured: after model.to(dtype) the old runner is dropped."""
+    settings = settings_for("block_causal", 2)
+    Decoder(model, tiny_spec(), settings, executor=BatchedExecutor(model, tiny_spec(), settings, static=True)).run(PROMPT)
+    before = set(model._lopa_graph_runners)
+    model.to(torch.float64)
+    try:
+        run = Decoder(model, tiny_spec(), settings, executor=BatchedExecutor(model, tiny_spec(), settings, static=True)).run(PROMPT)
+        assert not before & set(model._lopa_graph_runners)
+        assert all(r.kv.keys[0].dtype == torch.float64 for r in model._lopa_graph_runners.values())
+    finally:
+        model.to(torch.float32)
+    assert run.tokens
+
+
 def test_buckets():
     assert [bucket(n) for n in (1, 2, 3, 5, 9, 15, 16, 17)] == [1, 2, 4, 8, 16, 16, 16, 32]
     assert [bucket(n, 32) for n in (1, 32, 33, 64, 65)] == [32, 32, 64, 64, 96]

@@ -100,6 +100,21 @@ def compare(fast, ref) -> dict:
             "first_divergent_round": first, "max_prob_diff": diff}
 
 
+# The batched executor's references: its own eager forward (the fast path's), then the authors' way.
+REFERENCES = ("batched_eager", "per_branch", "uncached")
+
+
+def batched_path(executor) -> str:
+    """Which forward the batched executor ran after the prefill: "graphs" (captured, lopa.graphs), "static"
+    (the same uncaptured), "lean" (lopa.fast) or "eager" (the model's own, with lean_reason)."""
+    runner = next(iter(getattr(executor.lean.model, "_lopa_graph_runners", {}).values()), None) if executor.lean else None
+    if executor.lean is None:
+        return f"eager ({executor.lean_reason})"
+    if executor.static and runner is not None:
+        return "graphs" if runner.capture else "static"
+    return "lean"
+
+
 def equality(loaded: LoadedModel, plan: Plan) -> tuple[list[dict], dict]:
     """Batched vs per-branch vs uncached on one held-out prompt, for every dtype x attention x k.
     -> (rows, the attention ops each executor dispatched per dtype)."""
@@ -117,10 +132,11 @@ def equality(loaded: LoadedModel, plan: Plan) -> tuple[list[dict], dict]:
                 ids = loaded.decoder(settings).encode(prompt)
                 batched = loaded.decoder(settings, executor="batched")
                 fast = batched.run(ids)
-                runs = {name: loaded.decoder(settings, executor=name).run(ids) for name in ("per_branch", "uncached")}
+                runs = {name: loaded.decoder(settings, executor=name).run(ids) for name in REFERENCES}
                 rows.append({"model": loaded.spec.name, "dtype": dtype, "attention": attention, "k": k,
                              "rounds": len(fast.records), "lookahead_wins": sum(r.winner > 0 for r in fast.records),
                              "batched_kernel": batched.executor.kv.kernel,
+                             "batched_path": batched_path(batched.executor),
                              **{f"{name}_{key}": value for name, run in runs.items()
                                 for key, value in compare(fast, run).items()}})
         # The batched executor's own kernel is in batched_kernel; the references run the model's stock
@@ -228,14 +244,18 @@ def markdown(report: dict) -> str:
         rows = eq["rows"]
         same = lambda name, dtype: sum(r[f"{name}_decisions_equal"] and r[f"{name}_tokens_equal"] for r in rows if r["dtype"] == dtype)
         out += ["## 1. Equality on the device", "",
-                "Batched executor against the per-branch (own cache copy, stock attention) and uncached references: "
+                "Batched executor (its fast path: lean forward, on CUDA captured graphs) against its eager forward "
+                "(batched_eager), the per-branch (own cache copy, stock attention) and uncached references: "
                 "tokens and every round's decisions equal; largest max-prob difference before any divergence.", ""]
-        out += [f"- {dtype}: per-branch {same('per_branch', dtype)}/{n}, uncached {same('uncached', dtype)}/{n} runs equal"
+        out += [f"- {dtype}: " + ", ".join(f"{name.replace('_', '-')} {same(name, dtype)}/{n}" for name in REFERENCES
+                                          if f"{name}_decisions_equal" in rows[0]) + " runs equal"
                 for dtype in plan["dtypes"] for n in [sum(r["dtype"] == dtype for r in rows)]]
         out += [f"- SDPA backend of the references, {model} {dtype}: {', '.join(ops) or 'none recorded'}"
                 for model, by_dtype in eq["attention_ops"].items() for dtype, ops in by_dtype.items()]
         out += ["", table(rows, {"dtype": "dtype", "attention": "attention", "k": "k", "rounds": "rounds",
                                  "lookahead_wins": "lookahead wins", "batched_kernel": "batched kernel",
+                                 "batched_path": "batched forward", "batched_eager_decisions_equal": "= eager",
+                                 "batched_eager_max_prob_diff": "Δp eager",
                                  "per_branch_decisions_equal": "= per-branch", "per_branch_first_divergent_round": "differs at",
                                  "per_branch_max_prob_diff": "Δp per-branch", "uncached_decisions_equal": "= uncached",
                                  "uncached_first_divergent_round": "differs at", "uncached_max_prob_diff": "Δp uncached"}), ""]
