@@ -21,6 +21,7 @@ import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
+from lopa.cost import cost_curve
 from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.records import final_record, round_record, stall_message
@@ -53,7 +54,10 @@ class Decoder:
                  script: dict[int, Forced] | None = None, keep_states: bool = False):
         self.spec, self.settings, self.tokenizer = spec, settings, tokenizer
         self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
-        self.base_order = order if order is not None else make_order(settings)
+        # order = adaptive prices its branches by a curve timed here (or the linear model): lopa.cost
+        curve = cost_curve(model, spec, settings, executor, decode) if order is None else None
+        self.base_order = order if order is not None else make_order(settings, *((curve.seconds, curve.source)
+                                                                                  if curve else ()))
         self.apply_script(script)
         self.keep_states = keep_states
         self.states: dict[int, Saved] = {}

@@ -177,6 +177,7 @@ class Policy(StrictModel):
     lift: Annotated[float, Field(ge=0.0, le=MAX_ADAPTIVE_LIFT, allow_inf_nan=False)] | None = None
     round: Annotated[int, Field(ge=-1, le=MAX_NEW_TOKENS + 2)] | None = None
     type: Name | None = None
+    source: Name | None = None         # where an adaptive order's cost curve came from (lopa.cost)
     base: Policy | None = None
 
     @model_validator(mode="after")
@@ -317,7 +318,10 @@ class Trace(BaseModel):
 
 def upgrade_trace(data: Any) -> Any:
     """A trace of an older format as the current one (a new dict; `data` is not changed), renaming
-    the attention modes that changed meaning. Anything else is returned as it is."""
+    the attention modes that changed meaning; a trace from before cost_curve reads as the linear curve its
+    adaptive branches were priced by. Anything else is returned as it is."""
+    if isinstance(data, dict) and isinstance(data.get("settings"), dict) and "cost_curve" not in data["settings"]:
+        data = {**data, "settings": {**data["settings"], "cost_curve": "linear"}}
     if not isinstance(data, dict) or data.get("format") not in OLD_FORMATS:
         return data
     renamed = OLD_FORMATS[data["format"]]

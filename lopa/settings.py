@@ -64,6 +64,8 @@ MAX_SEED = 2**32 - 1
 # The cost model of the adaptive order: a round with R rows in its verify batch costs
 # 1 + branch_cost * (R - 1) rounds of the anchor alone (lopa.order.linear_cost).
 MAX_BRANCH_COST = 100.0
+# How the adaptive order prices branches (lopa.cost.cost_curve): timed on the running device, or the linear model.
+COST_CURVES = ("measured", "linear")
 # The adaptive gain model (forwards a won round saves later: release + lift per position near tau_conf):
 # a fit is clipped here. A win cannot save more forwards than a decode has; these are far above any fit.
 MAX_ADAPTIVE_LIFT = 20.0
@@ -138,7 +140,15 @@ class DecodeSettings:
     branch_cost: float = setting(
         1.0, "order=adaptive only: what one more row of the verify batch (a branch; each token of its chain at "
         "lookahead_depth > 1) adds to a round's seconds, in rounds of the anchor alone (1 = a compute-bound CPU; "
-        "a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST, words="cost of one more branch (adaptive order)")
+        "a GPU at batch 1 is near 0); read when cost_curve is linear", low=0.0, high=MAX_BRANCH_COST,
+        words="cost of one more branch (adaptive order)")
+    cost_curve: str = setting(
+        "measured", "order=adaptive only: what the budget prices a round with b branches by: measured, a few verify "
+        "forwards timed on the running device at the run's shape when the decode starts, once per process "
+        "(lopa/cost.py; the linear model stands in where nothing can be timed: a reference or remote executor); "
+        "linear, 1 + branch_cost * b. Setting branch_cost (a flag, the API, a preset or the model's config) without "
+        "cost_curve chooses linear", choices=COST_CURVES, words="how branches are priced (adaptive order)",
+        choice_words={"measured": "timed on this device", "linear": "linear in branch_cost"})
     adaptive_rank: str = setting(
         "confidence", "order=adaptive only: the order whose lookahead ranking the budget verifies a prefix of: "
         "confidence (the paper's top-Conf) or another proposal rule (least_confident pays best on the regime "

@@ -14,6 +14,7 @@ from dataclasses import replace
 import gradio as gr
 
 from lopa import DecodeSettings, RunResult
+from lopa.cost import curve_words, run_curve
 from lopa.order import budget_warning
 from lopa.trace import fills, metrics
 
@@ -163,15 +164,18 @@ def draw_figures(session: Session) -> tuple:
 
 
 def describe_run(session: Session) -> str:
-    """One line on the session's run: finished or stopped, rounds, tokens, TPF (and a budget warning)."""
+    """One line on the session's run: finished or stopped, rounds, tokens, TPF (and, for order=adaptive, the cost
+    curve it priced branches by and a budget warning)."""
     r = session.run
     if r is None:
         return ""
     m = metrics(r)
     state = "stopped (cancelled)" if r.stopped else "finished"
-    warning = budget_warning(DecodeSettings.from_dict(r.settings))     # "adaptive" that decoded as vanilla D2F
+    settings = DecodeSettings.from_dict(r.settings)
+    curve = run_curve(settings, r.order)                                # order=adaptive: measured here, or linear
+    warning = budget_warning(settings, *curve) if curve else None       # "adaptive" that decoded as vanilla D2F
     return (f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
-            + (f" Note: {warning}." if warning else ""))
+            + (f" Adaptive {curve_words(*curve)}." if curve else "") + (f" Note: {warning}." if warning else ""))
 
 
 def replay_due(session: Session) -> bool:
