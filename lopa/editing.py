@@ -115,12 +115,20 @@ class Editor:
         return not self.on or not bool(self.wanted(state, predictions[0], predictions[1]).any())
 
     def stop(self, state: Branch, predictions) -> str:
-        """Why editing ended at a settled state: budget when its predictions still propose an edit, else no_change;
-        budget too without predictions (a final round, edit_post_steps 0: no forward checks its last commits)."""
+        """Why editing ended: budget when the predictions over the window of the last forward (state: the winner as
+        verified, before the blocks it completed were cached) still propose an edit, else no_change; budget too
+        without predictions (a final round, edit_post_steps 0: no forward checks its last commits)."""
         if predictions is None:
             return BUDGET
         proposed = edit_proposals(state.window(), predictions[0], predictions[1], self.threshold, self.mask_id)
         return BUDGET if bool(proposed.any()) else NO_CHANGE
+
+    def close(self, state: Branch, predictions, finished: bool, edits: Edits, winner: Branch, verified) -> tuple:
+        """After a round's commit: whether the decode is done (the sequence finished and, editing, settled) and the
+        round's record fields (fields(), with the stop reason when done). state: the new state, predictions: over
+        its window; winner: the winning branch as verified, verified: its predictions."""
+        done = finished and self.settled(state, predictions)
+        return done, self.fields(edits, winner, verified, self.stop(winner, verified) if done and self.on else "")
 
     def fields(self, edits: Edits, branch: Branch | None = None, predictions=None, stop: str = "") -> dict:
         """The RoundRecord fields of editing: the round's edits, the winner's predictions at its committed window

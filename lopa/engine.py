@@ -164,7 +164,7 @@ class Decoder:
             predictions = self._restore(resume)                         # the state after round resume.round
         s, order = self.settings, self.order
         for r in count(1 if resume is None else resume.round + 1):
-            self._check_progress(r)
+            check_progress(r, s, self.scripted_rounds, self.editor.on)
             start, filled, before = time.perf_counter(), self.state.n_filled(), (self.state, predictions)
             # 0. edit (edit_threshold < 1): committed window tokens the model now predicts otherwise are replaced;
             #    a round of a fully committed sequence does nothing else (a "post" round)
@@ -199,9 +199,8 @@ class Decoder:
             # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
             predictions = self._commit(branches, verified, winner)
             # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
-            done = self.state.finished(s, self.spec) and self.editor.settled(self.state, predictions)
-            edit = self.editor.fields(edits, branches[winner], verified.branch(winner),
-                                      self.editor.stop(self.state, predictions) if done else "")
+            done, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
+                                           branches[winner], verified.branch(winner))
             record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
                                   forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit)
@@ -229,21 +228,6 @@ class Decoder:
         self._save(0, predictions)
         yield record
         return predictions
-
-    def _check_progress(self, r: int) -> None:
-        """Every round fills at least one position (the first unfinished block is always fully activated)
-        unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
-        commit rule picks predict the mask token and no lookahead branch wins. A stall that must repeat is
-        named as soon as it happens (_repeats); one that might not (a draw per round: random order,
-        temperature > 0) ends here, at the round past what max_new_tokens could need: never an endless loop."""
-        s = self.settings
-        post = (s.edit_post_steps * s.max_blocks + 1) if self.editor.on else 0      # post-edit rounds, bounded per block
-        if r > s.max_new_tokens + 1 + self.scripted_rounds + post:
-            raise DecodeStalled(f"decoding made no progress: {r - 1} rounds did not fill the {s.max_new_tokens} "
-                                "new tokens" + (
-                                    ", as rounds whose chosen positions predict the mask token (which mask_argmax="
-                                    "'authors' writes back) fill nothing; use mask_argmax='next_best'"
-                                    if s.mask_argmax == "authors" else ""))
 
     def _repeats(self, r: int, before: tuple[Branch, Predictions], predictions: Predictions, commits: Commits,
                  look_pos: torch.Tensor, free: torch.Tensor) -> bool:
@@ -300,6 +284,22 @@ class Decoder:
 
 
 # -- pure helpers under the loop: no model, no decoder state; inputs never changed ------------------
+def check_progress(r: int, s: DecodeSettings, scripted_rounds: int, editing: bool) -> None:
+    """Every round fills at least one position (the first unfinished block is always fully activated)
+    unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
+    commit rule picks predict the mask token and no lookahead branch wins; post-edit rounds (token editing) fill
+    nothing, at most edit_post_steps a block. A stall that must repeat is named as soon as it happens
+    (Decoder._repeats); one that might not (a draw per round: random order, temperature > 0) ends here, at the
+    round past what max_new_tokens could need: never an endless loop."""
+    post = (s.edit_post_steps * s.max_blocks + 1) if editing else 0
+    if r > s.max_new_tokens + 1 + scripted_rounds + post:
+        raise DecodeStalled(f"decoding made no progress: {r - 1} rounds did not fill the {s.max_new_tokens} "
+                            "new tokens" + (
+                                ", as rounds whose chosen positions predict the mask token (which mask_argmax="
+                                "'authors' writes back) fill nothing; use mask_argmax='next_best'"
+                                if s.mask_argmax == "authors" else ""))
+
+
 def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
     """[W] bool: the window positions the lookahead may take, those still masked after the anchor, less the
     anchor's own (it may commit the mask token, mask_argmax "authors", which leaves its position masked)."""

@@ -78,6 +78,11 @@ def _branches(item):
                      Field(min_length=1, max_length=MAX_ROWS, fail_fast=True)]
 
 
+def _edits():
+    """A list of token editing's fields (lopa.editing): one entry per position, empty in traces without editing."""
+    return Field(default=[], max_length=MAX_POSITIONS, fail_fast=True)
+
+
 def _chains(item):
     """One entry per lookahead branch, each a list of `item`, one per token of its chain."""
     return Annotated[list[Annotated[list[item], Field(max_length=MAX_LOOKAHEAD_DEPTH, fail_fast=True)]],
@@ -228,13 +233,13 @@ class Record(StrictModel):
     chain_rows: _chains(Annotated[int, Field(ge=0, lt=MAX_ROWS)]) = []
     chain_kept: list[Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD_DEPTH)]] = Field(default=[], max_length=MAX_LOOKAHEAD,
                                                                                   fail_fast=True)
-    edit_positions: list[Pos] = _positions(MAX_POSITIONS)
-    edit_old: list[Id] = _positions(MAX_POSITIONS)
-    edit_tokens: list[Id] = _positions(MAX_POSITIONS)
-    edit_prob: list[Prob] = _positions(MAX_POSITIONS)
-    edit_seen_positions: list[Pos] = _positions(MAX_POSITIONS)
-    edit_seen_argmax: list[Id] = _positions(MAX_POSITIONS)
-    edit_seen_max_prob: list[Prob] = _positions(MAX_POSITIONS)
+    edit_positions: list[Pos] = _edits()
+    edit_old: list[Id] = _edits()
+    edit_tokens: list[Id] = _edits()
+    edit_prob: list[Prob] = _edits()
+    edit_seen_positions: list[Pos] = _edits()
+    edit_seen_argmax: list[Id] = _edits()
+    edit_seen_max_prob: list[Prob] = _edits()
     edit_stop: Literal[("", *EDIT_STOPS)] = ""
 
     @field_validator("branch_scores")

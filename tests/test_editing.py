@@ -1,0 +1,182 @@
+"""Token editing (lopa/editing.py): the pure helpers on hand-made tensors, then the whole engine on a scripted
+fake model (an edit made and recorded, post-edit rounds that stop for the stated reason, the trace checker's
+re-derivation), and editing off leaving every decode as it was."""
+
+import json
+
+import pytest
+import torch
+from fake_model import EOS, MASK, FakeDLLM, table_script
+
+from lopa import Decoder, DecodeSettings, ModelSpec, RunResult
+from lopa.blocks import Branch
+from lopa.editing import (
+    BUDGET,
+    NO_CHANGE,
+    Editor,
+    derive_edits,
+    edit_proposals,
+    full_prefix,
+    recorded_edits,
+    spent_blocks,
+)
+from lopa.engine import fork
+
+PROMPT = torch.tensor([7, 8, 9])
+SPEC = ModelSpec(mask_token_id=MASK, eos_token_ids=(EOS,), logit_shift=True, max_context=4096)
+M = MASK
+
+
+def t(*values, dtype=torch.long):
+    return torch.tensor(values, dtype=dtype)
+
+
+# -- pure helpers ---------------------------------------------------------------------------------------------------
+def test_proposals_are_committed_positions_read_otherwise_surely_above_the_threshold():
+    window = t(4, 5, M, 8, 9)
+    token = t(4, 6, 7, 3, M)                       # 0: same token; 1: another; 2: masked; 3: another; 4: the mask
+    max_prob = t(0.99, 0.9, 0.99, 0.95, 0.99, dtype=torch.float32)
+    before = (window.clone(), token.clone(), max_prob.clone())
+    assert edit_proposals(window, token, max_prob, 0.9, M).tolist() == [False, False, False, True, False]   # strict
+    assert edit_proposals(window, token, max_prob, 0.5, M).tolist() == [False, True, False, True, False]
+    assert all(torch.equal(a, b) for a, b in zip(before, (window, token, max_prob)))     # inputs untouched
+
+
+def test_full_prefix_and_spent_blocks():
+    assert full_prefix(t(1, 2, 3, 4, 5, M, 7, 8), 2, M) == 2        # blocks [1 2] [3 4] full; [5 M] is not
+    assert full_prefix(t(M, 2, 3, 4), 2, M) == 0 and full_prefix(t(1, 2, 3, 4), 2, M) == 2
+    # window blocks 0..2 are sequence blocks 3..5; the full prefix is 2 blocks; budget 2
+    assert spent_blocks({3: 2, 4: 1, 5: 9}, 3, 3, 2, 2).tolist() == [True, False, False]   # block 5 is not full
+
+
+def settings(**changes):
+    return DecodeSettings(**{"block_size": 2, "max_new_tokens": 6, "edit_threshold": 0.5, "edit_post_steps": 1,
+                             **changes})
+
+
+def test_the_edit_phase_edits_and_spends_a_round_only_of_full_prefix_blocks():
+    editor = Editor(settings(), M)
+    state = Branch(t(4, 5, 6, M, 8, 9), 0, 2, M)        # block 0 full, block 1 not, block 2 full behind it
+    token = t(4, 7, 3, 2, 3, 9)
+    max_prob = t(0.9, 0.9, 0.9, 0.9, 0.9, 0.9, dtype=torch.float32)
+    edited, edits = editor.edit(state, (token, max_prob, max_prob))
+    assert state.tokens.tolist() == [4, 5, 6, M, 8, 9]                                # the input is not changed
+    assert edited.tokens.tolist() == [4, 7, 3, M, 3, 9]
+    assert (edits.positions, edits.old, edits.new) == ([1, 2, 4], [5, 6, 8], [7, 3, 3])
+    assert editor.post_rounds == {0: 1}                  # only block 0 was waiting on its edits alone
+    # block 0 has spent its one round: proposals there are no longer wanted, so the schedule may cache it; block 1
+    # (not full) still wants its edit, so block 1 and what follows stay
+    again = (t(4, 9, 6, 2, 8, 9), max_prob, max_prob)
+    assert editor.wanted(edited, *again[:2]).tolist() == [False, False, True, False, True, False]
+    assert editor.cacheable(edited, again, 3) == 1
+    assert editor.settled(Branch(t(4, 9, 6, 1, 3, 9), 0, 2, M), again) is False
+
+
+def test_editing_off_does_nothing():
+    editor = Editor(settings(edit_threshold=1.0), M)
+    state = Branch(t(4, 5), 0, 2, M)
+    p = t(0.99, 0.99, dtype=torch.float32)
+    assert editor.edit(state, (t(6, 6), p, p)) == (state, editor.edit(state, (t(6, 6), p, p))[1])
+    assert editor.cacheable(state, (t(6, 6), p, p), 1) == 1 and editor.settled(state, (t(6, 6), p, p))
+    assert editor.fields(editor.edit(state, (t(6, 6), p, p))[1]) == {}
+
+
+# -- the engine on a scripted model ------------------------------------------------------------------------------------
+# Position 1 is first read as 5; once position 2 holds 7 the model reads 6 there, surely: one edit.
+ONE_EDIT = {0: (4, 0.95), 1: lambda v: (6, 0.97) if v.get(2) == 7 else (5, 0.95), 2: (7, 0.6), 3: (8, 0.95)}
+# Position 1 always reads the other of 5 and 6 than it holds: an edit every round, for ever unless the budget stops it.
+FLIP = {0: (4, 0.95), 1: lambda v: (6, 0.97) if v.get(1) == 5 else (5, 0.97), 2: (7, 0.95), 3: (8, 0.95)}
+
+
+def decode(table, executor="uncached", keep_states=False, **changes):
+    model = FakeDLLM(len(PROMPT), table_script(table), shift=True)
+    s = DecodeSettings(**{"k": 0, "tau_conf": 0.9, "block_size": 4, "max_new_tokens": 8, "confidence": "max_prob",
+                          **changes})
+    return Decoder(model, SPEC, s, executor=executor, keep_states=keep_states).run(PROMPT)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_an_edit_is_made_recorded_and_rederived(k):
+    run = decode(ONE_EDIT, k=k, edit_threshold=0.9, edit_post_steps=3)
+    assert run.tokens[:4] == [4, 6, 7, 8]
+    edited = [r for r in run.records if r.edit_positions]
+    assert len(edited) == 1
+    rec = edited[0]
+    assert (rec.edit_positions, rec.edit_old, rec.edit_tokens) == ([1], [5], [6])
+    assert rec.edit_prob[0] == pytest.approx(0.97, abs=1e-6)
+    assert rec.branch_tokens[0][1 - rec.window_start] == 6                         # every row carries the edit
+    assert run.records[-1].edit_stop == NO_CHANGE and all(not r.edit_stop for r in run.records[:-1])
+    # the round before the edit saw the new reading at a committed position, and kept block 0 out of the cache
+    before = run.records[rec.round - 1]
+    assert 1 in before.edit_seen_positions and before.n_cached_blocks == 0
+    assert derive_edits(run.records, 0.9, 3, 4, MASK) == [recorded_edits(r) for r in run.records]
+    assert run.metrics()["edits"] == 1
+    if k == 0:       # vanilla: the anchor finished the sequence; the edit takes a post round, then nothing changes
+        assert [r.kind for r in run.records] == ["prefill", "round", "round", "post"]
+        assert run.metrics()["post_rounds"] == 1
+
+
+def test_post_rounds_stop_at_the_budget():
+    run = decode(FLIP, edit_threshold=0.9, edit_post_steps=2)
+    last = run.records[-1]
+    assert last.edit_stop == BUDGET
+    assert [r.edit_old for r in run.records if r.edit_positions] == [[5], [6]]        # two post-edit rounds in block 0
+    assert run.metrics()["post_rounds"] >= 1 and derive_edits(run.records, 0.9, 2, 4, MASK)[-1] == recorded_edits(last)
+    zero = decode(FLIP, edit_threshold=0.9, edit_post_steps=0)        # no post-edit round: block 0 cached when full
+    assert zero.records[-1].edit_stop == BUDGET and zero.metrics()["edits"] == 0
+
+
+def test_the_checker_rederives_edits_and_refuses_a_forged_one(tmp_path):
+    run = decode(ONE_EDIT, edit_threshold=0.9, edit_post_steps=3)
+    for suffix in (".json", ".parquet"):
+        back = RunResult.load(run.save(tmp_path / f"run{suffix}"))
+        assert [recorded_edits(r) for r in back.records] == [recorded_edits(r) for r in run.records]
+    data = json.loads(run.to_json())
+    edited = next(r for r in data["records"] if r["edit_positions"])
+    edited["edit_tokens"] = [9]
+    with pytest.raises(ValueError, match="its edits"):
+        RunResult.from_json(json.dumps(data))
+    data = json.loads(run.to_json())
+    data["settings"]["edit_threshold"] = 0.99                  # 0.97 is not above it: the recorded edit is not due
+    with pytest.raises(ValueError, match="its edits"):
+        RunResult.from_json(json.dumps(data))
+    old = json.loads(decode(ONE_EDIT).to_json())                # a trace written before editing: no edit fields
+    del old["settings"]["edit_threshold"], old["settings"]["edit_post_steps"]
+    for record in old["records"]:
+        for name in [n for n in record if n.startswith("edit_")]:
+            del record[name]
+    assert RunResult.from_json(json.dumps(old)).tokens[:4] == [4, 5, 7, 8]
+
+
+def test_editing_off_is_the_decode_without_it():
+    for table in (ONE_EDIT, FLIP):
+        for k in (0, 2):
+            plain, off = decode(table, k=k), decode(table, k=k, edit_threshold=1.0, edit_post_steps=5)
+            assert plain.tokens == off.tokens
+            assert [r.to_dict() | {"round_seconds": 0, "forward_seconds": 0} for r in plain.records] == \
+                [r.to_dict() | {"round_seconds": 0, "forward_seconds": 0} for r in off.records]
+            assert not any(r.edit_positions or r.edit_seen_positions or r.edit_stop for r in off.records)
+
+
+def test_the_cached_executors_edit_as_the_uncached_reference():
+    """A random tiny model at edit_threshold 0 (SGLang's default: edit wherever the reading changes) edits; the
+    batched fast path, its eager reference and one branch at a time on a cache copy make the uncached run's edits."""
+    from tiny import LIVELY, tiny_qwen2, tiny_spec
+    model, spec = tiny_qwen2(seed=3), tiny_spec()
+    s = DecodeSettings(**{**LIVELY, "k": 2, "edit_threshold": 0.0, "edit_post_steps": 2})
+    prompt = torch.arange(3, 15)
+    runs = [Decoder(model, spec, s, executor=e).run(prompt) for e in ("uncached", "batched", "batched_eager", "per_branch")]
+    assert runs[0].metrics()["edits"] > 0
+    for run in runs[1:]:
+        assert run.tokens == runs[0].tokens
+        edits, reference = ([e for r in x.records for e in recorded_edits(r)] for x in (run, runs[0]))
+        assert [e[:3] for e in edits] == [e[:3] for e in reference]
+        assert [e[3] for e in edits] == pytest.approx([e[3] for e in reference], abs=1e-5)
+    assert RunResult.from_json(runs[1].to_json()).tokens == runs[0].tokens          # the checker re-derives them
+
+
+def test_a_fork_resumes_the_post_edit_budget():
+    run = decode(FLIP, edit_threshold=0.9, edit_post_steps=2, keep_states=True)
+    again = fork(run, at_round=2)
+    assert again.tokens == run.tokens
+    assert [recorded_edits(r) for r in again.records] == [recorded_edits(r) for r in run.records]
