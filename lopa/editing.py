@@ -167,7 +167,8 @@ def derive_edits(records, threshold: float, budget: int, block_size: int, mask_i
         first = start // block_size
         for p, t, q in zip(prev.edit_seen_positions, prev.edit_seen_argmax, prev.edit_seen_max_prob):
             b = (p - start) // block_size
-            if p < start or p - prev.window_start >= len(tokens) or (b < n_full and post.get(first + b, 0) >= budget):
+            inside = max(start, prev.window_start) <= p < prev.window_start + len(tokens)
+            if not inside or (b < n_full and post.get(first + b, 0) >= budget):
                 continue
             old = tokens[p - prev.window_start]
             if old != mask_id and t != old and t != mask_id and q > above:

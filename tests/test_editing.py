@@ -180,3 +180,20 @@ def test_a_fork_resumes_the_post_edit_budget():
     again = fork(run, at_round=2)
     assert again.tokens == run.tokens
     assert [recorded_edits(r) for r in again.records] == [recorded_edits(r) for r in run.records]
+
+
+def test_lopa_generate_edits_through_its_flags(tmp_path, capsys):
+    """The flags come from the one declaration: --edit-threshold / --edit-post-steps reach the decode and its trace."""
+    from tiny import save_tiny_model_dir
+
+    from lopa.cli import main
+    path = save_tiny_model_dir(tmp_path / "tiny", seed=3)
+    trace = tmp_path / "run.json"
+    assert main(["generate", "--model", str(path), "--prompt", "Tom has 3 apples", "--max-new-tokens", "32",
+                 "--tau-conf", "0.12", "--k", "2", "--edit-threshold", "0", "--edit-post-steps", "2",
+                 "--device", "cpu", "--trace", str(trace)]) == 0
+    run = RunResult.load(trace)
+    assert (run.settings["edit_threshold"], run.settings["edit_post_steps"]) == (0.0, 2)
+    assert run.records[-1].edit_stop in (NO_CHANGE, BUDGET) and any(r.edit_seen_positions for r in run.records)
+    assert main(["generate", "--model", str(path), "--prompt", "x", "--edit-threshold", "1.5", "--device", "cpu"]) != 0
+    assert "edit_threshold must be in [0, 1], got 1.5" in capsys.readouterr().err
