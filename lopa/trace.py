@@ -194,6 +194,23 @@ def fills(records: list[RoundRecord], upto: int | None = None) -> dict[int, Fill
     return out
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A committed position rewritten by token editing (lopa/editing.py)."""
+    round: int          # the round that made the edit
+    old: int            # the token it held
+    new: int            # the token it took
+    max_prob: float     # the new token's probability when the edit was decided
+
+
+def edits(records: list[RoundRecord], upto: int | None = None) -> dict[int, Edit]:
+    """Position -> its latest Edit in rounds 1..upto (default: all); positions never edited are absent."""
+    last = len(records) - 1 if upto is None else min(upto, len(records) - 1)
+    return {p: Edit(r, old, new, q) for r in range(1, last + 1)
+            for p, old, new, q in zip(records[r].edit_positions, records[r].edit_old, records[r].edit_tokens,
+                                      records[r].edit_prob)}
+
+
 def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
     """How uneven the token filling order was over the answer's first `useful` positions: the round
     each was filled in, its spread (population standard deviation, in rounds) and the share filled
