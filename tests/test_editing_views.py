@@ -1,5 +1,7 @@
 """Token editing in the explorer: edited cells on the canvas, the round's explanation naming each edit, the glossary."""
 
+import re
+
 import torch
 from fake_model import MASK
 from test_editing import FLIP, ONE_EDIT, decode
@@ -40,8 +42,8 @@ def test_a_cell_edited_earlier_keeps_an_underline_and_a_run_without_editing_show
     slow = decode({**ONE_EDIT, 4: (9, 0.5), 5: (9, 0.5), 6: (9, 0.5), 7: (1, 0.5)}, edit_threshold=0.9)
     r = next(i for i, rec in enumerate(slow.records) if rec.edit_positions)
     assert slow.records[r].kind == "round" and r + 1 < len(slow.records)
-    later = token_canvas(slow, r + 1, NAMES).split('data-position="2"')[0].split('data-position="1"')[1]
-    assert "lopa-rewritten" in later and 'data-state="cached"' in later and "edited in round" in later
+    later = re.search(r'<div class="([^"]*)" data-position="1" ([^>]*)>', token_canvas(slow, r + 1, NAMES))
+    assert "lopa-rewritten" in later[1] and 'data-state="cached"' in later[2] and f"edited in round {r}" in later[2]
     assert "*Edits:*" in explain_round(slow, r, NAMES) and "*Anchor:*" in explain_round(slow, r, NAMES)
     plain = token_canvas(decode(FLIP), 1, NAMES)
     assert 'data-swatch="edited"' not in plain and 'data-state="edited"' not in plain
