@@ -197,3 +197,17 @@ def test_lopa_generate_edits_through_its_flags(tmp_path, capsys):
     assert run.records[-1].edit_stop in (NO_CHANGE, BUDGET) and any(r.edit_seen_positions for r in run.records)
     assert main(["generate", "--model", str(path), "--prompt", "x", "--edit-threshold", "1.5", "--device", "cpu"]) != 0
     assert "edit_threshold must be in [0, 1], got 1.5" in capsys.readouterr().err
+
+
+def test_a_recorded_editing_run_replays_from_its_trace():
+    """A trace's decisions replayed as a script (forks of a loaded trace, `--script`): the edits follow from the
+    predictions, so the replay makes the same edits and post-edit rounds."""
+    from lopa.script import script_from_trace
+    run = decode(FLIP, k=2, edit_threshold=0.9, edit_post_steps=2)
+    loaded = RunResult.from_json(run.to_json())
+    model = FakeDLLM(len(PROMPT), table_script(FLIP), shift=True)
+    settings = DecodeSettings.from_dict(loaded.settings)
+    again = Decoder(model, SPEC, settings, executor="uncached", script=script_from_trace(loaded)).run(PROMPT)
+    assert again.tokens == run.tokens
+    assert [(r.kind, recorded_edits(r), r.edit_stop) for r in again.records] == \
+        [(r.kind, recorded_edits(r), r.edit_stop) for r in run.records]
