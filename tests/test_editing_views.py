@@ -63,3 +63,15 @@ def test_the_explanation_names_each_edit_and_its_probability_and_why_editing_sto
 def test_the_glossary_explains_token_editing():
     html = glossary_html()
     assert 'id="term-token-editing"' in html and 'id="term-post-round"' in html
+
+
+def test_compare_takes_editing_off_as_a_baseline():
+    from types import SimpleNamespace
+
+    from app.panels.compare import baseline_settings, lopa_title
+    from lopa import DecodeSettings
+    on = DecodeSettings(k=2, edit_threshold=0.5, edit_post_steps=4)
+    off = baseline_settings("LoPA without token editing (same k)", on)
+    assert off == on.replace(edit_threshold=1.0)
+    backend = SimpleNamespace(parallel=False)
+    assert lopa_title(on, backend) == "LoPA (k = 2, editing above 0.5)" and lopa_title(off, backend) == "LoPA (k = 2)"
