@@ -75,3 +75,18 @@ def test_compare_takes_editing_off_as_a_baseline():
     assert off == on.replace(edit_threshold=1.0)
     backend = SimpleNamespace(parallel=False)
     assert lopa_title(on, backend) == "LoPA (k = 2, editing above 0.5)" and lopa_title(off, backend) == "LoPA (k = 2)"
+
+
+def test_the_tour_has_a_step_on_editing_when_the_lopa_run_edits():
+    from app.panels.tour.steps import tour_steps
+    plain = decode(ONE_EDIT, k=2)
+    edited = decode({**ONE_EDIT, 4: (9, 0.5), 5: (9, 0.5), 6: (9, 0.5), 7: (1, 0.5)}, k=2, edit_threshold=0.9)
+    assert [s.key for s in tour_steps(plain, plain, NAMES)] == ["fill", "anchor", "branches", "winner", "order", "try"]
+    steps = tour_steps(plain, edited, NAMES)
+    assert [s.key for s in steps][-2:] == ["edit", "try"]
+    step = steps[-2]
+    first = next(r for r in edited.records if r.edit_positions)
+    assert (step.run, step.round) == ("lopa", first.round)
+    assert (step.facts["position"], step.facts["old"], step.facts["new"]) == (1, 5, 6)
+    assert "<code>five</code>" in step.text and "<code>six</code>" in step.text and "max prob 0.97" in step.text
+    assert f"{step.facts['edits']} edit(s)" in step.text
