@@ -211,3 +211,19 @@ def test_a_recorded_editing_run_replays_from_its_trace():
     assert again.tokens == run.tokens
     assert [(r.kind, recorded_edits(r), r.edit_stop) for r in again.records] == \
         [(r.kind, recorded_edits(r), r.edit_stop) for r in run.records]
+
+
+@pytest.mark.parametrize("extra", [{"commit": rule, **({"confidence": "neg_entropy"} if rule == "eb" else {})}
+                                   for rule in ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable")]
+                         + [{"order": "random"}, {"order": "adaptive"}, {"lookahead_depth": 3},
+                            {"cache_schedule": "authors"}, {"attention": "full"}, {"temperature": 1.0}])
+def test_editing_under_every_commit_rule_and_lookahead(extra):
+    """A random tiny model at edit_threshold 0 edits under every commit rule, order and lookahead mechanics; every
+    decode ends, and the trace checker re-derives its edits."""
+    from tiny import LIVELY, tiny_qwen2, tiny_spec
+    s = DecodeSettings(**{**LIVELY, "k": 2, "edit_threshold": 0.0, "edit_post_steps": 2, **extra})
+    run = Decoder(tiny_qwen2(seed=3), tiny_spec(), s).run(torch.arange(3, 15))
+    assert run.metrics()["edits"] > 0 and run.records[-1].edit_stop in (NO_CHANGE, BUDGET)
+    assert MASK not in run.tokens
+    back = RunResult.from_json(run.to_json())
+    assert [recorded_edits(r) for r in back.records] == [recorded_edits(r) for r in run.records]
