@@ -61,7 +61,7 @@ class Decoder:
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None
         self.previous = None          # (window start, token, max_prob) the last round decided on
-        self.finished = False
+        self.finished = self.settled = False    # settled: the last round ended the decode (editing: nothing changes)
         self.run_id, self.forked_from = "", None
         self.editor = Editor(settings, spec.mask_token_id)
         config = getattr(getattr(self.executor, "model", None), "config", None)
@@ -131,9 +131,9 @@ class Decoder:
 
     @property
     def done(self) -> bool:
-        """Whether the sequence decoded so far is complete (EOS reached or the token budget spent),
-        even before the stream has returned."""
-        return self.state is not None and self.state.finished(self.settings, self.spec)
+        """Whether the sequence decoded so far is complete (EOS reached or the token budget spent; with token
+        editing, no block changes any more), even before the stream has returned."""
+        return self.state is not None and self.settled and self.state.finished(self.settings, self.spec)
 
     def result(self) -> RunResult:
         if self.state is None:
@@ -175,7 +175,7 @@ class Decoder:
             commits = order.anchor(view)
             anchor = self.state.with_tokens(self.state.window_start + commits.positions, commits.tokens)
             if anchor.finished(s, self.spec) and not (self.editor.on and s.edit_post_steps):   # a final round, no forward
-                self.state = anchor
+                self.state, self.settled = anchor, True
                 yield final_record(r, anchor, commits, s, start, committed=anchor.n_filled() - filled,
                                    edit=self.editor.fields(edits, stop="budget"))
                 return
@@ -201,6 +201,7 @@ class Decoder:
             # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
             done, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
                                            branches[winner], verified.branch(winner))
+            self.settled = done
             record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
                                   forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit)
@@ -214,7 +215,7 @@ class Decoder:
     def _prefill(self, prompt_ids: torch.Tensor):
         """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
         start = time.perf_counter()
-        self.state, self.previous = Branch.start(self.settings, self.spec), None
+        self.state, self.previous, self.settled = Branch.start(self.settings, self.spec), None, False
         self.editor.post_rounds = {}
         self.executor.start(prompt_ids)
         verified = self.executor.verify([self.state])
@@ -280,6 +281,7 @@ class Decoder:
     def _restore(self, saved: Saved) -> Predictions:
         self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
         self.previous, self.editor.post_rounds = saved.previous, dict(saved.post_rounds or {})
+        self.settled = False
         return saved.predictions
 
 

@@ -227,3 +227,15 @@ def test_editing_under_every_commit_rule_and_lookahead(extra):
     assert MASK not in run.tokens
     back = RunResult.from_json(run.to_json())
     assert [recorded_edits(r) for r in back.records] == [recorded_edits(r) for r in run.records]
+
+
+def test_done_waits_for_the_post_edit_rounds():
+    """Decoder.done (what the app's stream reads to end a decode early) is true only once editing has settled:
+    the sequence is complete before its post-edit rounds, which must still be streamed."""
+    model = FakeDLLM(len(PROMPT), table_script(FLIP), shift=True)
+    s = DecodeSettings(k=0, tau_conf=0.9, block_size=4, max_new_tokens=8, confidence="max_prob", edit_threshold=0.9,
+                       edit_post_steps=2)
+    decoder = Decoder(model, SPEC, s, executor="uncached")
+    seen = [(record.kind, decoder.done) for record in decoder.stream(PROMPT)]
+    assert seen[-1] == ("post", True) and [d for _, d in seen[:-1]] == [False] * (len(seen) - 1)
+    assert any(kind == "round" for kind, _ in seen) and decoder.state.finished(s, SPEC)
