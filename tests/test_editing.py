@@ -160,12 +160,16 @@ def test_editing_off_is_the_decode_without_it():
 
 def test_the_cached_executors_edit_as_the_uncached_reference():
     """A random tiny model at edit_threshold 0 (SGLang's default: edit wherever the reading changes) edits; the
-    batched fast path, its eager reference and one branch at a time on a cache copy make the uncached run's edits."""
+    batched fast path, its static-shape path, its eager reference and one branch at a time on a cache copy make the
+    uncached run's edits."""
     from tiny import LIVELY, tiny_qwen2, tiny_spec
     model, spec = tiny_qwen2(seed=3), tiny_spec()
     s = DecodeSettings(**{**LIVELY, "k": 2, "edit_threshold": 0.0, "edit_post_steps": 2})
     prompt = torch.arange(3, 15)
-    runs = [Decoder(model, spec, s, executor=e).run(prompt) for e in ("uncached", "batched", "batched_eager", "per_branch")]
+    from lopa.forward import BatchedExecutor
+    static = BatchedExecutor(model, spec, s, static=True)        # the CUDA graphs' static path, uncaptured
+    runs = [Decoder(model, spec, s, executor=e).run(prompt)
+            for e in ("uncached", "batched", "batched_eager", "per_branch", static)]
     assert runs[0].metrics()["edits"] > 0
     for run in runs[1:]:
         assert run.tokens == runs[0].tokens
