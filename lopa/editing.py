@@ -68,7 +68,8 @@ NO_EDITS = Edits([], [], [], [])
 
 class Editor:
     """The editing phase of the engine's loop, and the block budget it keeps (post_rounds: {block: post-edit rounds},
-    saved with every resumable state). Off (every method a no-op) when settings.edit_threshold is 1."""
+    saved with every resumable state). Off when settings.edit_threshold is 1: then edit, cacheable, settled, close
+    and fields change nothing and record nothing."""
 
     def __init__(self, settings: DecodeSettings, mask_id: int):
         self.on = editing_on(settings)
@@ -116,10 +117,8 @@ class Editor:
 
     def stop(self, state: Branch, predictions) -> str:
         """Why editing ended: budget when the predictions over the window of the last forward (state: the winner as
-        verified, before the blocks it completed were cached) still propose an edit, else no_change; budget too
-        without predictions (a final round, edit_post_steps 0: no forward checks its last commits)."""
-        if predictions is None:
-            return BUDGET
+        verified, before the blocks it completed were cached) still propose an edit, else no_change. (A final round,
+        at edit_post_steps 0, ends on budget: no forward checks its last commits.)"""
         proposed = edit_proposals(state.window(), predictions[0], predictions[1], self.threshold, self.mask_id)
         return BUDGET if bool(proposed.any()) else NO_CHANGE
 

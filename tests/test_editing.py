@@ -243,3 +243,17 @@ def test_done_waits_for_the_post_edit_rounds():
     seen = [(record.kind, decoder.done) for record in decoder.stream(PROMPT)]
     assert seen[-1] == ("post", True) and [d for _, d in seen[:-1]] == [False] * (len(seen) - 1)
     assert any(kind == "round" for kind, _ in seen) and decoder.state.finished(s, SPEC)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.update(edit_old=[]), "differ in length"),
+    (lambda r: r.update(edit_stop="tired"), "edit_stop"),
+    (lambda r: r.update(edit_positions=[9999]), "edit_positions"),
+    (lambda r: r.update(edit_seen_max_prob=[1.5] * len(r["edit_seen_max_prob"])), "edit_seen_max_prob"),
+])
+def test_a_malformed_edit_field_is_refused_naming_it(change, message):
+    data = json.loads(decode(ONE_EDIT, edit_threshold=0.9, edit_post_steps=3).to_json())
+    change(next(r for r in data["records"] if r["edit_positions"]) if message != "edit_seen_max_prob"
+           else next(r for r in data["records"] if r["edit_seen_positions"]))
+    with pytest.raises(ValueError, match=message):
+        RunResult.from_json(json.dumps(data))
