@@ -90,3 +90,21 @@ def test_the_tour_has_a_step_on_editing_when_the_lopa_run_edits():
     assert (step.facts["position"], step.facts["old"], step.facts["new"]) == (1, 5, 6)
     assert "<code>five</code>" in step.text and "<code>six</code>" in step.text and "max prob 0.97" in step.text
     assert f"{step.facts['edits']} edit(s)" in step.text
+
+
+def test_the_settings_panel_shows_an_editing_model_s_own_values():
+    """A model that asks for token editing (a LLaDA2.1 folder: spec.decode) shows its values in the settings inputs
+    until the visitor touches them, as Run resolves them."""
+    from app.serving.request import follow_model, shown_settings
+    from app.serving.session import APP_DEFAULTS, SETTING_NAMES
+    from lopa import ModelSpec
+    spec = ModelSpec(mask_token_id=0, eos_token_ids=(1,), logit_shift=False, decode={"edit_threshold": 0.5,
+                                                                                    "edit_post_steps": 4})
+    shown = shown_settings(spec)
+    assert (shown.edit_threshold, shown.edit_post_steps) == (0.5, 4)
+    assert {"edit_threshold", "edit_post_steps"} <= set(SETTING_NAMES)
+    values = [APP_DEFAULTS[n] for n in SETTING_NAMES]
+    follow = dict(zip(SETTING_NAMES, follow_model(spec, (), *values)))
+    assert (follow["edit_threshold"], follow["edit_post_steps"]) == (0.5, 4)
+    kept = dict(zip(SETTING_NAMES, follow_model(spec, {"edit_threshold"}, *values)))
+    assert kept["edit_threshold"] == APP_DEFAULTS["edit_threshold"] == 1.0          # the visitor's own stays
