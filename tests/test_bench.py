@@ -35,6 +35,7 @@ def test_bench_round_prints_the_table(tmp_path, capsys):
     assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
     out = capsys.readouterr().out
     assert "ms/forward" in out and "bookkeeping at k = 8" in out
+    assert "batched forward: lean (lopa.fast)" in out and "fast/eager" in out
 
 
 def test_bench_fork_prints_resume_and_replay(tmp_path, capsys):
