@@ -99,6 +99,9 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
             executor.verify(rows[B])
             _sync(device)
             samples[B].append(clock() - t0)
+    release = getattr(executor, "release", None)
+    if release is not None:              # the static buffers it timed (lopa.graphs) now serve the decode
+        release()
     return samples
 
 
