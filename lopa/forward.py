@@ -302,7 +302,10 @@ class BatchedExecutor(_CachedExecutor):
         self.lean = LeanForward(model) if self.lean_reason is None else None
         # static shapes and captured graphs (lopa.graphs): by default on CUDA; static=True runs the same
         # static path uncaptured on any device (the suite's check of it on a CPU)
-        self.static = self.device.type == "cuda" if static is None else static
+        if static is None:
+            from lopa.graphs import graphs_enabled
+            static = self.device.type == "cuda" and graphs_enabled()
+        self.static = static
         self.graph = None
 
     def start(self, prompt_ids):

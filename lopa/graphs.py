@@ -27,6 +27,7 @@ eager executor's there (tests/test_fast.py); only the capture itself needs a GPU
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
@@ -151,6 +152,16 @@ class GraphVerify:
             assert self.kv.length == length          # capture computes, never caches
         self.buckets[(B, L)] = slot
         return slot
+
+
+GRAPHS_ENV = "LOPA_CUDA_GRAPHS"     # "0": on CUDA the batched executor runs the lean forward uncaptured
+
+
+def graphs_enabled() -> bool:
+    """Whether a CUDA batched executor captures its verify step (default yes). A process that decodes once and
+    ends (a ZeroGPU call's forked worker: app/serving/gpu.py sets it off there) would pay a capture per bucket
+    and replay it a few times, so it runs the lean forward uncaptured."""
+    return os.environ.get(GRAPHS_ENV, "1").strip() != "0"
 
 
 def capacity_for(n: int) -> int:

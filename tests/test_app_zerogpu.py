@@ -186,3 +186,14 @@ def test_gpu_is_spaces_gpu_only_on_a_zerogpu_space(monkeypatch):
     assert gpu.gpu(f)(1) == ("on gpu", 2) and seen == [f]
     monkeypatch.setitem(sys.modules, "spaces", None)                # ZeroGPU flag but no package: identity
     assert gpu.gpu(f) is f
+
+
+def test_a_zero_gpu_space_decodes_without_cuda_graphs(monkeypatch):
+    """Each ZeroGPU call decodes in a worker forked for it, where a graph capture would serve one decode: the
+    boundary turns the batched executor's capture off (lopa.graphs) before any worker forks."""
+    from lopa.graphs import graphs_enabled
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.delenv("LOPA_CUDA_GRAPHS", raising=False)
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=lambda fn: fn))
+    assert gpu.gpu(len)("abc") == 3
+    assert not graphs_enabled()

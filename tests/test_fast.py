@@ -156,6 +156,16 @@ def test_a_cast_model_gets_new_static_buffers(model):
     assert run.tokens
 
 
+def test_graphs_can_be_turned_off(model, monkeypatch):
+    """LOPA_CUDA_GRAPHS=0 (what a ZeroGPU Space sets): no static path by default, whatever the device."""
+    from lopa.graphs import graphs_enabled
+    monkeypatch.setenv("LOPA_CUDA_GRAPHS", "0")
+    assert not graphs_enabled()
+    assert not BatchedExecutor(model, tiny_spec(), settings_for("full", 1)).static
+    monkeypatch.setenv("LOPA_CUDA_GRAPHS", "1")
+    assert graphs_enabled()
+
+
 def test_buckets():
     assert [bucket(n) for n in (1, 2, 3, 5, 9, 15, 16, 17)] == [1, 2, 4, 8, 16, 16, 16, 32]
     assert [bucket(n, 32) for n in (1, 32, 33, 64, 65)] == [32, 32, 64, 64, 96]

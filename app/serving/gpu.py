@@ -25,6 +25,9 @@ def zero_gpu() -> bool:
 def _decorator():
     if not zero_gpu():
         return None
+    # Each decorated call decodes in a worker forked for it: CUDA graphs captured there would be replayed a few
+    # times and thrown away with the worker, so the batched executor runs its lean forward uncaptured (lopa.graphs).
+    os.environ.setdefault("LOPA_CUDA_GRAPHS", "0")
     try:  # pragma: no cover - only on a ZeroGPU Space
         import spaces
     except ImportError:  # pragma: no cover
