@@ -147,3 +147,21 @@ def test_training_is_reproducible_from_one_seed_and_never_draws_held_out_problem
     other = train_filter("open-gsm-dllm", seed=6, n_problems=4, epochs=20, out=tmp_path / "c", log=quiet)
     assert (tmp_path / "c" / FILTER_DIR / FILTER_WEIGHTS).read_bytes() != weights[0] and other["seed"] == 6
     assert not any(is_heldout(p["question"]) for p in split("train", 200, 5, 3, 30, "ladder"))
+
+
+def test_the_command_line_trains_and_records_itself(tmp_path):
+    """`python -m lopa.train filter` dispatches to lopa.train.filter (the trainer's own flags untouched), and the
+    description records the command that made it."""
+    import subprocess
+    import sys
+
+    from lopa.train.filter import main
+    main(["--model", "open-gsm-dllm", "--problems", "2", "--epochs", "3", "--out", str(tmp_path)])
+    meta = json.loads((tmp_path / FILTER_DIR / FILTER_JSON).read_text())
+    assert meta["command"] == f"python -m lopa.train filter --model open-gsm-dllm --problems 2 --epochs 3 --out {tmp_path}"
+    assert meta["epochs"] == 3 and meta["problems"] == 2 and meta["validation_problems"] == 1
+    helps = [subprocess.run([sys.executable, "-m", "lopa.train", *args, "--help"], capture_output=True, text=True)
+             for args in (["filter"], [])]
+    assert all(h.returncode == 0 for h in helps)
+    assert "lopa.train filter" in helps[0].stdout and "--problems" in helps[0].stdout
+    assert "--export" in helps[1].stdout and "--problems" not in helps[1].stdout
