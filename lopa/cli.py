@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
+from lopa.cost import curve_words, run_curve
 from lopa.engine import DecodeStalled
-from lopa.order import budget_warning
+from lopa.order import budget_warning, describe_order
 from lopa.resolution import add_settings_arguments, choice_type, settings_from_args
 from lopa.settings import DecodeSettings
 
@@ -84,7 +85,10 @@ def _report(args, decoder, description: str) -> int:
     settings = decoder.settings
     if getattr(args, "script_rounds", None):
         decoder.apply_script(args.script_rounds)
-    warning = budget_warning(settings)           # "adaptive" that can never branch is vanilla D2F: say so
+    curve = run_curve(settings, describe_order(decoder.base_order))      # order=adaptive: what prices its branches
+    if curve:
+        print(curve_words(*curve), file=sys.stderr)
+    warning = budget_warning(settings, *curve) if curve else None   # "adaptive" that can never branch is vanilla D2F
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     prompt = args.prompt if args.prompt is not None else torch.tensor(args.prompt_ids, dtype=torch.long)

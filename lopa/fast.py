@@ -65,6 +65,18 @@ class LeanForward:
         self.layers = list(self.body.layers[: model.config.num_hidden_layers])
         attn = self.layers[0].self_attn
         self.head_dim = getattr(attn, "head_dim", model.config.hidden_size // model.config.num_attention_heads)
+        # The modules this forward runs without calling them: a hook on one of them would not fire here
+        self.skipped = [model, self.body, *self.layers, *(layer.self_attn for layer in self.layers),
+                        *(layer.mlp for layer in self.layers)]
+
+    def hooked(self) -> bool:
+        """Whether a forward hook waits on a module this forward does not call (the model, a layer, its
+        attention or MLP; torch's global hooks): the executor then runs the model's own forward, so the hook
+        fires as it would without LoPA (counting forwards, capturing activations)."""
+        from torch.nn.modules import module as torch_module
+        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+            return True
+        return any(m._forward_hooks or m._forward_pre_hooks for m in self.skipped)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
                  prefix, window_lengths=None, keep_from: int = 0) -> torch.Tensor:

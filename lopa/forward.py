@@ -340,7 +340,7 @@ class BatchedExecutor(_CachedExecutor):
     def _run(self, inputs, mask, positions, window_lengths=None, keep_from: int = 0) -> torch.Tensor:
         """One forward -> logits [B, L - keep_from, V]: the lean forward, or the model's own."""
         inputs, mask, positions = inputs.to(self.device), mask.to(self.device), positions.to(self.device)
-        if self.lean is not None:
+        if self.lean is not None and not self.lean.hooked():
             return self.lean(inputs, mask, positions, self.kv, window_lengths, keep_from)
         out = self.model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=False,
                          lopa_prefix=self.kv, lopa_window_lengths=window_lengths)

@@ -162,9 +162,10 @@ def capacity_for(n: int) -> int:
 def runner_for(executor, prompt_len: int) -> GraphVerify | None:
     """The model's runner for this executor's decode, built on first use and kept on the model (graphs are
     worth keeping: a capture costs a forward per bucket), or None where the static path does not apply:
-    no lean forward, sampling, a vocabulary past float32's exact integers, or buffers another decode holds."""
+    no lean forward, sampling, a vocabulary past float32's exact integers, a forward hook on the model (a graph
+    would replay without it), or buffers another decode holds."""
     s, lean = executor.settings, executor.lean
-    if lean is None or s.temperature > 0 or lean.model.config.vocab_size > MAX_EXACT_TOKEN:
+    if lean is None or s.temperature > 0 or lean.model.config.vocab_size > MAX_EXACT_TOKEN or lean.hooked():
         return None
     capture = executor.device.type == "cuda"
     # The weights' address and dtype: a graph reads the weights where they were at capture, so a model moved

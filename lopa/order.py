@@ -189,10 +189,11 @@ ADAPTIVE_NEAR = 0.2
 class AdaptiveOrder:
     """order = adaptive: the base policy's anchor and ranking, but each round verifies only as many of its
     top settings.k candidates as pay for themselves in seconds saved (lopa.rules.choose_k),
-    given `cost`, the seconds of a round with B = 1 .. K + 1 branches: by default the cost model of the
-    settings (branch_cost, make_order), or a curve measured on the running device
-    (lopa.study.adaptive_fit.measure_cost). Returns fewer than k positions, often none, which the engine
-    verifies as a smaller batch; with zero branches a round is exactly a vanilla D2F round.
+    given `cost`, the seconds of a round with B = 1 .. K + 1 branches: the curve the engine measured on the
+    running device (lopa.cost.cost_curve, settings.cost_curve = "measured", the default) or the linear model
+    of the settings (branch_cost, linear_cost); `source` says which, in words, for the trace and the app.
+    Returns fewer than k positions, often none, which the engine verifies as a smaller batch; with zero
+    branches a round is exactly a vanilla D2F round.
     near: a free position with max_prob > tau_conf - near counts as "just under" the threshold;
     win, release, lift: the gain model of lopa.rules.choose_k (make_order passes the settings'
     adaptive_win, adaptive_release and adaptive_lift, the running model's when a calibration fitted them)."""
@@ -200,8 +201,9 @@ class AdaptiveOrder:
     stationary = True
 
     def __init__(self, cost, base: OrderPolicy | None = None, near: float = ADAPTIVE_NEAR, win: float = 0.35,
-                 release: float = 0.2, lift: float = 0.0):
+                 release: float = 0.2, lift: float = 0.0, source: str = ""):
         self.cost = torch.as_tensor(cost, dtype=torch.float64)          # [K + 1] seconds for B = 1 .. K + 1
+        self.source = source[:256]                                      # a trace keeps names short (lopa.schema)
         self.base, self.near, self.gain = base or ConfidenceOrder(), near, dict(win=win, release=release, lift=lift)
         # For a quick "no branch can pay" check: the cheapest round with branches against one without.
         self.single, self.cheapest = float(self.cost[0]), float(self.cost[1:].min()) if self.cost.numel() > 1 else 0.0
@@ -225,7 +227,7 @@ class AdaptiveOrder:
 
     def describe(self) -> dict:
         return {"name": self.name, "cost": self.cost.tolist(), "near": self.near, **self.gain,
-                "base": self.base.describe()}
+                **({"source": self.source} if self.source else {}), "base": self.base.describe()}
 
 
 class FlooredOrder:
@@ -292,12 +294,18 @@ def linear_cost(settings: DecodeSettings) -> list[float]:
     return [1.0 + settings.branch_cost * b * settings.lookahead_depth for b in range(settings.k + 1)]
 
 
-def budget_warning(settings: DecodeSettings, cost=None) -> str | None:
+def linear_source(settings: DecodeSettings) -> str:
+    """How a trace and the app name the linear cost model of these settings."""
+    return f"linear, branch_cost {settings.branch_cost:g}"
+
+
+def budget_warning(settings: DecodeSettings, cost=None, source: str = "") -> str | None:
     """Why order = adaptive under these settings verifies no branch in any round, or None when some
     round can (or the order is not adaptive). A budget never branches when even the most favourable
     round (all k candidates, every window position just under tau_conf) saves less than a branch
     costs (lopa.rules.choose_k, whose saving grows with both): the run is then vanilla D2F, which the
-    CLI, the app and the API say instead of letting "adaptive" stand for it. cost: as make_order's."""
+    CLI, the app and the API say instead of letting "adaptive" stand for it. cost: as make_order's (the
+    run's curve, e.g. run_curve of its trace), source: where it came from (default: the linear model)."""
     if settings.order != "adaptive" or settings.k == 0:
         return None
     cost = torch.as_tensor(linear_cost(settings) if cost is None else cost, dtype=torch.float64)
@@ -309,20 +317,22 @@ def budget_warning(settings: DecodeSettings, cost=None) -> str | None:
     return (f"order=adaptive verifies no branch in any round here, so this run decodes as vanilla D2F (k = 0): "
             f"a branch wins with chance {settings.adaptive_win:.2f} and a won round saves "
             f"{settings.adaptive_release:.2f} forwards (+ {settings.adaptive_lift:.2f} per position just under "
-            f"tau_conf), less than the {extra:.2f} of a round a branch costs (branch_cost {settings.branch_cost:g}). "
-            "Branches pay sooner where they cost less (a GPU's branch_cost is near 0)")
+            f"tau_conf), less than the {extra:.2f} of a round a branch costs (cost curve: "
+            f"{source or linear_source(settings)}). Branches pay sooner where they cost less (a GPU's branch_cost "
+            "is near 0)")
 
 
-def make_order(settings: DecodeSettings, cost=None) -> OrderPolicy:
+def make_order(settings: DecodeSettings, cost=None, source: str = "") -> OrderPolicy:
     """The policy a run's settings name, with its lookahead floor. `cost`: a measured cost curve for
-    order = adaptive (default: linear_cost(settings))."""
+    order = adaptive (default: linear_cost(settings)), `source` where it came from in words."""
     name = settings.adaptive_rank if settings.order == "adaptive" else settings.order
     ranking = RandomOrder(settings.order_seed) if name == "random" else ORDERS[name]()
     if settings.lookahead_min_prob:     # ours (0 = the paper's): no speculation on a position the model barely guesses
         ranking = FlooredOrder(ranking, settings.lookahead_min_prob)
     if settings.order == "adaptive":
         return AdaptiveOrder(linear_cost(settings) if cost is None else cost, base=ranking,
-                             win=settings.adaptive_win, release=settings.adaptive_release, lift=settings.adaptive_lift)
+                             win=settings.adaptive_win, release=settings.adaptive_release, lift=settings.adaptive_lift,
+                             source=linear_source(settings) if cost is None else source)
     return ranking
 
 
@@ -338,9 +348,12 @@ def describe_order(policy: OrderPolicy) -> dict:
 def recorded_order(settings: DecodeSettings, policy: OrderPolicy) -> dict | None:
     """What a trace records of the policy that ran: None when it is the one the settings name
     (make_order(settings)), else its description, so a study's own policy (a measured cost curve,
-    SecondBranchAt) replays from the trace alone (order_from_description)."""
+    SecondBranchAt) replays from the trace alone (order_from_description). An adaptive policy is always
+    recorded: its cost curve and where it came from (measured here, or linear) are the run's, not the
+    settings'."""
     described = describe_order(policy)
-    return None if described == make_order(settings).describe() else described
+    same = described == make_order(settings).describe() and described.get("name") != "adaptive"
+    return None if same else described
 
 
 def order_from_description(description: dict) -> OrderPolicy:
@@ -352,7 +365,7 @@ def order_from_description(description: dict) -> OrderPolicy:
         return RandomOrder(int(description.get("seed", 0)))
     if name == "adaptive":
         return AdaptiveOrder(description["cost"], base=base(), near=description.get("near", ADAPTIVE_NEAR),
-                             **{g: description[g] for g in ("win", "release", "lift") if g in description})
+                             **{g: description[g] for g in ("win", "release", "lift", "source") if g in description})
     if name == "floor":
         return FlooredOrder(base(), description["floor"])
     if name == "second_branch_at":

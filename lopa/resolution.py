@@ -51,6 +51,7 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
     surface's own starting point (the app's k = 4 and 64 tokens, a study's 128). Precedence, written
     once: request > preset > the model's own (model_settings) > defaults > the engine's default. The
     decoder's overrides (DECODERS: d2f is k = 0) come last, since choosing it is part of the request.
+    A branch_cost set at any layer without a cost_curve there or above chooses the linear curve it prices.
     A max_new_tokens nobody asked for is rounded up to whole blocks of the resolved block size."""
     if isinstance(preset, str):
         if preset not in PAPER_PRESETS:
@@ -66,6 +67,10 @@ def resolution(request: dict | None = None, spec: ModelSpec | None = None, *, pr
     for source, layer in layers.items():
         values.update(layer)
         sources.update(dict.fromkeys(layer, source))
+    below = list(layers).index                                    # a branch_cost asked for is the curve asked for
+    if "branch_cost" in sources and ("cost_curve" not in sources
+                                     or below(sources["cost_curve"]) < below(sources["branch_cost"])):
+        values["cost_curve"], sources["cost_curve"] = "linear", sources["branch_cost"]
     block = values.get("block_size", SETTINGS["block_size"].default)
     length = values.get("max_new_tokens", SETTINGS["max_new_tokens"].default)
     if sources.get("max_new_tokens") not in ("user", "preset") and length % block:
@@ -82,8 +87,13 @@ def resolve(request: dict | None = None, spec: ModelSpec | None = None, **kwargs
 
 def settings_diff(settings: DecodeSettings, baseline: DecodeSettings) -> dict:
     """{name: value} of `settings` where it differs from `baseline`, in registry order: what a
-    command or a link must say so that a surface resolving from `baseline` reproduces `settings`."""
-    return {name: getattr(settings, name) for name in SETTINGS if getattr(settings, name) != getattr(baseline, name)}
+    command or a link must say so that a surface resolving from `baseline` reproduces `settings`. A branch_cost
+    it names comes with the cost_curve, which a branch_cost alone would set to linear (resolution)."""
+    diff = {name: getattr(settings, name) for name in SETTINGS if getattr(settings, name) != getattr(baseline, name)}
+    if "branch_cost" in diff:
+        diff = {**diff, "cost_curve": settings.cost_curve}
+        diff = {name: diff[name] for name in SETTINGS if name in diff}          # registry order
+    return diff
 
 
 def settings_for_model(spec: ModelSpec | None, **fields) -> DecodeSettings:

@@ -64,6 +64,8 @@ MAX_SEED = 2**32 - 1
 # The cost model of the adaptive order: a round with R rows in its verify batch costs
 # 1 + branch_cost * (R - 1) rounds of the anchor alone (lopa.order.linear_cost).
 MAX_BRANCH_COST = 100.0
+# How the adaptive order prices branches (lopa.cost.cost_curve): timed on the running device, or the linear model.
+COST_CURVES = ("measured", "linear")
 # The adaptive gain model (forwards a won round saves later: release + lift per position near tau_conf):
 # a fit is clipped here. A win cannot save more forwards than a decode has; these are far above any fit.
 MAX_ADAPTIVE_LIFT = 20.0
@@ -72,6 +74,8 @@ MAX_ADAPTIVE_RELEASE = 64.0
 # under 400 nats), and a factor far past any published one (Fast-dLLM uses f <= 2).
 MAX_EB_GAMMA = 1000.0
 MAX_FACTOR = 100.0
+# Token editing (lopa/editing.py): a block's post-edit rounds at most; LLaDA2.1's generate() defaults to 16.
+MAX_EDIT_POST_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,9 @@ class DecodeSettings:
                           "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
                           "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
                           "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
-                          "tau_conf; SGLang's default 0.5 comes with token edits that can rewrite a commit, not taken "
-                          "here), stable (after LESS, tau_conf and stable_js), learned (after Learn2PD: a filter trained on the model's own "
-                          "decodes, learned_threshold; python -m lopa.train filter --model DIR)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
+                          "tau_conf; its token edits are edit_threshold's, off unless set), stable (after LESS, tau_conf and stable_js), "
+                          "learned (after Learn2PD: a filter trained on the model's own decodes, learned_threshold; python -m "
+                          "lopa.train filter --model DIR)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
     "eb": "entropy-bounded (EB sampler)", "factor": "Fast-dLLM's factor rule", "frechet": "Fréchet bound (Fast-dLLM++)",
     "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)",
     "learned": "learned filter (after Learn2PD)"})
@@ -140,7 +144,15 @@ class DecodeSettings:
     branch_cost: float = setting(
         1.0, "order=adaptive only: what one more row of the verify batch (a branch; each token of its chain at "
         "lookahead_depth > 1) adds to a round's seconds, in rounds of the anchor alone (1 = a compute-bound CPU; "
-        "a GPU at batch 1 is near 0)", low=0.0, high=MAX_BRANCH_COST, words="cost of one more branch (adaptive order)")
+        "a GPU at batch 1 is near 0); read when cost_curve is linear", low=0.0, high=MAX_BRANCH_COST,
+        words="cost of one more branch (adaptive order)")
+    cost_curve: str = setting(
+        "measured", "order=adaptive only: what the budget prices a round with b branches by: measured, a few verify "
+        "forwards timed on the running device at the run's shape when the decode starts, once per process "
+        "(lopa/cost.py; the linear model stands in where nothing can be timed: a reference or remote executor); "
+        "linear, 1 + branch_cost * b. Setting branch_cost (a flag, the API, a preset or the model's config) without "
+        "cost_curve chooses linear", choices=COST_CURVES, words="how branches are priced (adaptive order)",
+        choice_words={"measured": "timed on this device", "linear": "linear in branch_cost"})
     adaptive_rank: str = setting(
         "confidence", "order=adaptive only: the order whose lookahead ranking the budget verifies a prefix of: "
         "confidence (the paper's top-Conf) or another proposal rule (least_confident pays best on the regime "
@@ -183,6 +195,16 @@ class DecodeSettings:
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "
         "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1,
         label="lookahead depth", words="lookahead depth: tokens a chain may add")
+    # Token editing (lopa/editing.py, docs/method.md "Token editing"): LLaDA2.1's token-to-token edits. Off by
+    # default: no probability is above 1, and at 1 the engine skips the phase altogether.
+    edit_threshold: float = setting(
+        1.0, "token editing: a committed token of the window (not yet cached) is replaced by the model's prediction "
+        "there when that differs and its probability is above this (strict); 1 = off. LLaDA2.1 publishes 0.5 to 0.9, "
+        "SGLang's JointThreshold 0", low=0.0, high=1.0, words="editing threshold")
+    edit_post_steps: int = setting(
+        16, "edit_threshold < 1 only: rounds a full block may stay in the window to be edited again (its post-edit "
+        "rounds); it is cached once its latest forward proposes no edit or these are spent. 0 = edits only while "
+        "blocks still hold masks", low=0, high=MAX_EDIT_POST_STEPS, words="post-edit rounds per block")
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():

@@ -35,6 +35,7 @@ def test_bench_round_prints_the_table(tmp_path, capsys):
     assert bench_round.main(["--model", str(model), "--repeats", "1", "--prompts", "1"]) == 0
     out = capsys.readouterr().out
     assert "ms/forward" in out and "bookkeeping at k = 8" in out
+    assert "batched forward: lean (lopa.fast)" in out and "fast/eager" in out
 
 
 def test_bench_fork_prints_resume_and_replay(tmp_path, capsys):
@@ -224,9 +225,13 @@ def test_adaptive_rows_say_when_their_budget_is_not_fitted(tmp_path, capsys):
     args = ["--model", str(model), "--data", str(data), "--n", "1", "--decoders", "d2f,lopa-k2-adaptive",
             "--block-size", "8", "--max-new-tokens", "8", "--out", str(tmp_path / "out")]
     assert bench.main(args) == 0
-    assert "adaptive rows run with the settings' cost and gain model" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "adaptive rows run with the settings' gain model" in out
+    assert "lopa-k2-adaptive: cost curve: measured on cpu" in out                 # timed here, by default
     assert bench.main([*args, "--branch-cost", "0.5", "--adaptive-win", "0.9"]) == 0          # a study's flags
-    assert "adaptive rows run with" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "adaptive rows run with" not in out
+    assert "lopa-k2-adaptive: cost curve: linear, branch_cost 0.5; a round with b = 0, 1, ... branches costs 1.00, 1.50, 2.00" in out
 
 
 def test_rows_are_interleaved_in_williams_orders(monkeypatch):

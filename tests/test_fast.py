@@ -61,6 +61,20 @@ def test_lean_forward_covers_the_llama_layouts(make):
     assert numbers(lean.run(PROMPT)) == numbers(Decoder(other, tiny_spec(), settings, executor="batched_eager").run(PROMPT))
 
 
+def test_a_forward_hook_fires_as_without_the_fast_path(model):
+    """The lean forward calls neither the model nor its layers: where a hook waits on one, the model's own
+    forward runs, so the hook sees every verify forward."""
+    settings = settings_for("block_causal", 3)
+    calls = []
+    handle = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        hooked = Decoder(model, tiny_spec(), settings, executor=BatchedExecutor(model, tiny_spec(), settings, static=True)).run(PROMPT)
+    finally:
+        handle.remove()
+    assert len(calls) == hooked.metrics()["forwards"] > 1
+    assert numbers(hooked) == numbers(Decoder(model, tiny_spec(), settings, executor="batched_eager").run(PROMPT))
+
+
 def test_other_layouts_run_the_models_own_forward(model):
     """A model the lean forward does not know decodes through its own forward, and says why."""
     model.config.model_type = "dream"

@@ -86,3 +86,19 @@ def test_the_standing_names_the_fastest_fixed_k_and_the_adaptive_row_against_it(
     rows = [{"decoder": "d2f", "order": "confidence", "tps": 100.0}, {"decoder": "lopa-k2", "order": "confidence", "tps": 150.0},
             {"decoder": "lopa-k14-adaptive", "order": "adaptive", "tps": 120.0}]
     assert replay.standing(rows) == "Fastest fixed k: lopa-k2 at 150 tokens/s; lopa-k14-adaptive 120 (0.80x)."
+
+
+def test_the_adaptive_row_is_priced_at_the_replays_shape():
+    """Its cost curve is the replay model's verify forwards (with the bundled decode's bookkeeping), timed
+    through the replay's executor, and the decode records it."""
+    loaded = load(DEFAULT_MODEL, device="cpu")
+    toy = random_model(dict(TOY_SHAPE, num_hidden_layers=1), "toy", torch.device("cpu"), torch.float32)
+    base = resolve(None, loaded.spec, defaults=DEFAULTS)
+    rows = {name: row_settings(name, base) for name in ("d2f", "lopa-k2-adaptive")}
+    orders = replay.adaptive_orders(loaded, toy, rows, "batched_eager")
+    assert list(orders) == ["lopa-k2-adaptive"]
+    traces = replay.decode_traces(loaded, rows, PROBLEMS[:1], orders)
+    recorded = traces["lopa-k2-adaptive"][0]["run"].order
+    assert recorded["source"].startswith("measured on cpu, float32") and ", timing toy, in " in recorded["source"]
+    assert "through the batched_eager executor" in recorded["source"] and len(recorded["cost"]) == 3
+    assert traces["d2f"][0]["run"].order is None

@@ -18,6 +18,7 @@ from contextlib import closing
 
 import gradio as gr
 
+from lopa.cost import run_curve
 from lopa.order import budget_warning
 from lopa.resolution import resolve
 from lopa.settings import SETTINGS, check_settings
@@ -85,7 +86,13 @@ def decode(*args, **kwargs) -> dict:
     # "warnings": what the caller should know of the run, e.g. an adaptive budget that can never branch
     # (it decoded as vanilla D2F): lopa.order.budget_warning, as lopa generate and the page say it.
     return {"answer": run.text, "model": loaded.spec.name, "settings": settings.to_dict(), "metrics": run.metrics(),
-            "trace": json.loads(run.to_json()), "warnings": [w for w in (budget_warning(settings),) if w]}
+            "trace": json.loads(run.to_json()), "warnings": [w for w in (run_warning(run, settings),) if w]}
+
+
+def run_warning(run, settings) -> str | None:
+    """budget_warning under the cost curve the run priced its branches by (lopa.cost.run_curve)."""
+    curve = run_curve(settings, run.order)
+    return budget_warning(settings, *curve) if curve else None
 
 
 decode.__signature__ = SIGNATURE

@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from lopa.blocks import min_forwards
+from lopa.cost import curve_words
 from lopa.models import add_model_arguments, load_from_args
 from lopa.models.loading import DEFAULT_MODEL
 from lopa.resolution import add_settings_arguments, flag_settings, settings_from_args
@@ -242,10 +243,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     names = [n for name in args.decoders.split(",") for n in (PEER_ROWS if name.strip() == "peers" else [name.strip()])]
     rows = {name: row_settings(name, base) for name in names}
-    if any(r.order == "adaptive" for r in rows.values()) and not {"adaptive_win", "branch_cost"} <= set(flags):
-        print("note: adaptive rows run with the settings' cost and gain model (branch_cost, adaptive_win, "
-              "adaptive_release, adaptive_lift), not this model's or this machine's; `python -m lopa.study adaptive` "
-              "fits them here and prints the flags that replay its budget")
+    if any(r.order == "adaptive" for r in rows.values()) and "adaptive_win" not in flags:
+        print("note: adaptive rows run with the settings' gain model (adaptive_win, adaptive_release, adaptive_lift: "
+              "the model's config, else the defaults), not one fitted here; `python -m lopa.study adaptive` fits it "
+              "here and prints the flags that replay its budget")
+    for name, settings in rows.items():        # the curve each adaptive row prices branches by (measured once, lopa.cost)
+        order = loaded.decoder(settings).base_order if settings.order == "adaptive" and settings.k else None
+        if order is not None:
+            print(f"{name}: {curve_words(order.cost.tolist(), order.source)}")
     decoded = run_interleaved(loaded, rows, problems, task, args.data, 0 if task.code else args.shots,
                               args.unsafe_fallback_sandbox)
     summary = [summarize_rows(name, settings, decoded[name]) for name, settings in rows.items()]

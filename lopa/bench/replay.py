@@ -4,7 +4,9 @@
                                 [--extra-prefix P] [--executor batched] [--device cuda|cpu] [--threads N] [--out DIR]
 
 1. The bundled model (assets/models/open-gsm-dllm) decodes held-out problems at D2F (k = 0), LoPA
-   k = 1..14 and the adaptive order (`lopa-k14-adaptive`), every problem by every row before the next.
+   k = 1..14 and the adaptive order (`lopa-k14-adaptive`), every problem by every row before the next. The
+   adaptive row prices its branches by a cost curve measured at the replay's shape on this device (its
+   verify forwards through the replay's executor, lopa.cost.measure), so it decides as that device pays.
 2. Each trace is replayed on a random-weight model of the given shape (Dream-7B's: 28 layers, hidden 3584,
    bf16 on a GPU) through the batched executor: the same prompt length, and per round the same window of
    every branch (the recorded tokens, the mask where the round had it, so block-causal packing packs
@@ -26,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 import torch
@@ -34,9 +37,12 @@ from lopa.bench.decoders import DEFAULTS, row_settings
 from lopa.bench.gpu_plan import DREAM_7B, TOY_SHAPE, environment, random_model
 from lopa.bench.tables import table
 from lopa.blocks import Branch
+from lopa.cost import measure as measure_cost
+from lopa.engine import decode
 from lopa.forward import EXECUTORS, LocalExecutor, make_executor
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel
+from lopa.order import make_order
 from lopa.resolution import add_settings_arguments, resolve, settings_from_args
 from lopa.settings import DecodeSettings
 from lopa.tasks import synthetic
@@ -53,13 +59,25 @@ def row_names(ks, adaptive: bool = True) -> list[str]:
 
 
 # -- 1. decode ---------------------------------------------------------------------------------
-def decode_traces(loaded: LoadedModel, rows: dict[str, DecodeSettings], problems: list[dict]) -> dict[str, list[dict]]:
+def adaptive_orders(loaded: LoadedModel, replay_model: LoadedModel, rows: dict[str, DecodeSettings],
+                    executor: str = "batched") -> dict:
+    """{row: its order policy} for the adaptive rows, priced at the replay's shape: verify forwards of
+    `replay_model` timed through the replay's executor, plus the bundled decode's bookkeeping
+    (lopa.cost.measure), so the budget decides as the device running that shape pays."""
+    return {name: make_order(s, *astuple(measure_cost(loaded.model, loaded.spec, s, executor, decode,
+                                                      timed=(replay_model.model, replay_model.spec))))
+            for name, s in rows.items() if s.order == "adaptive" and s.k}
+
+
+def decode_traces(loaded: LoadedModel, rows: dict[str, DecodeSettings], problems: list[dict],
+                  orders: dict | None = None) -> dict[str, list[dict]]:
     """Every problem decoded by every row before the next, rows in Williams orders. -> per row, per
-    problem {"run": RunResult, "correct": bool}."""
+    problem {"run": RunResult, "correct": bool}. orders: a row's own policy (adaptive_orders)."""
     out = {name: [] for name in rows}
     for i, problem in enumerate(problems):
         for name in in_turns(list(rows), i):
-            run = loaded.decoder(rows[name]).run(synthetic.TASK.prompt(loaded, problem, "", 0))
+            decoder = loaded.decoder(rows[name], order=(orders or {}).get(name))
+            run = decoder.run(synthetic.TASK.prompt(loaded, problem, "", 0))
             out[name].append({"run": run, "correct": bool(synthetic.TASK.grade(loaded, problem, run.text)["correct"])})
     return out
 
@@ -183,7 +201,7 @@ def measure(loaded: LoadedModel, replay_model: LoadedModel, names: list[str], n:
     `python -m lopa.bench` decodes), replay on `replay_model`: the rows."""
     base = base or resolve(None, loaded.spec, defaults=DEFAULTS)
     rows = {name: row_settings(name, base) for name in names}
-    traces = decode_traces(loaded, rows, read_rows(HELDOUT)[:n])
+    traces = decode_traces(loaded, rows, read_rows(HELDOUT)[:n], adaptive_orders(loaded, replay_model, rows, executor))
     return summarize(traces, replay_all(replay_model, traces, executor, extra_prefix), replay_model.spec.name)
 
 

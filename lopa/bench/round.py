@@ -14,6 +14,7 @@ import argparse
 
 import torch
 
+from lopa.forward import BatchedExecutor, EagerBatchedExecutor
 from lopa.models import DEFAULT_MODEL, load
 from lopa.resolution import add_settings_arguments, settings_from_args
 from lopa.settings import DecodeSettings
@@ -58,13 +59,19 @@ def main(argv=None) -> int:
     print(f"verify forward over B windows of 2 blocks x {block} tokens, prefix {prompt_ids.numel()} tokens, "
           f"median of {args.repeats}")
     times = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS)
+    eager = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS, executor=EagerBatchedExecutor)
     late = forward_times(loaded, prompt_ids, settings, args.repeats, BRANCH_COUNTS, where="last")
-    print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10} {'last block':>11} {'x single':>9}")
+    path = BatchedExecutor(loaded.model, loaded.spec, settings)
+    label = "lean (lopa.fast)" if path.lean else f"the model's own ({path.lean_reason})"
+    print(f"batched forward: {label}{', CUDA graphs after the prefill' if path.static and path.lean else ''}")
+    print(f"{'B = k+1':>8} {'ms/forward':>11} {'x single':>9} {'ms/branch':>10} {'last block':>11} {'x single':>9} "
+          f"{'eager ms':>9} {'fast/eager':>11}")
     for B, t in times.items():
         print(f"{B:>8} {t * 1e3:>11.2f} {t / times[1]:>9.2f} {t * 1e3 / B:>10.2f} {late[B] * 1e3:>11.2f} "
-              f"{late[B] / times[1]:>9.2f}")
+              f"{late[B] / times[1]:>9.2f} {eager[B] * 1e3:>9.2f} {t / eager[B]:>11.2f}")
     print("(last block: each branch's extra token in the window's last block; under block_causal it feeds only "
-          "that block, the blocks before are the anchor's)")
+          "that block, the blocks before are the anchor's. eager: the same forward through the model's own code, "
+          "executor batched_eager, the fast path's reference)")
 
     look = settings.replace(k=8)
     share, per_round, rounds = bookkeeping_share(loaded, heldout_questions(args.prompts), look)

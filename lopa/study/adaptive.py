@@ -73,7 +73,8 @@ def configurations(base: DecodeSettings, ks, k_max: int, cost, gain: dict | None
     fitted = {name: (gain or {}).get(name, getattr(base, name)) for name in GAIN}
     adaptive = base.replace(k=k_max, order="adaptive", **fitted)
     return ([(f"k={k}", base.replace(k=k, order=base.adaptive_rank), None) for k in ks]
-            + [("adaptive", adaptive, make_order(adaptive, cost))])
+            + [("adaptive", adaptive, make_order(adaptive, cost, "measured by the adaptive study at start-up "
+                                                        "(lopa.study.adaptive_fit.measure_cost)"))])
 
 
 def iter_adaptive(loaded, problems: list[dict], configs, data: str = "", repeats: int = 1,

@@ -6,6 +6,7 @@ model (calibrate, lopa.rules.fit_gain); budget_flags writes both as the flags th
 
 from __future__ import annotations
 
+from lopa.cost import monotone  # noqa: F401 (monotone: read from here too)
 from lopa.order import ADAPTIVE_NEAR
 from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
@@ -54,19 +55,6 @@ def drain(steps):
             next(steps)
         except StopIteration as end:
             return end.value
-
-
-def monotone(y: list[float]) -> list[float]:
-    """The closest non-decreasing curve to y in least squares (pool adjacent violators): a timing spike
-    is averaged with its neighbours, and more branches never cost less than fewer."""
-    blocks = []                                     # [sum, count] of pooled runs
-    for v in y:
-        blocks.append([v, 1])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, n = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += n
-    return [total / n for total, n in blocks for _ in range(n)]
 
 
 def describe_cost(verify: list[float], bookkeeping: float) -> str:

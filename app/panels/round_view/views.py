@@ -14,8 +14,9 @@ from dataclasses import replace
 import gradio as gr
 
 from lopa import DecodeSettings, RunResult
+from lopa.cost import curve_words, run_curve
 from lopa.order import budget_warning
-from lopa.trace import fills, metrics
+from lopa.trace import edits, fills, metrics
 
 from ...serving.examples import check_answer
 from ...serving.session import Session
@@ -85,6 +86,7 @@ def counters_at(session: Session, r: int, title: str = "") -> str:
     last = r == len(run.records) - 1
     mask = run.spec.get("mask_token_id")
     held = {p: fill.token for p, fill in fills(run.records, r).items()}
+    held.update({p: edit.new for p, edit in edits(run.records, r).items()})      # token editing's rewrites
     snapshot = run if last else replace(run, records=run.records[:r + 1], decoder=None, text=answer_at(session, r),
                                         tokens=[held.get(p, mask) for p in range(len(run.tokens))])
     where = f" at round {r} of {len(run.records) - 1}" + ("" if last else ": the counters so far")
@@ -163,15 +165,18 @@ def draw_figures(session: Session) -> tuple:
 
 
 def describe_run(session: Session) -> str:
-    """One line on the session's run: finished or stopped, rounds, tokens, TPF (and a budget warning)."""
+    """One line on the session's run: finished or stopped, rounds, tokens, TPF (and, for order=adaptive, the cost
+    curve it priced branches by and a budget warning)."""
     r = session.run
     if r is None:
         return ""
     m = metrics(r)
     state = "stopped (cancelled)" if r.stopped else "finished"
-    warning = budget_warning(DecodeSettings.from_dict(r.settings))     # "adaptive" that decoded as vanilla D2F
+    settings = DecodeSettings.from_dict(r.settings)
+    curve = run_curve(settings, r.order)                                # order=adaptive: measured here, or linear
+    warning = budget_warning(settings, *curve) if curve else None       # "adaptive" that decoded as vanilla D2F
     return (f"{state} after {m['rounds']} rounds: {m['tokens_useful']} tokens, TPF {m['tpf_useful']:.2f}."
-            + (f" Note: {warning}." if warning else ""))
+            + (f" Adaptive {curve_words(*curve)}." if curve else "") + (f" Note: {warning}." if warning else ""))
 
 
 def replay_due(session: Session) -> bool:
