@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from pathlib import Path
 
 import torch
@@ -132,12 +133,23 @@ def _load(folder: str, stamp: tuple) -> tuple[CommitFilter, dict]:
     return commit_filter.eval(), meta
 
 
+MAX_FILTER_BYTES = {FILTER_JSON: 2**20, FILTER_WEIGHTS: 16 * 2**20}    # kilobytes in practice
+
+
 def load_filter(folder) -> tuple[CommitFilter, dict]:
-    """(the filter, its description) from a FILTER_DIR folder; cached while its files are unchanged."""
-    folder = Path(folder)
-    stamp = tuple(os.stat(folder / name).st_mtime_ns if (folder / name).exists() else 0
-                  for name in (FILTER_JSON, FILTER_WEIGHTS))
-    return _load(str(folder), stamp)
+    """(the filter, its description) from a FILTER_DIR folder; cached while its files are unchanged. Each file
+    must be a regular file within MAX_FILTER_BYTES (checked by `stat`, before anything is opened: a named pipe
+    in a model folder would block a reader forever)."""
+    folder, stamp = Path(folder), []
+    for name, limit in MAX_FILTER_BYTES.items():
+        try:
+            info = os.stat(folder / name)
+        except OSError as err:
+            raise ValueError(f"cannot read {folder / name}: {err.strerror or err}") from None
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise ValueError(f"{folder / name} must be a regular file of at most {limit // 2**20} MiB")
+        stamp.append((info.st_mtime_ns, info.st_size))
+    return _load(str(folder), tuple(stamp))
 
 
 def filter_folder(model_folder) -> str | None:

@@ -2,6 +2,7 @@
 the rule, its folder, the refusals, the shipped filters, and training reproducible from one seed."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -98,6 +99,13 @@ def test_a_filter_round_trips_through_its_folder_and_its_description_is_checked(
         check_description({**meta, "hidden": [0]}, "x")
     (folder / FILTER_WEIGHTS).write_bytes(b"not safetensors")
     with pytest.raises(ValueError, match="cannot load"):
+        load_filter(folder)
+    (folder / FILTER_WEIGHTS).unlink()
+    os.mkfifo(folder / FILTER_WEIGHTS)                  # a named pipe: refused by stat, never opened
+    with pytest.raises(ValueError, match="regular file"):
+        load_filter(folder)
+    (folder / FILTER_JSON).unlink()
+    with pytest.raises(ValueError, match="cannot read"):
         load_filter(folder)
     assert filter_folder(tmp_path / "nothing") is None
 
