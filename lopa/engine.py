@@ -23,6 +23,7 @@ from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
 from lopa.cost import cost_curve
 from lopa.editing import Editor
+from lopa.filter import filter_for
 from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.records import device_label, final_record, round_record, stall_message
@@ -54,6 +55,8 @@ class Decoder:
                  executor: str | Executor = "batched", order: OrderPolicy | None = None,
                  script: dict[int, Forced] | None = None, keep_states: bool = False):
         self.spec, self.settings, self.tokenizer = spec, settings, tokenizer
+        # commit=learned reads the model's own commit filter (lopa/filter.py): refused here, before any forward
+        self.commit_filter = filter_for(spec, settings.confidence) if settings.commit == "learned" else None
         self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
         # order = adaptive prices its branches by a curve timed here (or the linear model): lopa.cost
         curve = cost_curve(model, spec, settings, executor, decode) if order is None else None
@@ -264,7 +267,8 @@ class Decoder:
         prev_token, prev_max_prob = previous_predictions(previous, state.window_start, token.numel())
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
                          state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
-                         self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob)
+                         self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob,
+                         self.commit_filter)
 
     def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
         """The winner becomes the state and its complete leading blocks join the prefix cache

@@ -60,6 +60,8 @@ class RoundView:
     # them): [W] token, -1 where it predicted none, and its max prob. None: no round before.
     prev_token: torch.Tensor | None = None
     prev_max_prob: torch.Tensor | None = None
+    # The model's commit filter (lopa.filter.CommitFilter), which commit=learned reads; None under the other rules.
+    commit_filter: object = None
 
     @property
     def block_size(self) -> int:
@@ -106,7 +108,7 @@ class ConfidenceOrder:
             idx = view.masked[b * N:(b + 1) * N].nonzero().flatten() + b * N     # [M] masked positions of block b
             if idx.numel():
                 block = BlockPredictions(view.token[idx], view.max_prob[idx], view.conf[idx], rank[idx],
-                                         prev_token[idx], prev_max_prob[idx])
+                                         prev_token[idx], prev_max_prob[idx], idx - b * N, b, view.commit_filter)
                 chosen.append(idx[rule(block, view.settings, full)])
         positions = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long)
         return Commits(positions, view.token[positions])

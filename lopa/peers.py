@@ -15,6 +15,8 @@ by block through lopa.rules.COMMIT_RULES; tests/test_peers.py pins each to the p
              probable (its token-to-token edits are not taken: docs/method.md)
     stable   after LESS: max prob > tau_conf, the same predicted token as the round before, and a
              Jensen–Shannon divergence between the two rounds' (that token, the rest) splits within stable_js
+    learned  after Learn2PD: every position a filter trained on the model's own decodes (lopa/filter.py)
+             calls final with probability > learned_threshold
 """
 
 from __future__ import annotations
@@ -123,6 +125,16 @@ def stable_commit(max_prob: torch.Tensor, rank: torch.Tensor, token: torch.Tenso
     persistent = (prev_token >= 0) & (token == prev_token)
     stable = js_top1(max_prob, torch.where(persistent, prev_max_prob, max_prob)) <= js_bound
     chosen = (max_prob > tau) & persistent & stable
+    if chosen.numel() and fully_activated and not bool(chosen.any()):
+        chosen[rank.argmax()] = True
+    return chosen
+
+
+def learned_commit(final: torch.Tensor, rank: torch.Tensor, threshold: float, fully_activated: bool) -> torch.Tensor:
+    """The learned filter's rule after Learn2PD. final [M] (the filter's probability that each position's
+    prediction is already the token the decode ends with), rank [M] -> bool [M]: every final > threshold
+    (strictly); if none and the block is fully activated, the best by `rank` (D2F's fallback)."""
+    chosen = final > threshold
     if chosen.numel() and fully_activated and not bool(chosen.any()):
         chosen[rank.argmax()] = True
     return chosen

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from lopa import peers
+from lopa.filter import block_features
 from lopa.settings import BRANCH_SCORE_RULES, MAX_ADAPTIVE_LIFT, MAX_ADAPTIVE_RELEASE
 from lopa.settings import COMMIT_RULES as COMMIT_RULE_NAMES
 
@@ -98,13 +99,28 @@ class BlockPredictions:
     """What one block's still-masked positions predict, as a commit rule reads them ([M] each, window
     order): the token and its max prob, Conf, the order policy's fallback ranking (Conf under the
     paper's order), and the token and max prob the round before predicted there (prev_token -1 where
-    it predicted none: round 1, or a block added since)."""
+    it predicted none: round 1, or a block added since). commit=learned also reads each position's place
+    in its block (offset [M]), the block's place in the window (block, 0 = the first after the cache) and
+    the model's commit filter (lopa.filter.CommitFilter; None under the other rules)."""
     token: torch.Tensor
     max_prob: torch.Tensor
     conf: torch.Tensor
     rank: torch.Tensor
     prev_token: torch.Tensor
     prev_max_prob: torch.Tensor
+    offset: torch.Tensor | None = None
+    block: int = 0
+    commit_filter: object = None
+
+
+def filter_final(b: BlockPredictions, block_size: int, full: bool) -> torch.Tensor:
+    """[M]: the commit filter's probability that each masked position's prediction is final (lopa/filter.py)."""
+    if b.commit_filter is None or b.offset is None:
+        raise ValueError("commit=learned needs the model's commit filter: decode through lopa.engine.Decoder, "
+                         "which loads it from the model folder (lopa.filter.filter_for)")
+    features = block_features(b.token, b.max_prob, b.conf, b.prev_token, b.prev_max_prob, b.offset, block_size,
+                              b.block == 0, full)                                             # [M, F]
+    return b.commit_filter.probability(features)
 
 
 # The commit rules by name (DecodeSettings.commit): each maps one block's BlockPredictions, the settings
@@ -119,6 +135,8 @@ COMMIT_RULES = {
     "joint": lambda b, s, full: peers.joint_commit(b.max_prob, s.tau_conf, full),
     "stable": lambda b, s, full: peers.stable_commit(b.max_prob, b.rank, b.token, b.prev_token, b.prev_max_prob,
                                                      s.tau_conf, s.stable_js, full),
+    "learned": lambda b, s, full: peers.learned_commit(filter_final(b, s.block_size, full), b.rank,
+                                                       s.learned_threshold, full),
 }
 assert tuple(COMMIT_RULES) == COMMIT_RULE_NAMES
 

@@ -34,7 +34,7 @@ CACHE_SCHEDULES = ("eager", "authors")
 # (what the departures study compares the raw logits with).
 MASK_ARGMAX = ("next_best", "authors", "excluded")
 # Commit rules (lopa.rules.COMMIT_RULES): D2F's threshold, one token per round, and the peers' (lopa.peers).
-COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable")
+COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable", "learned")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
 # The orders in words, for the app's menus and the help.
@@ -100,9 +100,12 @@ class DecodeSettings:
                           "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
                           "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
                           "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
-                          "tau_conf; its token edits are edit_threshold's, off unless set), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
+                          "tau_conf; its token edits are edit_threshold's, off unless set), stable (after LESS, tau_conf and stable_js), "
+                          "learned (after Learn2PD: a filter trained on the model's own decodes, learned_threshold; python -m "
+                          "lopa.train filter --model DIR)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
     "eb": "entropy-bounded (EB sampler)", "factor": "Fast-dLLM's factor rule", "frechet": "Fréchet bound (Fast-dLLM++)",
-    "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)"})
+    "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)",
+    "learned": "learned filter (after Learn2PD)"})
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
                               "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy", words="confidence measure", choice_words={"max_prob": "highest probability", "neg_entropy": "negative entropy (how peaked)",
     "margin": "gap between the two best"})
@@ -183,6 +186,10 @@ class DecodeSettings:
     stable_js: float = setting(
         0.01, "commit=stable only: the largest Jensen-Shannon divergence (nats) between two rounds' (predicted "
         "token, the rest) splits at a position it commits", low=0.0, high=0.6931471805599453, words="largest change between rounds (stable rule)")
+    learned_threshold: float = setting(
+        0.96, "commit=learned only: commit a position when the model's commit filter gives its prediction a chance "
+        "above this of being final (Learn2PD's evaluation scripts use 0.96)", low=0.0, high=1.0, open_high=True,
+        words="least chance a guess is final (learned filter)")
     lookahead_depth: int = setting(
         1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "

@@ -3,7 +3,7 @@
 import csv
 import json
 
-from tiny import save_tiny_model_dir
+from tiny import save_commit_filter, save_tiny_model_dir
 
 from lopa.bench import decoders as bench
 from lopa.bench import round as bench_round
@@ -198,8 +198,10 @@ def test_score_answer_counts_the_family_s_lines():
 
 
 def tiny_bench(tmp_path, decoders: str, max_new_tokens: int):
-    """`python -m lopa.bench` on a tiny model and one problem; returns its output folder."""
+    """`python -m lopa.bench` on a tiny model and one problem; returns its output folder. The model holds a commit
+    filter (random weights) so that the `learned` rows run."""
     model = save_tiny_model_dir(tmp_path / "model")
+    save_commit_filter(model, "neg_entropy")
     data = tmp_path / "p.jsonl"
     data.write_text(json.dumps({"question": "Tom has 3 apples ?", "answer": "#### 3"}))
     out = tmp_path / "out"

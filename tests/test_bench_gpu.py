@@ -144,12 +144,12 @@ def test_the_report_measures_each_peer_alone_and_under_lookahead_with_its_cost(r
     plan = data["plan"]
     models = {r["model"] for r in data["equality"]["rows"]}
     assert [r["decoder"] for r in data["peers"]] == plan["peer_rows"] * len(models)
-    assert {r.removeprefix("d2f-").removeprefix("lopa-k7-") for r in plan["peer_rows"][1:]} == set(gpu_plan.PEER_RULES)
+    assert {r.removeprefix("d2f-").removeprefix("lopa-k7-") for r in plan["peer_rows"][1:]} == set(gpu_plan.PLANNED_PEER_RULES)
     for r in data["peers"]:
         assert r["token_forwards_mean"] >= r["forwards_mean"] > 0 and r["latency_s_mean"] > 0 and r["device"] == "cpu"
     projected = {r["decoder"]: r for r in data["peer_projection"] if r["prefix"] == plan["prefixes"][0]}
     assert set(projected) == set(plan["peer_rows"])
-    assert all(projected[f"lopa-k7-{rule}"]["B"] == 8 for rule in gpu_plan.PEER_RULES)
+    assert all(projected[f"lopa-k7-{rule}"]["B"] == 8 for rule in gpu_plan.PLANNED_PEER_RULES)
     assert projected["d2f"]["speedup_over_vanilla"] == 1.0
 
 

@@ -196,7 +196,7 @@ def run_script(script, **settings):
     return Decoder(model, SPEC, DecodeSettings(**settings), executor="uncached").run(PROMPT)
 
 
-def rule_alone(commit: str, settings: DecodeSettings, n_blocks: int, block: int) -> list[int]:
+def rule_alone(commit: str, settings: DecodeSettings, n_blocks: int, block: int, commit_filter=None) -> list[int]:
     """The commit rule decoding by itself, block after block, with no engine: each step predicts the
     current block's masked positions from what the model sees (every committed token up to the block's
     end, as block-causal attention shows it), applies lopa.rules.COMMIT_RULES[commit] to them, and
@@ -214,7 +214,9 @@ def rule_alone(commit: str, settings: DecodeSettings, n_blocks: int, block: int)
             token, max_prob, conf = summarize(logits, settings.confidence, 0.0, mask_token_id=MASK)
             prev_token = torch.tensor([previous[g][0] if previous and g in previous else -1 for g in masked])
             prev_max_prob = torch.tensor([previous[g][1] if previous and g in previous else float("nan") for g in masked])
-            chosen = rule(BlockPredictions(token, max_prob, conf, conf, prev_token, prev_max_prob), settings, True)
+            offset = torch.tensor(masked) - b * block
+            chosen = rule(BlockPredictions(token, max_prob, conf, conf, prev_token, prev_max_prob, offset, 0, commit_filter),
+                          settings, True)
             previous = {g: (int(t), float(m)) for g, t, m in zip(masked, token, max_prob)}
             for g, t in zip(torch.tensor(masked)[chosen].tolist(), token[chosen].tolist()):
                 tokens[g] = t
@@ -242,6 +244,29 @@ def test_lookahead_at_k_0_over_each_rule_is_that_rule_alone(commit):
     engine = run_script(drifting, **settings.to_dict())
     assert engine.tokens == rule_alone(commit, settings, n_blocks=2, block=4)
     assert max(len(r.anchor_positions) for r in engine.records) > 1, [len(r.anchor_positions) for r in engine.records]
+
+
+def test_lookahead_at_k_0_over_the_learned_filter_is_that_rule_alone(tmp_path):
+    """As above for commit=learned, with a hand-made filter that reads three of its features (max prob, the
+    round before's agreement, the place in the block), loaded from a model's folder as a decode loads it."""
+    import dataclasses
+
+    from lopa.filter import FEATURES, FILTER_DIR, CommitFilter, save_filter
+    f = CommitFilter(len(FEATURES), (1,))
+    with torch.no_grad():
+        for p in f.parameters():
+            p.zero_()
+        for name, weight in (("max_prob", 10.0), ("same_as_prev", 2.0), ("offset", -3.0)):
+            f.net[0].weight[0, FEATURES.index(name)] = weight
+        f.net[2].weight[0, 0], f.net[2].bias[0] = 1.0, -5.0
+    save_filter(tmp_path, f, {"confidence": "neg_entropy"})
+    settings = DecodeSettings(k=0, commit="learned", learned_threshold=0.9, tau_conf=0.7, tau_add=1.0, block_size=4,
+                              max_new_tokens=8)
+    spec = dataclasses.replace(SPEC, extra={"commit_filter": str(tmp_path / FILTER_DIR)})
+    engine = Decoder(FakeDLLM(len(PROMPT), drifting), spec, settings, executor="uncached").run(PROMPT)
+    assert engine.tokens == rule_alone("learned", settings, n_blocks=2, block=4, commit_filter=f.eval())
+    assert max(len(r.anchor_positions) for r in engine.records) > 1
+    assert engine.tokens != run_script(drifting, **settings.replace(commit="threshold").to_dict()).tokens
 
 
 def test_the_stability_rule_waits_for_a_changed_mind():

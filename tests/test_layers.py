@@ -177,7 +177,7 @@ def test_the_core_is_exactly_the_engine():
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
     assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "cost", "editing", "engine",
                     "exact",
-                    "fast", "forward", "graphs", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "records", "resolution", "rules",
+                    "fast", "filter", "forward", "graphs", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "records", "resolution", "rules",
                     "schema", "script", "setting", "settings", "trace"]
 
 

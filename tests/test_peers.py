@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lopa.peers import eb_commit, factor_commit, frechet_commit, joint_commit, js_top1, stable_commit
+from lopa.peers import eb_commit, factor_commit, frechet_commit, joint_commit, js_top1, learned_commit, stable_commit
 from lopa.rules import summarize
 
 
@@ -254,3 +254,14 @@ def test_stable_needs_confidence_persistence_and_stability_together():
     nothing = torch.full((5,), -1)
     assert chosen(stable_commit(max_prob, rank, token, nothing, prev_max_prob, 0.9, 0.7, True)) == {4}   # fallback: best rank
     assert chosen(stable_commit(max_prob, rank, token, nothing, prev_max_prob, 0.9, 0.7, False)) == set()
+
+
+def test_learned_commits_every_final_chance_over_the_threshold_else_the_best_by_rank():
+    """Learn2PD's acceptance (`torch.sigmoid(block_logits) > accept_thres`, ims-kdks/Learning-to-Parallel-Decoding
+    llada/generate.py, generate_learn2parallel), strict, with D2F's fallback for a fully activated block."""
+    final = torch.tensor([0.97, 0.96, 0.5, 0.99])
+    rank = torch.tensor([0.4, 0.9, 0.1, 0.2])
+    assert chosen(learned_commit(final, rank, 0.96, True)) == {0, 3}          # 0.96 is not > 0.96
+    assert chosen(learned_commit(final, rank, 0.995, True)) == {1}            # none: the best by rank
+    assert chosen(learned_commit(final, rank, 0.995, False)) == set()
+    assert chosen(learned_commit(torch.zeros(0), torch.zeros(0), 0.5, True)) == set()

@@ -39,12 +39,24 @@ def save_tiny_model_dir(path, with_spec=True, with_mask=True, seed=0):
     return path
 
 
+def save_commit_filter(path, confidence: str, seed: int = 0):
+    """A commit filter of random weights (lopa/filter.py) beside the model in `path`, so that commit=learned
+    decodes with it, under Conf `confidence`. Returns the filter."""
+    from lopa.filter import CommitFilter, save_filter
+    torch.manual_seed(seed)
+    commit_filter = CommitFilter().eval()
+    save_filter(path, commit_filter, {"confidence": confidence})
+    return commit_filter
+
+
 @contextmanager
 def app_model(tmp_path_factory):
     """The app's default model pointed at a fresh tiny model (loaded into the cache on first use) for
-    the duration, then restored. Yields the model directory."""
+    the duration, then restored. Yields the model directory. It holds a commit filter for the app's Conf
+    (max_prob, the tests' settings), so that every commit rule decodes."""
     from app.serving.model_cache import MODELS
     path = save_tiny_model_dir(tmp_path_factory.mktemp("model") / "tiny-dllm")
+    save_commit_filter(path, "max_prob")
     saved = MODELS.default
     MODELS.default = path
     try:

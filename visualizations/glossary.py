@@ -31,6 +31,9 @@ COMMIT_RULE_NAMES = {
     "stable": ("stability rule after LESS", "commits confident positions whose guess held since the round before",
                "a position whose max prob clears τ_conf, whose top token is the one the round before predicted and "
                "whose top probability barely moved (stable_js)."),
+    "learned": ("learned filter (after Learn2PD)", "commits what a small filter trained on the model's decodes calls final",
+                "after Learn2PD (Bao et al. 2025): a 2,000-parameter filter, trained on the model's own decodes, gives each "
+                "position the chance its guess is already the final token; every chance above learned_threshold commits."),
 }
 PEER_RULES = tuple(rule for rule in COMMIT_RULES if rule not in ("threshold", "top1"))
 # Why a forward count alone can mislead about time: said where forwards and token-forwards sit side by side.

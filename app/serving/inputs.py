@@ -37,11 +37,16 @@ def text(name: str, value, limit: int = MAX_PROMPT_CHARS) -> str:
     return value
 
 
+MAX_LISTED = 300      # characters of choices an error message lists; past it, it counts them
+
+
 def choice(name: str, value, choices) -> str:
     """One of `choices` (strings), or ValueError naming the input and the choices."""
     choices = tuple(choices)
     if not isinstance(value, str) or value not in choices:
-        listed = ", ".join(repr(c) for c in choices) if len(choices) <= 12 else f"{len(choices)} choices"
+        listed = ", ".join(repr(c) for c in choices)
+        if len(choices) > 12 or len(listed) > MAX_LISTED:       # a message stays short: count them instead
+            listed = f"{len(choices)} choices"
         raise ValueError(f"{name} must be one of {listed}; got {shown(value)}")
     return value
 

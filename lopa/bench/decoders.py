@@ -14,8 +14,9 @@ an audit hook that native code goes around (lopa.tasks.sandbox).
 Decoders: one token per round, single-block threshold (Fast-dLLM style), D2F vanilla, and LoPA
 with k in {1, 2, 4, 8, 14}, and LoPA k = 4 under the random and left-to-right filling orders
 (rows `lopa-k4-random`, `lopa-k4-left_to_right`; any row takes a `-<order>` suffix, a peer's commit
-rule `-eb`, `-factor`, `-frechet`, `-joint` or `-stable` (lopa/peers.py: `d2f-eb` is the rule alone,
-`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4), a `-d<D>`
+rule `-eb`, `-factor`, `-frechet`, `-joint`, `-stable` or `-learned` (lopa/peers.py: `d2f-eb` is the rule alone,
+`lopa-k4-eb` lookahead over it; `--decoders peers` runs each alone and under LoPA k = 4; `-learned` needs
+the model's commit filter, `python -m lopa.train filter --model DIR`), a `-d<D>`
 lookahead depth (chains of up to D tokens per branch, lopa/chains.py: `lopa-k14-d2`), and a
 `-floor<p>` lookahead floor, e.g. `lopa-k14-floor0.3`), all at the paper's GSM8K settings unless overridden (every
 settings flag applies to every row; each row sets its own decoder, k and commit rule). The rows are
@@ -56,7 +57,7 @@ DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under th
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
                 "lopa-k4-random", "lopa-k4-left_to_right"]
 # The peers' commit rules (lopa/peers.py) as row suffixes: `d2f-eb` is the rule alone, `lopa-k4-eb` lookahead over it.
-PEER_RULES = ("eb", "factor", "frechet", "joint", "stable")
+PEER_RULES = ("eb", "factor", "frechet", "joint", "stable", "learned")
 PEER_ROWS = [f"d2f-{rule}" for rule in PEER_RULES] + [f"lopa-k4-{rule}" for rule in PEER_RULES]
 
 

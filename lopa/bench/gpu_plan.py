@@ -90,7 +90,10 @@ class Plan:
 BENCH_ROWS = tuple(["d2f"] + [f"lopa-k{B - 1}" for B in BRANCH_COUNTS[1:]])    # k + 1 = the premise's B
 # Each peer alone and under LoPA k = 7 (B = 8, the premise's headline count), D2F beside them: the rows
 # the projection turns into tokens/s at the 7B shape.
-PEER_BENCH_ROWS = ("d2f",) + tuple(f"d2f-{rule}" for rule in PEER_RULES) + tuple(f"lopa-k7-{rule}" for rule in PEER_RULES)
+# `learned` is not among them: it needs a filter trained on the model's own problems, and random weights have none.
+PLANNED_PEER_RULES = tuple(rule for rule in PEER_RULES if rule != "learned")
+PEER_BENCH_ROWS = ("d2f",) + tuple(f"d2f-{rule}" for rule in PLANNED_PEER_RULES) + \
+    tuple(f"lopa-k7-{rule}" for rule in PLANNED_PEER_RULES)
 PLANS = {
     "device": Plan(False, "Dream-7B shape (random weights)", DREAM_7B, repeats=20, bench_n=100, bench_rows=BENCH_ROWS,
                    peer_rows=PEER_BENCH_ROWS, peer_n=30, replay_ks=tuple(range(15)), replay_n=20),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from lopa.filter import filter_folder
 from lopa.models.families import checkpoint_family, load_family, merge_lora
 from lopa.models.folder import check_name
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel, bundled_folder, load_hf
@@ -41,11 +42,21 @@ def load(model: str | Path | None = None, device: str | None = None, trust_remot
             f"no model at {path}: expected a Hugging Face directory with config.json and weights "
             f"(the bundled model lives in {DEFAULT_MODEL}), a bundled model's name, or a preset name: {', '.join(PRESETS)}")
     if checkpoint_family(path) != "hf":
-        return load_family(path, device=device, trust_remote_code=trust_remote_code, lora=lora)
+        return with_commit_filter(load_family(path, device=device, trust_remote_code=trust_remote_code, lora=lora),
+                                  path, lora)
     loaded = load_hf(path, device=device, trust_remote_code=trust_remote_code)
     if lora:
         loaded.model = merge_lora(loaded.model, Path(lora))
         loaded.spec = dataclasses.replace(loaded.spec, name=f"{path.name}+{Path(lora).name}")
+    return with_commit_filter(loaded, path, lora)
+
+
+def with_commit_filter(loaded: LoadedModel, path: Path, lora=None) -> LoadedModel:
+    """The model with the commit filter its folder holds (lopa/filter.py) named in spec.extra["commit_filter"],
+    which commit=learned reads. A LoRA-merged model is another model: the base's filter is not its own."""
+    folder = None if lora else filter_folder(path)
+    if folder:
+        loaded.spec = dataclasses.replace(loaded.spec, extra={**loaded.spec.extra, "commit_filter": folder})
     return loaded
 
 
