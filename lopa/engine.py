@@ -91,7 +91,7 @@ class Decoder:
         check_prompt(ids, self.settings, self.spec)
         self.prompt_ids, self.records, self.finished, self.states = ids, [], False, {}
         self.run_id, self.forked_from = uuid.uuid4().hex[:12], None
-        for record in self._rounds(ids):
+        for record in releasing(self.executor, self._rounds(ids)):
             self.records.append(record)
             yield record
         self.finished = True
@@ -119,7 +119,7 @@ class Decoder:
         self.records, self.finished = list(parent.records[:at_round + 1]), False
         self.states = {r: s for r, s in source.items() if r <= at_round} if saved is not None else {}
         self.run_id, self.forked_from = uuid.uuid4().hex[:12], {"run_id": parent.run_id, "round": at_round}
-        for record in self._rounds(self.prompt_ids, resume=saved):
+        for record in releasing(self.executor, self._rounds(self.prompt_ids, resume=saved)):
             if record.round > at_round:      # replayed rounds: the parent's own records stand for them
                 self.records.append(record)
                 yield record
@@ -157,14 +157,6 @@ class Decoder:
 
     # -- the loop: one round per iteration, a line or two per phase; the helpers follow it --
     def _rounds(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
-        try:
-            yield from self._loop(prompt_ids, resume)
-        finally:               # finished, stopped or failed: what the executor holds may serve another decode
-            release = getattr(self.executor, "release", None)
-            if release is not None:
-                release()
-
-    def _loop(self, prompt_ids: torch.Tensor, resume: Saved | None = None) -> Iterator[RoundRecord]:
         if resume is None:
             predictions = yield from self._prefill(prompt_ids)          # round 0: the prompt forward
         else:
@@ -173,8 +165,7 @@ class Decoder:
         for r in count(1 if resume is None else resume.round + 1):
             check_progress(r, s, self.scripted_rounds, self.editor.on)
             start, filled, before = time.perf_counter(), self.state.n_filled(), (self.state, predictions)
-            # 0. edit (edit_threshold < 1): committed window tokens the model now predicts otherwise are replaced;
-            #    a round of a fully committed sequence does nothing else (a "post" round)
+            # 0. edit (edit_threshold < 1): committed tokens now predicted otherwise are replaced (full sequence: "post")
             kind = "post" if self.state.finished(s, self.spec) else "round"
             self.state, edits = self.editor.edit(self.state, predictions)
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
@@ -191,13 +182,11 @@ class Decoder:
             free = free_positions(anchor, commits.positions)
             look_pos = order.lookahead(view, free)
             plan = chain_plan(look_pos, free & (predictions[1] >= s.lookahead_min_prob), s.lookahead_depth)
-            branches = plan_branches(anchor, plan, predictions[0])
             # 3. block management on every branch (lengths may now differ)
-            branches = [b.with_block_added(s, self.spec) for b in branches]
+            branches = [b.with_block_added(s, self.spec) for b in plan_branches(anchor, plan, predictions[0])]
             # 4. verify: one forward over all rows (the k + 1 windows; with chains, every prefix of every chain)
             verified = self.executor.verify(branches)
-            # 5. score (paper: mean Conf of the masked positions; settings.branch_score); 6. cut each chain where
-            #    its verification stops, and select among the anchor and the kept chains
+            # 5. score (paper: mean Conf of masked positions); 6. cut each chain where its verification stops; select
             scores = score_branches(branches, verified, s)
             kept = kept_lengths(plan, predictions[0], *zip(*(verified.branch(j)[:2] for j in range(len(branches)))),
                                 floor=s.lookahead_min_prob)
@@ -206,15 +195,14 @@ class Decoder:
             # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
             predictions = self._commit(branches, verified, winner)
             # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
-            done, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
-                                           branches[winner], verified.branch(winner))
-            self.settled = done
+            self.settled, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
+                                                   branches[winner], verified.branch(winner))
             record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
                                   forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit)
             self._save(r, predictions)
             yield record
-            if done:                                   # the sequence is complete (and, editing, no block changes)
+            if self.settled:                           # the sequence is complete (and, editing, no block changes)
                 return
             if self._repeats(r, before, predictions, commits, look_pos, free):
                 raise DecodeStalled(stall_message(record, s, self.spec.mask_token_id))
@@ -294,6 +282,17 @@ class Decoder:
 
 
 # -- pure helpers under the loop: no model, no decoder state; inputs never changed ------------------
+def releasing(executor, rounds: Iterator[RoundRecord]) -> Iterator[RoundRecord]:
+    """The rounds; once they end, stop or fail, the executor is told (`release`, where it has one): what it
+    holds for the decode (the batched executor's graph runner, lopa.graphs) may then serve another."""
+    try:
+        yield from rounds
+    finally:
+        release = getattr(executor, "release", None)
+        if release is not None:
+            release()
+
+
 def check_progress(r: int, s: DecodeSettings, scripted_rounds: int, editing: bool) -> None:
     """Every round fills at least one position (the first unfinished block is always fully activated)
     unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
