@@ -2,7 +2,7 @@
 
 One round, as in the paper (Sec. 3; design note "One LoPA round"):
     anchor -> lookahead -> block management -> verify (one batched forward) -> score -> select
-    -> commit -> record.
+    -> commit -> record, after an edit phase when token editing is on (lopa/editing.py).
 The winner's predictions from the verify forward feed the next round's anchor, so there is
 exactly one forward per round. Which positions the anchor and the lookahead take (the token
 filling order) is an order policy's decision (lopa/order.py); forks resume from saved states. The loop yields a RoundRecord per round; everything else (CLI,
@@ -21,9 +21,10 @@ import torch
 
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
+from lopa.editing import Editor
 from lopa.forward import Executor, Verified, make_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
-from lopa.records import final_record, round_record, stall_message
+from lopa.records import device_label, final_record, round_record, stall_message
 from lopa.rules import branch_scores, select_winner
 from lopa.script import Forced, ScriptedOrder, script_from_trace
 from lopa.settings import DecodeSettings, ModelSpec
@@ -60,8 +61,9 @@ class Decoder:
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None
         self.previous = None          # (window start, token, max_prob) the last round decided on
-        self.finished = False
+        self.finished = self.settled = False    # settled: the last round ended the decode (editing: nothing changes)
         self.run_id, self.forked_from = "", None
+        self.editor = Editor(settings, spec.mask_token_id)
         config = getattr(getattr(self.executor, "model", None), "config", None)
         self.vocab_size = getattr(config, "vocab_size", None)
 
@@ -129,9 +131,9 @@ class Decoder:
 
     @property
     def done(self) -> bool:
-        """Whether the sequence decoded so far is complete (EOS reached or the token budget spent),
-        even before the stream has returned."""
-        return self.state is not None and self.state.finished(self.settings, self.spec)
+        """Whether the sequence decoded so far is complete (EOS reached or the token budget spent; with token
+        editing, no block changes any more), even before the stream has returned."""
+        return self.state is not None and self.settled and self.state.finished(self.settings, self.spec)
 
     def result(self) -> RunResult:
         if self.state is None:
@@ -162,15 +164,20 @@ class Decoder:
             predictions = self._restore(resume)                         # the state after round resume.round
         s, order = self.settings, self.order
         for r in count(1 if resume is None else resume.round + 1):
-            self._check_progress(r)
+            check_progress(r, s, self.scripted_rounds, self.editor.on)
             start, filled, before = time.perf_counter(), self.state.n_filled(), (self.state, predictions)
+            # 0. edit (edit_threshold < 1): committed window tokens the model now predicts otherwise are replaced;
+            #    a round of a fully committed sequence does nothing else (a "post" round)
+            kind = "post" if self.state.finished(s, self.spec) else "round"
+            self.state, edits = self.editor.edit(self.state, predictions)
             # 1. anchor: the order policy's commits (under the paper's order: D2F's commit rule)
             view = self._view(r, predictions)
             commits = order.anchor(view)
             anchor = self.state.with_tokens(self.state.window_start + commits.positions, commits.tokens)
-            if anchor.finished(s, self.spec):              # nothing left to verify: a final round, no forward
-                self.state = anchor
-                yield final_record(r, anchor, commits, s, start, committed=anchor.n_filled() - filled)
+            if anchor.finished(s, self.spec) and not (self.editor.on and s.edit_post_steps):   # a final round, no forward
+                self.state, self.settled = anchor, True
+                yield final_record(r, anchor, commits, s, start, committed=anchor.n_filled() - filled,
+                                   edit=self.editor.fields(edits, stop="budget"))
                 return
             # 2. lookahead: the policy's k positions (paper: highest Conf; adaptive: fewer), one extra token each, or
             #    a chain of up to lookahead_depth tokens each, every prefix a row of the batch (lopa/chains.py)
@@ -192,12 +199,15 @@ class Decoder:
             # 7. commit: the winner becomes the state; complete leading blocks join the cache (settings.cache_schedule)
             predictions = self._commit(branches, verified, winner)
             # 8. record (and save a resumable state for forks); a committed mask token (mask_argmax "authors") fills nothing
-            record = round_record(r, "round", branches, verified, scores.tolist(), winner, self.state, s, start,
+            done, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
+                                           branches[winner], verified.branch(winner))
+            self.settled = done
+            record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
-                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None)
+                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit)
             self._save(r, predictions)
             yield record
-            if self.state.finished(s, self.spec):      # a lookahead token completed the sequence
+            if done:                                   # the sequence is complete (and, editing, no block changes)
                 return
             if self._repeats(r, before, predictions, commits, look_pos, free):
                 raise DecodeStalled(stall_message(record, s, self.spec.mask_token_id))
@@ -205,7 +215,8 @@ class Decoder:
     def _prefill(self, prompt_ids: torch.Tensor):
         """Round 0: the prompt forward. Yields its record, returns the predictions for round 1."""
         start = time.perf_counter()
-        self.state, self.previous = Branch.start(self.settings, self.spec), None
+        self.state, self.previous, self.settled = Branch.start(self.settings, self.spec), None, False
+        self.editor.post_rounds = {}
         self.executor.start(prompt_ids)
         verified = self.executor.verify([self.state])
         self.executor.commit(0, 0)                                # caches the prompt
@@ -218,20 +229,6 @@ class Decoder:
         self._save(0, predictions)
         yield record
         return predictions
-
-    def _check_progress(self, r: int) -> None:
-        """Every round fills at least one position (the first unfinished block is always fully activated)
-        unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
-        commit rule picks predict the mask token and no lookahead branch wins. A stall that must repeat is
-        named as soon as it happens (_repeats); one that might not (a draw per round: random order,
-        temperature > 0) ends here, at the round past what max_new_tokens could need: never an endless loop."""
-        s = self.settings
-        if r > s.max_new_tokens + 1 + self.scripted_rounds:
-            raise DecodeStalled(f"decoding made no progress: {r - 1} rounds did not fill the {s.max_new_tokens} "
-                                "new tokens" + (
-                                    ", as rounds whose chosen positions predict the mask token (which mask_argmax="
-                                    "'authors' writes back) fill nothing; use mask_argmax='next_best'"
-                                    if s.mask_argmax == "authors" else ""))
 
     def _repeats(self, r: int, before: tuple[Branch, Predictions], predictions: Predictions, commits: Commits,
                  look_pos: torch.Tensor, free: torch.Tensor) -> bool:
@@ -268,7 +265,8 @@ class Decoder:
     def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
         """The winner becomes the state and its complete leading blocks join the prefix cache
         (settings.cache_schedule). -> the winner's predictions over its new window."""
-        n_cache = CACHE_SCHEDULES[self.settings.cache_schedule](branches, winner)
+        n_cache = self.editor.cacheable(branches[winner], verified.branch(winner),   # a block still edited stays
+                                        CACHE_SCHEDULES[self.settings.cache_schedule](branches, winner))
         cut = n_cache * self.settings.block_size
         self.executor.commit(winner, cut)
         self.state = branches[winner].with_cached(n_cache)
@@ -278,34 +276,38 @@ class Decoder:
     def _save(self, r: int, predictions: Predictions) -> None:
         snapshot = self.executor.snapshot() if self.keep_states else None
         if snapshot is not None:              # None: an executor whose state lives elsewhere (forks replay)
-            self.states[r] = Saved(r, self.state, predictions, snapshot, self.previous)
+            self.states[r] = Saved(r, self.state, predictions, snapshot, self.previous, dict(self.editor.post_rounds))
 
     def _restore(self, saved: Saved) -> Predictions:
         self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
-        self.previous = saved.previous
+        self.previous, self.editor.post_rounds = saved.previous, dict(saved.post_rounds or {})
+        self.settled = False
         return saved.predictions
 
 
 # -- pure helpers under the loop: no model, no decoder state; inputs never changed ------------------
+def check_progress(r: int, s: DecodeSettings, scripted_rounds: int, editing: bool) -> None:
+    """Every round fills at least one position (the first unfinished block is always fully activated)
+    unless a script holds every candidate back, or, under mask_argmax="authors", the positions the
+    commit rule picks predict the mask token and no lookahead branch wins; post-edit rounds (token editing) fill
+    nothing, at most edit_post_steps a block. A stall that must repeat is named as soon as it happens
+    (Decoder._repeats); one that might not (a draw per round: random order, temperature > 0) ends here, at the
+    round past what max_new_tokens could need: never an endless loop."""
+    post = (s.edit_post_steps * s.max_blocks + 1) if editing else 0
+    if r > s.max_new_tokens + 1 + scripted_rounds + post:
+        raise DecodeStalled(f"decoding made no progress: {r - 1} rounds did not fill the {s.max_new_tokens} "
+                            "new tokens" + (
+                                ", as rounds whose chosen positions predict the mask token (which mask_argmax="
+                                "'authors' writes back) fill nothing; use mask_argmax='next_best'"
+                                if s.mask_argmax == "authors" else ""))
+
+
 def free_positions(anchor: Branch, anchor_pos: torch.Tensor) -> torch.Tensor:
     """[W] bool: the window positions the lookahead may take, those still masked after the anchor, less the
     anchor's own (it may commit the mask token, mask_argmax "authors", which leaves its position masked)."""
     free = anchor.window() == anchor.mask_id                       # a new tensor: the anchor is untouched
     free[anchor_pos] = False
     return free
-
-
-def device_label(executor) -> str:
-    """What an executor's forwards run on: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"; "" when it does not say.
-    A branch-parallel executor's is its rank 0's model's (the other ranks run on devices of the same kind)."""
-    device = getattr(executor, "device", None)
-    model = getattr(getattr(executor, "shard", None), "model", None)
-    if device is None and isinstance(model, torch.nn.Module):
-        device = next(model.parameters()).device
-    if device is None:
-        return ""
-    device = torch.device(device)
-    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
 
 
 def previous_predictions(previous, window_start: int, width: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -362,6 +364,7 @@ class Saved:
     predictions: Predictions
     executor: Executor
     previous: tuple | None = None      # the predictions round `round` decided on (Decoder.previous)
+    post_rounds: dict | None = None    # the post-edit rounds each block has had (lopa.editing.Editor)
 
 
 def fork_decoder(run: RunResult, model=None) -> Decoder:

@@ -18,10 +18,11 @@ from lopa.trace import RoundRecord
 
 def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, scores: list[float], winner: int,
                  state: Branch, settings: DecodeSettings, start: float, positions=None, committed: int = 0,
-                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None) -> RoundRecord:
+                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None, edit: dict | None = None) -> RoundRecord:
     """The record of a round with a forward: its decisions (positions: anchor and lookahead window
     indices, none for the prefill; chains: the round's ChainPlan and how much of each chain was kept,
-    recorded when lookahead_depth > 1), every branch (row) as verified, and the state after the commit."""
+    recorded when lookahead_depth > 1; edit: token editing's fields, lopa.editing.Editor.fields), every
+    branch (row) as verified, and the state after the commit."""
     anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
     w0 = branches[0].window_start
     per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
@@ -46,11 +47,11 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         winner=winner, block_states=state.states(settings), committed=committed,
         n_cached_blocks=state.n_cached, forward_seconds=verified.seconds,
         round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced),
-        **({} if chains is None else chain_fields(chains[0], chains[1], branches)))
+        **({} if chains is None else chain_fields(chains[0], chains[1], branches)), **(edit or {}))
 
 
 def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,
-                 committed: int) -> RoundRecord:
+                 committed: int, edit: dict | None = None) -> RoundRecord:
     """The last anchor commit finished the sequence: nothing is left to verify, so no forward."""
     w0 = anchor.window_start
     return RoundRecord(
@@ -60,7 +61,7 @@ def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSetti
         branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
         block_states=anchor.states(settings), committed=committed,
         n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
-        forced=list(commits.forced))
+        forced=list(commits.forced), **(edit or {}))
 
 
 def stall_message(record: RoundRecord, settings: DecodeSettings, mask_id: int) -> str:
@@ -76,3 +77,16 @@ def stall_message(record: RoundRecord, settings: DecodeSettings, mask_id: int) -
     fix = "; use mask_argmax='next_best'" if settings.mask_argmax == "authors" else ""
     return (f"decoding made no progress at round {record.round} and cannot: {said}, and {lost}; every later round "
             f"would repeat it{fix}")
+
+
+def device_label(executor) -> str:
+    """What an executor's forwards run on: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"; "" when it does not say.
+    A branch-parallel executor's is its rank 0's model's (the other ranks run on devices of the same kind)."""
+    device = getattr(executor, "device", None)
+    model = getattr(getattr(executor, "shard", None), "model", None)
+    if device is None and isinstance(model, torch.nn.Module):
+        device = next(model.parameters()).device
+    if device is None:
+        return ""
+    device = torch.device(device)
+    return f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from lopa.editing import EDIT_STOPS, derive_edits, recorded_edits
 from lopa.settings import (
     ATTENTION_MODES,
     MAX_ADAPTIVE_LIFT,
@@ -75,6 +76,11 @@ def _branches(item):
     that stops at its first bad entry too."""
     return Annotated[list[Annotated[list[item], Field(fail_fast=True)]],
                      Field(min_length=1, max_length=MAX_ROWS, fail_fast=True)]
+
+
+def _edits():
+    """A list of token editing's fields (lopa.editing): one entry per position, empty in traces without editing."""
+    return Field(default=[], max_length=MAX_POSITIONS, fail_fast=True)
 
 
 def _chains(item):
@@ -200,7 +206,7 @@ class ForkedFrom(BaseModel):
 
 class Record(StrictModel):
     round: Annotated[int, Field(ge=0, le=MAX_ROUNDS)]
-    kind: Literal["prefill", "round", "final"]
+    kind: Literal["prefill", "round", "post", "final"]
     window_start: Pos
     anchor_positions: list[Pos] = _positions(MAX_POSITIONS)
     anchor_tokens: list[Id] = _positions(MAX_POSITIONS)
@@ -227,6 +233,14 @@ class Record(StrictModel):
     chain_rows: _chains(Annotated[int, Field(ge=0, lt=MAX_ROWS)]) = []
     chain_kept: list[Annotated[int, Field(ge=0, le=MAX_LOOKAHEAD_DEPTH)]] = Field(default=[], max_length=MAX_LOOKAHEAD,
                                                                                   fail_fast=True)
+    edit_positions: list[Pos] = _edits()
+    edit_old: list[Id] = _edits()
+    edit_tokens: list[Id] = _edits()
+    edit_prob: list[Prob] = _edits()
+    edit_seen_positions: list[Pos] = _edits()
+    edit_seen_argmax: list[Id] = _edits()
+    edit_seen_max_prob: list[Prob] = _edits()
+    edit_stop: Literal[("", *EDIT_STOPS)] = ""
 
     @field_validator("branch_scores")
     @classmethod
@@ -253,6 +267,10 @@ class Record(StrictModel):
             raise ValueError("anchor_positions and anchor_tokens differ in length")
         if len(self.lookahead_positions) != len(self.lookahead_tokens):
             raise ValueError("lookahead_positions and lookahead_tokens differ in length")
+        if not len(self.edit_positions) == len(self.edit_old) == len(self.edit_tokens) == len(self.edit_prob):
+            raise ValueError("edit_positions, edit_old, edit_tokens and edit_prob differ in length")
+        if not len(self.edit_seen_positions) == len(self.edit_seen_argmax) == len(self.edit_seen_max_prob):
+            raise ValueError("edit_seen_positions, edit_seen_argmax and edit_seen_max_prob differ in length")
         chains = (self.chain_positions, self.chain_tokens, self.chain_rows)
         if self.chain_kept or any(chains):
             if {len(c) for c in (*chains, self.chain_kept)} != {len(self.lookahead_positions)}:
@@ -301,18 +319,31 @@ class Trace(BaseModel):
             positions = {"anchor_positions": record.anchor_positions, "lookahead_positions": record.lookahead_positions,
                          **{f"branch_positions.{j}": p for j, p in enumerate(record.branch_positions)},
                          **{f"chain_positions.{j}": p for j, p in enumerate(record.chain_positions)},
+                         "edit_positions": record.edit_positions, "edit_seen_positions": record.edit_seen_positions,
                          "forced": [f.position for f in record.forced]}
             for name, values in positions.items():
                 bad = next((p for p in values if p >= limit), None)
                 if bad is not None:
                     raise ValueError(f"{where}.{name}: position {bad} is outside the sequence (max_new_tokens {limit})")
             ids = [*record.anchor_tokens, *record.lookahead_tokens, *(t for row in record.branch_tokens for t in row),
-                   *(t for row in record.branch_argmax for t in row), *(t for row in record.chain_tokens for t in row)]
+                   *(t for row in record.branch_argmax for t in row), *(t for row in record.chain_tokens for t in row),
+                   *record.edit_old, *record.edit_tokens, *record.edit_seen_argmax]
             if any(t >= vocab for t in ids):
                 raise ValueError(f"{where}: a token id is outside the vocabulary ({vocab} ids)")
         if any(t >= vocab for t in [*self.tokens, *self.prompt_ids]):
             raise ValueError(f"tokens: a token id is outside the vocabulary ({vocab} ids)")
+        self._edits_rederived()
         return self
+
+    def _edits_rederived(self) -> None:
+        """Every round's edits are those its predecessor's recorded predictions give (lopa.editing.derive_edits)."""
+        s = self.settings
+        derived = derive_edits(self.records, s.edit_threshold, s.edit_post_steps, s.block_size, self.spec.mask_token_id)
+        for i, (record, edits) in enumerate(zip(self.records, derived)):
+            if recorded_edits(record) != edits:
+                raise ValueError(f"records.{i}: its edits ({record.edit_positions[:8]}) are not those the recorded "
+                                 f"predictions give under edit_threshold {s.edit_threshold} "
+                                 f"({[e[0] for e in edits][:8]})")
 
 
 def upgrade_trace(data: Any) -> Any:

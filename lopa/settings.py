@@ -72,6 +72,8 @@ MAX_ADAPTIVE_RELEASE = 64.0
 # under 400 nats), and a factor far past any published one (Fast-dLLM uses f <= 2).
 MAX_EB_GAMMA = 1000.0
 MAX_FACTOR = 100.0
+# Token editing (lopa/editing.py): a block's post-edit rounds at most; LLaDA2.1's generate() defaults to 16.
+MAX_EDIT_POST_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,7 @@ class DecodeSettings:
                           "else the best), top1 (one token per round), or a peer's (lopa/peers.py): eb "
                           "(entropy-bounded, eb_gamma), factor (Fast-dLLM, factor_f), frechet (Fast-dLLM++, "
                           "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
-                          "tau_conf; SGLang's default 0.5 comes with token edits that can rewrite a commit, not taken "
-                          "here), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
+                          "tau_conf; its token edits are edit_threshold's, off unless set), stable (after LESS, tau_conf and stable_js)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
     "eb": "entropy-bounded (EB sampler)", "factor": "Fast-dLLM's factor rule", "frechet": "Fréchet bound (Fast-dLLM++)",
     "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)"})
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
@@ -177,6 +178,16 @@ class DecodeSettings:
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "
         "(lopa/chains.py, docs/method.md)", low=1, high=MAX_LOOKAHEAD_DEPTH, paper=1,
         label="lookahead depth", words="lookahead depth: tokens a chain may add")
+    # Token editing (lopa/editing.py, docs/method.md "Token editing"): LLaDA2.1's token-to-token edits. Off by
+    # default: no probability is above 1, and at 1 the engine skips the phase altogether.
+    edit_threshold: float = setting(
+        1.0, "token editing: a committed token of the window (not yet cached) is replaced by the model's prediction "
+        "there when that differs and its probability is above this (strict); 1 = off. LLaDA2.1 publishes 0.5 to 0.9, "
+        "SGLang's JointThreshold 0", low=0.0, high=1.0, words="editing threshold")
+    edit_post_steps: int = setting(
+        16, "edit_threshold < 1 only: rounds a full block may stay in the window to be edited again (its post-edit "
+        "rounds); it is cached once its latest forward proposes no edit or these are spent. 0 = edits only while "
+        "blocks still hold masks", low=0, high=MAX_EDIT_POST_STEPS, words="post-edit rounds per block")
 
     def __post_init__(self) -> None:
         for name, spec in SETTINGS.items():

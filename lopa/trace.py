@@ -21,7 +21,8 @@ from lopa.schema import TRACE_FORMAT, validate_trace
 @dataclass
 class RoundRecord:
     round: int
-    kind: str                           # "prefill" (first forward), "round", or "final" (no forward needed)
+    kind: str                           # "prefill" (first forward), "round", "post" (token editing only: every
+                                        # position committed, edits and a forward) or "final" (no forward needed)
     window_start: int                   # generated index of window position 0 during the forward
     # The anchor (round's step 1) and lookahead (step 2), computed from the previous winner's logits.
     anchor_positions: list[int]
@@ -55,6 +56,18 @@ class RoundRecord:
     chain_tokens: list = field(default_factory=list)
     chain_rows: list = field(default_factory=list)
     chain_kept: list = field(default_factory=list)
+    # Token editing (edit_threshold < 1; lopa/editing.py; empty otherwise): the round's edits (generated positions, the
+    # tokens they held and took, each new token's probability), the winner's predictions at its committed window
+    # positions (what the next round's edits are decided on), and in the decode's last round why editing stopped
+    # ("no_change" or "budget").
+    edit_positions: list = field(default_factory=list)
+    edit_old: list = field(default_factory=list)
+    edit_tokens: list = field(default_factory=list)
+    edit_prob: list = field(default_factory=list)
+    edit_seen_positions: list = field(default_factory=list)
+    edit_seen_argmax: list = field(default_factory=list)
+    edit_seen_max_prob: list = field(default_factory=list)
+    edit_stop: str = ""
 
     def filled(self) -> list[tuple[int, int, bool]]:
         """(position, token, by lookahead) committed by this round: the anchor's, then the winning
@@ -87,7 +100,8 @@ class RoundRecord:
     @classmethod
     def from_dict(cls, data: dict) -> RoundRecord:
         names = [f.name for f in dataclasses.fields(cls)]
-        optional = {f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING}
+        optional = {f.name for f in dataclasses.fields(cls)
+                    if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING}
         missing = [n for n in names if n not in data and n not in optional]      # older traces lack the optional
         if missing:
             raise ValueError(f"not a LoPA round record: missing {missing}")
@@ -180,6 +194,23 @@ def fills(records: list[RoundRecord], upto: int | None = None) -> dict[int, Fill
     return out
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A committed position rewritten by token editing (lopa/editing.py)."""
+    round: int          # the round that made the edit
+    old: int            # the token it held
+    new: int            # the token it took
+    max_prob: float     # the new token's probability when the edit was decided
+
+
+def edits(records: list[RoundRecord], upto: int | None = None) -> dict[int, Edit]:
+    """Position -> its latest Edit in rounds 1..upto (default: all); positions never edited are absent."""
+    last = len(records) - 1 if upto is None else min(upto, len(records) - 1)
+    return {p: Edit(r, old, new, q) for r in range(1, last + 1)
+            for p, old, new, q in zip(records[r].edit_positions, records[r].edit_old, records[r].edit_tokens,
+                                      records[r].edit_prob)}
+
+
 def fill_landscape(records: list[RoundRecord], useful: int) -> dict:
     """How uneven the token filling order was over the answer's first `useful` positions: the round
     each was filled in, its spread (population standard deviation, in rounds) and the share filled
@@ -265,6 +296,9 @@ def metrics(run: RunResult | None) -> dict:
         "chain_tokens": sum(len(c) - 1 for r in records for c in r.chain_positions),
         "chain_kept": sum(n - 1 for r in records for n in r.chain_kept),
         "chain_won": sum(sum(ahead for _, _, ahead in r.filled()) - 1 for r in records if r.chain_kept and r.winner),
+        # token editing (lopa/editing.py): positions rewritten, and the rounds that only edited
+        "edits": sum(len(r.edit_positions) for r in records),
+        "post_rounds": sum(r.kind == "post" for r in records),
         "device": records[0].extra.get("device", "") if records else "",
         **fill_landscape(records, useful),
     }

@@ -175,7 +175,7 @@ def test_no_app_module_is_over_400_lines():
 def test_the_core_is_exactly_the_engine():
     """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
-    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "engine", "exact",
+    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "editing", "engine", "exact",
                     "fast", "forward", "graphs", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "records", "resolution", "rules",
                     "schema", "script", "setting", "settings", "trace"]
 

@@ -215,20 +215,27 @@ def test_lopa_generate_decodes_the_folder(llada2, capsys):
     assert "'block_size': 32" in out and "'attention': 'block_causal'" in out and "'tau_conf': 0.95" in out
 
 
-def test_editing_values_come_from_the_checkpoint_and_are_recorded_not_applied(tmp_path):
+def test_editing_values_come_from_the_checkpoint_and_turn_editing_on(tmp_path):
     path = save_llada2_dir(tmp_path / "LLaDA2.1-tiny", generation={"threshold": 0.7, "editing_threshold": 0.5,
                                                                     "max_post_steps": 16})
     spec = load(str(path), device="cpu").spec
     assert spec.decode["tau_conf"] == 0.7
+    assert (spec.decode["edit_threshold"], spec.decode["edit_post_steps"]) == (0.5, 16)
     assert spec.extra["token_editing"] == {"editing_threshold": 0.5, "max_post_steps": 16,
-                                           "source": "generation_config.json", "applied": False}
-    # a decode of it runs without editing, and its trace says what the checkpoint asked for
+                                           "source": "generation_config.json", "applied": True}
+    # a decode of it edits with the checkpoint's values (the settings the trace records), and its trace says so
     from lopa import RunResult
     from lopa.cli import main
     assert main(["generate", "--model", str(path), "--prompt", "how many", "--max-new-tokens", "32", "--device", "cpu",
                  "--trace", str(tmp_path / "trace.json")]) == 0
     run = RunResult.load(tmp_path / "trace.json")
-    assert run.settings["tau_conf"] == 0.7 and run.spec["extra"]["token_editing"]["applied"] is False
+    assert run.settings["tau_conf"] == 0.7 and run.spec["extra"]["token_editing"]["applied"] is True
+    assert (run.settings["edit_threshold"], run.settings["edit_post_steps"]) == (0.5, 16)
+    # the user's value wins over the checkpoint's: --edit-threshold 1 turns editing off
+    assert main(["generate", "--model", str(path), "--prompt", "how many", "--max-new-tokens", "32", "--device", "cpu",
+                 "--edit-threshold", "1", "--trace", str(tmp_path / "off.json")]) == 0
+    off = RunResult.load(tmp_path / "off.json")
+    assert off.settings["edit_threshold"] == 1.0 and not any(r.edit_seen_positions for r in off.records)
     # without a generation config: the defaults of generate() in the folder's modeling file, read, never run
     (path / "generation_config.json").unlink()
     (path / "modeling_llada2_moe.py").write_text(
@@ -237,6 +244,12 @@ def test_editing_values_come_from_the_checkpoint_and_are_recorded_not_applied(tm
     decode, editing = llada2_generation(path)
     assert decode["tau_conf"] == 0.8 and (editing["editing_threshold"], editing["max_post_steps"]) == (0.6, 12)
     assert generate_defaults("def generate(x, threshold=0.95, eos_id=1): pass") == {"threshold": 0.95}
+    (path / "generation_config.json").write_text(json.dumps({"threshold": 0.7, "editing_threshold": 1.0}))
+    decode, editing = llada2_generation(path)                 # nothing is above 1: recorded, no editing asked for
+    assert "edit_threshold" not in decode and editing["applied"] is False
+    (path / "generation_config.json").write_text(json.dumps({"editing_threshold": 0.5, "max_post_steps": -1}))
+    with pytest.raises(ValueError, match="max_post_steps -1"):
+        llada2_generation(path)
     (path / "generation_config.json").write_text(json.dumps({"threshold": 1.5}))
     with pytest.raises(ValueError, match="threshold 1.5"):
         llada2_generation(path)

@@ -195,6 +195,23 @@ def test_branch_parallel_equals_single_process_with_lookahead_chains(groups, loa
         assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
 
 
+@pytest.mark.parametrize("attention", ["block_causal", "full"])
+def test_branch_parallel_edits_as_the_single_process(groups, loaded, attention):
+    """Token editing reads the winner's predictions over its whole window, which the ranks gather as they do the
+    masked positions': the edits, post-edit rounds and the cache are the single process's."""
+    settings = DecodeSettings(k=3, edit_threshold=0.0, edit_post_steps=2, attention=attention, **LIVELY)
+    prompt = torch.arange(3, 15)                  # a prompt on which the tiny model edits
+    ref, ref_executor = single(loaded, settings, prompt)
+    bp = groups[2].decoder(settings).run(prompt)
+    assert ref.metrics()["edits"] > 0
+    assert bp.tokens == ref.tokens and decisions(bp) == decisions(ref)
+    assert [(r.kind, r.edit_positions, r.edit_tokens, r.edit_stop) for r in bp.records] == \
+        [(r.kind, r.edit_positions, r.edit_tokens, r.edit_stop) for r in ref.records]
+    want = kv_digest(ref_executor.kv).tolist()
+    for got in groups[2].digests():
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
+
+
 def test_sampling_is_reproducible_per_world_size(groups):
     settings = DecodeSettings(k=3, temperature=1.0, seed=3, **LIVELY)
     a = groups[2].decoder(settings).run(PROMPT)

@@ -14,6 +14,7 @@ import math
 from lopa.chains import chain_cut
 from lopa.rules import score_split
 
+from .edits import edit_line, post_round_text
 from .glossary import COMMIT_RULE_NAMES, rule_name, term_link
 from .labels import token_label, token_repr
 from .markup import esc
@@ -223,11 +224,15 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         return (f"**Round 0 — prompt forward.** The model reads the prompt and one all-mask block of {N} positions "
                 f"and predicts every position; nothing is committed yet. {ready} positions already have max prob "
                 f"> τ_conf = {tau}; the next round's anchor commits them (or, if none, the single most confident).")
+    edit_threshold = float(s.get("edit_threshold", 1.0))
+    edited = edit_line(rec, names, mask_id, edit_threshold)          # token editing's line ("" without edits)
+    if rec.kind == "post":
+        return post_round_text(rec, names, mask_id, edit_threshold)
     if rec.kind == "final":
         done = (f"The anchor committed the last {len(rec.anchor_positions)} token(s)" if rec.anchor_positions
                 else f"Round {r - 1} already completed the last masked positions")
         return (f"**Round {r} — finish.** {done}: every appended block is complete and no block will be added, "
-                f"so no forward was needed. Decoding is done.{_last_branches(run, r)}")
+                f"so no forward was needed. Decoding is done.{' ' + edited if edited else ''}{_last_branches(run, r)}")
     n_anchor = len(rec.anchor_positions)
     rule = str(s.get("commit", "threshold"))
     how = (f"max prob > τ_conf = {tau}, or the single most confident position of a fully activated block"
@@ -272,7 +277,7 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
         floor = float(s.get("lookahead_min_prob") or 0)
         win += f" *Chain:* {esc(cut_sentence(rec, chain_of(rec, w), names, mask_id, floor))}"
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
-    return (f"**Round {r}.** *Anchor:* {anchor}. *Lookahead:* {look} {win} "
+    return (f"**Round {r}.** {edited + ' ' if edited else ''}*Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")
 
 

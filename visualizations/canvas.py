@@ -9,6 +9,9 @@ forward predicts for a still-masked position); its border and corner tag say its
     lookahead (+)   the winning branch's extra token (thick dashed orange)
     masked          still masked: pale, the current prediction in grey italics, its confidence as a
                     viridis stripe along the bottom
+    edited (E)      rewritten by this round's token editing (thick solid purple); a cell edited in an
+                    earlier round keeps its state with a purple underline. The hover names the old and new
+                    token, the round of the edit and the new token's probability.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ import math
 
 from .labels import token_label, token_repr, token_text
 from .markup import esc
-from .palette import ANCHOR_COLOUR, LOOKAHEAD_COLOUR, MISSING_COLOUR, faded, text_on, viridis, viridis_legend
-from .timeline import ANCHOR, fills, predictions
+from .palette import (
+    ANCHOR_COLOUR,
+    EDIT_COLOUR,
+    LOOKAHEAD_COLOUR,
+    MISSING_COLOUR,
+    faded,
+    text_on,
+    viridis,
+    viridis_legend,
+)
+from .timeline import ANCHOR, edits, fills, predictions
 
-CACHED, COMMITTED, MASKED = "cached", "committed", "masked"
+CACHED, COMMITTED, MASKED, EDITED = "cached", "committed", "masked", "edited"
 # Each state's look lives in CANVAS_CSS, once on the page, not in every cell: a live Run re-sends the
 # whole canvas at every round it streams, to every browser watching, and inline styles made each
 # cell about five times longer.
@@ -30,6 +42,7 @@ STATE_STYLE = {
     ANCHOR: (f"3px solid {ANCHOR_COLOUR}", "", "A"),
     "lookahead": (f"3px dashed {LOOKAHEAD_COLOUR}", "", "+"),
     MASKED: ("1px dotted #777777", "font-style:italic;cursor:pointer;", ""),   # a masked cell opens the what-if panel
+    EDITED: (f"3px solid {EDIT_COLOUR}", "", "E"),
 }
 STATE_WORDS = {
     CACHED: "committed earlier, block cached",
@@ -37,6 +50,7 @@ STATE_WORDS = {
     ANCHOR: "committed by this round's anchor",
     "lookahead": "winning branch's lookahead token",
     MASKED: "still masked: current prediction, its max prob as the bottom stripe (click: what if it were filled first?)",
+    EDITED: "rewritten by this round's token editing (underlined: edited earlier)",
 }
 BLOCK_WORDS = {"cached": "cached", "complete": "complete", "active_full": "active (full)",
                "active_semi": "active (semi)"}
@@ -54,6 +68,7 @@ CANVAS_CSS = (
       f"background:linear-gradient(0deg,var(--fill,{MISSING_COLOUR}) 0 7px,{MASKED_BACKGROUND} 7px)}}"
     # a kept chain (lookahead_depth > 1): a double border, each token numbered in its tag
     + f".lopa-cell.lopa-chain{{border:4px double {LOOKAHEAD_COLOUR}}}"
+    f".lopa-cell.lopa-rewritten{{box-shadow:inset 0 -3px 0 {EDIT_COLOUR}}}"
     ".lopa-block{display:flex;align-items:center;border-left:4px solid transparent;padding-left:4px;margin:2px 0}"
     ".lopa-block.lopa-in-window{border-left-color:#333333}"
     ".lopa-block-label{width:78px;font-size:11px;line-height:1.1;flex:none}"
@@ -72,7 +87,7 @@ def _fill(state: str, max_prob: float) -> str:
 
 
 def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names, mask_id: int, why: str,
-          chain: tuple[int, int] | None = None) -> str:
+          chain: tuple[int, int] | None = None, rewritten: bool = False) -> str:
     """One cell; `chain` (i, n): token i of the n the winning chain kept (lookahead_depth > 1), numbered in
     its tag instead of one "+"."""
     tag = STATE_STYLE[state][2] + (str(chain[0]) if chain else "")
@@ -86,17 +101,20 @@ def _cell(pos: int, state: str, token: int, max_prob: float, conf: float, names,
              f"token {esc(token_repr(token, names)) if token is not None else 'unknown'}&#10;"
              f"max prob {_fmt(max_prob)} · Conf {_fmt(conf)}")
     corner = f'<span class="lopa-tag">{tag}</span>' if tag else ""
-    classes = f"lopa-{state}" + (" lopa-chain" if chain else "") + (" lopa-tagged" if tag else "")
+    classes = (f"lopa-{state}" + (" lopa-chain" if chain else "") + (" lopa-tagged" if tag else "")
+               + (" lopa-rewritten" if rewritten else ""))
     numbered = f' data-chain="{chain[0]}"' if chain else ""
     return (f'<div class="lopa-cell {classes}" data-position="{pos}" data-state="{state}"{numbered} '
             f'title="{title}" style="{style}">{esc(label)}{corner}</div>')
 
 
-def canvas_legend() -> str:
+def canvas_legend(editing: bool = False) -> str:
     # Each swatch is a cell of its state (the same classes, so the same border, fill, stripe and tag), holding a
-    # token-like "ab" as the cells hold their tokens.
+    # token-like "ab" as the cells hold their tokens. The edited state only for a run that edits.
     swatches = []
     for state, words in STATE_WORDS.items():
+        if state == EDITED and not editing:
+            continue
         tag = STATE_STYLE[state][2]
         fill = _fill(state, 0.5)
         style = f"--fill:{fill}" if state == MASKED else f"background:{fill};color:{text_on(fill)}"
@@ -116,9 +134,10 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
     r = max(0, min(r, len(run.records) - 1))
     record = run.records[r]
     N, mask_id = int(run.settings["block_size"]), int(run.spec["mask_token_id"])
-    done = fills(run.records, r)
+    done, changed = fills(run.records, r), edits(run.records, r)
     predicted = predictions(record)
     first_window_block = record.window_start // N
+    editing = float(run.settings.get("edit_threshold", 1.0)) < 1.0
     chain = [p for p, _, ahead in record.filled() if ahead]                      # the winner's kept chain ...
     chain = chain if len(chain) > 1 else []                                      # ... of more than one token
     rows = []
@@ -132,7 +151,14 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                 why = (f"committed by this round's {who}" if fill.round == r else
                        f"committed in round {fill.round} by the {who}" + (", block cached" if state == CACHED else ""))
                 link = (chain.index(pos) + 1, len(chain)) if fill.round == r and pos in chain else None
-                cells.append(_cell(pos, state, fill.token, fill.max_prob, fill.conf, names, mask_id, why, link))
+                edit, token, max_prob = changed.get(pos), fill.token, fill.max_prob
+                if edit is not None:                # token editing rewrote it: the cell holds the new token
+                    state = EDITED if edit.round == r else state
+                    token, max_prob = edit.new, edit.max_prob
+                    why += (f"; {'edited by this round' if edit.round == r else f'edited in round {edit.round}'}: "
+                            f"{token_repr(edit.old, names)} → {token_repr(edit.new, names)} (max prob {_fmt(edit.max_prob)})")
+                cells.append(_cell(pos, state, token, max_prob, fill.conf, names, mask_id, why, link,
+                                   rewritten=edit is not None and edit.round < r))
             else:
                 guess = predicted.get(pos)
                 why = ("still masked, predicted by the winning branch's forward (click: what if it were filled "
@@ -145,12 +171,13 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
         rows.append(f'<div class="lopa-block{in_window}" data-block="{b}"><div class="lopa-block-label">{label}</div>'
                     f'<div class="lopa-block-cells">{"".join(cells)}</div></div>')
     kind = {"prefill": " (the prompt's forward: nothing committed yet)",
-            "final": " (the final round: the anchor's last commits, no forward)"}.get(record.kind, "")
+            "final": " (the final round: the anchor's last commits, no forward)",
+            "post": " (a post-edit round: every position is committed; it only edits and checks)"}.get(record.kind, "")
     note = (f'<div style="font-size:12px;margin-bottom:4px">Round {r}{esc(kind)} — rows with a dark left bar '
             f'were in the window this round (recomputed by the forward); rows before it were read from the cache.'
             f' <span class="lopa-hover-words">Hover</span><span class="lopa-tap-words">Tap</span> a cell for its token and '
             f'probabilities.</div>')
-    return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend()}{"".join(rows)}</div>'
+    return f'<div class="lopa-canvas" data-round="{r}">{note}{canvas_legend(editing)}{"".join(rows)}</div>'
 
 
 def canvas_text(run, r: int, names: dict[int, str] | None = None) -> str:
@@ -169,6 +196,7 @@ def canvas_text(run, r: int, names: dict[int, str] | None = None) -> str:
         held = {p: t for p, t in enumerate(run.tokens) if t != run.spec.get("mask_token_id")}
     else:
         held = {p: fill.token for p, fill in fills(run.records, r).items()}
+        held.update({p: edit.new for p, edit in edits(run.records, r).items()})
     out = []
     for p in range(max(held, default=-1) + 1):
         if held.get(p) in eos:

@@ -60,6 +60,13 @@ TERMS = (
      "ones before it. Every prefix is verified in the same forward, and the chain is cut at the first token the row "
      "before it no longer predicts (or predicts under the lookahead floor); the branch is scored at its kept prefix, "
      "and the branches table shows one row per chain with why it was cut."),
+    ("token editing", "token-editing", "a committed token is not final (LLaDA 2.1's token-to-token edits; the "
+     "edit_threshold setting, off at 1): when the model later reads a committed position of an uncached block as "
+     "another token with max prob above the editing threshold, that token replaces it (tag E on the canvas; an "
+     "underline marks a cell edited earlier)."),
+    ("post-edit round", "post-round", "a round after every position is committed that only edits and checks: a "
+     "full block stays out of the cache while its last forward still reads a token otherwise, for at most "
+     "edit_post_steps such rounds."),
     ("τ_conf (tau_conf)", "tau-conf", "the confidence threshold: a masked position whose max prob is above it is "
      "committed."),
     ("max prob", "max-prob", "the probability the model gives its top guess at a position."),

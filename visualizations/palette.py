@@ -18,6 +18,7 @@ OKABE_ITO = {
 ANCHOR_COLOUR = OKABE_ITO["blue"]
 LOOKAHEAD_COLOUR = OKABE_ITO["orange"]
 WINNER_COLOUR = OKABE_ITO["vermillion"]
+EDIT_COLOUR = OKABE_ITO["purple"]          # token editing: a committed token rewritten
 CACHED_COLOUR = "#d9d9d9"
 MISSING_COLOUR = "#f2f2f2"
 # Text on the page meets WCAG AA, 4.5:1 against what it sits on (tests/test_contrast_browser.py measures it).

@@ -8,7 +8,7 @@ predictions" lives (the studies read them there too). Positions are generated-se
 
 from __future__ import annotations
 
-from lopa.trace import ANCHOR, LOOKAHEAD, Fill, Prediction, fills, predictions  # noqa: F401  (the figures' names)
+from lopa.trace import ANCHOR, LOOKAHEAD, Edit, Fill, Prediction, edits, fills, predictions  # noqa: F401  (the figures' names)
 
 
 def commits(record) -> list[tuple[int, int, str]]:

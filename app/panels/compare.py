@@ -42,12 +42,13 @@ from .viz import (
 COMPARE_OUTPUTS = ("compare_status", "base_counters", "base_answer", "base_tfo",
                    "lopa_counters", "lopa_answer", "lopa_tfo", "compare_summary", "compare_diff") + RUN_LIST_OUTPUTS
 # The baseline side: a decoder preset (k = 0 baselines), each peer's commit rule alone (k = 0, the rule's own
-# knobs as the settings panel has them), or LoPA with the same k under another order.
+# knobs as the settings panel has them), LoPA with the same k under another order, or without token editing.
 BASELINES = {"D2F vanilla (k = 0)": "d2f",
              **{f"{rule_name(rule)} (k = 0)": f"d2f-{rule}" for rule in PEER_RULES},
              "single block (Fast-dLLM style)": "single_block",
              "one token per round": "one_token", "LoPA, random order (same k)": "random",
-             "LoPA, left-to-right order (same k)": "left_to_right"}
+             "LoPA, left-to-right order (same k)": "left_to_right",
+             "LoPA without token editing (same k)": "no_editing"}
 
 
 def baseline_settings(baseline: str, lopa_settings):
@@ -60,6 +61,8 @@ def baseline_settings(baseline: str, lopa_settings):
     name = BASELINES.get(baseline, baseline)
     if name in ("random", "left_to_right"):
         return decoder_settings("lopa", lopa_settings, order=name)
+    if name == "no_editing":                   # token editing off (edit_threshold 1: nothing is above it)
+        return decoder_settings("lopa", lopa_settings, edit_threshold=1.0)
     if name == "d2f" or name.startswith("d2f-"):
         rule = name.removeprefix("d2f").removeprefix("-") or "threshold"
         entropy = {"confidence": "neg_entropy"} if rule == "eb" else {}
@@ -70,7 +73,8 @@ def baseline_settings(baseline: str, lopa_settings):
 def lopa_title(settings, backend) -> str:
     """The LoPA side's name: its k, the commit rule its branches commit by where it is not D2F's, its backend."""
     rule = "" if settings.commit == "threshold" else f" over {rule_name(settings.commit)}"
-    return f"LoPA{rule} (k = {settings.k}" + (f", {backend})" if backend.parallel else ")")
+    editing = f", editing above {settings.edit_threshold:g}" if settings.edit_threshold < 1 else ""
+    return f"LoPA{rule} (k = {settings.k}{editing}" + (f", {backend})" if backend.parallel else ")")
 
 
 class Side:

@@ -9,8 +9,9 @@ the block whose sampled token's probability is above `threshold`, else the most 
 (`num_to_transfer` 1): the engine's threshold rule on max_prob, one block at a time (tau_add 1).
 LLaDA2.1's `generate()` adds token editing: a committed (non-prompt) position whose prediction
 changed is replaced when its probability is above `editing_threshold`, and once the block has no
-mask left up to `max_post_steps` more forwards keep editing it. The engine has no token editing
-yet: those two values are recorded in the spec (`extra["token_editing"]`) and not applied.
+mask left up to `max_post_steps` more forwards keep editing it. Those two become the engine's
+edit_threshold and edit_post_steps (lopa/editing.py), so a LLaDA2.1 folder decodes with its edits; the spec
+records them and where they came from (`extra["token_editing"]`, "applied" true when they turn editing on).
 
 The values come from the checkpoint: generation_config.json (keys named as generate()'s arguments),
 else the defaults of generate() in the folder's own modeling_llada2_moe.py (read as text with `ast`,
@@ -23,6 +24,7 @@ import ast
 from pathlib import Path
 
 from lopa.models.folder import quoted, read_json
+from lopa.settings import MAX_EDIT_POST_STEPS
 
 LLADA2_MODEL_TYPES = ("llada2_moe",)
 LLADA2_ARCHITECTURES = ("LLaDA2MoeModelLM",)
@@ -181,9 +183,18 @@ def llada2_generation(path: Path) -> tuple[dict, dict]:
     threshold = values.get("threshold", LLADA2_THRESHOLD)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
         raise ValueError(f"{quoted(path)}: threshold {threshold!r} ({source}) must be a number from 0 to 1")
-    editing = {}
-    if values.get("editing_threshold") is not None:
-        editing = {"editing_threshold": values["editing_threshold"], "max_post_steps": values.get("max_post_steps"),
-                   "source": source, "applied": False}
     decode = {"tau_conf": float(threshold), "confidence": "max_prob", "tau_add": 1.0, "commit": "threshold"}
+    editing, edit, post = {}, values.get("editing_threshold"), values.get("max_post_steps")
+    if edit is not None:
+        if isinstance(edit, bool) or not isinstance(edit, (int, float)) or not 0 <= edit <= 1:
+            raise ValueError(f"{quoted(path)}: editing_threshold {edit!r} ({source}) must be a number from 0 to 1")
+        if post is not None and (isinstance(post, bool) or not isinstance(post, int)
+                                 or not 0 <= post <= MAX_EDIT_POST_STEPS):
+            raise ValueError(f"{quoted(path)}: max_post_steps {post!r} ({source}) must be a whole number from 0 to "
+                             f"{MAX_EDIT_POST_STEPS}")
+        # generate() edits where the probability is above editing_threshold (strict), as edit_threshold does; at 1
+        # nothing is above it, so the checkpoint asks for no editing
+        editing = {"editing_threshold": edit, "max_post_steps": post, "source": source, "applied": edit < 1}
+        if edit < 1:
+            decode.update(edit_threshold=float(edit), **({"edit_post_steps": post} if post is not None else {}))
     return decode, editing

@@ -15,7 +15,7 @@ import gradio as gr
 
 from lopa import DecodeSettings, RunResult
 from lopa.order import budget_warning
-from lopa.trace import fills, metrics
+from lopa.trace import edits, fills, metrics
 
 from ...serving.examples import check_answer
 from ...serving.session import Session
@@ -85,6 +85,7 @@ def counters_at(session: Session, r: int, title: str = "") -> str:
     last = r == len(run.records) - 1
     mask = run.spec.get("mask_token_id")
     held = {p: fill.token for p, fill in fills(run.records, r).items()}
+    held.update({p: edit.new for p, edit in edits(run.records, r).items()})      # token editing's rewrites
     snapshot = run if last else replace(run, records=run.records[:r + 1], decoder=None, text=answer_at(session, r),
                                         tokens=[held.get(p, mask) for p in range(len(run.tokens))])
     where = f" at round {r} of {len(run.records) - 1}" + ("" if last else ": the counters so far")

@@ -1,6 +1,6 @@
 """Arrival and the guided tour: the default example decoded by vanilla D2F and by LoPA, from traces
 recorded by `python -m app.panels.tour --record` (assets/traces/), shown side by side on arrival and walked
-through in six steps.
+through in six steps (seven when the LoPA run edits its own tokens).
 
 Each step puts the page in a prepared state (one of the two runs at a round, or both compared),
 names the panel that matters and says what to see there. Rounds are picked by rules applied to the

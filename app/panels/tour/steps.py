@@ -1,4 +1,5 @@
-"""The guided tour's six steps, for any vanilla D2F run and LoPA run of the same prompt.
+"""The guided tour's six steps, for any vanilla D2F run and LoPA run of the same prompt, and a seventh on token
+editing when the LoPA run edits (a model that revises its own tokens: edit_threshold < 1).
 
 Each step's round is picked by a rule applied to the trace (`pick_*`), and every number in its words
 is read from the records it shows, so each claim is true of the state the step puts the page in
@@ -224,8 +225,29 @@ def step_try(lopa, names) -> Step:
                 text, facts)
 
 
+def step_edit(lopa, names) -> Step | None:
+    """Token editing, on the first round of the LoPA run that edited; None when it never did."""
+    rec = next((r for r in lopa.records if r.edit_positions), None)
+    if rec is None:
+        return None
+    mask_id, threshold = lopa.spec.get("mask_token_id"), float(lopa.settings.get("edit_threshold", 1.0))
+    p, old, new, q = rec.edit_positions[0], rec.edit_old[0], rec.edit_tokens[0], rec.edit_prob[0]
+    n, post = sum(len(r.edit_positions) for r in lopa.records), sum(r.kind == "post" for r in lopa.records)
+    facts = {"round": rec.round, "position": p, "old": old, "new": new, "max_prob": q, "edits": n, "post_rounds": post}
+    after = (f"; once every position was committed, {post} post-edit round(s) only edited and checked" if post else "")
+    text = (f"This model revises its own tokens (<b>token editing</b>): a committed token is not final. In round "
+            f"{rec.round} the model read position {p}, committed as {_tok(old, names, mask_id)}, as "
+            f"{_tok(new, names, mask_id)} with max prob {q:.2f}, above the editing threshold {threshold:g}, so the "
+            f"token was replaced: the cell tagged E, whose hover names both tokens, and the round's explanation names "
+            f"each edit. A block stays out of the cache while its tokens still change{after}. This decode made "
+            f"<b>{n} edit(s)</b>; Compare sets it beside the same decode without editing.")
+    return Step("edit", "the model revises its own tokens", "lopa", rec.round, "#canvas", text, facts)
+
+
 def tour_steps(d2f, lopa, names: dict | None = None) -> list[Step]:
-    """The six steps for a vanilla D2F run and a LoPA run of the same prompt (any two traces)."""
+    """The six steps for a vanilla D2F run and a LoPA run of the same prompt (any two traces), with the token
+    editing step before the last when the LoPA run edits."""
     names = names or {}
+    edit = step_edit(lopa, names)
     return [step_fill(d2f, names), step_anchor(lopa, names), step_branches(lopa, names), step_winner(lopa, names),
-            step_order(d2f, lopa, names), step_try(lopa, names)]
+            step_order(d2f, lopa, names), *([edit] if edit else []), step_try(lopa, names)]
