@@ -33,7 +33,8 @@ OFF = 1.0   # edit_threshold 1: no probability is above it, editing off (lopa/ed
 
 def gain(off: list[dict], on: list[dict]) -> dict:
     """The comparison of one decoder's per-problem rows (problems.csv rows, the same problems in the same order)."""
-    assert [r["problem"] for r in off] == [r["problem"] for r in on]
+    if [r["problem"] for r in off] != [r["problem"] for r in on]:
+        raise ValueError("editing off and on must be rows of the same problems, in the same order")
     n = len(off)
     fixed = [r["problem"] for r, e in zip(off, on) if not r["correct"] and e["correct"]]
     broken = [r["problem"] for r, e in zip(off, on) if r["correct"] and not e["correct"]]
