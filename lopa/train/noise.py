@@ -17,7 +17,8 @@ On top of any pattern, `Recipe.wrong_prob` replaces a share of the noisy blocks'
 then reads every visible position of those blocks too (lopa.train.losses): the model learns to predict
 the true token at a committed position, whether the token shown there is right or wrong, which is what
 token-to-token editing asks of it (LLaDA2.1, arXiv 2602.08676: besides mask-to-token, the model learns
-to recover the original token from randomly replaced ones). The wrong token is a plausible one: another
+to recover the original token from randomly replaced ones; random vocabulary tokens in its released recipe,
+arXiv 2606.17175). The wrong token is a plausible one: another
 digit for a digit, another name for a name, another object for an object, else another token of the
 batch's answers (`replacement_pools`).
 
