@@ -9,7 +9,8 @@ with `--seed`, never a shipped file) decoded at k = 0 and k = 1 under each looka
 --ranks, as `lopa generate --order adaptive` resolves its settings for that model
 (lopa.study.adaptive_fit.calibrate, lopa.rules.fit_gain). The ranking whose k = 1 calibration decodes
 reach the higher TPF is the model's: its gain model (adaptive_win, adaptive_release, adaptive_lift)
-and adaptive_rank go in config.json as "lopa": {"decode": {...}}, which lopa.models.loading reads
+and adaptive_rank go in config.json as "lopa": {"decode": {...}} (beside the decode settings already there, which
+the fit decodes with), which lopa.models.loading reads
 into ModelSpec.decode, under whatever the user sets (lopa.resolution.resolve). Without --write it
 prints what it would write. Untimed: a fit counts forwards, so a busy machine gives the same numbers.
 """
@@ -65,7 +66,8 @@ def main(argv=None) -> int:
         if args.write:
             path = folder_of(name) / "config.json"
             config = json.loads(path.read_text())
-            config["lopa"]["decode"] = decode
+            # the fit's keys replace their old values; the model's other decode settings (token editing's) stay
+            config["lopa"]["decode"] = {**config["lopa"].get("decode", {}), **decode}
             path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
             print(f"wrote {path}")
     return 0

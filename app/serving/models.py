@@ -25,6 +25,8 @@ SHOWS = {
     "open-gsm-dllm": "the paper's regime: where \"by now in total\" splits around a line is open, and one "
                      "committed token settles the rest of it, so the filling order sets the speed",
     "sure-gsm-dllm": "sure of every token: every filling order gives the same speed (the contrast)",
+    "edit-gsm-dllm": "open-gsm-dllm trained also on wrong tokens, so that at a committed position it names "
+                     "the token that belongs there: the model for token editing",
 }
 
 

@@ -2,7 +2,7 @@
 (lopa/train/policy.py) on one decode by the model itself; the token classes the weights read.
 
 Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, V vocabulary,
-M masked positions, E dependency edges.
+M target positions, E dependency edges.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from lopa.problems import NAMES, OBJECTS
 from lopa.tasks.layout import hidden_states
 from lopa.train.data import Batch, steps_for, training_problem
-from lopa.train.noise import computed_positions, sample_mask
+from lopa.train.noise import computed_positions, replacement_pools, sample_mask, sample_wrong
 from lopa.train.policy import policy_loss, policy_rows
 from lopa.train.recipe import Recipe
 
@@ -56,21 +56,31 @@ def blocked_by_mask(masked: torch.Tensor, deps: torch.Tensor) -> torch.Tensor:
 class DiffusionLoss(NamedTuple):
     loss: torch.Tensor      # the weighted loss to back-propagate
     ce: torch.Tensor        # the unweighted mean cross-entropy over the masked targets (detached), for the log
-    masked: int             # M, how many targets it averaged over
+    masked: int             # how many masked targets `ce` averaged over
 
 
 def diffusion_loss(model, batch: Batch, *, mask_id: int, recipe: Recipe, gen: torch.Generator,
                    is_digit: torch.Tensor, is_name: torch.Tensor | None = None,
                    is_object: torch.Tensor | None = None) -> DiffusionLoss:
     """The masked-diffusion loss of `batch` under noise drawn from `gen`: cross-entropy on the masked
-    positions, weighted per target class (`is_digit`, `is_name`, `is_object`: bool [V]; a class left
+    positions (with `recipe.wrong_prob` on every visible position of the noisy blocks too, some shown with
+    a wrong token: lopa/train/noise.py), weighted per target class (`is_digit`, `is_name`, `is_object`: bool [V]; a class left
     None keeps weight 1) and, with `recipe.inv_t_weight`, by 1/t (MDLM ELBO)."""
     ids, block_id, valid, deps = batch.ids, batch.block_id, batch.valid, batch.deps
     masked, t = sample_mask(block_id, valid, computed_positions(deps, ids.shape), recipe, gen, batch.forced)  # [S, L] each
     noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
+    targets = masked  # [S, L]
+    if recipe.wrong_prob:
+        # Token editing (lopa/train/noise.py): some visible positions of the noisy blocks show a wrong
+        # token, and every visible position there is a target (its true token), so the model learns
+        # both to replace a wrong committed token and to keep a right one.
+        classes = [c for c in (is_digit, is_name, is_object) if c is not None]
+        _, noisy = sample_wrong(noisy, t, masked, replacement_pools(ids, (block_id > 0) & valid, classes), recipe, gen)
+        targets = t > 0
     h = hidden_states(model, noisy, block_id, valid)  # [S, L, hidden]
-    # Logit shift: the output at i-1 predicts token i, so select outputs one step left of masks.
-    sel = masked[:, 1:]  # [S, L-1]
+    # Logit shift: the output at i-1 predicts token i, so select outputs one step left of the targets.
+    sel = targets[:, 1:]  # [S, L-1]
+    was_masked = masked[:, 1:][sel]  # [M] (all True without wrong_prob)
     logits = model.lm_head(h[:, :-1][sel]).float()  # [M, V]
     target = ids[:, 1:][sel]  # [M]
     ce = F.cross_entropy(logits, target, reduction="none")  # [M]
@@ -94,11 +104,12 @@ def diffusion_loss(model, batch: Batch, *, mask_id: int, recipe: Recipe, gen: to
         w = torch.where(blocked, recipe.dep_weight * w, w)
     ce_w = ce * w
     if recipe.inv_t_weight:
+        # 1/t on a masked target (MDLM ELBO); a visible one (wrong_prob) is one sample of its position: weight 1
         n_answer = ((block_id > 0) & valid).sum().clamp(min=1)
-        loss = (ce_w / t[:, 1:][sel]).sum() / n_answer
+        loss = (ce_w / torch.where(was_masked, t[:, 1:][sel], 1.0)).sum() / n_answer
     else:
         loss = ce_w.mean()
-    return DiffusionLoss(loss, ce.mean().detach(), int(sel.sum()))
+    return DiffusionLoss(loss, ce[was_masked].mean().detach(), int(was_masked.sum()))
 
 
 def on_policy_loss(model, tok, *, rng: random.Random, recipe: Recipe, progress: float,

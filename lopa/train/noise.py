@@ -12,6 +12,16 @@ draws one of three patterns:
   `>>`, a later line's first operand, the `####` number) while operands and words stay visible,
   the state in which a result can be read off its own line.
 
+On top of any pattern, `Recipe.wrong_prob` replaces a share of the noisy blocks' visible positions
+(the tokens a decoder has committed in the blocks it is still filling) by a wrong token, and the loss
+then reads every visible position of those blocks too (lopa.train.losses): the model learns to predict
+the true token at a committed position, whether the token shown there is right or wrong, which is what
+token-to-token editing asks of it (LLaDA2.1, arXiv 2602.08676: besides mask-to-token, the model learns
+to recover the original token from randomly replaced ones; random vocabulary tokens in its released recipe,
+arXiv 2606.17175). The wrong token is a plausible one: another
+digit for a digit, another name for a name, another object for an object, else another token of the
+batch's answers (`replacement_pools`).
+
 Shapes (notation in lopa/__init__.py): S sequences in a batch, L sequence length, E dependency edges.
 """
 
@@ -84,3 +94,38 @@ def sample_mask(block_id, valid, computed, recipe, gen: torch.Generator, forced:
         t = torch.where(use_cut[:, None], t_cut, torch.where(use_computed[:, None], t_computed, t))
     masked = (torch.rand(block_id.shape, generator=gen) < t) & (t > 0)  # [S, L]
     return masked, t
+
+
+def replacement_pools(ids: torch.Tensor, answer: torch.Tensor, classes: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The pools a wrong token is drawn from, each a sorted 1-D tensor of token ids: one per class of
+    `classes` (bool [V] each: digits, names, objects), and last the other tokens at the batch's `answer`
+    positions ([S, L] bool). A token of the answers is in exactly one pool when the classes are disjoint."""
+    pools = [c.nonzero().flatten() for c in classes]
+    seen = torch.unique(ids[answer])  # sorted
+    in_class = torch.zeros_like(seen, dtype=torch.bool)
+    for pool in pools:
+        in_class |= torch.isin(seen, pool)
+    return pools + [seen[~in_class]]
+
+
+def sample_wrong(ids: torch.Tensor, t: torch.Tensor, masked: torch.Tensor, pools: list[torch.Tensor],
+                 recipe, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(wrong [S, L] bool, ids with the wrong tokens written in [S, L]): each visible position of a
+    noisy block (t > 0, not masked) is replaced with probability `recipe.wrong_prob` by another token
+    of its pool (`replacement_pools`), drawn uniformly, never itself. A token in no pool, or alone in
+    its pool, stays as it is. Draws two [S, L] uniforms from `gen`, after the masks."""
+    pick = torch.rand(ids.shape, generator=gen)  # [S, L]
+    u = torch.rand(ids.shape, generator=gen)     # [S, L]
+    candidate = (pick < recipe.wrong_prob) & (t > 0) & ~masked
+    wrong = torch.zeros_like(candidate)
+    out = ids.clone()
+    for pool in pools:
+        n = pool.numel()
+        here = candidate & torch.isin(ids, pool)
+        if n < 2 or not here.any():
+            continue
+        rank = torch.searchsorted(pool, ids[here])
+        shift = 1 + (u[here] * (n - 1)).floor().long().clamp(max=n - 2)  # 1..n-1: never the token itself
+        out[here] = pool[(rank + shift) % n]
+        wrong |= here
+    return wrong, out

@@ -43,6 +43,8 @@ class Recipe:
     counterfactual_prob: float = 0.0  # rows whose answer is another problem's (lopa/train/counterfactual.py):
                                  # only the numbers written on a line give its result there; off by default
                                  # because at 0.25 every probe learned slower (model card)
+    wrong_prob: float = 0.0      # share of the noisy blocks' visible positions shown with a wrong token, the loss
+                                 # then on every visible position there too: what token editing needs (lopa/train/noise.py)
     extra_eos_block_prob: float = 0.25
     curriculum: float = 0.3      # fraction of training spent ramping from 1-step to 3-step problems
     max_steps: int = 3           # reasoning steps per problem at the end of the curriculum
