@@ -1,4 +1,4 @@
-"""The verify step at static shapes, captured once per shape bucket as a CUDA graph (issue #55's fast path).
+"""The verify step at static shapes, captured once per shape bucket as a CUDA graph.
 
 A verify forward of a 7B model at batch 1..15 is bound by reading the weights (about 3 ms on an H200),
 but launched op by op from Python it takes 40-60 ms (assets/bench/gpu/h200.md): hundreds of kernels,

@@ -216,7 +216,8 @@ def test_at_depth_3_the_chain_column_leaves_masked_left_and_the_score_in_view(pa
     page.wait_for_selector("#counters .lopa-counters[data-status='done']")
     rounds = int(page.locator("#counters .lopa-counters").get_attribute("data-rounds"))
     show_round(page, rounds - 1)               # the final round's table stands for the last round with branches
-    page.wait_for_selector("#branches .lopa-branches table")
+    # that round's table, not an earlier round's still on the page (the table follows the canvas)
+    page.wait_for_selector(f"#branches .lopa-branches[data-round='{rounds - 1}'] table")
     heads = page.evaluate("""() => [...document.querySelectorAll('#branches th')].map((h) => [h.innerText,
         h.getBoundingClientRect().right])""")
     right = box(page, "#branches .lopa-branches")["right"]

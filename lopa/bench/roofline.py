@@ -6,7 +6,7 @@ too) behind a cached prefix of P positions must at least
 - do the multiply-adds of its matmuls and its attention (FLOPs),
 so it takes at least floor = max(bytes / bandwidth, FLOPs / peak). Below the ridge point (positions per
 forward where the two meet) a forward is bound by reading weights and more positions are nearly free,
-LoPA's premise; past it every branch costs compute (issue #55).
+LoPA's premise; past it every branch costs compute.
 
 What is counted, exactly (work()):
 - weight bytes: every layer's q, k, v, o projections; its MLP (dense: gate, up, down) or, in a mixture of
