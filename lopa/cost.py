@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from lopa.blocks import Branch
-from lopa.forward import make_executor
+from lopa.forward import make_executor, release_executor
 from lopa.order import linear_cost, linear_source
 from lopa.settings import DecodeSettings, ModelSpec
 
@@ -99,9 +99,7 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
             executor.verify(rows[B])
             _sync(device)
             samples[B].append(clock() - t0)
-    release = getattr(executor, "release", None)
-    if release is not None:              # the static buffers it timed (lopa.graphs) now serve the decode
-        release()
+    release_executor(executor)           # the static buffers it timed (lopa.graphs) now serve the decode
     return samples
 
 

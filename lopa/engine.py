@@ -24,7 +24,7 @@ from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
 from lopa.cost import cost_curve
 from lopa.editing import Editor
 from lopa.filter import filter_for
-from lopa.forward import Executor, Verified, make_executor
+from lopa.forward import Executor, Verified, make_executor, release_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.records import device_label, final_record, round_record, stall_message
 from lopa.rules import branch_scores, select_winner
@@ -288,9 +288,7 @@ def releasing(executor, rounds: Iterator[RoundRecord]) -> Iterator[RoundRecord]:
     try:
         yield from rounds
     finally:
-        release = getattr(executor, "release", None)
-        if release is not None:
-            release()
+        release_executor(executor)
 
 
 def check_progress(r: int, s: DecodeSettings, scripted_rounds: int, editing: bool) -> None:

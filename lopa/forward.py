@@ -98,6 +98,14 @@ def window_predictions(rows: torch.Tensor, q0: int, width: int, shift: bool, bou
     return torch.cat([head, rows[:, :width - 1]], dim=1)
 
 
+def release_executor(executor) -> None:
+    """Tell an executor its decode (or its timing) is over, where it holds something another decode may need
+    (the batched executor's graph runner, lopa.graphs); executors without `release` hold nothing."""
+    release = getattr(executor, "release", None)
+    if release is not None:
+        release()
+
+
 def host_rows(rows: tuple) -> tuple:
     """(token, max_prob, conf) [B, L] each, on the host: from a device in one copy (one synchronisation
     per round; float64 holds every token id and float32 number exactly)."""
@@ -321,7 +329,7 @@ class BatchedExecutor(_CachedExecutor):
 
     def release(self) -> None:
         """The decode is over (the engine says so): the graph runner's buffers may serve another decode."""
-        if getattr(self, "graph", None) is not None:
+        if self.graph is not None:
             self.graph.owner = None
             self.graph = None
 

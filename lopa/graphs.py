@@ -35,7 +35,7 @@ import torch
 from lopa.kv import PrefixKV
 from lopa.rules import summarize
 
-MAX_EXACT_TOKEN = 2 ** 24            # token ids travel as float32 in the one copy back, exact below this
+MAX_EXACT_TOKEN = 2 ** 24            # token ids travel as float32 (here and between ranks), exact below this
 
 
 def bucket(n: int, step: int | None = None) -> int:
@@ -56,7 +56,8 @@ class StaticPrefixKV(PrefixKV):
             self.keys[layer] = torch.zeros(1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
             self.values[layer] = torch.zeros(1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
         self.length_t = torch.zeros((), dtype=torch.long, device=device)
-        self.valid = torch.arange(capacity, device=device) < self.length_t          # [capacity]
+        self.slots = torch.arange(capacity, device=device)                           # [capacity]
+        self.valid = self.slots < self.length_t                                      # [capacity]
 
     def prefix(self, layer, like):
         return self.keys[layer], self.values[layer]
@@ -71,7 +72,7 @@ class StaticPrefixKV(PrefixKV):
 
     def _sync(self) -> None:
         self.length_t.fill_(self.length)
-        torch.lt(torch.arange(self.capacity, device=self.length_t.device), self.length_t, out=self.valid)
+        torch.lt(self.slots, self.length_t, out=self.valid)
 
 
 class GraphVerify:

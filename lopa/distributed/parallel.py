@@ -57,11 +57,11 @@ import torch.distributed as dist
 
 from lopa.blocks import Branch
 from lopa.forward import BatchedExecutor, Verified, boundary_rows, window_predictions
+from lopa.graphs import MAX_EXACT_TOKEN
 from lopa.kv import PrefixKV
 from lopa.settings import DecodeSettings, ModelSpec
 
 SEED_STRIDE = 1_000_003      # rank r samples with seed + r * SEED_STRIDE (rank 0: the seed itself)
-MAX_EXACT_TOKEN = 2 ** 24    # token ids travel as float32, exact below this
 
 
 def rank_seed(seed: int, rank: int) -> int:
