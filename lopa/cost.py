@@ -55,9 +55,10 @@ class CostCurve:
     source: str
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a host clock times it (a CPU's work is already done)."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def round_branches(B: int, settings: DecodeSettings, mask: int, vocab: int, where: str = "first") -> list[Branch]:
@@ -94,10 +95,10 @@ def verify_samples(executor, spec: ModelSpec, vocab: int, prompt_ids: torch.Tens
                                and time.perf_counter() - began < budget_s):
         sweeps += 1
         for B in counts:
-            _sync(device)
+            sync(device)
             t0 = clock()
             executor.verify(rows[B])
-            _sync(device)
+            sync(device)
             samples[B].append(clock() - t0)
     release_executor(executor)           # the static buffers it timed (lopa.graphs) now serve the decode
     return samples

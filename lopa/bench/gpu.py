@@ -53,6 +53,7 @@ from lopa.bench.gpu_plan import (
     shaped_models,
 )
 from lopa.bench.tables import table
+from lopa.cost import sync
 from lopa.models import load
 from lopa.models.loading import DEFAULT_MODEL, LoadedModel
 from lopa.resolution import resolve
@@ -65,11 +66,6 @@ REPORT_FORMAT = "lopa-gpu-report/1"
 PREMISE_LIMIT = 1.3               # the premise holds when a B = 8 forward costs at most 1.3x B = 1
 # D2F-Dream on GSM8K (the paper's Table 1): vanilla and LoPA TPF, LoPA with 14 branches (Table 5).
 PAPER_TPF = {"vanilla": (0, 3.1), "LoPA": (14, 10.1)}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def attention_ops(fn, *args) -> list[str]:

@@ -38,6 +38,7 @@ from lopa.bench.gpu_plan import DREAM_7B, TOY_SHAPE, environment, random_model
 from lopa.bench.tables import table
 from lopa.blocks import Branch
 from lopa.cost import measure as measure_cost
+from lopa.cost import sync
 from lopa.engine import decode
 from lopa.forward import EXECUTORS, LocalExecutor, make_executor
 from lopa.models import load
@@ -83,11 +84,6 @@ def decode_traces(loaded: LoadedModel, rows: dict[str, DecodeSettings], problems
 
 
 # -- 2. replay ---------------------------------------------------------------------------------
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def replay_branches(record: RoundRecord, recorded_mask: int, mask: int, vocab: int, N: int) -> list[Branch]:
     """The round's verified windows on a model whose mask id is `mask` and vocabulary `vocab`: masked
     where the round was masked, the recorded token elsewhere (folded into the vocabulary), behind
@@ -119,14 +115,14 @@ def replay_run(ex: LocalExecutor, run: RunResult, generator: torch.Generator, ex
             continue
         branches = replay_branches(record, run.spec["mask_token_id"], spec.mask_token_id, vocab, N)
         prefix = ex.kv.length if hasattr(ex, "kv") else None
-        _sync(ex.device)
+        sync(ex.device)
         t0 = time.perf_counter()
         verified = ex.verify(branches)
-        _sync(ex.device)
+        sync(ex.device)
         t1 = time.perf_counter()
         n = record.n_cached_blocks * N - record.window_start        # window positions the winner cached
         ex.commit(record.winner, n)
-        _sync(ex.device)
+        sync(ex.device)
         out.append({"kind": record.kind, "prefix": prefix, "B": len(branches), "lengths": verified.lengths,
                     "committed_positions": n, "forward_s": t1 - t0, "commit_s": time.perf_counter() - t1,
                     "bookkeeping_s": bookkeeping})
