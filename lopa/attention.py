@@ -96,7 +96,9 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     # A fixed-capacity prefix (lopa.graphs.StaticPrefixKV) marks its cached positions in `valid`; the
     # FlashAttention path takes no such mask, so those forwards stay on the function below.
     valid = getattr(lopa_prefix, "valid", None)
-    kernels = flash_kernels() if valid is None else None
+    # A dependency-aware rule reads the attention probabilities (lopa.dependency): FlashAttention returns none.
+    probe = getattr(lopa_prefix, "probe", None)
+    kernels = flash_kernels() if valid is None and probe is None else None
     lopa_prefix.kernel = window_kernel(query, lopa_window_lengths, kernels)
     if lopa_prefix.kernel == "flash":
         return flash_shared_prefix(query, key, value, prefix_k, prefix_v, lopa_window_lengths, scaling, kernels), None
@@ -112,7 +114,10 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     mask = attention_mask[:, :, :, -L:].expand(B, G, L, L).reshape(B, 1, G * L, L)
     s_window = s_window.masked_fill(~mask, float("-inf"))
 
-    probs = torch.softmax(torch.cat([s_prefix, s_window], dim=-1), dim=-1).to(query.dtype)
+    probs = torch.softmax(torch.cat([s_prefix, s_window], dim=-1), dim=-1)   # [B, Hkv, G*L, P + L] float32
+    if probe is not None:
+        probe.add(layer, probs, B, Hkv, G, L)
+    probs = probs.to(query.dtype)
     p_prefix, p_window = probs[..., :P], probs[..., P:]
     p_prefix = p_prefix.transpose(0, 1).reshape(1, Hkv, B * G * L, P)      # fold again: read prefix once
     out = (p_prefix @ prefix_v).reshape(Hkv, B, G * L, D).transpose(0, 1)  # [B, Hkv, G*L, D]

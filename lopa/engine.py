@@ -24,6 +24,7 @@ from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
 from lopa.cost import cost_curve
 from lopa.editing import Editor
 from lopa.filter import filter_for
+from lopa.dependency import wants_attention
 from lopa.forward import Executor, Verified, make_executor, release_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.records import device_label, final_record, round_record, stall_message
@@ -58,6 +59,9 @@ class Decoder:
         # commit=learned reads the model's own commit filter (lopa/filter.py): refused here, before any forward
         self.commit_filter = filter_for(spec, settings.confidence) if settings.commit == "learned" else None
         self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
+        if wants_attention(settings) and getattr(self.executor, "probe", None) is None:     # commit=dawn
+            raise ValueError(f"commit=dawn reads the attention of each round's forward, which only the batched executor "
+                             f"records (executor batched or batched_eager, one process); got {type(self.executor).__name__}")
         # order = adaptive prices its branches by a curve timed here (or the linear model): lopa.cost
         curve = cost_curve(model, spec, settings, executor, decode) if order is None else None
         self.base_order = order if order is not None else make_order(settings, *((curve.seconds, curve.source)
@@ -68,6 +72,7 @@ class Decoder:
         self.records: list[RoundRecord] = []
         self.state: Branch | None = None
         self.previous = None          # (window start, token, max_prob) the last round decided on
+        self.attention = None         # commit=dawn: the last winner's attention rows over the window (lopa.dependency)
         self.finished = self.settled = False    # settled: the last round ended the decode (editing: nothing changes)
         self.run_id, self.forked_from = "", None
         self.editor = Editor(settings, spec.mask_token_id)
@@ -221,6 +226,7 @@ class Decoder:
         if label:                       # what the run's wall-clock was measured on (lopa.trace.metrics)
             record.extra.setdefault("device", label)
         predictions = verified.branch(0)
+        self.attention = verified.attention[0] if verified.attention else None
         self._save(0, predictions)
         yield record
         return predictions
@@ -256,7 +262,7 @@ class Decoder:
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
                          state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
                          self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob,
-                         self.commit_filter)
+                         self.commit_filter, self.attention)
 
     def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
         """The winner becomes the state and its complete leading blocks join the prefix cache
@@ -266,17 +272,20 @@ class Decoder:
         cut = n_cache * self.settings.block_size
         self.executor.commit(winner, cut)
         self.state = branches[winner].with_cached(n_cache)
+        self.attention = verified.attention[winner][cut:] if verified.attention else None    # rows of the new window
         return tuple(x[cut:] for x in verified.branch(winner))
 
     # -- saved states (forks resume from them) ---------------------------------------------
     def _save(self, r: int, predictions: Predictions) -> None:
         snapshot = self.executor.snapshot() if self.keep_states else None
         if snapshot is not None:              # None: an executor whose state lives elsewhere (forks replay)
-            self.states[r] = Saved(r, self.state, predictions, snapshot, self.previous, dict(self.editor.post_rounds))
+            self.states[r] = Saved(r, self.state, predictions, snapshot, self.previous, dict(self.editor.post_rounds),
+                                   self.attention)
 
     def _restore(self, saved: Saved) -> Predictions:
         self.state, self.executor = saved.state, saved.executor.snapshot()   # the saved one stays intact
         self.previous, self.editor.post_rounds = saved.previous, dict(saved.post_rounds or {})
+        self.attention = saved.attention
         self.settled = False
         return saved.predictions
 
@@ -370,6 +379,7 @@ class Saved:
     executor: Executor
     previous: tuple | None = None      # the predictions round `round` decided on (Decoder.previous)
     post_rounds: dict | None = None    # the post-edit rounds each block has had (lopa.editing.Editor)
+    attention: torch.Tensor | None = None   # commit=dawn: the winner's attention rows over the window
 
 
 def fork_decoder(run: RunResult, model=None) -> Decoder:

@@ -45,6 +45,8 @@ class Verified:
     seconds: float
     ranks: list[int] | None = None   # process rank that computed each branch (branch-parallel backends)
     extra: dict = field(default_factory=dict)   # backend timings and traffic, copied into the trace
+    # commit=dawn only (lopa.dependency): each branch's window rows of the forward's attention, [n_j, C_j]
+    attention: list[torch.Tensor] | None = None
 
     def branch(self, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = self.lengths[j]
@@ -313,13 +315,18 @@ class BatchedExecutor(_CachedExecutor):
         if static is None:
             from lopa.graphs import graphs_enabled
             static = self.device.type == "cuda" and graphs_enabled()
-        self.static = static
+        # commit=dawn reads each forward's attention (lopa.dependency): the probe rides on the prefix cache, so
+        # those forwards run uncaptured and unpacked; every other rule's run no probe and no extra work
+        from lopa.dependency import AttentionProbe, wants_attention
+        self.probe = AttentionProbe(getattr(model.config, "num_hidden_layers", None) or model.config.n_layers) if wants_attention(settings) else None
+        self.static = static and self.probe is None
         self.graph = None
 
     def start(self, prompt_ids):
         super().start(prompt_ids)
         self.release()
         self.kv = PrefixKV(prompt_ids.numel() + self.settings.max_new_tokens)
+        self.kv.probe = self.probe
         self.packing = None
         if self.static:
             from lopa.graphs import runner_for
@@ -335,6 +342,8 @@ class BatchedExecutor(_CachedExecutor):
 
     @torch.no_grad()
     def verify(self, branches):
+        if self.probe is not None:
+            return self._verify_with_attention(branches)
         if self.graph is None or not self.prompt_cached:       # the prefill runs uncaptured (any prompt length)
             return super().verify(branches)
         t0 = time.perf_counter()
@@ -343,6 +352,14 @@ class BatchedExecutor(_CachedExecutor):
         rows = self.graph.run(inputs, attention_mask(segments, self.settings.attention, False), positions)
         self.packing, self.rows_from = None, 0           # static shapes: padded, never packed
         return self._verified(rows, 0, [b.window().numel() for b in branches], t0)
+
+    def _verify_with_attention(self, branches) -> Verified:
+        """The eager verify, with each branch's window rows of its attention (commit=dawn)."""
+        q0 = 0 if self.prompt_cached else self.prompt.numel()      # input index of window position 0
+        self.probe.reset()
+        verified = super().verify(branches)
+        verified.attention = self.probe.rows(q0, verified.lengths)
+        return verified
 
     def snapshot(self):
         """None under the graph runner (its buffers serve the next decode): a fork then replays."""
@@ -360,7 +377,7 @@ class BatchedExecutor(_CachedExecutor):
     def _forward(self, branches):
         windows = [b.window() for b in branches]
         self.packing = None
-        if self.prompt_cached and self.settings.attention == "block_causal" and len(windows) > 1:
+        if self.probe is None and self.prompt_cached and self.settings.attention == "block_causal" and len(windows) > 1:
             plan = Packing.plan(windows, self.settings.block_size)
             if plan.pays(windows):
                 self.packing = plan

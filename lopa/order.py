@@ -37,7 +37,7 @@ from typing import Protocol
 
 import torch
 
-from lopa.rules import COMMIT_RULES, BlockPredictions, choose_k, lookahead_positions
+from lopa.rules import COMMIT_RULES, WINDOW_RULES, BlockPredictions, choose_k, lookahead_positions
 from lopa.settings import DecodeSettings
 
 
@@ -62,6 +62,8 @@ class RoundView:
     prev_max_prob: torch.Tensor | None = None
     # The model's commit filter (lopa.filter.CommitFilter), which commit=learned reads; None under the other rules.
     commit_filter: object = None
+    # commit=dawn: the last winner's attention rows over the window, [W, C] (lopa.dependency); None otherwise.
+    attention: torch.Tensor | None = None
 
     @property
     def block_size(self) -> int:
@@ -98,8 +100,11 @@ class ConfidenceOrder:
     def anchor(self, view: RoundView) -> Commits:
         """D2F step 4 block by block under the settings' commit rule (the paper's: commit every
         max_prob > tau_conf; else the best by rank)."""
-        rule, N = COMMIT_RULES[view.settings.commit], view.block_size
         rank = self.fallback_rank(view)
+        if view.settings.commit in WINDOW_RULES:                 # one decision over the whole window (dawn)
+            positions = WINDOW_RULES[view.settings.commit](view, rank).nonzero().flatten()
+            return Commits(positions, view.token[positions])
+        rule, N = COMMIT_RULES[view.settings.commit], view.block_size
         W = view.token.numel()
         prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)
         prev_max_prob = view.prev_max_prob if view.prev_max_prob is not None else torch.full((W,), float("nan"))

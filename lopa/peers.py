@@ -17,6 +17,9 @@ by block through lopa.rules.COMMIT_RULES; tests/test_peers.py pins each to the p
              Jensen–Shannon divergence between the two rounds' (that token, the rest) splits within stable_js
     learned  after Learn2PD: every position a filter trained on the model's own decodes (lopa/filter.py)
              calls final with probability > learned_threshold
+    dawn     DAWN's dependency-aware rule, over the whole window at once: the sure positions, those a sure
+             decoded position induces, and an independent set of the window's attention dependency graph
+             (dawn_commit; the attention comes from the round's own forward, lopa/dependency.py)
 """
 
 from __future__ import annotations
@@ -141,3 +144,56 @@ def learned_commit(final: torch.Tensor, rank: torch.Tensor, threshold: float, fu
 
 
 MAX_JS = math.log(2)      # the largest Jensen–Shannon divergence, in nats
+
+
+def independent_set(conflict: torch.Tensor, score: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
+    """Greedy maximal independent set: take the best-scoring node left (first on ties), drop its neighbours,
+    repeat. conflict bool [M, M] (symmetric), score [M], node bool [M] -> bool [M], a subset of `node`.
+    DAWN's select_parallel_tokens_conflict_mis (lizhuo-luo/DAWN, llada/gdllm_utils.py lines 10-32)."""
+    left = node.clone()
+    chosen = torch.zeros_like(node)
+    score = score.double()
+    while bool(left.any()):
+        best = int(torch.where(left, score, torch.full_like(score, float("-inf"))).argmax())
+        chosen[best] = True
+        left[best] = False
+        left &= ~conflict[best]
+    return chosen
+
+
+def dawn_commit(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
+                tau: float, induce: float, low: float) -> torch.Tensor:
+    """DAWN's dependency-aware selection over one window (lizhuo-luo/DAWN, llada/generate.py lines 432-494,
+    `get_transfer_index_dawn`; lopa/dependency.py collects the attention). -> bool [W], a subset of `masked`.
+
+    attention [W, C]: each window position's (query row's) head- and layer-mean attention over C keys, the
+    decoded context first (cached prefix) and the window's own W positions last; max_prob, masked [W].
+      1. sinks (lines 435-437; detect_attn_sinks_, llada/gdllm_utils.py lines 50-58): keys whose mean
+         attention over the rows exceeds `sink` are zeroed, and so is each position's attention to itself
+         (line 440);
+      2. edges (lines 454-455): j depends on key i when attention[j, i] >= edge;
+      3. sure (lines 458-459): masked with max prob >= tau (the published literal 0.9 is tau_conf here);
+      4. induced (lines 462-467): masked, depending on a decoded key whose own prediction is sure (every
+         context key counts as decoded and sure: its row is cached), with max prob >= induce;
+      5. conflict-free (lines 469-482): the masked positions with max prob >= low that are neither sure nor
+         induced and depend on no position that is both, committed as a greedy maximal independent set of
+         the window's dependency graph (edges either way), the most probable first (independent_set).
+    Commits induced | sure | the independent set (line 484). The published fallback (lines 486-491, the most
+    probable masked position when nothing is chosen) is the caller's, block by block (lopa.rules.dawn_anchor)."""
+    W, C = attention.shape
+    if W == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    ctx = C - W                                                           # context keys before the window
+    att = attention.double().clone()                                      # [W, C]
+    att[:, att.mean(0) > sink] = 0.0                                      # attention sinks (column mean)
+    att[torch.arange(W), ctx + torch.arange(W)] = 0.0                     # no self-dependence
+    edges = att >= edge                                                   # [W, C] j depends on key i
+    p = max_prob.double()
+    sure = masked & (p >= tau)                                            # [W]
+    decoded = torch.cat([torch.ones(ctx, dtype=torch.bool), ~masked & (p >= tau)])      # [C]
+    induced = masked & (edges & decoded).any(1) & (p >= induce)           # [W]
+    inner = edges[:, ctx:]                                                # [W, W] within the window
+    near_both = (inner & (induced & sure)[None, :]).any(1)                # depends on a position both induced and sure
+    node = masked & (p >= low) & ~sure & ~induced & ~near_both
+    free = independent_set(inner | inner.T, p, node)
+    return induced | sure | free

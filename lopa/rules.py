@@ -138,7 +138,31 @@ COMMIT_RULES = {
     "learned": lambda b, s, full: peers.learned_commit(filter_final(b, s.block_size, full), b.rank,
                                                        s.learned_threshold, full),
 }
-assert tuple(COMMIT_RULES) == COMMIT_RULE_NAMES
+
+
+def dawn_anchor(attention: torch.Tensor | None, max_prob: torch.Tensor, rank: torch.Tensor, masked: torch.Tensor,
+                fully_activated: list[bool], s) -> torch.Tensor:
+    """commit=dawn over a whole window (its dependency graph spans the blocks): lopa.peers.dawn_commit, then
+    D2F's fallback block by block: a fully activated block where it chose nothing commits its best masked
+    position by `rank`, a semi-activated one nothing (as under every rule here; DAWN's own fallback is one
+    position per sequence). attention [W, C] (lopa.dependency), max_prob, rank, masked [W] -> bool [W]."""
+    if attention is None:
+        raise ValueError("commit=dawn reads the attention of the round's forward: decode with the batched executor "
+                         "(executor batched or batched_eager), in one process")
+    chosen = peers.dawn_commit(attention, max_prob, masked, s.dawn_sink, s.dawn_edge, s.tau_conf, s.dawn_induce,
+                               s.dawn_low)
+    N = s.block_size
+    for b, full in enumerate(fully_activated):
+        idx = masked[b * N:(b + 1) * N].nonzero().flatten() + b * N          # [M] masked positions of block b
+        if full and idx.numel() and not bool(chosen[idx].any()):
+            chosen[idx[rank[idx].argmax()]] = True
+    return chosen
+
+
+# Rules that decide over the whole window at once (the order policy calls them with its RoundView).
+WINDOW_RULES = {"dawn": lambda view, rank: dawn_anchor(view.attention, view.max_prob, rank, view.masked,
+                                                       view.fully_activated, view.settings)}
+assert tuple(COMMIT_RULES) + tuple(WINDOW_RULES) == COMMIT_RULE_NAMES
 
 
 def lookahead_positions(conf: torch.Tensor, candidate: torch.Tensor, k: int) -> torch.Tensor:

@@ -34,7 +34,7 @@ CACHE_SCHEDULES = ("eager", "authors")
 # (what the departures study compares the raw logits with).
 MASK_ARGMAX = ("next_best", "authors", "excluded")
 # Commit rules (lopa.rules.COMMIT_RULES): D2F's threshold, one token per round, and the peers' (lopa.peers).
-COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable", "learned")
+COMMIT_RULES = ("threshold", "top1", "eb", "factor", "frechet", "joint", "stable", "learned", "dawn")
 # Token filling orders (lopa/order.py): which positions the anchor's fallback and the lookahead take.
 ORDERS = ("confidence", "random", "left_to_right", "adaptive", "least_confident", "highest_entropy", "mixed")
 # The orders in words, for the app's menus and the help.
@@ -102,10 +102,12 @@ class DecodeSettings:
                           "frechet_margin), joint (SGLang JointThreshold's mask-to-token step, at "
                           "tau_conf; its token edits are edit_threshold's, off unless set), stable (after LESS, tau_conf and stable_js), "
                           "learned (after Learn2PD: a filter trained on the model's own decodes, learned_threshold; python -m "
-                          "lopa.train filter --model DIR)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
+                          "lopa.train filter --model DIR), dawn (DAWN's dependency-aware rule: the sure positions, those a "
+                          "sure decoded one induces, and a conflict-free set of the forward's attention graph; dawn_low, "
+                          "dawn_edge, dawn_induce, dawn_sink)", choices=COMMIT_RULES, paper="threshold", words="commit rule", choice_words={"threshold": "every position over the threshold (D2F)", "top1": "one token a round",
     "eb": "entropy-bounded (EB sampler)", "factor": "Fast-dLLM's factor rule", "frechet": "Fréchet bound (Fast-dLLM++)",
     "joint": "joint threshold (SGLang)", "stable": "stable across rounds (after LESS)",
-    "learned": "learned filter (after Learn2PD)"})
+    "learned": "learned filter (after Learn2PD)", "dawn": "dependency-aware (DAWN)"})
     confidence: str = setting("neg_entropy", "Conf, used by the fallback commit, the lookahead ranking and the "
                               "branch score", choices=CONFIDENCE_METRICS, paper="neg_entropy", words="confidence measure", choice_words={"max_prob": "highest probability", "neg_entropy": "negative entropy (how peaked)",
     "margin": "gap between the two best"})
@@ -190,6 +192,21 @@ class DecodeSettings:
         0.96, "commit=learned only: commit a position when the model's commit filter gives its prediction a chance "
         "above this of being final (Learn2PD's evaluation scripts use 0.96)", low=0.0, high=1.0, open_high=True,
         words="least chance a guess is final (learned filter)")
+    # DAWN's four thresholds (lopa.peers.dawn_commit); the defaults are its LLaDA GSM8K run's (lizhuo-luo/DAWN,
+    # llada/eval_instruct.sh line 44: tau_sink 0.01, tau_edge 0.07, tau_induce 0.7, tau_low 0.75)
+    dawn_low: float = setting(
+        0.75, "commit=dawn only: the least max prob of a position the conflict-free set may commit (DAWN's tau_low)",
+        low=0.0, high=1.0, words="least sureness of a conflict-free commit (DAWN)")
+    dawn_edge: float = setting(
+        0.07, "commit=dawn only: a position depends on another when its mean attention to it is at least this "
+        "(DAWN's tau_edge)", low=0.0, high=1.0, open_low=True, app=False, words="attention that makes a dependency (DAWN)")
+    dawn_induce: float = setting(
+        0.7, "commit=dawn only: the least max prob of a position committed because it depends on a sure decoded "
+        "one (DAWN's tau_induce)", low=0.0, high=1.0, app=False, words="least sureness of an induced commit (DAWN)")
+    dawn_sink: float = setting(
+        0.01, "commit=dawn only: a key whose mean attention over the window's rows exceeds this is an attention "
+        "sink and makes no dependency (DAWN's tau_sink)", low=0.0, high=1.0, app=False,
+        words="attention that marks a sink (DAWN)")
     lookahead_depth: int = setting(
         1, "tokens a lookahead branch may commit beyond the anchor: 1 = LoPA's one; d > 1 a chain of up to d, each "
         "prefix verified in the same forward and the chain cut where the row before a token no longer predicts it "

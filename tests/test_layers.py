@@ -175,10 +175,10 @@ def test_no_app_module_is_over_400_lines():
 def test_the_core_is_exactly_the_engine():
     """`ls lopa/*.py` lists the engine and nothing else; everything on top lives in a subpackage."""
     core = sorted(p.stem for p in (ROOT / "lopa").glob("*.py"))
-    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "cost", "editing", "engine",
-                    "exact",
-                    "fast", "filter", "forward", "graphs", "kv", "order", "parquet_trace", "peers", "problems", "read_budget", "records", "resolution", "rules",
-                    "schema", "script", "setting", "settings", "trace"]
+    assert core == ["__init__", "__main__", "attention", "blocks", "canvas_schema", "chains", "cli", "cost", "dependency",
+                    "editing", "engine", "exact", "fast", "filter", "forward", "graphs", "kv", "order", "parquet_trace",
+                    "peers", "problems", "read_budget", "records", "resolution", "rules", "schema", "script", "setting",
+                    "settings", "trace"]
 
 
 def test_the_checker_sees_lazy_and_relative_imports(tmp_path):

@@ -265,3 +265,154 @@ def test_learned_commits_every_final_chance_over_the_threshold_else_the_best_by_
     assert chosen(learned_commit(final, rank, 0.995, True)) == {1}            # none: the best by rank
     assert chosen(learned_commit(final, rank, 0.995, False)) == set()
     assert chosen(learned_commit(torch.zeros(0), torch.zeros(0), 0.5, True)) == set()
+
+
+# -- DAWN (commit=dawn): the dependency-aware rule, on hand-made attention and logits ------------------------
+def dawn_published(logits: torch.Tensor, attn: torch.Tensor, mask_index: torch.Tensor, prompt_length: int,
+                   block_length: int, tau_sink: float, tau_edge: float, tau_induce: float, tau_low: float) -> set[int]:
+    """lizhuo-luo/DAWN @ ab42898, llada/generate.py lines 432-494 (get_transfer_index_dawn) with its helpers,
+    llada/gdllm_utils.py lines 10-32 (select_parallel_tokens_conflict_mis) and 50-58 (detect_attn_sinks_),
+    greedy, batch 1, the first block (num_block 0). logits [L, V], attn [L, L] (rows: queries), mask_index [L]
+    -> the masked positions it commits (its MIS loop also marks position 0, a prompt token: left out here)."""
+    def select_parallel_tokens_conflict_mis(edge_mask, node_mask, confidence, max_parallel=None):
+        K = node_mask.sum().item()
+        if K == 0:
+            return []
+        conflict = edge_mask | edge_mask.T
+        select_index = []
+        if max_parallel is None:
+            max_parallel = K
+        while len(select_index) < max_parallel:
+            best_node_idx = torch.argmax(confidence).item()
+            select_index.append(best_node_idx)
+            confidence[best_node_idx] = -np.inf
+            neigh_idx = torch.nonzero(conflict[best_node_idx], as_tuple=True)[0].tolist()
+            node_mask[neigh_idx] = False
+            confidence[neigh_idx] = -np.inf
+        return select_index
+
+    def detect_attn_sinks_(attn_scores, threshold=0.05):
+        return attn_scores.mean(dim=1) > threshold
+
+    avg_attn_scores, mask_index, num_block = attn[None].clone(), mask_index[None].clone(), 0
+    sink_mask = detect_attn_sinks_(avg_attn_scores, threshold=tau_sink)
+    avg_attn_scores = avg_attn_scores.masked_fill(sink_mask.unsqueeze(1), 0.0)
+    B, _, _ = avg_attn_scores.shape
+    avg_attn_scores.diagonal(dim1=1, dim2=2).zero_()
+    x0 = torch.argmax(logits[None], dim=-1)
+    p = F.softmax(logits[None].to(torch.float64), dim=-1)
+    x0_p = torch.squeeze(torch.gather(p, dim=-1, index=torch.unsqueeze(x0, -1)), -1)
+    quantile_mask = (avg_attn_scores >= tau_edge).transpose(1, 2)
+    confidence = torch.where(mask_index, x0_p, -np.inf)
+    transfer_index_conf = confidence >= 0.9
+    decoded_mask = (~mask_index & (x0_p >= 0.9)).unsqueeze(-1)
+    decoded_mask[:, prompt_length + (num_block + 1) * block_length:] = False
+    dependent_nodes = (quantile_mask & decoded_mask).any(dim=1) & mask_index
+    conf_d = torch.where(dependent_nodes, x0_p, -np.inf)
+    transfer_index_a = conf_d >= tau_induce
+    adj_ti_mask = (quantile_mask & transfer_index_a.unsqueeze(-1) & transfer_index_conf.unsqueeze(-1)).any(dim=1)
+    node_mask = mask_index & (x0_p >= tau_low) & ~transfer_index_conf & ~transfer_index_a & ~adj_ti_mask
+    transfer_index_c = torch.zeros_like(x0, dtype=torch.bool)
+    if node_mask.sum(dim=-1).min().item() != 0:
+        edge_mask = node_mask.unsqueeze(2) & node_mask.unsqueeze(1) & quantile_mask
+        confidence = torch.where(node_mask, x0_p, -np.inf)
+        for j in range(B):
+            transfer_index_c[j, select_parallel_tokens_conflict_mis(edge_mask[j], node_mask[j], confidence[j])] = True
+    transfer_index = transfer_index_a | transfer_index_conf | transfer_index_c
+    if transfer_index.sum(dim=-1).min().item() == 0:
+        confidence = torch.where(mask_index, x0_p, -np.inf)
+        transfer_index = transfer_index | torch.zeros_like(transfer_index).scatter_(
+            1, torch.argmax(confidence, dim=1, keepdim=True), True)
+    return chosen(transfer_index[0] & mask_index[0])
+
+
+def dawn_scene(seed: int, ctx: int = 6, W: int = 16, V: int = 30):
+    """A prompt of ctx sure positions and one block of W, some already decoded: logits [L, V] and an attention
+    [L, L] of spread rows with a few strong links (and a sink column). The prompt's rows are the mean of the
+    block's, so a key's mean over all rows (the published sink test) is its mean over the block's rows (ours)."""
+    g = torch.Generator().manual_seed(seed)
+    L = ctx + W
+    logits = block_logits(seed, M=L, V=V, sharp=(0.0, 7.0))
+    logits[:ctx, 0] += 40.0                                          # the prompt: predicted with certainty
+    mask_index = torch.zeros(L, dtype=torch.bool)
+    mask_index[ctx:] = torch.rand(W, generator=g) < 0.75
+    scores = torch.randn(L, L, generator=g, dtype=torch.float64)
+    scores += 3.0 * (torch.rand(L, L, generator=g) < 0.12)           # strong links
+    scores[:, int(torch.randint(0, ctx, (1,), generator=g))] += 2.5  # an attention sink in the prompt
+    attn = torch.softmax(scores, -1)
+    attn[:ctx] = attn[ctx:].mean(0)
+    return logits, attn, mask_index, ctx
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("edge, induce, low", [(0.07, 0.7, 0.75), (0.05, 0.5, 0.3), (0.12, 0.8, 0.6)])
+def test_dawn_equals_the_published_selection(seed, edge, induce, low):
+    from lopa.rules import dawn_anchor
+    from lopa.settings import DecodeSettings
+    logits, attn, mask_index, ctx = dawn_scene(seed)
+    W = attn.shape[0] - ctx
+    published = dawn_published(logits, attn, mask_index, ctx, W, 0.1, edge, induce, low)
+    p = F.softmax(logits.double(), -1).max(-1).values[ctx:]                  # [W] the block's max probs
+    s = DecodeSettings(block_size=W, max_new_tokens=W, tau_conf=0.9, dawn_sink=0.1, dawn_edge=edge,
+                       dawn_induce=induce, dawn_low=low)
+    ours_ = dawn_anchor(attn[ctx:], p, p, mask_index[ctx:], [True], s)      # the fallback ranked by max prob, as published
+    assert {ctx + i for i in chosen(ours_)} == published
+
+
+def test_dawn_scene_reaches_every_branch_of_the_rule():
+    """The scenes above are not all alike: sure, induced and conflict-free commits all occur, and some scene
+    commits a conflict-free set that leaves out a conflicting node."""
+    from lopa.peers import dawn_commit
+    seen = {"sure": 0, "induced": 0, "free": 0, "left_out": 0}
+    for seed in range(40):
+        logits, attn, mask_index, ctx = dawn_scene(seed)
+        p = F.softmax(logits.double(), -1).max(-1).values[ctx:]
+        masked = mask_index[ctx:]
+        out = dawn_commit(attn[ctx:], p, masked, 0.1, 0.07, 0.9, 0.7, 0.3)
+        sure = masked & (p >= 0.9)
+        low_nodes = masked & (p >= 0.3) & ~sure
+        seen["sure"] += int(sure.any())
+        seen["induced"] += int((out & masked & (p >= 0.7) & (p < 0.9)).any())
+        seen["free"] += int((out & (p < 0.7)).any())
+        seen["left_out"] += int((low_nodes & ~out).any())
+    assert all(n > 0 for n in seen.values()), seen
+
+
+def test_dawn_commits_an_independent_set_of_the_attention_graph():
+    """Hand-made: no context, four masked positions with max probs 0.8, 0.6, 0.5, 0.4 (none sure, none
+    induced), position 0 attends strongly to 1 and 2 to 3: the set takes 0 (its best), drops 1, takes 2, drops 3."""
+    from lopa.peers import dawn_commit
+    attention = torch.full((4, 4), 0.01, dtype=torch.float64)
+    attention[0, 1] = attention[2, 3] = 0.5
+    out = dawn_commit(attention, torch.tensor([0.8, 0.6, 0.5, 0.4]), torch.ones(4, dtype=torch.bool),
+                      sink=0.2, edge=0.3, tau=0.9, induce=0.7, low=0.3)
+    assert out.tolist() == [True, False, True, False]
+
+
+def test_dawn_induces_a_position_that_depends_on_the_decoded_context():
+    """One context key, four masked positions with max probs 0.95, 0.75, 0.6, 0.5. Position 0 is sure (> tau);
+    position 1 attends strongly to the context key and is induced (0.75 >= induce 0.7); 2 attends to nothing and
+    3 only to 1, which is induced but not sure, so both are conflict-free nodes, and with no edge between them
+    both are committed. At induce 0.8, position 1 is a node instead, conflicting with 3 (3 attends to it): the
+    set takes 1, the more probable, and leaves 3."""
+    from lopa.peers import dawn_commit
+    attention = torch.full((4, 5), 0.01, dtype=torch.float64)        # [W, ctx + W], ctx = 1
+    attention[1, 0] = 0.6
+    attention[3, 2] = 0.5                                             # 3 depends on window position 1
+    p, masked = torch.tensor([0.95, 0.75, 0.6, 0.5]), torch.ones(4, dtype=torch.bool)
+    out = dawn_commit(attention, p, masked, sink=0.3, edge=0.3, tau=0.9, induce=0.7, low=0.4)
+    assert out.tolist() == [True, True, True, True]
+    out = dawn_commit(attention, p, masked, sink=0.3, edge=0.3, tau=0.9, induce=0.8, low=0.4)
+    assert out.tolist() == [True, True, True, False]
+
+
+def test_dawn_leaves_a_sink_out_of_the_graph():
+    """A key every row attends to (mean over the rows above `sink`) makes no dependency."""
+    from lopa.peers import dawn_commit
+    attention = torch.full((3, 4), 0.05, dtype=torch.float64)
+    attention[:, 0] = 0.8                                             # the context key: a sink
+    p = torch.tensor([0.75, 0.75, 0.75])
+    out = dawn_commit(attention, p, torch.ones(3, dtype=torch.bool), sink=0.5, edge=0.3, tau=0.9, induce=0.7, low=0.9)
+    assert not out.any()                                              # nothing induced: the only link was the sink
+    out = dawn_commit(attention, p, torch.ones(3, dtype=torch.bool), sink=0.9, edge=0.3, tau=0.9, induce=0.7, low=0.9)
+    assert out.all()                                                  # not a sink: every position is induced

@@ -16,7 +16,7 @@ from lopa.cli import main as lopa_main
 from lopa.hf.config import LOPA_FIELDS, LopaGenerationConfig
 from lopa.order import ORDERS, AdaptiveOrder, LeastConfidentOrder, RoundView, make_order
 from lopa.resolution import add_settings_arguments, settings_from_args
-from lopa.rules import BRANCH_SCORES, COMMIT_RULES
+from lopa.rules import BRANCH_SCORES, COMMIT_RULES, WINDOW_RULES
 from lopa.schema import Settings
 from lopa.script import script_from_trace
 from lopa.settings import NOT_IN_PRESETS, PAPER_PRESETS, SETTINGS
@@ -68,7 +68,7 @@ def test_presets_policies_rules_and_schedules_cover_the_registry():
         DecodeSettings(**preset)                              # every row is in range
     assert tuple(ORDERS) == SETTINGS["order"].choices
     assert tuple(BRANCH_SCORES) == SETTINGS["branch_score"].choices
-    assert tuple(COMMIT_RULES) == SETTINGS["commit"].choices
+    assert tuple(COMMIT_RULES) + tuple(WINDOW_RULES) == SETTINGS["commit"].choices
     assert tuple(CACHE_SCHEDULES) == SETTINGS["cache_schedule"].choices
     for spec in SETTINGS.values():                             # the paper's value and the default are in range
         spec.check(spec.default)

@@ -139,7 +139,11 @@ def test_the_study_writes_its_files_and_each_row_is_that_decode(tiny_setup):
 
 def test_a_live_run_counts_every_decode_and_names_the_references(tiny_setup):
     from lopa.models import load
+    from tiny import save_commit_filter
     model, data, _ = tiny_setup
+    assert frontier.runnable(load(str(model), device="cpu"), frontier.RULES) == tuple(r for r in frontier.RULES
+                                                                                     if r != "learned")
+    save_commit_filter(model, "max_prob")                      # with a filter, every rule runs
     loaded = load(str(model), device="cpu")
     problems = [{"id": i, **json.loads(line)} for i, line in enumerate(data.read_text().splitlines())]
     base = DecodeSettings(k=0, block_size=8, max_new_tokens=16, tau_add=0.3, tau_act=0.6, confidence="max_prob")
@@ -151,3 +155,27 @@ def test_a_live_run_counts_every_decode_and_names_the_references(tiny_setup):
     summary, tables = frontier.live_summary([s["row"] for s in steps], [])
     assert summary["goal"]["lopa"].endswith(f"k={frontier.LIVE_K}")     # the app's k is 0: LIVE_K
     assert len(tables[""]) == 2 * per_problem
+
+
+def test_editing_is_a_knob_of_every_cell(tiny_setup):
+    """--editing off,on runs every cell twice; the editing cells are named "+edit" and decode with the run's
+    edit_threshold, the references without; on, for a run that does not edit, is refused with what to do."""
+    model, data, root = tiny_setup
+    base = DecodeSettings(edit_threshold=0.6)
+    assert frontier.editing_thresholds(base, "off,on") == [1.0, 0.6]
+    configs = frontier.cells(base, ("threshold", "joint"), 1, (0, 2), [1.0, 0.6])
+    assert [name for name, _, _ in configs][:2] == ["threshold tau_conf=0.9 k=0", "threshold tau_conf=0.9 k=0 +edit"]
+    assert [s.edit_threshold for _, s, _ in configs] == [1.0, 0.6] * 4
+    with pytest.raises(ValueError, match="edit-threshold"):
+        frontier.editing_thresholds(DecodeSettings(), "on")
+    out = root / "editing"
+    assert frontier.main(["--model", str(model), "--data", str(data), "--n", "2", "--rules", "threshold",
+                          "--values", "1", "--ks", "0,2", "--editing", "off,on", "--edit-threshold", "0.5",
+                          "--out", str(out), *FLAGS]) == 0
+    meta = json.loads((out / "frontier.json").read_text())
+    cells = {c["cell"]: c for c in meta["summary"]["cells"]}
+    assert set(cells) == {"threshold tau_conf=0.9 k=0", "threshold tau_conf=0.9 k=2",
+                          "threshold tau_conf=0.9 k=0 +edit", "threshold tau_conf=0.9 k=2 +edit"}
+    assert meta["summary"]["goal"]["d2f"] == "threshold tau_conf=0.9 k=0"
+    assert not cells["threshold tau_conf=0.9 k=0"]["editing"] and cells["threshold tau_conf=0.9 k=0 +edit"]["editing"]
+    assert cells["threshold tau_conf=0.9 k=0"]["edits"] == 0

@@ -34,6 +34,11 @@ COMMIT_RULE_NAMES = {
     "learned": ("learned filter (after Learn2PD)", "commits what a small filter trained on the model's decodes calls final",
                 "after Learn2PD (Bao et al. 2025): a 2,000-parameter filter, trained on the model's own decodes, gives each "
                 "position the chance its guess is already the final token; every chance above learned_threshold commits."),
+    "dawn": ("dependency-aware (DAWN)", "commits positions that do not depend on each other, by the model's attention",
+             "DAWN (arXiv 2602.06953): the round's own attention says which positions lean on which. It commits every "
+             "position over τ_conf, those that lean on a sure decoded token (dawn_induce), and among the rest over "
+             "dawn_low a set with no two leaning on each other, so two guesses that decide each other are never "
+             "committed together."),
 }
 PEER_RULES = tuple(rule for rule in COMMIT_RULES if rule not in ("threshold", "top1"))
 # Why a forward count alone can mislead about time: said where forwards and token-forwards sit side by side.

@@ -57,7 +57,7 @@ DEFAULTS = {"max_new_tokens": 128}          # the bench's own defaults, under th
 DECODER_ROWS = ["one_token", "single_block", "d2f", "lopa-k1", "lopa-k2", "lopa-k4", "lopa-k8", "lopa-k14",
                 "lopa-k4-random", "lopa-k4-left_to_right"]
 # The peers' commit rules (lopa/peers.py) as row suffixes: `d2f-eb` is the rule alone, `lopa-k4-eb` lookahead over it.
-PEER_RULES = ("eb", "factor", "frechet", "joint", "stable", "learned")
+PEER_RULES = ("eb", "factor", "frechet", "joint", "stable", "learned", "dawn")
 PEER_ROWS = [f"d2f-{rule}" for rule in PEER_RULES] + [f"lopa-k4-{rule}" for rule in PEER_RULES]
 
 

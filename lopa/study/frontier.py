@@ -1,9 +1,10 @@
 """Study 6: every decoder on one frontier: accuracy against TPF, token-forwards and tokens/s.
 
-    python -m lopa.study frontier [--n 30] [--rules threshold,eb,...] [--values 3] [--ks 0,4,14] [--out DIR]
+    python -m lopa.study frontier [--n 30] [--rules threshold,eb,...] [--values 3] [--ks 0,4,14]
+                                  [--editing off|on|off,on] [--out DIR]
 
 Every commit rule (D2F's threshold and each peer's of lopa/peers.py: eb, factor, frechet, joint,
-stable) at --values values of its own knob (SWEEPS: the first is the settings' own value, then the
+stable, learned, dawn) at --values values of its own knob (SWEEPS: the first is the settings' own value, then the
 grid's others), each with and without lookahead (--ks: k = 0 is the rule alone, k > 0 LoPA's branches
 over that rule's anchor), on the same problems, greedy, every other setting the paper's. Each problem
 runs every cell back to back in a Williams order (lopa.tasks.turns), so a shared machine's load falls
@@ -15,6 +16,10 @@ threshold rule at the settings' tau_conf, k = 0) and LoPA (the same at the large
 issue's goal for each cell: accuracy within 1 point of D2F's, TPF at least LoPA's, tokens/s at least
 twice D2F's (goal), and how far each cell is from it. Writes frontier.csv / .parquet (one row per
 decode), frontier.html, frontier.png and frontier.json.
+
+--editing takes token editing as one more knob (lopa/editing.py): off (edit_threshold 1), on (the run's own
+edit_threshold: the model's, or --edit-threshold), or both, every cell twice; an editing cell's name ends in
+"+edit", and the references are the cells without editing.
 
 commit=eb reads each position's entropy from Conf, so its cells run with confidence=neg_entropy (the
 paper's Conf) whatever --confidence says.
@@ -38,8 +43,11 @@ SWEEPS = {"threshold": ("tau_conf", (0.7, 0.5)),
           "factor": ("factor_f", (2.0, 0.5)),
           "frechet": ("frechet_margin", (-0.5, 0.5)),
           "joint": ("tau_conf", (0.7, 0.5)),
-          "stable": ("stable_js", (0.1, 0.001))}
+          "stable": ("stable_js", (0.1, 0.001)),
+          "learned": ("learned_threshold", (0.9, 0.99)),
+          "dawn": ("dawn_low", (0.5, 0.9))}
 RULES = tuple(SWEEPS)
+STUDY_RULES_DEFAULT = ",".join(RULES)
 LOPA_KS = (0, 4, 14)
 LIVE_K = 4                   # a live run's lookahead where the app's k is 0
 GOAL_ACCURACY_POINTS = 1.0   # the goal: accuracy within this many points of D2F's,
@@ -47,13 +55,21 @@ GOAL_TPS_RATIO = 2.0         # tokens/s at least this many times D2F's, and TPF 
 MEASURES = (("tpf", 1), ("token_forwards", -1), ("tps", 1))   # (measure, +1: more is better, -1: less)
 STUDY = Study(
     "frontier", "Every decoder on one frontier", rank=6, n=30,
-    per_row=("k", "commit", "tau_conf", "eb_gamma", "factor_f", "frechet_margin", "stable_js"),  # each cell sets them
-    knobs=(Knob("rules", str, ",".join(RULES), f"commit rules, comma-separated (default all: {','.join(RULES)})"),
+    per_row=("k", "commit", "tau_conf", "eb_gamma", "factor_f", "frechet_margin", "stable_js", "learned_threshold",
+             "dawn_low"),                                                                      # each cell sets them
+    knobs=(Knob("rules", str, STUDY_RULES_DEFAULT, f"commit rules, comma-separated (default all: {','.join(RULES)})"),
            Knob("values", int, 3, "values of each rule's own knob (the settings' own first; default 3)", low=1,
                 high=3, live=(1, 3, 1), label="knob values per rule"),
            Knob("ks", str, ",".join(map(str, LOPA_KS)), "lookahead k per cell, comma-separated (0: the rule alone; "
-                "the largest is the LoPA reference)")),
+                "the largest is the LoPA reference)"),
+           Knob("editing", str, "off", "token editing per cell: off, on (at the run's edit_threshold: the model's "
+                "own or --edit-threshold) or off,on (every cell both ways)")),
     figure=True, app=True)
+
+
+def runnable(loaded, rules) -> tuple[str, ...]:
+    """`rules` less `learned` where the model has no commit filter (lopa.filter: none is trained for it)."""
+    return tuple(r for r in rules if r != "learned" or loaded.spec.extra.get("commit_filter"))
 
 
 def sweep_values(base: DecodeSettings, rule: str, values: int) -> list[float]:
@@ -63,27 +79,47 @@ def sweep_values(base: DecodeSettings, rule: str, values: int) -> list[float]:
     return [own, *[v for v in others if v != own]][:values]
 
 
-def cells(base: DecodeSettings, rules, values: int, ks) -> list[tuple[str, DecodeSettings, bool]]:
-    """(name, settings, whether its knob has the settings' own value) of every cell: rule, knob value, k."""
+EDITING = ("off", "on")
+
+
+def editing_thresholds(base: DecodeSettings, editing: str) -> list[float]:
+    """The edit_threshold of each --editing value (off: 1, no editing; on: the run's own), in EDITING order;
+    ValueError where `on` has no threshold below 1 to run at or a value is not off/on."""
+    asked = [e.strip() for e in editing.split(",") if e.strip()]
+    unknown = sorted(set(asked) - set(EDITING))
+    if unknown or not asked:
+        raise ValueError(f"--editing: off, on or off,on; got {editing!r}")
+    if "on" in asked and base.edit_threshold >= 1:
+        raise ValueError("--editing on: this run does not edit (edit_threshold 1); pick a model that edits "
+                         "(assets/models/edit-gsm-dllm) or give --edit-threshold below 1")
+    return [1.0 if e == "off" else base.edit_threshold for e in EDITING if e in asked]
+
+
+def cells(base: DecodeSettings, rules, values: int, ks, edits=(1.0,)) -> list[tuple[str, DecodeSettings, bool]]:
+    """(name, settings, whether its knob has the settings' own value) of every cell: rule, knob value, k and
+    edit_threshold (1: no editing)."""
     out = []
     for rule in rules:
         knob = SWEEPS[rule][0]
         for i, value in enumerate(sweep_values(base, rule, values)):
             for k in ks:
-                settings = base.replace(commit=rule, k=k, **{knob: value},
-                                        **({"confidence": "neg_entropy"} if rule == "eb" else {}))
-                out.append((cell_name(rule, knob, value, k), settings, i == 0))
+                for edit in edits:
+                    settings = base.replace(commit=rule, k=k, edit_threshold=edit, **{knob: value},
+                                            **({"confidence": "neg_entropy"} if rule == "eb" else {}))
+                    out.append((cell_name(rule, knob, value, k, edit < 1), settings, i == 0))
     return out
 
 
-def cell_name(rule: str, knob: str, value: float, k: int) -> str:
-    return f"{rule} {knob}={value:g} k={k}"
+def cell_name(rule: str, knob: str, value: float, k: int, editing: bool = False) -> str:
+    return f"{rule} {knob}={value:g} k={k}" + (" +edit" if editing else "")
 
 
 def references(df) -> dict | None:
     """{"d2f": its cell, "lopa": its cell} of a table: the threshold rule at the settings' own tau_conf, k = 0
     and the largest k there; None where the table has neither (no threshold rule, or no k = 0 or k > 0)."""
     own = df[(df.rule == "threshold") & df.own_value]
+    if "editing" in df and (~df.editing).any():
+        own = own[~own.editing]                        # the references decode without editing
     if not len(own) or own.k.min() != 0 or own.k.max() == 0:
         return None
     return {"d2f": own[own.k == 0].cell.iloc[0], "lopa": own[own.k == own.k.max()].cell.iloc[0]}
@@ -98,6 +134,7 @@ def iter_frontier(loaded, problems: list[dict], configs, data: str = "", shots: 
             knob = SWEEPS[settings.commit][0]
             yield {"problem": row.pop("problem"), "cell": name, "rule": settings.commit, "knob": knob,
                    "value": float(getattr(settings, knob)), "own_value": own, "k": settings.k,
+                   "editing": settings.edit_threshold < 1, "edits": sum(len(r.edit_positions) for r in run.records),
                    "token_forwards": run.metrics()["token_forwards"], **row}
 
 
@@ -143,12 +180,15 @@ def summarize_frontier(df) -> dict:
     for name, g in df.groupby("cell", sort=False):
         graded, total = g.dropna(subset=["correct"]), pooled(g.to_dict("records"), tokens="tokens")
         first = g.iloc[0]
+        editing = bool(first.get("editing", False))
         rows.append({"cell": name, "rule": first.rule, "knob": first.knob, "value": float(first.value),
-                     "k": int(first.k), "problems": len(g),
+                     "k": int(first.k), "editing": editing, "problems": len(g),
+                     "edits": float(g.edits.mean()) if "edits" in g else 0.0,
                      "accuracy": float(graded.correct.mean()) if len(graded) else None,
                      "tpf": total["tpf_useful"], "token_forwards": total["token_forwards_mean"], "tps": total["tps"],
                      "latency_ms": float(g.latency_s.mean() * 1e3)})
-    rows.sort(key=lambda r: (RULES.index(r["rule"]) if r["rule"] in RULES else len(RULES), r["value"], r["k"]))
+    rows.sort(key=lambda r: (RULES.index(r["rule"]) if r["rule"] in RULES else len(RULES), r["value"], r["k"],
+                             r["editing"]))
     fronts(rows)
     refs = references(df)
     out = {"problems": int(df.problem.nunique()), "cells": rows}
@@ -187,7 +227,7 @@ def live(loaded, problems: list[dict], base: DecodeSettings, values: int):
     """The study's decodes for a live run (every rule, `values` values of its knob, k = 0 and the app's k):
     {"done", "total", "row", "rounds"} per decode, and "complete": the problem id on the decode that
     completes a problem."""
-    configs = cells(base, RULES, values, live_ks(base))
+    configs = cells(base, runnable(loaded, RULES), values, live_ks(base))
     total = len(problems) * len(configs)
     for done, row in enumerate(iter_frontier(loaded, problems, configs), 1):
         yield {"done": done, "total": total, "row": row, "rounds": [],
@@ -267,7 +307,15 @@ def main(argv=None) -> int:
     from lopa.study.figures import frontier_figure, frontier_png
     started = start(args)
     loaded, hw, problems, base = started.loaded, started.hw, started.problems, started.base
-    configs = cells(base, rules, args.values, ks)
+    try:
+        edits = editing_thresholds(base, args.editing)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.rules == STUDY_RULES_DEFAULT and runnable(loaded, rules) != rules:
+        print(f"{loaded.spec.name} has no commit filter, so the learned rule sits out (train one: python -m lopa.train "
+              f"filter --model DIR)")
+        rules = runnable(loaded, rules)
+    configs = cells(base, rules, args.values, ks, edits)
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     df = pd.DataFrame(list(tqdm(iter_frontier(loaded, problems, configs, args.data, args.shots),
                                 total=len(problems) * len(configs), leave=False)))
