@@ -22,9 +22,9 @@ import torch
 from lopa.blocks import CACHE_SCHEDULES, Branch
 from lopa.chains import candidate_rows, chain_plan, kept_lengths, plan_branches
 from lopa.cost import cost_curve
+from lopa.dependency import wants_attention
 from lopa.editing import Editor
 from lopa.filter import filter_for
-from lopa.dependency import wants_attention
 from lopa.forward import Executor, Verified, make_executor, release_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
 from lopa.records import device_label, final_record, round_record, stall_message

@@ -138,8 +138,9 @@ def test_the_study_writes_its_files_and_each_row_is_that_decode(tiny_setup):
 
 
 def test_a_live_run_counts_every_decode_and_names_the_references(tiny_setup):
-    from lopa.models import load
     from tiny import save_commit_filter
+
+    from lopa.models import load
     model, data, _ = tiny_setup
     assert frontier.runnable(load(str(model), device="cpu"), frontier.RULES) == tuple(r for r in frontier.RULES
                                                                                      if r != "learned")
