@@ -180,3 +180,19 @@ def test_editing_is_a_knob_of_every_cell(tiny_setup):
     assert meta["summary"]["goal"]["d2f"] == "threshold tau_conf=0.9 k=0"
     assert not cells["threshold tau_conf=0.9 k=0"]["editing"] and cells["threshold tau_conf=0.9 k=0 +edit"]["editing"]
     assert cells["threshold tau_conf=0.9 k=0"]["edits"] == 0
+
+
+def test_standings_place_each_rule_against_lopa_and_the_best_other_rule():
+    """Hand-made cells: D2F 90%; the goal's accuracy floor is 89%. threshold's fastest accurate cell is LoPA's
+    reference itself; dawn's fastest accurate cell runs 300 tokens/s (its 500-tokens/s cell is too inaccurate);
+    learned has no accurate cell."""
+    def cell(name, rule, acc, tps, tpf):
+        return {"cell": name, "rule": rule, "accuracy": acc, "tps": tps, "tpf": tpf}
+    rows = [cell("d2f", "threshold", 0.90, 100.0, 3.0), cell("lopa", "threshold", 0.90, 150.0, 6.0),
+            cell("dawn a", "dawn", 0.895, 300.0, 9.0), cell("dawn b", "dawn", 0.80, 500.0, 12.0),
+            cell("learned a", "learned", 0.85, 900.0, 15.0)]
+    st = {s["rule"]: s for s in frontier.standings(rows, {"d2f": "d2f", "lopa": "lopa"})}
+    assert st["threshold"]["cell"] == "lopa" and st["threshold"]["best_other_tps"] == "dawn a"
+    assert st["dawn"]["cell"] == "dawn a" and st["dawn"]["tps_over_lopa"] == pytest.approx(2.0)
+    assert st["dawn"]["tps_over_best_other"] == pytest.approx(2.0) and st["dawn"]["tpf_over_best_other"] == pytest.approx(1.5)
+    assert st["learned"]["cell"] is None

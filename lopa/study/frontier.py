@@ -197,6 +197,33 @@ def summarize_frontier(df) -> dict:
         out["goal"] = reached
         for role in ("d2f", "lopa"):
             out[role] = placement(rows, refs[role])
+        out["standings"] = standings(rows, refs)
+    return out
+
+
+def standings(rows: list[dict], refs: dict) -> list[dict]:
+    """Where each rule stands, at the accuracy the goal asks (within GOAL_ACCURACY_POINTS of D2F's): its cell with
+    the most tokens/s there (lookahead or not, any knob value), against the LoPA reference and against the best
+    cell of every other rule there, by tokens/s and by TPF. A rule with no cell that accurate stands nowhere
+    (cell None). Editing and non-editing cells of a rule count alike."""
+    by = {r["cell"]: r for r in rows}
+    d2f, lopa = by[refs["d2f"]], by[refs["lopa"]]
+    floor = (d2f["accuracy"] or 0.0) - GOAL_ACCURACY_POINTS / 100 - 1e-9
+    accurate = [r for r in rows if (r["accuracy"] or 0.0) >= floor]
+    out = []
+    for rule in dict.fromkeys(r["rule"] for r in rows):
+        mine = [r for r in accurate if r["rule"] == rule]
+        others = [r for r in accurate if r["rule"] != rule]
+        best = max(mine, key=lambda r: r["tps"]) if mine else None
+        rival = max(others, key=lambda r: r["tps"]) if others else None
+        rival_tpf = max(others, key=lambda r: r["tpf"]) if others else None
+        out.append({"rule": rule, "cell": best and best["cell"], "accuracy": best and best["accuracy"],
+                    "tps": best and best["tps"], "tpf": best and best["tpf"],
+                    "tps_over_lopa": best and (best["tps"] / lopa["tps"] if lopa["tps"] else float("nan")),
+                    "tpf_over_lopa": best and (best["tpf"] / lopa["tpf"] if lopa["tpf"] else float("nan")),
+                    "best_other_tps": rival and rival["cell"], "tps_over_best_other": best and rival and best["tps"] / rival["tps"],
+                    "best_other_tpf": rival_tpf and rival_tpf["cell"],
+                    "tpf_over_best_other": best and rival_tpf and max(r["tpf"] for r in mine) / rival_tpf["tpf"]})
     return out
 
 
@@ -280,6 +307,16 @@ def report(summary: dict) -> str:
             lines.append(f"{'D2F' if role == 'd2f' else 'LoPA'} ({g[role]}): " + "; ".join(parts))
         lines.append(f"goal (accuracy within {g['accuracy_points']:g} point of D2F, TPF >= LoPA's, tokens/s >= "
                      f"{g['tps_ratio']:g}x D2F's): " + (", ".join(g["reached_by"]) if g["reached_by"] else "reached by none"))
+        lines.append(f"each rule at accuracy within {g['accuracy_points']:g} point of D2F's: its fastest cell; tokens/s and "
+                     "TPF over LoPA's, and over the best other rule's there")
+        for st in summary.get("standings", []):
+            if st["cell"] is None:
+                lines.append(f"{st['rule']:>10}: no cell that accurate")
+                continue
+            lines.append(f"{st['rule']:>10}: {st['cell']} ({st['accuracy'] * 100:.1f}%, {st['tps']:.0f} tokens/s, TPF "
+                         f"{st['tpf']:.2f}): tokens/s x{st['tps_over_lopa']:.2f} LoPA's, "
+                         f"x{_fmt(st['tps_over_best_other'], '.2f')} {st['best_other_tps']}'s; best TPF "
+                         f"x{_fmt(st['tpf_over_best_other'], '.2f')} {st['best_other_tpf']}'s")
     return "\n".join(lines)
 
 
