@@ -13,7 +13,7 @@ from .panels import best_order, compare, denoise, forks, glossary, model, round_
 from .panels.settings import share
 from .panels.tour.callbacks import CSS as TOUR_CSS
 from .panels.tour.callbacks import TOUR_JS
-from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, THEME_COLOURS
+from .panels.viz import CANVAS_CSS, GLOSSARY_CSS, ROUND_MARKS_CSS, THEME_COLOURS
 from .serving import disk, frames
 from .serving.blocks import Explorer
 from .serving.progress import no_hidden_progress
@@ -35,6 +35,10 @@ CSS = """
 #backend-slot {border: 1px dashed #999}
 .lopa-hidden {display: none !important}
 #run-list label {font-size: 12px}
+/* The strip under the round slider (visualizations/round_marks.py) sits close under it, and takes no room when
+   the run shown never edits. */
+#round-column {gap: 2px}
+#round-column > #round-marks:not(:has(.lopa-round-marks)) {display: none}
 /* Wide tables (the branches of a round) scroll inside their panel instead of leaving it. */
 #branches {min-width: 0; max-width: 100%}
 #branches .lopa-branches {overflow-x: auto; max-width: 100%}
@@ -167,7 +171,7 @@ SCORE_IN_VIEW_JS = """<script>
 SESSION_CAPACITY = 32
 # Uploads are traces (lopa.schema bounds what a trace may hold); nothing larger is accepted.
 # A shared link longer than Gradio can parse is cut before it gets there (app.panels.settings.share.BoundLinkLength).
-LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + SCORE_IN_VIEW_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
+LAUNCH_KWARGS = dict(css=CSS + CANVAS_CSS + ROUND_MARKS_CSS + TOUR_CSS + GLOSSARY_CSS, theme=gr.themes.Default().set(**THEME_COLOURS), head=forks.CLICK_JS + TAP_JS + SCORE_IN_VIEW_JS + TOUR_JS + round_view.RUN_VIEW_JS + round_view.PAGE_ASKS_JS, max_file_size=MAX_TRACE_BYTES,
                      state_session_capacity=SESSION_CAPACITY,
                      app_kwargs={"middleware": [Middleware(share.BoundLinkLength), Middleware(disk.BoundUploads),
                                                 Middleware(frames.FirstScript, script=frames.IDLE_FRAMES_JS + LIGHT_SCHEME_JS)]})

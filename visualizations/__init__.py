@@ -24,6 +24,7 @@ from .labels import token_label, token_repr
 from .markup import esc
 from .palette import THEME_COLOURS
 from .ranks import rank_lanes
+from .round_marks import ROUND_MARKS_CSS, round_marks
 from .story import STORY_CSS, arrival_html, story_facts, story_sentence, tour_card
 from .timeline import detail_round, fills, last_forward_round, predictions
 
@@ -31,4 +32,4 @@ __all__ = ["CANVAS_CSS", "COMMIT_RULE_NAMES", "FEWER_FORWARDS_SLOWER", "GLOSSARY
            "comparison_summary", "run_diff", "tfo_diff_html", "counters_html", "confidence_heatmap", "rank_lanes",
            "token_label", "token_repr", "detail_round", "fills", "last_forward_round", "predictions", "STORY_CSS", "arrival_html", "story_facts", "story_sentence",
            "tour_card"]
-__all__ += ["THEME_COLOURS"]
+__all__ += ["THEME_COLOURS", "ROUND_MARKS_CSS", "round_marks"]

@@ -101,16 +101,20 @@ def build_controls() -> dict:
 
 
 def build_rounds() -> dict:
-    """The round on show: its slider, Play (and Play's timer), and the canvas of the round (a click on a
-    still-masked cell opens the what-if panel, app/panels/forks.py, laid out right under it)."""
+    """The round on show: its slider with the strip under it marking where the run's token editing sits, Play (and
+    Play's timer), and the canvas of the round (a click on a still-masked cell opens the what-if panel,
+    app/panels/forks.py, laid out right under it)."""
+    empty = dict(zip(views.VIEW_OUTPUTS, views.view(Session(), kinds=("html",))))
     with gr.Row(elem_id="round-row"):                # on a phone, right under the canvas (app/page.py)
-        round_slider = gr.Slider(0, 1, value=0, step=1, label="round (scrub through recorded rounds)", scale=5,
-                                 elem_id="round-slider")
+        with gr.Column(scale=5, min_width=160, elem_id="round-column"):
+            round_slider = gr.Slider(0, 1, value=0, step=1, label="round (scrub through recorded rounds)",
+                                     elem_id="round-slider")
+            # Where the run's token editing sits on the slider (visualizations/round_marks.py); empty otherwise.
+            marks = gr.HTML(empty["round_marks"], elem_id="round-marks", padding=False)
         play = gr.Button("▶ Play", scale=1, min_width=90, elem_id="play")
     timer = gr.Timer(0.6, active=False)
-    empty = dict(zip(views.VIEW_OUTPUTS, views.view(Session(), kinds=("html",))))
     canvas = gr.HTML(empty["canvas"], elem_id="canvas")
-    return {"round_slider": round_slider, "play": play, "timer": timer, "canvas": canvas}
+    return {"round_slider": round_slider, "round_marks": marks, "play": play, "timer": timer, "canvas": canvas}
 
 
 def build_figures() -> dict:

@@ -30,12 +30,13 @@ from ..viz import (
     detail_round,
     explain_round,
     rank_lanes,
+    round_marks,
     token_canvas,
     tokens_per_round_chart,
 )
 
-# "ranks" last: API clients read the earlier outputs by position.
-VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks")
+# New outputs go last ("ranks", then "round_marks"): API clients read the earlier outputs by position.
+VIEW_OUTPUTS = ("canvas", "branches", "heatmap", "chart", "explanation", "ranks", "round_marks")
 # The run list and the two "compare runs" pickers follow every change of the session's runs.
 RUN_LIST_OUTPUTS = ("run_list", "compare_a", "compare_b")
 LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS + RUN_LIST_OUTPUTS
@@ -44,7 +45,7 @@ LIVE_OUTPUTS = ("status", "counters", "round_slider", "answer") + VIEW_OUTPUTS +
 # a small shared CPU (measured in headless Chromium), so plots at 4/s left the page seconds behind.
 REFRESH_S = {"html": 0.25, "plots": 1.0}
 VIEW_KINDS = {"canvas": "html", "branches": "html", "heatmap": "plots", "ranks": "plots", "chart": "plots",
-              "explanation": "html"}
+              "explanation": "html", "round_marks": "html"}
 # A first Run that ended sooner than this is shown again, round by round (callbacks.show_rounds_arriving says
 # why): its final counters say so (replay_due), and the page asks for it.
 REPLAY_UNDER_S = 1.0
@@ -63,7 +64,8 @@ def view(session: Session, r: int | None = None, kinds=("html", "plots")) -> tup
               "branches": lambda: detail_note(run, r) + branches_table(run, d, names),
               "heatmap": lambda: confidence_heatmap(run, d, names), "ranks": lambda: rank_lanes(run, d, names),
               "chart": lambda: tokens_per_round_chart(run, r),
-              "explanation": lambda: explain_round(run, r, names)}
+              "explanation": lambda: explain_round(run, r, names),
+              "round_marks": lambda: round_marks(run)}       # under the slider: where the run's editing sits
     if "plots" in kinds:
         session.figures_stale = False
     return tuple(render[name]() if VIEW_KINDS[name] in kinds else gr.skip() for name in VIEW_OUTPUTS)
