@@ -204,7 +204,8 @@ class Decoder:
                                                    branches[winner], verified.branch(winner))
             record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
                                   positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
-                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit)
+                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit,
+                                  reasons=commits.reasons)
             self._save(r, predictions)
             yield record
             if self.settled:                           # the sequence is complete (and, editing, no block changes)
@@ -259,10 +260,11 @@ class Decoder:
         state = self.state
         token, max_prob, conf = predictions
         prev_token, prev_max_prob = previous_predictions(previous, state.window_start, token.numel())
+        masked = state.window() == state.mask_id
         return RoundView(r, state.window_start, state.tokens.numel(), token, max_prob, conf,
-                         state.window() == state.mask_id, state.fully_activated(self.settings)[state.n_cached:],
+                         masked, state.fully_activated(self.settings)[state.n_cached:],
                          self.settings, self.spec.mask_token_id, self.vocab_size, prev_token, prev_max_prob,
-                         self.commit_filter, self.attention)
+                         self.commit_filter, self.attention, unfilled=masked)
 
     def _commit(self, branches: list[Branch], verified: Verified, winner: int) -> Predictions:
         """The winner becomes the state and its complete leading blocks join the prefix cache

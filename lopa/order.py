@@ -64,6 +64,9 @@ class RoundView:
     commit_filter: object = None
     # commit=dawn: the last winner's attention rows over the window, [W, C] (lopa.dependency); None otherwise.
     attention: torch.Tensor | None = None
+    # The positions that still hold the mask token, bool [W], whatever a script holds back from `masked`: what a
+    # dependency-aware rule reads as undecided. None: `masked`.
+    unfilled: torch.Tensor | None = None
 
     @property
     def block_size(self) -> int:
@@ -73,10 +76,12 @@ class RoundView:
 @dataclass(frozen=True)
 class Commits:
     """The anchor's decision: window positions [A] (ascending) and the tokens written there [A];
-    `forced` lists what a script imposed this round, for the trace."""
+    `forced` lists what a script imposed this round, for the trace; `reasons` ({reason: window positions}), why a
+    rule that says so committed each position or held it back (commit=dawn), for the trace too."""
     positions: torch.Tensor
     tokens: torch.Tensor
     forced: list = field(default_factory=list)
+    reasons: dict = field(default_factory=dict)
 
 
 class OrderPolicy(Protocol):
@@ -102,8 +107,9 @@ class ConfidenceOrder:
         max_prob > tau_conf; else the best by rank)."""
         rank = self.fallback_rank(view)
         if view.settings.commit in WINDOW_RULES:                 # one decision over the whole window (dawn)
-            positions = WINDOW_RULES[view.settings.commit](view, rank).nonzero().flatten()
-            return Commits(positions, view.token[positions])
+            chosen, reasons = WINDOW_RULES[view.settings.commit](view, rank)
+            positions = chosen.nonzero().flatten()
+            return Commits(positions, view.token[positions], reasons=reasons)
         rule, N = COMMIT_RULES[view.settings.commit], view.block_size
         W = view.token.numel()
         prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)

@@ -180,9 +180,19 @@ def dawn_commit(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.T
          the window's dependency graph (edges either way), the most probable first (independent_set).
     Commits induced | sure | the independent set (line 484). The published fallback (lines 486-491, the most
     probable masked position when nothing is chosen) is the caller's, block by block (lopa.rules.dawn_anchor)."""
+    parts = dawn_sets(attention, max_prob, masked, sink, edge, tau, induce, low)
+    return parts["sure"] | parts["induced"] | parts["free"]
+
+
+def dawn_sets(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
+              tau: float, induce: float, low: float) -> dict[str, torch.Tensor]:
+    """dawn_commit's sets, bool [W] each, for the trace and the page: "sure", "induced", "free" (the independent
+    set), and what it held back: "conflict" (nodes the independent set left out: each leans on, or is leaned on
+    by, one it took) and "leans" (over `low`, but leaning on a position both induced and sure)."""
     W, C = attention.shape
     if W == 0:
-        return torch.zeros(0, dtype=torch.bool)
+        empty = torch.zeros(0, dtype=torch.bool)
+        return {name: empty for name in ("sure", "induced", "free", "conflict", "leans")}
     ctx = C - W                                                           # context keys before the window
     att = attention.double().clone()                                      # [W, C]
     att[:, att.mean(0) > sink] = 0.0                                      # attention sinks (column mean)
@@ -194,6 +204,8 @@ def dawn_commit(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.T
     induced = masked & (edges & decoded).any(1) & (p >= induce)           # [W]
     inner = edges[:, ctx:]                                                # [W, W] within the window
     near_both = (inner & (induced & sure)[None, :]).any(1)                # depends on a position both induced and sure
-    node = masked & (p >= low) & ~sure & ~induced & ~near_both
+    candidate = masked & (p >= low) & ~sure & ~induced
+    node = candidate & ~near_both
     free = independent_set(inner | inner.T, p, node)
-    return induced | sure | free
+    return {"sure": sure, "induced": induced & ~sure, "free": free, "conflict": node & ~free,
+            "leans": candidate & near_both}

@@ -18,7 +18,8 @@ from lopa.trace import RoundRecord
 
 def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, scores: list[float], winner: int,
                  state: Branch, settings: DecodeSettings, start: float, positions=None, committed: int = 0,
-                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None, edit: dict | None = None) -> RoundRecord:
+                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None, edit: dict | None = None,
+                 reasons: dict | None = None) -> RoundRecord:
     """The record of a round with a forward: its decisions (positions: anchor and lookahead window
     indices, none for the prefill; chains: the round's ChainPlan and how much of each chain was kept,
     recorded when lookahead_depth > 1; edit: token editing's fields, lopa.editing.Editor.fields), every
@@ -46,8 +47,17 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         branch_rank=verified.ranks or [0] * len(branches),
         winner=winner, block_states=state.states(settings), committed=committed,
         n_cached_blocks=state.n_cached, forward_seconds=verified.seconds,
-        round_seconds=time.perf_counter() - start, extra=dict(verified.extra), forced=list(forced),
+        round_seconds=time.perf_counter() - start, extra={**verified.extra, **commit_reasons(reasons, w0)},
+        forced=list(forced),
         **({} if chains is None else chain_fields(chains[0], chains[1], branches)), **(edit or {}))
+
+
+def commit_reasons(reasons: dict | None, w0: int) -> dict:
+    """{"commit_reasons": {reason: generated positions}} for a round's `extra`, where the commit rule said why
+    (commit=dawn: lopa.rules.dawn_anchor); {} otherwise."""
+    if not reasons:
+        return {}
+    return {"commit_reasons": {name: [w0 + p for p in positions] for name, positions in reasons.items()}}
 
 
 def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,
@@ -61,7 +71,7 @@ def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSetti
         branch_argmax=[[]], branch_scores=[float("inf")], branch_rank=[0], winner=0,
         block_states=anchor.states(settings), committed=committed,
         n_cached_blocks=anchor.n_cached, forward_seconds=0.0, round_seconds=time.perf_counter() - start,
-        forced=list(commits.forced), **(edit or {}))
+        forced=list(commits.forced), extra=commit_reasons(commits.reasons, w0), **(edit or {}))
 
 
 def stall_message(record: RoundRecord, settings: DecodeSettings, mask_id: int) -> str:

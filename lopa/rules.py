@@ -141,27 +141,34 @@ COMMIT_RULES = {
 
 
 def dawn_anchor(attention: torch.Tensor | None, max_prob: torch.Tensor, rank: torch.Tensor, masked: torch.Tensor,
-                fully_activated: list[bool], s) -> torch.Tensor:
-    """commit=dawn over a whole window (its dependency graph spans the blocks): lopa.peers.dawn_commit, then
-    D2F's fallback block by block: a fully activated block where it chose nothing commits its best masked
-    position by `rank`, a semi-activated one nothing (as under every rule here; DAWN's own fallback is one
-    position per sequence). attention [W, C] (lopa.dependency), max_prob, rank, masked [W] -> bool [W]."""
+                candidates: torch.Tensor, fully_activated: list[bool], s) -> tuple[torch.Tensor, dict[str, list[int]]]:
+    """commit=dawn over a whole window (its dependency graph spans the blocks): lopa.peers.dawn_sets over the
+    positions still `masked`, kept to the `candidates` (a script may hold some back), then D2F's fallback block
+    by block: a fully activated block where it chose nothing commits its best candidate by `rank`, a
+    semi-activated one nothing (as under every rule here; DAWN's own fallback is one position per sequence).
+    attention [W, C] (lopa.dependency), max_prob, rank, masked, candidates [W] -> (chosen bool [W], why: each
+    set's window positions, "fallback" included, for the trace)."""
     if attention is None:
         raise ValueError("commit=dawn reads the attention of the round's forward: decode with the batched executor "
                          "(executor batched or batched_eager), in one process")
-    chosen = peers.dawn_commit(attention, max_prob, masked, s.dawn_sink, s.dawn_edge, s.tau_conf, s.dawn_induce,
-                               s.dawn_low)
+    parts = {name: part & candidates for name, part in peers.dawn_sets(
+        attention, max_prob, masked, s.dawn_sink, s.dawn_edge, s.tau_conf, s.dawn_induce, s.dawn_low).items()}
+    chosen = parts["sure"] | parts["induced"] | parts["free"]
+    fallback = torch.zeros_like(chosen)
     N = s.block_size
     for b, full in enumerate(fully_activated):
-        idx = masked[b * N:(b + 1) * N].nonzero().flatten() + b * N          # [M] masked positions of block b
+        idx = candidates[b * N:(b + 1) * N].nonzero().flatten() + b * N      # [M] candidates of block b
         if full and idx.numel() and not bool(chosen[idx].any()):
-            chosen[idx[rank[idx].argmax()]] = True
-    return chosen
+            fallback[idx[rank[idx].argmax()]] = True
+    parts["fallback"] = fallback
+    return chosen | fallback, {name: part.nonzero().flatten().tolist() for name, part in parts.items()}
 
 
 # Rules that decide over the whole window at once (the order policy calls them with its RoundView).
-WINDOW_RULES = {"dawn": lambda view, rank: dawn_anchor(view.attention, view.max_prob, rank, view.masked,
-                                                       view.fully_activated, view.settings)}
+# -> (chosen bool [W], {reason: window positions}: why each was or was not committed, for the trace).
+WINDOW_RULES = {"dawn": lambda view, rank: dawn_anchor(
+    view.attention, view.max_prob, rank, view.unfilled if view.unfilled is not None else view.masked, view.masked,
+    view.fully_activated, view.settings)}
 assert tuple(COMMIT_RULES) + tuple(WINDOW_RULES) == COMMIT_RULE_NAMES
 
 

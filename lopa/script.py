@@ -68,7 +68,7 @@ class ScriptedOrder:
                    zip(forced.commit, extra_tokens.tolist())]
                   + [{"action": "hold", "position": p} for p in forced.hold]
                   + [{"action": "lookahead", "position": p} for p in (forced.lookahead or ())])
-        return Commits(positions[order], tokens, record)
+        return Commits(positions[order], tokens, record, chosen.reasons)
 
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor:
         forced = self.script.get(view.round)

@@ -108,3 +108,41 @@ def test_a_fork_under_dawn_resumes_or_replays_to_the_same_decode(bundled):
     run.decoder = None
     replayed = fork(run, 2, model=loaded)
     assert resumed.tokens == replayed.tokens == run.tokens
+
+
+def test_a_dawn_round_records_why_it_committed_and_the_page_says_it(bundled):
+    """Each round's extra["commit_reasons"] holds the rule's sets (generated positions): what it committed is
+    exactly sure | induced | free | fallback, and the round's explanation names them."""
+    from visualizations.branches import explain_round
+    loaded, prompts = bundled
+    settings = resolve({"commit": "dawn", "dawn_low": 0.3, "k": 2, "max_new_tokens": 64}, loaded.spec)
+    run = loaded.decoder(settings).run(prompts[0])
+    rounds = [r for r in run.records if r.kind != "prefill"]
+    assert rounds
+    seen = set()
+    for rec in rounds:
+        why = rec.extra["commit_reasons"]
+        assert sorted(why["sure"] + why["induced"] + why["free"] + why["fallback"]) == sorted(rec.anchor_positions)
+        seen |= {k for k, v in why.items() if v}
+    assert {"sure", "free"} <= seen
+    rec = next(r for r in rounds if r.extra["commit_reasons"]["free"] and r.kind == "round")
+    text = explain_round(run, rec.round)
+    assert "no two lean on each other" in text
+
+
+def test_a_held_position_stays_undecided_for_dawn(bundled):
+    """A script that holds a masked position back keeps it out of the commits, and the rule still reads it as
+    undecided (RoundView.unfilled), never as decoded context."""
+    from lopa.order import ConfidenceOrder, RoundView
+    from lopa.settings import DecodeSettings
+    s = DecodeSettings(commit="dawn", block_size=4, max_new_tokens=4, dawn_low=0.3, dawn_sink=0.9, dawn_edge=0.3)
+    attention = torch.full((4, 4), 0.01, dtype=torch.float64)
+    attention[1, 0] = 0.6                                  # 1 leans on 0
+    p = torch.tensor([0.95, 0.75, 0.5, 0.5])
+    unfilled = torch.tensor([True, True, True, True])
+    held = unfilled.clone()
+    held[0] = False                                        # position 0 held back by a script
+    view = RoundView(1, 0, 4, torch.arange(4), p, p, held, [True], s, 99, attention=attention, unfilled=unfilled)
+    commits = ConfidenceOrder().anchor(view)
+    assert 0 not in commits.positions.tolist()
+    assert 1 not in commits.reasons["induced"]             # 0 is undecided, so it induces nothing

@@ -355,8 +355,11 @@ def test_dawn_equals_the_published_selection(seed, edge, induce, low):
     p = F.softmax(logits.double(), -1).max(-1).values[ctx:]                  # [W] the block's max probs
     s = DecodeSettings(block_size=W, max_new_tokens=W, tau_conf=0.9, dawn_sink=0.1, dawn_edge=edge,
                        dawn_induce=induce, dawn_low=low)
-    ours_ = dawn_anchor(attn[ctx:], p, p, mask_index[ctx:], [True], s)      # the fallback ranked by max prob, as published
+    masked = mask_index[ctx:]
+    ours_, why = dawn_anchor(attn[ctx:], p, p, masked, masked, [True], s)     # the fallback ranked by max prob, as published
     assert {ctx + i for i in chosen(ours_)} == published
+    assert set(why["sure"]) | set(why["induced"]) | set(why["free"]) | set(why["fallback"]) == chosen(ours_)
+    assert not set(why["conflict"]) & chosen(ours_) and not set(why["leans"]) & chosen(ours_)
 
 
 def test_dawn_scene_reaches_every_branch_of_the_rule():
@@ -381,12 +384,15 @@ def test_dawn_scene_reaches_every_branch_of_the_rule():
 def test_dawn_commits_an_independent_set_of_the_attention_graph():
     """Hand-made: no context, four masked positions with max probs 0.8, 0.6, 0.5, 0.4 (none sure, none
     induced), position 0 attends strongly to 1 and 2 to 3: the set takes 0 (its best), drops 1, takes 2, drops 3."""
-    from lopa.peers import dawn_commit
+    from lopa.peers import dawn_commit, dawn_sets
     attention = torch.full((4, 4), 0.01, dtype=torch.float64)
     attention[0, 1] = attention[2, 3] = 0.5
     out = dawn_commit(attention, torch.tensor([0.8, 0.6, 0.5, 0.4]), torch.ones(4, dtype=torch.bool),
                       sink=0.2, edge=0.3, tau=0.9, induce=0.7, low=0.3)
     assert out.tolist() == [True, False, True, False]
+    parts = dawn_sets(attention, torch.tensor([0.8, 0.6, 0.5, 0.4]), torch.ones(4, dtype=torch.bool),
+                      sink=0.2, edge=0.3, tau=0.9, induce=0.7, low=0.3)
+    assert parts["free"].tolist() == [True, False, True, False] and parts["conflict"].tolist() == [False, True, False, True]
 
 
 def test_dawn_induces_a_position_that_depends_on_the_decoded_context():

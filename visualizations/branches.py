@@ -240,6 +240,7 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
            else f"commit = {rule}")
     anchor = (f"the commit rule on round {r - 1}'s winner predictions committed **{n_anchor}** token(s) ({esc(how)})"
               if n_anchor else "no position qualified and no block was fully activated, so it commits nothing")
+    anchor += esc(dependency_sentence(rec.extra.get("commit_reasons"), s))
     k = len(rec.lookahead_positions)
     if k == 0:
         floor = float(s.get("lookahead_min_prob") or 0)
@@ -279,6 +280,29 @@ def explain_round(run, r: int, names: dict[int, str] | None = None) -> str:
     cached = f" {rec.n_cached_blocks} block(s) now sit in the prefix cache." if rec.n_cached_blocks else ""
     return (f"**Round {r}.** {edited + ' ' if edited else ''}*Anchor:* {anchor}. *Lookahead:* {look} {win} "
             f"This round kept **{rec.committed}** token(s).{cached}")
+
+
+def _list(positions: list[int]) -> str:
+    return ", ".join(map(str, positions[:8])) + ("…" if len(positions) > 8 else "")
+
+
+def dependency_sentence(reasons: dict | None, s: dict) -> str:
+    """commit=dawn: why each position was committed or held back, from the sets the rule recorded (the round's
+    extra["commit_reasons"], lopa.rules.dawn_anchor); "" for rules that record none."""
+    if not reasons:
+        return ""
+    said = [f"{len(reasons[key])} {words} ({_list(reasons[key])})" for key, words in (
+        ("sure", f"sure (max prob ≥ τ_conf = {s.get('tau_conf')})"),
+        ("induced", f"leaning by the round's attention on a sure decoded token (max prob ≥ {s.get('dawn_induce')})"),
+        ("free", f"a set of which no two lean on each other (max prob ≥ {s.get('dawn_low')})"),
+        ("fallback", "the block's fallback")) if reasons.get(key)]
+    held = [f"{len(reasons[key])} {words} ({_list(reasons[key])})" for key, words in (
+        ("conflict", "because each leans on, or is leaned on by, a more probable one that was committed"),
+        ("leans", "because each leans on a token committed now as sure and induced")) if reasons.get(key)]
+    text = f". Of them: {'; '.join(said)}" if said else ""
+    if held:
+        text += f". Held back though over {s.get('dawn_low')}: " + "; ".join(held)
+    return text
 
 
 def _own(proposed, tau: float) -> str:
