@@ -209,6 +209,22 @@ def test_the_typed_decode_endpoint_equals_lopa_generate(client, tmp_path):
         client.predict(prompt=PROMPT, k=99, api_name="/decode")
 
 
+def test_the_dependency_aware_rule_decodes_through_the_api_as_on_the_command_line(client, tmp_path):
+    """commit=dawn (a window-wide rule reading the round's attention) through /decode: the CLI's tokens, and each
+    round's reasons in the trace."""
+    from app.serving.model_cache import MODELS
+    from lopa.cli import main
+    result = client.predict(prompt=PROMPT, k=2, block_size=8, max_new_tokens=16, commit="dawn", dawn_low=0.05,
+                            api_name="/decode")
+    assert result["settings"]["commit"] == "dawn"
+    trace = tmp_path / "dawn.json"
+    assert main(["generate", "--model", str(MODELS.default), "--prompt", PROMPT, "--k", "2", "--block-size", "8",
+                 "--max-new-tokens", "16", "--commit", "dawn", "--dawn-low", "0.05", "--trace", str(trace)]) == 0
+    cli = json.loads(trace.read_text())
+    assert result["trace"]["tokens"] == cli["tokens"]
+    assert all("commit_reasons" in r["extra"] for r in result["trace"]["records"] if r["kind"] == "round")
+
+
 def test_the_docs_client_snippet_runs(url):
     page = (Path(__file__).resolve().parent.parent / "docs" / "explorer.md").read_text()
     snippet = page.split("<!-- client-snippet -->")[1].split("```python")[1].split("```")[0]

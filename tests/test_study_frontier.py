@@ -180,6 +180,7 @@ def test_editing_is_a_knob_of_every_cell(tiny_setup):
     assert meta["summary"]["goal"]["d2f"] == "threshold tau_conf=0.9 k=0"
     assert not cells["threshold tau_conf=0.9 k=0"]["editing"] and cells["threshold tau_conf=0.9 k=0 +edit"]["editing"]
     assert cells["threshold tau_conf=0.9 k=0"]["edits"] == 0
+    assert {"fixed_by_editing", "broken_by_editing"} <= set(cells["threshold tau_conf=0.9 k=2 +edit"])
 
 
 def test_standings_place_each_rule_against_lopa_and_the_best_other_rule():
@@ -196,3 +197,16 @@ def test_standings_place_each_rule_against_lopa_and_the_best_other_rule():
     assert st["dawn"]["cell"] == "dawn a" and st["dawn"]["tps_over_lopa"] == pytest.approx(2.0)
     assert st["dawn"]["tps_over_best_other"] == pytest.approx(2.0) and st["dawn"]["tpf_over_best_other"] == pytest.approx(1.5)
     assert st["learned"]["cell"] is None
+
+
+def test_editing_cells_count_the_answers_editing_fixed_and_broke():
+    """Hand-made: problem 0 right only with editing (fixed), problem 1 right only without (broken), problem 2
+    right both ways, problem 3 ungraded."""
+    rows = [{"rule": "threshold", "value": 0.9, "k": 0, "problem": p, "editing": e, "correct": c}
+            for p, (off, on) in enumerate([(0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (None, None)])
+            for e, c in ((False, off), (True, on))]
+    cells = [{"cell": "a", "rule": "threshold", "value": 0.9, "k": 0, "editing": False},
+             {"cell": "a +edit", "rule": "threshold", "value": 0.9, "k": 0, "editing": True}]
+    frontier.edit_effects(pd.DataFrame(rows), cells)
+    assert "fixed_by_editing" not in cells[0]
+    assert (cells[1]["fixed_by_editing"], cells[1]["broken_by_editing"]) == (1, 1)

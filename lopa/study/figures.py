@@ -373,11 +373,12 @@ FRONTIER_PANELS = (("tpf", "tokens per forward", "accuracy vs TPF"),
                    ("token_forwards", "token-forwards per answer (fewer is better)", "accuracy vs token-forwards"),
                    ("tps", "tokens per second", "accuracy vs tokens/s"))
 RULE_COLOURS_COMMIT = {"threshold": "#E69F00", "eb": "#0072B2", "factor": "#009E73", "frechet": "#CC79A7",
-                       "joint": "#56B4E9", "stable": "#D55E00"}
+                       "joint": "#56B4E9", "stable": "#D55E00", "learned": "#882255", "dawn": "#332288"}
 
 
 def _frontier_label(r: dict) -> str:
-    return f"{r['rule']} {r['knob'].replace('_', ' ')} {r['value']:g}, k = {r['k']}"
+    return (f"{r['rule']} {r['knob'].replace('_', ' ')} {r['value']:g}, k = {r['k']}"
+            + (", token editing" if r.get("editing") else ""))
 
 
 def frontier_figure(summary: dict, title: str = "") -> go.Figure:
@@ -399,8 +400,9 @@ def frontier_figure(summary: dict, title: str = "") -> go.Figure:
                 text=[refs.get(r["cell"], "")], textposition="top center", name=r["rule"], legendgroup=r["rule"],
                 showlegend=legend, hovertext=_frontier_label(r),
                 marker=dict(size=12 if on else 7, color=RULE_COLOURS_COMMIT.get(r["rule"], "#999999"),
-                            symbol="diamond" if r["k"] else "circle",
-                            line=dict(color="black", width=1.5 if on else 0))), 1, col)
+                            symbol=("diamond" if r["k"] else "circle") + ("-open" if r.get("editing") else ""),
+                            line=dict(color="black" if on else RULE_COLOURS_COMMIT.get(r["rule"], "#999999"),
+                                      width=1.5 if on or r.get("editing") else 0))), 1, col)
         front = sorted((r[measure], (r["accuracy"] or 0.0) * 100) for r in rows if r[f"front_{measure}"])
         if front:
             fig.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front], mode="lines", showlegend=False,
@@ -418,8 +420,10 @@ def frontier_png(summary: dict, title: str, path) -> None:
     for ax, (measure, axis, name) in zip(axes, FRONTIER_PANELS):
         for r in rows:
             on = r[f"front_{measure}"]
+            colour = RULE_COLOURS_COMMIT.get(r["rule"], "#999999")
             ax.scatter(r[measure], (r["accuracy"] or 0.0) * 100, marker="D" if r["k"] else "o", s=70 if on else 25,
-                       color=RULE_COLOURS_COMMIT.get(r["rule"], "#999999"), edgecolor="k" if on else "none")
+                       color="none" if r.get("editing") else colour, linewidths=1.2,
+                       edgecolor="k" if on else colour if r.get("editing") else "none")
             if r["cell"] in refs:
                 ax.annotate(refs[r["cell"]], (r[measure], (r["accuracy"] or 0.0) * 100), fontsize=8, xytext=(4, 4),
                             textcoords="offset points")
@@ -433,7 +437,9 @@ def frontier_png(summary: dict, title: str, path) -> None:
     handles = ([Line2D([], [], ls="", marker="o", color=RULE_COLOURS_COMMIT.get(rule, "#999999"), label=rule) for rule in rules]
                + [Line2D([], [], ls="", marker="o", color="#666", label="k = 0"),
                   Line2D([], [], ls="", marker="D", color="#666", label="with lookahead"),
-                  Line2D([], [], ls="", marker="o", color="white", markeredgecolor="k", markersize=9, label="on the front")])
+                  Line2D([], [], ls="", marker="o", color="white", markeredgecolor="k", markersize=9, label="on the front")]
+               + ([Line2D([], [], ls="", marker="o", color="white", markeredgecolor="#666", label="token editing")]
+                  if any(r.get("editing") for r in rows) else []))
     fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=len(handles), frameon=False)
     _suptitle(fig, title)
     _save(fig, path)

@@ -189,6 +189,7 @@ def summarize_frontier(df) -> dict:
                      "latency_ms": float(g.latency_s.mean() * 1e3)})
     rows.sort(key=lambda r: (RULES.index(r["rule"]) if r["rule"] in RULES else len(RULES), r["value"], r["k"],
                              r["editing"]))
+    edit_effects(df, rows)
     fronts(rows)
     refs = references(df)
     out = {"problems": int(df.problem.nunique()), "cells": rows}
@@ -199,6 +200,24 @@ def summarize_frontier(df) -> dict:
             out[role] = placement(rows, refs[role])
         out["standings"] = standings(rows, refs)
     return out
+
+
+def edit_effects(df, rows: list[dict]) -> None:
+    """On each editing cell's row: the answers editing fixed and broke against the same decoder without editing
+    (its twin: the same rule, knob value and k), problem by problem, graded problems only. Cells without a twin
+    are left as they are."""
+    if "editing" not in df or not df.editing.any() or df.editing.all():
+        return
+    graded = df.dropna(subset=["correct"])
+    key = ["rule", "value", "k", "problem"]
+    pairs = graded[graded.editing][key + ["correct"]].merge(graded[~graded.editing][key + ["correct"]], on=key,
+                                                            suffixes=("_on", "_off"))
+    on, off = pairs.correct_on.astype(bool), pairs.correct_off.astype(bool)
+    pairs = pairs.assign(fixed=on & ~off, broken=~on & off)
+    counts = {cell: (int(g.fixed.sum()), int(g.broken.sum())) for cell, g in pairs.groupby(["rule", "value", "k"])}
+    for r in rows:
+        if r["editing"] and (r["rule"], r["value"], r["k"]) in counts:
+            r["fixed_by_editing"], r["broken_by_editing"] = counts[(r["rule"], r["value"], r["k"])]
 
 
 def standings(rows: list[dict], refs: dict) -> list[dict]:
@@ -297,6 +316,8 @@ def report(summary: dict) -> str:
         if g:
             line += (f" {_fmt(r['accuracy_points_vs_d2f'], '>+10.1f'):>10} {r['tpf_over_lopa']:>9.2f} "
                      f"{r['tps_over_d2f']:>11.2f} {'yes' if r['goal'] else '':>5}")
+        if "fixed_by_editing" in r:
+            line += f"  editing: {r['edits']:.2f} edits/answer, fixed {r['fixed_by_editing']}, broke {r['broken_by_editing']}"
         lines.append(line)
     if g:
         for role in ("d2f", "lopa"):
