@@ -59,9 +59,7 @@ class Decoder:
         # commit=learned reads the model's own commit filter (lopa/filter.py): refused here, before any forward
         self.commit_filter = filter_for(spec, settings.confidence) if settings.commit == "learned" else None
         self.executor = make_executor(executor, model, spec, settings) if isinstance(executor, str) else executor
-        if wants_attention(settings) and getattr(self.executor, "probe", None) is None:     # commit=dawn
-            raise ValueError(f"commit=dawn reads the attention of each round's forward, which only the batched executor "
-                             f"records (executor batched or batched_eager, one process); got {type(self.executor).__name__}")
+        check_executor(settings, self.executor)
         # order = adaptive prices its branches by a curve timed here (or the linear model): lopa.cost
         curve = cost_curve(model, spec, settings, executor, decode) if order is None else None
         self.base_order = order if order is not None else make_order(settings, *((curve.seconds, curve.source)
@@ -203,9 +201,8 @@ class Decoder:
             self.settled, edit = self.editor.close(self.state, predictions, self.state.finished(s, self.spec), edits,
                                                    branches[winner], verified.branch(winner))
             record = round_record(r, kind, branches, verified, scores.tolist(), winner, self.state, s, start,
-                                  positions=(commits.positions, look_pos), committed=self.state.n_filled() - filled,
-                                  forced=commits.forced, chains=(plan, kept) if s.lookahead_depth > 1 else None, edit=edit,
-                                  reasons=commits.reasons)
+                                  decided=(commits, look_pos), committed=self.state.n_filled() - filled, edit=edit,
+                                  chains=(plan, kept) if s.lookahead_depth > 1 else None)
             self._save(r, predictions)
             yield record
             if self.settled:                           # the sequence is complete (and, editing, no block changes)
@@ -300,6 +297,14 @@ def releasing(executor, rounds: Iterator[RoundRecord]) -> Iterator[RoundRecord]:
         yield from rounds
     finally:
         release_executor(executor)
+
+
+def check_executor(settings: DecodeSettings, executor) -> None:
+    """A ValueError, before any forward, where the settings need what the executor cannot give: commit=dawn reads
+    each round's attention, which only the batched executor records (lopa.dependency)."""
+    if wants_attention(settings) and getattr(executor, "probe", None) is None:
+        raise ValueError(f"commit=dawn reads the attention of each round's forward, which only the batched executor "
+                         f"records (executor batched or batched_eager, one process); got {type(executor).__name__}")
 
 
 def check_progress(r: int, s: DecodeSettings, scripted_rounds: int, editing: bool) -> None:

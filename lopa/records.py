@@ -17,14 +17,15 @@ from lopa.trace import RoundRecord
 
 
 def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, scores: list[float], winner: int,
-                 state: Branch, settings: DecodeSettings, start: float, positions=None, committed: int = 0,
-                 forced=(), chains: tuple[ChainPlan, list[int]] | None = None, edit: dict | None = None,
-                 reasons: dict | None = None) -> RoundRecord:
-    """The record of a round with a forward: its decisions (positions: anchor and lookahead window
-    indices, none for the prefill; chains: the round's ChainPlan and how much of each chain was kept,
-    recorded when lookahead_depth > 1; edit: token editing's fields, lopa.editing.Editor.fields), every
-    branch (row) as verified, and the state after the commit."""
-    anchor_pos, look_pos = positions if positions else (torch.zeros(0, dtype=torch.long),) * 2
+                 state: Branch, settings: DecodeSettings, start: float, decided: tuple[Commits, torch.Tensor] | None = None,
+                 committed: int = 0, chains: tuple[ChainPlan, list[int]] | None = None,
+                 edit: dict | None = None) -> RoundRecord:
+    """The record of a round with a forward: its decisions (decided: the anchor's Commits, with what a script forced
+    and why the rule committed, and the lookahead window indices; none for the prefill; chains: the round's
+    ChainPlan and how much of each chain was kept, recorded when lookahead_depth > 1; edit: token editing's
+    fields, lopa.editing.Editor.fields), every branch (row) as verified, and the state after the commit."""
+    commits, look_pos = decided if decided else (Commits(*(torch.zeros(0, dtype=torch.long),) * 2), None)
+    anchor_pos, look_pos = commits.positions, look_pos if look_pos is not None else torch.zeros(0, dtype=torch.long)
     w0 = branches[0].window_start
     per_branch = {"tokens": [], "positions": [], "max_prob": [], "conf": [], "argmax": []}
     for j, b in enumerate(branches):
@@ -47,8 +48,8 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         branch_rank=verified.ranks or [0] * len(branches),
         winner=winner, block_states=state.states(settings), committed=committed,
         n_cached_blocks=state.n_cached, forward_seconds=verified.seconds,
-        round_seconds=time.perf_counter() - start, extra={**verified.extra, **commit_reasons(reasons, w0)},
-        forced=list(forced),
+        round_seconds=time.perf_counter() - start, extra={**verified.extra, **commit_reasons(commits.reasons, w0)},
+        forced=list(commits.forced),
         **({} if chains is None else chain_fields(chains[0], chains[1], branches)), **(edit or {}))
 
 

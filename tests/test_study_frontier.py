@@ -142,12 +142,13 @@ def test_a_live_run_counts_every_decode_and_names_the_references(tiny_setup):
 
     from lopa.models import load
     model, data, _ = tiny_setup
-    assert frontier.runnable(load(str(model), device="cpu"), frontier.RULES) == tuple(r for r in frontier.RULES
-                                                                                     if r != "learned")
-    save_commit_filter(model, "max_prob")                      # with a filter, every rule runs
-    loaded = load(str(model), device="cpu")
-    problems = [{"id": i, **json.loads(line)} for i, line in enumerate(data.read_text().splitlines())]
     base = DecodeSettings(k=0, block_size=8, max_new_tokens=16, tau_add=0.3, tau_act=0.6, confidence="max_prob")
+    without = tuple(r for r in frontier.RULES if r != "learned")
+    assert frontier.runnable(load(str(model), device="cpu"), frontier.RULES, base) == without
+    save_commit_filter(model, "max_prob")                      # with a filter for the run's Conf, every rule runs
+    loaded = load(str(model), device="cpu")
+    assert frontier.runnable(loaded, frontier.RULES, base.replace(confidence="neg_entropy")) == without
+    problems = [{"id": i, **json.loads(line)} for i, line in enumerate(data.read_text().splitlines())]
     steps = list(frontier.live(loaded, problems, base, **STUDIES["frontier"].live_values({"values": 1})))
     per_problem = len(frontier.RULES) * 2                      # one value each, k = 0 and the live k
     assert [s["done"] for s in steps] == list(range(1, 2 * per_problem + 1))

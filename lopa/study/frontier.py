@@ -67,9 +67,15 @@ STUDY = Study(
     figure=True, app=True)
 
 
-def runnable(loaded, rules) -> tuple[str, ...]:
-    """`rules` less `learned` where the model has no commit filter (lopa.filter: none is trained for it)."""
-    return tuple(r for r in rules if r != "learned" or loaded.spec.extra.get("commit_filter"))
+def runnable(loaded, rules, base: DecodeSettings) -> tuple[str, ...]:
+    """`rules` less `learned` where the model has no commit filter for the run's Conf (lopa.filter.filter_for: none
+    trained for it, or one trained with another Conf)."""
+    from lopa.filter import filter_for
+    try:
+        filter_for(loaded.spec, base.confidence)
+    except ValueError:
+        return tuple(r for r in rules if r != "learned")
+    return tuple(rules)
 
 
 def sweep_values(base: DecodeSettings, rule: str, values: int) -> list[float]:
@@ -273,7 +279,7 @@ def live(loaded, problems: list[dict], base: DecodeSettings, values: int):
     """The study's decodes for a live run (every rule, `values` values of its knob, k = 0 and the app's k):
     {"done", "total", "row", "rounds"} per decode, and "complete": the problem id on the decode that
     completes a problem."""
-    configs = cells(base, runnable(loaded, RULES), values, live_ks(base))
+    configs = cells(base, runnable(loaded, RULES, base), values, live_ks(base))
     total = len(problems) * len(configs)
     for done, row in enumerate(iter_frontier(loaded, problems, configs), 1):
         yield {"done": done, "total": total, "row": row, "rounds": [],
@@ -369,10 +375,10 @@ def main(argv=None) -> int:
         edits = editing_thresholds(base, args.editing)
     except ValueError as e:
         parser.error(str(e))
-    if args.rules == STUDY_RULES_DEFAULT and runnable(loaded, rules) != rules:
-        print(f"{loaded.spec.name} has no commit filter, so the learned rule sits out (train one: python -m lopa.train "
-              f"filter --model DIR)")
-        rules = runnable(loaded, rules)
+    if args.rules == STUDY_RULES_DEFAULT and runnable(loaded, rules, base) != rules:
+        print(f"{loaded.spec.name} has no commit filter for confidence={base.confidence}, so the learned rule sits out "
+              "(train one: python -m lopa.train filter --model DIR)")
+        rules = runnable(loaded, rules, base)
     configs = cells(base, rules, args.values, ks, edits)
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     df = pd.DataFrame(list(tqdm(iter_frontier(loaded, problems, configs, args.data, args.shots),
