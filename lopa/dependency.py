@@ -1,4 +1,4 @@
-"""The attention a dependency-aware commit rule reads (commit=dawn, lopa.peers.dawn_commit), from the
+"""The attention a dependency-aware commit rule reads (commit=dawn, lopa.peers.dawn_sets), from the
 forward the round already ran: no extra forward.
 
 DAWN (arXiv 2602.06953; lizhuo-luo/DAWN, llada/model/modeling_llada.py `attn_avg` and lines 1534-1577)

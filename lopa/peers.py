@@ -19,7 +19,7 @@ by block through lopa.rules.COMMIT_RULES; tests/test_peers.py pins each to the p
              calls final with probability > learned_threshold
     dawn     DAWN's dependency-aware rule, over the whole window at once: the sure positions, those a sure
              decoded position induces, and an independent set of the window's attention dependency graph
-             (dawn_commit; the attention comes from the round's own forward, lopa/dependency.py)
+             (dawn_sets; the attention comes from the round's own forward, lopa/dependency.py)
 """
 
 from __future__ import annotations
@@ -161,10 +161,10 @@ def independent_set(conflict: torch.Tensor, score: torch.Tensor, node: torch.Ten
     return chosen
 
 
-def dawn_commit(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
-                tau: float, induce: float, low: float) -> torch.Tensor:
+def dawn_sets(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
+              tau: float, induce: float, low: float) -> dict[str, torch.Tensor]:
     """DAWN's dependency-aware selection over one window (lizhuo-luo/DAWN, llada/generate.py lines 432-494,
-    `get_transfer_index_dawn`; lopa/dependency.py collects the attention). -> bool [W], a subset of `masked`.
+    `get_transfer_index_dawn`; lopa/dependency.py collects the attention). -> bool [W] each, subsets of `masked`.
 
     attention [W, C]: each window position's (query row's) head- and layer-mean attention over C keys, the
     decoded context first (cached prefix) and the window's own W positions last; max_prob, masked [W].
@@ -178,17 +178,11 @@ def dawn_commit(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.T
       5. conflict-free (lines 469-482): the masked positions with max prob >= low that are neither sure nor
          induced and depend on no position that is both, committed as a greedy maximal independent set of
          the window's dependency graph (edges either way), the most probable first (independent_set).
-    Commits induced | sure | the independent set (line 484). The published fallback (lines 486-491, the most
-    probable masked position when nothing is chosen) is the caller's, block by block (lopa.rules.dawn_anchor)."""
-    parts = dawn_sets(attention, max_prob, masked, sink, edge, tau, induce, low)
-    return parts["sure"] | parts["induced"] | parts["free"]
-
-
-def dawn_sets(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
-              tau: float, induce: float, low: float) -> dict[str, torch.Tensor]:
-    """dawn_commit's sets, bool [W] each, for the trace and the page: "sure", "induced", "free" (the independent
-    set), and what it held back: "conflict" (nodes the independent set left out: each leans on, or is leaned on
-    by, one it took) and "leans" (over `low`, but leaning on a position both induced and sure)."""
+    It commits sure | induced | free (line 484); the sets come back apart, for the trace and the page, with what
+    it held back: "conflict" (nodes the independent set left out: each leans on, or is leaned on by, one it
+    took) and "leans" (over `low`, but leaning on a position both induced and sure). The published fallback
+    (lines 486-491, the most probable masked position when nothing is chosen) is the caller's, block by block
+    (lopa.rules.dawn_anchor)."""
     W, C = attention.shape
     if W == 0:
         empty = torch.zeros(0, dtype=torch.bool)

@@ -192,7 +192,7 @@ class DecodeSettings:
         0.96, "commit=learned only: commit a position when the model's commit filter gives its prediction a chance "
         "above this of being final (Learn2PD's evaluation scripts use 0.96)", low=0.0, high=1.0, open_high=True,
         words="least chance a guess is final (learned filter)")
-    # DAWN's four thresholds (lopa.peers.dawn_commit); the defaults are its LLaDA GSM8K run's (lizhuo-luo/DAWN,
+    # DAWN's four thresholds (lopa.peers.dawn_sets); the defaults are its LLaDA GSM8K run's (lizhuo-luo/DAWN,
     # llada/eval_instruct.sh line 44: tau_sink 0.01, tau_edge 0.07, tau_induce 0.7, tau_low 0.75)
     dawn_low: float = setting(
         0.75, "commit=dawn only: the least max prob of a position the conflict-free set may commit (DAWN's tau_low)",

@@ -268,6 +268,13 @@ def test_learned_commits_every_final_chance_over_the_threshold_else_the_best_by_
 
 
 # -- DAWN (commit=dawn): the dependency-aware rule, on hand-made attention and logits ------------------------
+def dawn_commit(*args, **kwargs) -> torch.Tensor:
+    """What the rule commits (lopa.peers.dawn_sets): sure | induced | free, bool [W]."""
+    from lopa.peers import dawn_sets
+    parts = dawn_sets(*args, **kwargs)
+    return parts["sure"] | parts["induced"] | parts["free"]
+
+
 def dawn_published(logits: torch.Tensor, attn: torch.Tensor, mask_index: torch.Tensor, prompt_length: int,
                    block_length: int, tau_sink: float, tau_edge: float, tau_induce: float, tau_low: float) -> set[int]:
     """lizhuo-luo/DAWN @ ab42898, llada/generate.py lines 432-494 (get_transfer_index_dawn) with its helpers,
@@ -365,7 +372,6 @@ def test_dawn_equals_the_published_selection(seed, edge, induce, low):
 def test_dawn_scene_reaches_every_branch_of_the_rule():
     """The scenes above are not all alike: sure, induced and conflict-free commits all occur, and some scene
     commits a conflict-free set that leaves out a conflicting node."""
-    from lopa.peers import dawn_commit
     seen = {"sure": 0, "induced": 0, "free": 0, "left_out": 0}
     for seed in range(40):
         logits, attn, mask_index, ctx = dawn_scene(seed)
@@ -384,7 +390,7 @@ def test_dawn_scene_reaches_every_branch_of_the_rule():
 def test_dawn_commits_an_independent_set_of_the_attention_graph():
     """Hand-made: no context, four masked positions with max probs 0.8, 0.6, 0.5, 0.4 (none sure, none
     induced), position 0 attends strongly to 1 and 2 to 3: the set takes 0 (its best), drops 1, takes 2, drops 3."""
-    from lopa.peers import dawn_commit, dawn_sets
+    from lopa.peers import dawn_sets
     attention = torch.full((4, 4), 0.01, dtype=torch.float64)
     attention[0, 1] = attention[2, 3] = 0.5
     out = dawn_commit(attention, torch.tensor([0.8, 0.6, 0.5, 0.4]), torch.ones(4, dtype=torch.bool),
@@ -401,7 +407,6 @@ def test_dawn_induces_a_position_that_depends_on_the_decoded_context():
     3 only to 1, which is induced but not sure, so both are conflict-free nodes, and with no edge between them
     both are committed. At induce 0.8, position 1 is a node instead, conflicting with 3 (3 attends to it): the
     set takes 1, the more probable, and leaves 3."""
-    from lopa.peers import dawn_commit
     attention = torch.full((4, 5), 0.01, dtype=torch.float64)        # [W, ctx + W], ctx = 1
     attention[1, 0] = 0.6
     attention[3, 2] = 0.5                                             # 3 depends on window position 1
@@ -414,7 +419,6 @@ def test_dawn_induces_a_position_that_depends_on_the_decoded_context():
 
 def test_dawn_leaves_a_sink_out_of_the_graph():
     """A key every row attends to (mean over the rows above `sink`) makes no dependency."""
-    from lopa.peers import dawn_commit
     attention = torch.full((3, 4), 0.05, dtype=torch.float64)
     attention[:, 0] = 0.8                                             # the context key: a sink
     p = torch.tensor([0.75, 0.75, 0.75])
