@@ -27,7 +27,7 @@ from lopa.editing import Editor
 from lopa.filter import filter_for
 from lopa.forward import Executor, Verified, make_executor, release_executor
 from lopa.order import Commits, OrderPolicy, RoundView, make_order, recorded_order, stationary, trace_order
-from lopa.records import device_label, final_record, round_record, stall_message
+from lopa.records import device_label, final_record, round_record, stall_message, trace_spec
 from lopa.rules import branch_scores, select_winner
 from lopa.script import Forced, ScriptedOrder, script_from_trace
 from lopa.settings import DecodeSettings, ModelSpec
@@ -150,7 +150,7 @@ class Decoder:
             raise RuntimeError("nothing decoded yet: call stream() or run() first")
         tokens = self.state.tokens.tolist()
         run = RunResult(prompt=self.prompt, prompt_ids=self.prompt_ids.tolist(), settings=self.settings.to_dict(),
-                        spec={**self.spec.to_dict(), "vocab_size": self.vocab_size}, records=list(self.records), tokens=tokens,
+                        spec={**trace_spec(self.spec), "vocab_size": self.vocab_size}, records=list(self.records), tokens=tokens,
                         stopped=not self.finished, run_id=self.run_id, forked_from=self.forked_from, decoder=self,
                         order=recorded_order(self.settings, self.base_order))
         if self.tokenizer is not None:

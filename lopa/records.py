@@ -5,6 +5,7 @@ the commit), the finishing round's, and the words for a decode that can make no 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
@@ -51,6 +52,15 @@ def round_record(r: int, kind: str, branches: list[Branch], verified: Verified, 
         round_seconds=time.perf_counter() - start, extra={**verified.extra, **commit_reasons(commits.reasons, w0)},
         forced=list(commits.forced),
         **({} if chains is None else chain_fields(chains[0], chains[1], branches)), **(edit or {}))
+
+
+def trace_spec(spec) -> dict:
+    """The model spec as a trace records it: the commit filter's folder (spec.extra, lopa/filter.py) by its own name
+    only, so a shared trace names no path of the machine that made it."""
+    data = spec.to_dict()
+    if data["extra"].get("commit_filter"):
+        data["extra"] = {**data["extra"], "commit_filter": Path(data["extra"]["commit_filter"]).name}
+    return data
 
 
 def commit_reasons(reasons: dict | None, w0: int) -> dict:

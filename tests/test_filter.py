@@ -173,3 +173,19 @@ def test_the_command_line_trains_and_records_itself(tmp_path):
     assert all(h.returncode == 0 for h in helps)
     assert "lopa.train filter" in helps[0].stdout and "--problems" in helps[0].stdout
     assert "--export" in helps[1].stdout and "--problems" not in helps[1].stdout
+
+
+def test_a_learned_trace_names_the_filter_without_a_local_path(tmp_path):
+    """The trace of a commit=learned decode records the filter folder by its name only: a shared trace carries no
+    path of the machine that made it."""
+    from pathlib import Path
+
+    from lopa.models import load
+    from lopa.models.loading import bundled_folder
+    from lopa.resolution import resolve
+    loaded = load(str(bundled_folder("open-gsm-dllm").resolve()))
+    assert Path(loaded.spec.extra["commit_filter"]).is_absolute()
+    run = loaded.decoder(resolve({"commit": "learned", "max_new_tokens": 32}, loaded.spec)).run("Tom has 3 apples.")
+    assert run.spec["extra"]["commit_filter"] == FILTER_DIR
+    run.save(tmp_path / "t.json")
+    assert str(bundled_folder("open-gsm-dllm").resolve()) not in (tmp_path / "t.json").read_text()
