@@ -146,3 +146,19 @@ def test_a_held_position_stays_undecided_for_dawn(bundled):
     commits = ConfidenceOrder().anchor(view)
     assert 0 not in commits.positions.tolist()
     assert 1 not in commits.reasons["induced"]             # 0 is undecided, so it induces nothing
+
+
+def test_the_canvas_says_why_the_rule_committed_or_held_each_cell(bundled):
+    """A dawn round's cells: an anchor cell's hover names the set it was committed from, a held-back masked cell
+    says why it waits; a rule that records no reasons adds nothing."""
+    from visualizations.canvas import REASON_WORDS, token_canvas
+    loaded, prompts = bundled
+    settings = resolve({"commit": "dawn", "dawn_low": 0.3, "k": 0, "max_new_tokens": 64}, loaded.spec)
+    run = loaded.decoder(settings).run(prompts[0])
+    said = set()
+    for rec in run.records:
+        html = token_canvas(run, rec.round)
+        said |= {k for k, words in REASON_WORDS.items() if words in html.replace("&#x27;", "'")}
+    assert {"sure", "free"} <= said
+    plain = loaded.decoder(resolve({"max_new_tokens": 64}, loaded.spec)).run(prompts[0])
+    assert not any(words in token_canvas(plain, 1) for words in REASON_WORDS.values())

@@ -52,6 +52,14 @@ STATE_WORDS = {
     MASKED: "still masked: current prediction, its max prob as the bottom stripe (click: what if it were filled first?)",
     EDITED: "rewritten by this round's token editing (underlined: edited earlier)",
 }
+# Why a dependency-aware rule (commit=dawn) committed a position or held it back, from the round's recorded sets
+# (extra["commit_reasons"], lopa.rules.dawn_anchor), said in the hover of this round's cells.
+REASON_WORDS = {"sure": "the rule: sure (max prob at least τ_conf)",
+                "induced": "the rule: it leans, by the round's attention, on a sure decoded token",
+                "free": "the rule: in the set of which no two lean on each other",
+                "fallback": "the block's fallback (the rule chose nothing there)",
+                "conflict": "the rule held it back: it leans on, or is leaned on by, a more probable one it committed",
+                "leans": "the rule held it back: it leans on a token committed as sure and induced"}
 BLOCK_WORDS = {"cached": "cached", "complete": "complete", "active_full": "active (full)",
                "active_semi": "active (semi)"}
 MASKED_BACKGROUND = "#f7f7f7"
@@ -140,6 +148,7 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
     editing = float(run.settings.get("edit_threshold", 1.0)) < 1.0
     chain = [p for p, _, ahead in record.filled() if ahead]                      # the winner's kept chain ...
     chain = chain if len(chain) > 1 else []                                      # ... of more than one token
+    reason = {p: REASON_WORDS[k] for k, ps in record.extra.get("commit_reasons", {}).items() for p in ps if k in REASON_WORDS}
     rows = []
     for b, block_state in enumerate(record.block_states):
         cells = []
@@ -151,6 +160,7 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
                 why = (f"committed by this round's {who}" if fill.round == r else
                        f"committed in round {fill.round} by the {who}" + (", block cached" if state == CACHED else ""))
                 link = (chain.index(pos) + 1, len(chain)) if fill.round == r and pos in chain else None
+                why += f"; {reason[pos]}" if fill.round == r and fill.how == ANCHOR and pos in reason else ""
                 edit, token, max_prob = changed.get(pos), fill.token, fill.max_prob
                 if edit is not None:                # token editing rewrote it: the cell holds the new token
                     state = EDITED if edit.round == r else state
@@ -162,7 +172,7 @@ def token_canvas(run, r: int, names: dict[int, str] | None = None) -> str:
             else:
                 guess = predicted.get(pos)
                 why = ("still masked, predicted by the winning branch's forward (click: what if it were filled "
-                       "first?)" if guess else "still masked, not predicted yet")
+                       "first?)" if guess else "still masked, not predicted yet") + (f"; {reason[pos]}" if pos in reason else "")
                 cells.append(_cell(pos, MASKED, guess.token if guess else None,
                                    guess.max_prob if guess else float("nan"),
                                    guess.conf if guess else float("nan"), names, mask_id, why))
