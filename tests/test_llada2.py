@@ -392,3 +392,15 @@ def test_the_router_picks_in_the_best_groups_by_biased_scores_and_weighs_by_unbi
         experts, weights = gate(torch.logit(scores))
     assert experts.tolist() == [[4, 2]]                             # chosen by 0.8 (biased) over 0.7
     assert torch.allclose(weights, torch.tensor([[0.6, 0.7]]) / 1.3 * 2.5)   # weighed by 0.6 (unbiased)
+
+
+def test_the_dependency_aware_rule_reads_the_family_s_attention(llada2):
+    """commit=dawn on LLaDA 2.x: its attention reaches the probe through the shared-prefix attention, and the fast
+    path decodes what the eager reference decodes."""
+    path, _ = llada2
+    loaded = load(str(path), device="cpu")
+    settings, _ = resolution({"max_new_tokens": 32, "k": 2, "commit": "dawn"}, loaded.spec)
+    fast = loaded.decoder(settings).run("how many apples")
+    eager = loaded.decoder(settings, executor="batched_eager").run("how many apples")
+    assert fast.tokens == eager.tokens
+    assert all("commit_reasons" in r.extra for r in fast.records if r.kind == "round")
