@@ -316,9 +316,11 @@ class BatchedExecutor(_CachedExecutor):
             from lopa.graphs import graphs_enabled
             static = self.device.type == "cuda" and graphs_enabled()
         # commit=dawn reads each forward's attention (lopa.dependency): the probe rides on the prefix cache, so
-        # those forwards run uncaptured and unpacked; every other rule's run no probe and no extra work
+        # those forwards run uncaptured and unpacked; under every other rule there is no probe and no extra work
         from lopa.dependency import AttentionProbe, wants_attention
-        self.probe = AttentionProbe(getattr(model.config, "num_hidden_layers", None) or model.config.n_layers) if wants_attention(settings) else None
+        self.probe = None
+        if wants_attention(settings):
+            self.probe = AttentionProbe(getattr(model.config, "num_hidden_layers", None) or model.config.n_layers)
         self.static = static and self.probe is None
         self.graph = None
 
