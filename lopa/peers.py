@@ -183,23 +183,34 @@ def dawn_sets(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Ten
     took) and "leans" (over `low`, but leaning on a position both induced and sure). The published fallback
     (lines 486-491, the most probable masked position when nothing is chosen) is the caller's, block by block
     (lopa.rules.dawn_anchor)."""
+    return dawn_select(*dawn_graph(attention, max_prob, masked, sink, edge, tau), max_prob, masked, tau, induce, low)
+
+
+def dawn_graph(attention: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, sink: float, edge: float,
+               tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """What dawn_sets reads of the attention (steps 1, 2 and 4's test): (anchored bool [W], the masked positions
+    that depend on a sure decoded key; edges bool [W, W], j depends on i, both masked). All a round's trace
+    needs to re-derive the rule's commits from the predictions it records (lopa.rules.dawn_anchor)."""
     W, C = attention.shape
-    if W == 0:
-        empty = torch.zeros(0, dtype=torch.bool)
-        return {name: empty for name in ("sure", "induced", "free", "conflict", "leans")}
     ctx = C - W                                                           # context keys before the window
     att = attention.double().clone()                                      # [W, C]
     att[:, att.mean(0) > sink] = 0.0                                      # attention sinks (column mean)
     att[torch.arange(W), ctx + torch.arange(W)] = 0.0                     # no self-dependence
     edges = att >= edge                                                   # [W, C] j depends on key i
+    decoded = torch.cat([torch.ones(ctx, dtype=torch.bool), ~masked & (max_prob.double() >= tau)])   # [C]
+    anchored = masked & (edges & decoded).any(1)                          # [W]
+    return anchored, edges[:, ctx:] & masked[:, None] & masked[None, :]   # [W], [W, W]
+
+
+def dawn_select(anchored: torch.Tensor, edges: torch.Tensor, max_prob: torch.Tensor, masked: torch.Tensor, tau: float,
+                induce: float, low: float) -> dict[str, torch.Tensor]:
+    """dawn_sets' steps 3 to 5 on its graph (dawn_graph). anchored, max_prob, masked [W]; edges [W, W]."""
     p = max_prob.double()
     sure = masked & (p >= tau)                                            # [W]
-    decoded = torch.cat([torch.ones(ctx, dtype=torch.bool), ~masked & (p >= tau)])      # [C]
-    induced = masked & (edges & decoded).any(1) & (p >= induce)           # [W]
-    inner = edges[:, ctx:]                                                # [W, W] within the window
-    near_both = (inner & (induced & sure)[None, :]).any(1)                # depends on a position both induced and sure
+    induced = anchored & (p >= induce)                                    # [W]
+    near_both = (edges & (induced & sure)[None, :]).any(1)                # depends on a position both induced and sure
     candidate = masked & (p >= low) & ~sure & ~induced
     node = candidate & ~near_both
-    free = independent_set(inner | inner.T, p, node)
+    free = independent_set(edges | edges.T, p, node)
     return {"sure": sure, "induced": induced & ~sure, "free": free, "conflict": node & ~free,
             "leans": candidate & near_both}

@@ -68,7 +68,9 @@ def commit_reasons(reasons: dict | None, w0: int) -> dict:
     (commit=dawn: lopa.rules.dawn_anchor); {} otherwise."""
     if not reasons:
         return {}
-    return {"commit_reasons": {name: [w0 + p for p in positions] for name, positions in reasons.items()}}
+    def shift(item):                          # a window position, or a [j, i] pair of them
+        return [w0 + p for p in item] if isinstance(item, list) else w0 + item
+    return {"commit_reasons": {name: [shift(item) for item in items] for name, items in reasons.items()}}
 
 
 def final_record(r: int, anchor: Branch, commits: Commits, settings: DecodeSettings, start: float,

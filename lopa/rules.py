@@ -147,12 +147,14 @@ def dawn_anchor(attention: torch.Tensor | None, max_prob: torch.Tensor, rank: to
     by block: a fully activated block where it chose nothing commits its best candidate by `rank`, a
     semi-activated one nothing (as under every rule here; DAWN's own fallback is one position per sequence).
     attention [W, C] (lopa.dependency), max_prob, rank, masked, candidates [W] -> (chosen bool [W], why: each
-    set's window positions, "fallback" included, for the trace)."""
+    set's window positions, "fallback" included, and the graph it decided on, "anchored" positions and "edges"
+    [j, i] pairs (lopa.peers.dawn_graph), for the trace: its commits re-derive from them)."""
     if attention is None:
         raise ValueError("commit=dawn reads the attention of the round's forward: decode with the batched executor "
                          "(executor batched or batched_eager), in one process")
-    parts = {name: part & candidates for name, part in peers.dawn_sets(
-        attention, max_prob, masked, s.dawn_sink, s.dawn_edge, s.tau_conf, s.dawn_induce, s.dawn_low).items()}
+    anchored, edges = peers.dawn_graph(attention, max_prob, masked, s.dawn_sink, s.dawn_edge, s.tau_conf)
+    parts = {name: part & candidates for name, part in peers.dawn_select(
+        anchored, edges, max_prob, masked, s.tau_conf, s.dawn_induce, s.dawn_low).items()}
     chosen = parts["sure"] | parts["induced"] | parts["free"]
     fallback = torch.zeros_like(chosen)
     N = s.block_size
@@ -161,7 +163,8 @@ def dawn_anchor(attention: torch.Tensor | None, max_prob: torch.Tensor, rank: to
         if full and idx.numel() and not bool(chosen[idx].any()):
             fallback[idx[rank[idx].argmax()]] = True
     parts["fallback"] = fallback
-    return chosen | fallback, {name: part.nonzero().flatten().tolist() for name, part in parts.items()}
+    why = {name: part.nonzero().flatten().tolist() for name, part in {**parts, "anchored": anchored}.items()}
+    return chosen | fallback, {**why, "edges": edges.nonzero().tolist()}     # edges: [j, i], j depends on i
 
 
 # Rules that decide over the whole window at once (the order policy calls them with its RoundView).

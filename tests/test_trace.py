@@ -119,7 +119,7 @@ def rederive(run, s: DecodeSettings) -> None:
     """Round r's anchor comes from round r-1's winner predictions under the settings' commit rule (the
     stability rule also reads round r-2's, at the same positions); its lookahead from the same
     predictions; its scores and winner from its own branch predictions. No model needed."""
-    rule = COMMIT_RULES[s.commit]
+    rule = COMMIT_RULES.get(s.commit)
     for r, (prev, rec) in enumerate(zip(run.records, run.records[1:]), start=1):
         w = prev.winner
         pos = torch.tensor(prev.branch_positions[w])
@@ -129,7 +129,9 @@ def rederive(run, s: DecodeSettings) -> None:
         prev_token = torch.tensor([before[p].token if p in before else -1 for p in pos.tolist()], dtype=torch.long)
         prev_max_prob = torch.tensor([before[p].max_prob if p in before else float("nan") for p in pos.tolist()])
         anchor = []
-        for b, state in enumerate(prev.block_states):
+        if s.commit == "dawn":            # the rule over the window's graph, which the round recorded
+            anchor = dawn_from_trace(rec.extra["commit_reasons"], prev, pos, max_prob, conf, s)
+        for b, state in enumerate(prev.block_states if rule else ()):
             in_block = (pos // s.block_size) == b
             if in_block.any():
                 block = BlockPredictions(argmax[in_block], max_prob[in_block], conf[in_block], conf[in_block],
@@ -148,6 +150,26 @@ def rederive(run, s: DecodeSettings) -> None:
             candidates = rederive_chains(rec, pos[look], dict(zip(pos[free].tolist(), argmax[free].tolist())), s) \
                 if s.lookahead_depth > 1 else list(range(len(rec.branch_scores)))
             assert candidates[int(select_winner(torch.tensor(rec.branch_scores)[candidates]))] == rec.winner
+
+
+def dawn_from_trace(why: dict, prev, pos, max_prob, conf, s: DecodeSettings) -> list[int]:
+    """commit=dawn's anchor from the graph its round recorded (anchored positions, [j, i] edges) and the last
+    winner's predictions at its masked positions: lopa.peers.dawn_select, then D2F's fallback per fully
+    activated block, ranked by Conf."""
+    from lopa.peers import dawn_select
+    index = {p: i for i, p in enumerate(pos.tolist())}
+    anchored = torch.tensor([p in set(why["anchored"]) for p in pos.tolist()], dtype=torch.bool)
+    edges = torch.zeros(len(index), len(index), dtype=torch.bool)
+    for j, i in why["edges"]:
+        edges[index[j], index[i]] = True
+    parts = dawn_select(anchored, edges, max_prob, torch.ones(len(index), dtype=torch.bool), s.tau_conf,
+                        s.dawn_induce, s.dawn_low)
+    chosen = parts["sure"] | parts["induced"] | parts["free"]
+    for b, state in enumerate(prev.block_states):
+        in_block = ((pos // s.block_size) == b).nonzero().flatten()
+        if state == "active_full" and in_block.numel() and not bool(chosen[in_block].any()):
+            chosen[in_block[conf[in_block].argmax()]] = True
+    return pos[chosen].tolist()
 
 
 def rederive_chains(rec, look_pos, token_at: dict[int, int], s: DecodeSettings) -> list[int]:
@@ -204,6 +226,20 @@ def test_every_chain_and_how_much_of_it_was_kept_rederives_from_the_trace(attent
 # round under it, where it can; tau_conf 0.12 as SETTINGS.
 PEERS = {"eb": {"eb_gamma": 7.0, "confidence": "neg_entropy"}, "factor": {"factor_f": 3.0},
          "frechet": {"frechet_margin": -1.0}, "joint": {}, "stable": {"stable_js": 0.001}}
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_a_dependency_aware_decode_rederives_from_the_graph_its_rounds_recorded(k, tmp_path):
+    """commit=dawn reads the round's attention, which no trace keeps; each round records the graph it took from it
+    (lopa.peers.dawn_graph), and from that graph and the recorded predictions every round's commits, lookahead
+    and winner re-derive, with no model."""
+    s = SETTINGS.replace(commit="dawn", k=k, dawn_edge=0.02, dawn_low=0.04, dawn_induce=0.06, dawn_sink=0.5)
+    made = Decoder(tiny_qwen2(seed=1), tiny_spec(), s).run(PROMPT)
+    loaded = RunResult.load(made.save(tmp_path / "dawn.json"))
+    rounds = [r for r in loaded.records if r.kind != "prefill"]
+    for part in ("edges", "anchored", "induced", "free", "conflict", "fallback"):   # every part of the rule acts
+        assert any(r.extra["commit_reasons"][part] for r in rounds), part
+    rederive(loaded, s)
 
 
 @pytest.mark.parametrize("commit", list(PEERS))
