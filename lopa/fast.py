@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from lopa.attention import shared_prefix_attention
 
@@ -44,16 +45,6 @@ def lean_support(model) -> str | None:
             hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")):
         return f"{type(layer).__name__} does not have the Llama attention and MLP modules"
     return None
-
-
-def rotate(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """RoPE as transformers' apply_rotary_pos_emb computes it (rotate_half convention). q: [B, H, L, D],
-    k: [B, Hkv, L, D], cos/sin: [B, L, D]."""
-    cos, sin = cos[:, None], sin[:, None]
-    half = q.shape[-1] // 2
-    q_rot = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
-    k_rot = torch.cat((-k[..., half:], k[..., :half]), dim=-1)
-    return q * cos + q_rot * sin, k * cos + k_rot * sin
 
 
 class LeanForward:
@@ -94,7 +85,7 @@ class LeanForward:
             k = attn.k_proj(x).view(shape)                                     # [B, L, Hkv, D]
             if hasattr(attn, "q_norm"):                                        # Qwen3: per-head norm before RoPE
                 q, k = attn.q_norm(q), attn.k_norm(k)
-            q, k = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)      # [B, H(kv), L, D]
+            q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)   # [B, H(kv), L, D]
             v = attn.v_proj(x).view(shape).transpose(1, 2)                     # [B, Hkv, L, D]
             out, _ = shared_prefix_attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
                                              lopa_prefix=prefix, lopa_window_lengths=window_lengths)

@@ -30,7 +30,7 @@ import torch
 
 from lopa.blocks import Branch
 from lopa.kv import Packing, PrefixKV
-from lopa.rules import summarize
+from lopa.rules import pack_rows, summarize, unpack_rows
 from lopa.settings import DecodeSettings, ModelSpec
 
 
@@ -109,13 +109,10 @@ def release_executor(executor) -> None:
 
 
 def host_rows(rows: tuple) -> tuple:
-    """(token, max_prob, conf) [B, L] each, on the host: from a device in one copy (one synchronisation
-    per round; float64 holds every token id and float32 number exactly)."""
-    token, max_prob, conf = rows
-    if token.device.type == "cpu":
+    """(token, max_prob, conf) [B, L] each, on the host: from a device in one copy."""
+    if rows[0].device.type == "cpu":
         return rows
-    packed = torch.stack([token.double(), max_prob.double(), conf.double()]).cpu()     # [3, B, L]
-    return packed[0].long(), packed[1].to(max_prob.dtype), packed[2].to(conf.dtype)
+    return unpack_rows(pack_rows(*rows).cpu())
 
 
 def boundary_rows(rows: tuple, q0: int, winner: int, n_positions: int, current):

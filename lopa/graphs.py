@@ -33,7 +33,7 @@ import weakref
 import torch
 
 from lopa.kv import PrefixKV
-from lopa.rules import summarize
+from lopa.rules import pack_rows, summarize, unpack_rows
 
 MAX_EXACT_TOKEN = 2 ** 24            # token ids travel as float32 (here and between ranks), exact below this
 
@@ -120,16 +120,16 @@ class GraphVerify:
         else:
             slot["out"] = self._step(slot)
         self.kv.pending = dict(slot["pending"])
-        rows = slot["out"].cpu()                           # [3, Bb, Lb]: the round's one synchronisation
-        return rows[0, :B, :L].long(), rows[1, :B, :L], rows[2, :B, :L]
+        token, max_prob, conf = unpack_rows(slot["out"].cpu())     # [Bb, Lb] each: the round's one synchronisation
+        return token[:B, :L], max_prob[:B, :L], conf[:B, :L]
 
     def _step(self, slot) -> torch.Tensor:
-        """The captured work: lean forward over the static buffers, then the greedy summaries. -> [3, Bb, Lb]"""
+        """The captured work: lean forward over the static buffers, then the greedy summaries, packed (pack_rows)."""
         s = self.settings
         logits = self.lean(slot["ids"], slot["mask"], slot["positions"], self.kv)          # [Bb, Lb, V]
         token, max_prob, conf = summarize(logits, s.confidence, 0.0, None, self.spec.mask_token_id, s.mask_argmax)
         slot["pending"] = dict(self.kv.pending)
-        return torch.stack([token.float(), max_prob.float(), conf.float()])
+        return pack_rows(token, max_prob, conf, torch.float32)      # token ids exact: runner_for bounds the vocabulary
 
     def _build(self, B: int, L: int) -> dict:
         """Static buffers for one bucket, and its graph when capturing (two warm-up runs on a side stream first,

@@ -67,6 +67,18 @@ def summarize(logits: torch.Tensor, metric: str, temperature: float, generator: 
     return token, max_prob, confidence(probs, metric)
 
 
+def pack_rows(token: torch.Tensor, max_prob: torch.Tensor, conf: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+    """A round's summaries as one tensor, [3, B, L] of `dtype`, so that they reach the host in one copy: one
+    synchronisation per round. float64 holds every token id and float32 number exactly; float32 every token id
+    below lopa.graphs.MAX_EXACT_TOKEN (what the executors copy back, lopa.forward.host_rows)."""
+    return torch.stack([token.to(dtype), max_prob.to(dtype), conf.to(dtype)])
+
+
+def unpack_rows(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pack_rows' tensor, on the host -> (token long, max_prob float32, conf float32), [B, L] each."""
+    return packed[0].long(), packed[1].float(), packed[2].float()
+
+
 def threshold_commit(max_prob: torch.Tensor, conf: torch.Tensor, tau: float,
                      fully_activated: bool) -> torch.Tensor:
     """D2F commit rule for one block's masked positions. [M] -> bool [M].
