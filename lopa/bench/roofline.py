@@ -37,6 +37,8 @@ import time
 
 import torch
 
+from lopa.cost import sync
+
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")   # what configs call the expert count
 
 
@@ -131,12 +133,10 @@ def measure_peaks(device: torch.device, dtype: torch.dtype, size: int = 1024, co
             fn()                                                   # warm-up
             times = []
             for _ in range(repeats):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 t0 = time.perf_counter()
                 fn()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                sync(device)
                 times.append(time.perf_counter() - t0)
             return min(times)
         a = torch.randn(size, size, device=device).to(dtype)      # [size, size]

@@ -76,7 +76,8 @@ def run_row(run, problem: dict, loaded, data: str = "") -> dict:
     looks = [len(r.lookahead_positions) for r in run.records if r.kind == "round"]
     return {"problem": problem["id"], "forwards": m["forwards"], "tokens": m["tokens_useful"],
             "tpf": m["tpf_useful"], "tps": m["tps"], "latency_s": m["latency_s"], "token_forwards": m["token_forwards"],
-            "correct": correct, "answer": predicted or "", "afp": afp(rounds.values()), "order_tau": order_tau(rounds),
+            "edits": m["edits"], "correct": correct, "answer": predicted or "", "afp": afp(rounds.values()),
+            "order_tau": order_tau(rounds),
             "mean_k": sum(looks) / len(looks) if looks else 0.0}
 
 

@@ -140,8 +140,7 @@ def iter_frontier(loaded, problems: list[dict], configs, data: str = "", shots: 
             knob = SWEEPS[settings.commit][0]
             yield {"problem": row.pop("problem"), "cell": name, "rule": settings.commit, "knob": knob,
                    "value": float(getattr(settings, knob)), "own_value": own, "k": settings.k,
-                   "editing": settings.edit_threshold < 1, "edits": sum(len(r.edit_positions) for r in run.records),
-                   "token_forwards": run.metrics()["token_forwards"], **row}
+                   "editing": settings.edit_threshold < 1, **row}
 
 
 def fronts(rows: list[dict]) -> list[dict]:
@@ -375,10 +374,10 @@ def main(argv=None) -> int:
         edits = editing_thresholds(base, args.editing)
     except ValueError as e:
         parser.error(str(e))
-    if args.rules == STUDY_RULES_DEFAULT and runnable(loaded, rules, base) != rules:
+    if args.rules == STUDY_RULES_DEFAULT and (ok := runnable(loaded, rules, base)) != rules:
         print(f"{loaded.spec.name} has no commit filter for confidence={base.confidence}, so the learned rule sits out "
               "(train one: python -m lopa.train filter --model DIR)")
-        rules = runnable(loaded, rules, base)
+        rules = ok
     configs = cells(base, rules, args.values, ks, edits)
     decode_one(loaded, base, problems[0], data=args.data, shots=args.shots)   # warm-up, not timed
     df = pd.DataFrame(list(tqdm(iter_frontier(loaded, problems, configs, args.data, args.shots),

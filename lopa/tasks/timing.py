@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from lopa.cost import round_branches, verify_samples  # noqa: F401 (round_branches: read from here too)
+from lopa.cost import verify_samples
 from lopa.forward import BatchedExecutor
 from lopa.settings import DecodeSettings
 

@@ -232,7 +232,8 @@ def step_edit(lopa, names) -> Step | None:
         return None
     mask_id, threshold = lopa.spec.get("mask_token_id"), float(lopa.settings.get("edit_threshold", 1.0))
     p, old, new, q = rec.edit_positions[0], rec.edit_old[0], rec.edit_tokens[0], rec.edit_prob[0]
-    n, post = sum(len(r.edit_positions) for r in lopa.records), sum(r.kind == "post" for r in lopa.records)
+    m = metrics(lopa)
+    n, post = m["edits"], m["post_rounds"]
     facts = {"round": rec.round, "position": p, "old": old, "new": new, "max_prob": q, "edits": n, "post_rounds": post}
     after = (f"; once every position was committed, {post} post-edit round(s) only edited and checked" if post else "")
     text = (f"This model revises its own tokens (<b>token editing</b>): a committed token is not final. In round "
