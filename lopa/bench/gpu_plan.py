@@ -62,6 +62,9 @@ def toy_shape(shape: dict) -> dict:
 TOY_SHAPE = toy_shape(DREAM_7B)
 
 
+REPLAY_KS = (0, 1, 2, 4, 8, 14)     # the k the replay measures unless a plan says otherwise (lopa.bench.replay)
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What one run measures, and at what size."""
@@ -83,7 +86,7 @@ class Plan:
     # The replay (lopa.bench.replay): the bundled default model's decodes of replay_n problems at these k
     # (0 = D2F) and the adaptive order, replayed on the plan's shape.
     curve_repeats: int = 5        # timings per B of the cost curve (lopa.bench.curve): 15 B x prefixes x 3 shapes
-    replay_ks: tuple[int, ...] = (0, 1, 2, 4, 8, 14)
+    replay_ks: tuple[int, ...] = REPLAY_KS
     replay_n: int = 8
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from lopa.bench.decoders import DEFAULTS, row_settings
-from lopa.bench.gpu_plan import DREAM_7B, TOY_SHAPE, environment, random_model
+from lopa.bench.gpu_plan import PLANS, REPLAY_KS, environment, shaped_models
 from lopa.bench.tables import table
 from lopa.blocks import Branch
 from lopa.cost import measure as measure_cost
@@ -51,7 +51,6 @@ from lopa.tasks.sources import HELDOUT, read_rows
 from lopa.tasks.turns import in_turns
 from lopa.trace import RoundRecord, RunResult, pooled
 
-DEFAULT_KS = (0, 1, 2, 4, 8, 14)
 ADAPTIVE_ROW = "lopa-k14-adaptive"       # order=adaptive: it verifies the prefix of the 14 that pays
 
 
@@ -225,7 +224,7 @@ def markdown(rows: list[dict]) -> list[str]:
                          "tps_device_over_d2f": "x d2f (device)"}), "", standing(rows), ""]
 
 
-SHAPES = {"dream-7b": "Dream-7B shape (random weights)", "toy": "toy Qwen2 (2 layers, hidden 224, GQA 7/1; random weights)"}
+SHAPES = {"dream-7b": "device", "toy": "toy"}       # --shape -> the GPU report's plan whose random model it replays on
 
 
 def main(argv=None) -> int:
@@ -233,7 +232,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=tuple(SHAPES), help="replay model (default: dream-7b on a GPU, toy on a CPU)")
     parser.add_argument("--problems", type=int, default=20, help="held-out problems (default 20)")
-    parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="comma-separated k (0 = D2F); default %(default)s")
+    parser.add_argument("--ks", default=",".join(map(str, REPLAY_KS)), help="comma-separated k (0 = D2F); default %(default)s")
     parser.add_argument("--no-adaptive", action="store_true", help=f"leave out the adaptive row ({ADAPTIVE_ROW})")
     parser.add_argument("--extra-prefix", type=int, default=0, help="positions added to every replayed prompt "
                         "(the bundled model's are 25 to 50 tokens; a few-shot GSM8K prompt is hundreds)")
@@ -252,8 +251,7 @@ def main(argv=None) -> int:
     shape = args.shape or ("toy" if device.type == "cpu" else "dream-7b")
     if shape == "dream-7b" and device.type == "cpu":
         parser.error("--shape dream-7b on a CPU would create 7.6 B fp32 weights (30 GB); run it on a GPU, or --shape toy")
-    big = random_model(DREAM_7B if shape == "dream-7b" else TOY_SHAPE, SHAPES[shape], device,
-                       torch.float32 if device.type == "cpu" else torch.bfloat16)
+    big = next(shaped_models(PLANS[SHAPES[shape]], device))                 # fp32 on a CPU, bf16 on a GPU
     t0 = time.perf_counter()
     rows = measure(loaded, big, row_names([int(k) for k in args.ks.split(",")], not args.no_adaptive), args.problems,
                    args.executor, settings_from_args(args, loaded.spec, defaults=DEFAULTS), args.extra_prefix)
