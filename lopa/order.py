@@ -32,6 +32,7 @@ resumed from a saved state or replayed from scratch takes the same decisions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -84,6 +85,19 @@ class Commits:
     reasons: dict = field(default_factory=dict)
 
 
+def block_predictions(view: RoundView, rank: torch.Tensor) -> Iterator[tuple[torch.Tensor, BlockPredictions, bool]]:
+    """Each window block with a masked position: (its masked window positions [M], what they predict as a
+    block-wise commit rule reads it, whether the block is fully activated). rank [W]: the fallback ranking."""
+    N, W = view.block_size, view.token.numel()
+    prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)
+    prev_max_prob = view.prev_max_prob if view.prev_max_prob is not None else torch.full((W,), float("nan"))
+    for b, full in enumerate(view.fully_activated):
+        idx = view.masked[b * N:(b + 1) * N].nonzero().flatten() + b * N         # [M] masked positions of block b
+        if idx.numel():
+            yield idx, BlockPredictions(view.token[idx], view.max_prob[idx], view.conf[idx], rank[idx], prev_token[idx],
+                                        prev_max_prob[idx], idx - b * N, b, view.commit_filter), full
+
+
 class OrderPolicy(Protocol):
     def anchor(self, view: RoundView) -> Commits: ...
     def lookahead(self, view: RoundView, free: torch.Tensor) -> torch.Tensor: ...
@@ -110,17 +124,8 @@ class ConfidenceOrder:
             chosen, reasons = WINDOW_RULES[view.settings.commit](view, rank)
             positions = chosen.nonzero().flatten()
             return Commits(positions, view.token[positions], reasons=reasons)
-        rule, N = COMMIT_RULES[view.settings.commit], view.block_size
-        W = view.token.numel()
-        prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)
-        prev_max_prob = view.prev_max_prob if view.prev_max_prob is not None else torch.full((W,), float("nan"))
-        chosen = []
-        for b, full in enumerate(view.fully_activated):
-            idx = view.masked[b * N:(b + 1) * N].nonzero().flatten() + b * N     # [M] masked positions of block b
-            if idx.numel():
-                block = BlockPredictions(view.token[idx], view.max_prob[idx], view.conf[idx], rank[idx],
-                                         prev_token[idx], prev_max_prob[idx], idx - b * N, b, view.commit_filter)
-                chosen.append(idx[rule(block, view.settings, full)])
+        rule = COMMIT_RULES[view.settings.commit]
+        chosen = [idx[rule(block, view.settings, full)] for idx, block, full in block_predictions(view, rank)]
         positions = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long)
         return Commits(positions, view.token[positions])
 

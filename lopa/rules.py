@@ -130,9 +130,14 @@ def filter_final(b: BlockPredictions, block_size: int, full: bool) -> torch.Tens
     if b.commit_filter is None or b.offset is None:
         raise ValueError("commit=learned needs the model's commit filter: decode through lopa.engine.Decoder, "
                          "which loads it from the model folder (lopa.filter.filter_for)")
-    features = block_features(b.token, b.max_prob, b.conf, b.prev_token, b.prev_max_prob, b.offset, block_size,
-                              b.block == 0, full)                                             # [M, F]
-    return b.commit_filter.probability(features)
+    return b.commit_filter.probability(filter_features(b, block_size, full))
+
+
+def filter_features(b: BlockPredictions, block_size: int, full: bool) -> torch.Tensor:
+    """[M, F]: the commit filter's features of one block's masked positions (lopa.filter.block_features), as the
+    rule reads them and as its training records them (lopa.train.filter)."""
+    return block_features(b.token, b.max_prob, b.conf, b.prev_token, b.prev_max_prob, b.offset, block_size,
+                          b.block == 0, full)
 
 
 # The commit rules by name (DecodeSettings.commit): each maps one block's BlockPredictions, the settings

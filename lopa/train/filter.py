@@ -33,11 +33,12 @@ import time
 
 import torch
 
-from lopa.filter import FEATURES, CommitFilter, block_features, save_filter
+from lopa.filter import FEATURES, CommitFilter, save_filter
 from lopa.models import load
-from lopa.order import ConfidenceOrder, RoundView
+from lopa.order import ConfidenceOrder, RoundView, block_predictions
 from lopa.problems import FAMILY, split
 from lopa.resolution import resolve
+from lopa.rules import filter_features
 
 BENCH_MAX_NEW_TOKENS = 128       # lopa.bench's own default: the filter learns the decodes the bench runs
 VALIDATION_SHARE = 0.2
@@ -52,15 +53,8 @@ class RecordingOrder(ConfidenceOrder):
         self.rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def anchor(self, view: RoundView):
-        N, W = view.block_size, view.token.numel()
-        prev_token = view.prev_token if view.prev_token is not None else torch.full((W,), -1, dtype=torch.long)
-        prev_max_prob = view.prev_max_prob if view.prev_max_prob is not None else torch.full((W,), float("nan"))
-        for b, full in enumerate(view.fully_activated):
-            idx = view.masked[b * N:(b + 1) * N].nonzero().flatten() + b * N        # [M] masked positions of block b
-            if idx.numel():
-                features = block_features(view.token[idx], view.max_prob[idx], view.conf[idx], prev_token[idx],
-                                          prev_max_prob[idx], idx - b * N, N, b == 0, full)      # [M, F]
-                self.rows.append((view.window_start + idx, view.token[idx].clone(), features))
+        for idx, block, full in block_predictions(view, view.conf):
+            self.rows.append((view.window_start + idx, block.token.clone(), filter_features(block, view.block_size, full)))
         return super().anchor(view)
 
 
