@@ -24,6 +24,7 @@ import ast
 from pathlib import Path
 
 from lopa.models.folder import quoted, read_json
+from lopa.models.sdar_llada_moe import special_id
 from lopa.settings import MAX_EDIT_POST_STEPS
 
 LLADA2_MODEL_TYPES = ("llada2_moe",)
@@ -132,19 +133,12 @@ def llada2_special_ids(raw: dict, tokenizer) -> tuple[int, int]:
     vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
     size = int(raw.get("vocab_size") or 0)
 
-    def pick(name, config_value, tokenizer_values, default):
-        for value in (config_value, *tokenizer_values):
-            if isinstance(value, list):
-                value = value[0] if value else None
-            if value is not None:
-                return int(value)
-        if size > default:
-            return default
-        raise ValueError(f"this LLaDA 2.x checkpoint names no {name} token (config.json or tokenizer) and its "
-                         f"vocabulary ({size}) is too small for the published id {default}")
-    mask = pick("mask", raw.get("mask_token_id"),
-                (getattr(tokenizer, "mask_token_id", None), vocab.get(LLADA2_MASK_TOKEN)), LLADA2_MASK_ID)
-    eos = pick("end-of-text", raw.get("eos_token_id"), (getattr(tokenizer, "eos_token_id", None),), LLADA2_EOS_ID)
+    def pick(name, values, published):
+        return special_id(values, size, published, f"this LLaDA 2.x checkpoint names no {name} token (config.json or "
+                          f"tokenizer) and its vocabulary ({size}) is too small for the published id {published}")
+    mask = pick("mask", (raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None),
+                         vocab.get(LLADA2_MASK_TOKEN)), LLADA2_MASK_ID)
+    eos = pick("end-of-text", (raw.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)), LLADA2_EOS_ID)
     return mask, eos
 
 

@@ -128,13 +128,24 @@ def llada_moe_to_qwen3_moe_config(raw: dict):
     return config
 
 
+def special_id(values, vocab_size: int, published: int, missing: str) -> int:
+    """A special token's id as the inclusionAI families resolve it (LLaDA-MoE, LLaDA 2.x): the first of `values`
+    given (config.json's, then the tokenizer's; a list counts by its first id), else the published id where the
+    vocabulary holds it; else ValueError(missing)."""
+    for value in values:
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    if vocab_size > published:
+        return published
+    raise ValueError(missing)
+
+
 def llada_moe_mask_id(raw: dict, tokenizer) -> int:
     """config.json's mask_token_id, else the tokenizer's mask token, else the model card's 156895
     when the vocabulary holds it."""
-    for value in (raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None)):
-        if value is not None:
-            return int(value)
-    if int(raw.get("vocab_size", 0)) > LLADA_MOE_MASK_ID:
-        return LLADA_MOE_MASK_ID
-    raise ValueError("this LLaDA-MoE checkpoint names no mask token (config.json mask_token_id or a tokenizer "
-                     f"mask token) and its vocabulary is too small for the published id {LLADA_MOE_MASK_ID}")
+    return special_id((raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None)),
+                      int(raw.get("vocab_size", 0)), LLADA_MOE_MASK_ID,
+                      "this LLaDA-MoE checkpoint names no mask token (config.json mask_token_id or a tokenizer "
+                      f"mask token) and its vocabulary is too small for the published id {LLADA_MOE_MASK_ID}")
