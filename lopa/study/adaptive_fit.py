@@ -6,7 +6,7 @@ model (calibrate, lopa.rules.fit_gain); budget_flags writes both as the flags th
 
 from __future__ import annotations
 
-from lopa.cost import monotone  # noqa: F401 (monotone: read from here too)
+from lopa.cost import monotone
 from lopa.order import ADAPTIVE_NEAR
 from lopa.rules import fit_gain
 from lopa.settings import DecodeSettings
